@@ -1,0 +1,12 @@
+"""refsim: a reference simulator of the streamed-MoE speculative decoding loop.
+
+Rooms (see docs/architecture.md): ``model`` (GGUF), ``kernels`` (Numba quant kernels),
+``forward`` (reference passes), ``spec`` (draft, verify, accept), ``cache`` (expert cache and
+flash accounting), ``trace`` (route-trace files), ``telemetry`` (engine-format output),
+``studies`` (what-if sweeps). Data flows one way, through :class:`refsim.events.DecodeEvent`.
+"""
+
+__version__ = "0.1.0"
+
+MIB = 1 << 20
+"""Bytes in one MiB (2**20). Every ``*_mib`` figure refsim prints is bytes / MIB."""

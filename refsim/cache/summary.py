@@ -1,0 +1,80 @@
+"""The cache summary: hit rates and flash MiB derived from :class:`CacheStats` (one place).
+
+Definitions (docs/cache-studies.md):
+
+- ``hit_pct_cum`` = 100 × hits / lookups over prefill and target decodes: the engine's
+  ``cache_hit_pct`` (bmoe-engine.md §3.7; it includes prefill). Draft-context lookups are
+  included too, as the engine's expert source serves both contexts.
+- ``hit_pct_decode`` = the same over target decodes only (trace phase 1).
+- ``read_bytes`` = flash bytes of every miss, prefill included (route-replay.py's ``read_mib``);
+  ``decode_read_bytes`` excludes prefill, as the engine's summary ``read_MiB`` does.
+- ``mib_per_token`` = decode_read_bytes / 2**20 / tokens, tokens = confirmed tokens.
+- ``t_mib`` = one token cycle, Σ_layers min(k, n_expert) × expert_bytes / 2**20.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from refsim import MIB
+from refsim.cache.expert_cache import TARGET_DECODE_KINDS, CacheStats
+from refsim.events import DecodeKind
+
+
+def _pct(num: int, den: int) -> float:
+    return 100.0 * num / den if den else 0.0
+
+
+@dataclass(frozen=True)
+class CacheSummary:
+    """Headline counters of a run or replay (units in the names; MiB = 2**20 bytes)."""
+
+    budget_bytes: int
+    lookups: int
+    hits: int
+    hit_pct_cum: float
+    decode_lookups: int
+    decode_hits: int
+    hit_pct_decode: float
+    prefill_lookups: int
+    prefill_hits: int
+    read_bytes: int
+    read_mib: float
+    prefill_read_bytes: int
+    decode_read_bytes: int
+    decode_read_mib: float
+    draft_read_bytes: int
+    tokens: int
+    mib_per_token: float
+    resident_bytes: int
+    evictions: int
+    rereads: int
+    t_bytes: int
+    t_mib: float
+
+    @classmethod
+    def from_stats(cls, stats: CacheStats, budget_bytes: int, tokens: int,
+                   t_bytes: int) -> "CacheSummary":
+        """Derive the summary; ``tokens`` = confirmed tokens, ``t_bytes`` = one token cycle."""
+        dec = TARGET_DECODE_KINDS
+        pre = (DecodeKind.PREFILL,)
+        drf = (DecodeKind.DRAFT,)
+        lookups, hits = stats.total("lookups"), stats.total("hits")
+        d_look, d_hits = stats.total("lookups", dec), stats.total("hits", dec)
+        # decode read = target decodes + draft-context decodes (the engine's read_MiB)
+        d_read = stats.total("read_bytes", dec + drf)
+        return cls(
+            budget_bytes=int(budget_bytes), lookups=lookups, hits=hits,
+            hit_pct_cum=_pct(hits, lookups), decode_lookups=d_look, decode_hits=d_hits,
+            hit_pct_decode=_pct(d_hits, d_look), prefill_lookups=stats.total("lookups", pre),
+            prefill_hits=stats.total("hits", pre), read_bytes=stats.total("read_bytes"),
+            read_mib=stats.total("read_bytes") / MIB,
+            prefill_read_bytes=stats.total("read_bytes", pre), decode_read_bytes=d_read,
+            decode_read_mib=d_read / MIB, draft_read_bytes=stats.total("read_bytes", drf),
+            tokens=int(tokens), mib_per_token=(d_read / MIB / tokens) if tokens else 0.0,
+            resident_bytes=stats.resident_bytes, evictions=stats.evictions,
+            rereads=stats.rereads, t_bytes=int(t_bytes), t_mib=t_bytes / MIB)
+
+    def as_dict(self) -> dict:
+        """Plain dict (full precision) for JSON output."""
+        return asdict(self)

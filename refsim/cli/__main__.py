@@ -1,0 +1,5 @@
+import sys
+
+from refsim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,103 @@
+"""``refsim replay TRACE --cache-mb N [--csv OUT] [--json]``: replay a route trace through the LRU."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import tempfile
+
+from refsim import MIB
+from refsim.cache import ExpertCache
+from refsim.errors import ConfigError
+from refsim.studies.replay import ReplayReport, replay_trace
+from refsim.trace import read_trace
+
+log = logging.getLogger(__name__)
+
+CSV_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
+               "resident_bytes")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "replay", help="replay a route trace through the engine's LRU expert cache",
+        description="Replay a route_trace v1 file through the engine's LRU expert cache and "
+                    "compare with the residency the engine recorded.")
+    p.add_argument("trace", help="route trace file (route_trace v1)")
+    p.add_argument("--cache-mb", required=True, metavar="N",
+                   help="cache budget in MiB (2^20 bytes), a positive number")
+    p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=run)
+
+
+def write_event_csv(path: str, report: ReplayReport) -> None:
+    """Per-event table: one row per decode event (prefill chunks included), atomically."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".replay-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"--csv {path}: cannot write here: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(CSV_COLUMNS)
+            for i, r in enumerate(report.records):
+                w.writerow([i, r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
+                            r.read_bytes, r.resident_bytes])
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def summary_json(report: ReplayReport) -> dict:
+    """The ``--json`` object: the cache summary plus the residency comparison."""
+    out = report.summary.as_dict()
+    out["residency_rows"] = report.residency_rows
+    out["residency_agree"] = report.residency_agree
+    return out
+
+
+def print_text(trace, report: ReplayReport) -> None:
+    s = report.summary
+    h = trace.header
+    print(f"trace: {trace.path}")
+    print(f"model: {h.model} arch={h.arch} n_layer={h.n_layer} n_expert={h.n_expert} "
+          f"n_expert_used={h.n_expert_used}")
+    print(f"events: {len(trace.events)} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
+          f"tokens), {trace.n_rows} rows")
+    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
+    print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
+          f"hits: {s.hits}")
+    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
+          f"{s.hit_pct_decode:.1f}% decode-only")
+    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
+          f"{s.mib_per_token:.2f} MiB/token")
+    print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions, "
+          f"{s.rereads} re-reads")
+    if report.residency_rows:
+        print(f"residency: {report.residency_agree} of {report.residency_rows} rows agree with "
+              f"the engine's record")
+        for d in report.disagreements:
+            print(f"  line {d.line}: step={d.step} layer={d.layer} slot={d.slot} "
+                  f"expert={d.expert} recorded={d.recorded} replayed={d.replayed}")
+
+
+def run(args) -> int:
+    budget = ExpertCache.mib_to_bytes(args.cache_mb)
+    trace = read_trace(args.trace)
+    report = replay_trace(trace, budget)
+    if budget < report.summary.t_bytes:
+        log.warning("budget %.1f MiB is below one token cycle T = %.1f MiB: a global LRU "
+                    "evicts exactly what the next layers need (hit rate collapses to 0)",
+                    budget / MIB, report.summary.t_mib)
+    if args.csv:
+        write_event_csv(args.csv, report)
+    if args.json:
+        print(json.dumps(summary_json(report)))
+    else:
+        print_text(trace, report)
+    return 0

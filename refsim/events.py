@@ -1,0 +1,150 @@
+"""The decode event: the one seam between whatever produces routes and whatever counts bytes.
+
+A live run (``refsim.spec`` driving ``refsim.forward``) and a trace replay (``refsim.trace``)
+both produce a sequence of :class:`DecodeEvent`; ``refsim.cache`` consumes it. Nothing else
+crosses that seam, so every number a live run prints can be reproduced from its route trace.
+
+One event is one graph the engine would evaluate: a prefill chunk, a plain one-token decode,
+a verify decode of ``[tok, d1..dn]``, or a decode of the MTP draft context. Per layer, the
+engine's expert source sees one ``load_layer`` call holding the ids of every position of
+the event (docs/architecture.md, "Decode events").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+NOT_ROUTED = -1
+"""Expert id used in ``routes`` for a (position, layer) the graph did not route.
+
+llama.cpp routes the last MoE layer only for positions that produce logits, so in a prefill
+event every position but the last carries ``NOT_ROUTED`` at the last layer
+(bmoe-engine.md §3.2, prefill quirk (a))."""
+
+
+class DecodeKind(IntEnum):
+    """What kind of graph an event is. Values are stable; they may be written to files.
+
+    ``PREFILL`` is trace phase 0; the other three are trace phase 1 (decode).
+    ``DRAFT`` is a decode of the MTP draft context (drafting or catch-up): its reads are the
+    head's own routing in the flash split, and the engine never writes it to a route trace.
+    """
+
+    PREFILL = 0
+    PLAIN = 1
+    VERIFY = 2
+    DRAFT = 3
+
+    @property
+    def phase(self) -> int:
+        """Route-trace ``phase`` column: 0 for prefill, 1 for every decode kind."""
+        return 0 if self is DecodeKind.PREFILL else 1
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeEvent:
+    """One graph evaluation and the experts it routed.
+
+    Parameters
+    ----------
+    kind : DecodeKind
+        Prefill chunk, plain decode, verify decode or MTP draft-context decode.
+    positions : (n_pos,) int64 ndarray
+        Absolute context position of each fed token (the trace's ``step``).
+    routes : (n_pos, n_layer, k) int16 ndarray
+        Router-selected expert ids, slot 0 = top weight; ``NOT_ROUTED`` (-1) where the graph
+        did not route that (position, layer). ``n_layer`` is the streamed layer span (with
+        ``--mtp`` the head sits at index ``n_layer`` of the trunk).
+    weights : (n_pos, n_layer, k) float32 ndarray, optional
+        Final applied routing weights (NaN where unknown or not routed).
+    tokens : (n_pos,) int32 ndarray, optional
+        Token ids fed (unknown for events read from a route trace).
+    dropped : (n_pos, n_layer, k) bool ndarray, optional
+        Slots removed by ``--drop-cold-experts``; a dropped slot is never looked up
+        (bmoe-engine.md §3.6).
+    turn : int
+        Session turn (0 for one-shot runs).
+    n_draft : int
+        Draft tokens carried (verify decodes: ``n_pos - 1``; 0 otherwise).
+    accepted : int or None
+        Draft tokens accepted by this verify decode; None when unknown (trace replay) or
+        not a verify decode.
+
+    Raises
+    ------
+    ValueError
+        If the array shapes disagree with each other.
+    """
+
+    kind: DecodeKind
+    positions: np.ndarray
+    routes: np.ndarray
+    weights: np.ndarray | None = None
+    tokens: np.ndarray | None = None
+    dropped: np.ndarray | None = None
+    turn: int = 0
+    n_draft: int = 0
+    accepted: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.routes.ndim != 3:
+            raise ValueError(f"routes must be (n_pos, n_layer, k), got shape {self.routes.shape}")
+        n_pos = self.routes.shape[0]
+        if self.positions.shape != (n_pos,):
+            raise ValueError(
+                f"positions shape {self.positions.shape} does not match routes' n_pos={n_pos}"
+            )
+        for name in ("weights", "dropped"):
+            arr = getattr(self, name)
+            if arr is not None and arr.shape != self.routes.shape:
+                raise ValueError(f"{name} shape {arr.shape} != routes shape {self.routes.shape}")
+        if self.tokens is not None and self.tokens.shape != (n_pos,):
+            raise ValueError(f"tokens shape {self.tokens.shape} != ({n_pos},)")
+
+    @property
+    def n_pos(self) -> int:
+        """Number of positions (tokens) in the graph."""
+        return int(self.routes.shape[0])
+
+    @property
+    def n_layer(self) -> int:
+        """Streamed layer span of ``routes``."""
+        return int(self.routes.shape[1])
+
+    @property
+    def phase(self) -> int:
+        """Route-trace phase: 0 prefill, 1 decode."""
+        return self.kind.phase
+
+    def layer_ids(self, layer: int) -> np.ndarray:
+        """Token-major expert ids the engine's ``load_layer`` would receive for one layer.
+
+        Returns
+        -------
+        (m,) int64 ndarray
+            Ids over positions then slots, without ``NOT_ROUTED`` and dropped slots;
+            duplicates kept (the cache dedups them).
+        """
+        ids = self.routes[:, layer, :]
+        keep = ids >= 0
+        if self.dropped is not None:
+            keep &= ~self.dropped[:, layer, :]
+        return ids[keep].astype(np.int64)
+
+
+def confirmed_tokens(event: DecodeEvent) -> int:
+    """Tokens a target decode confirmed (the unit of MiB/token and tok/s).
+
+    A plain decode confirms 1; a verify decode ``accepted + 1`` (the target's own next token
+    after the accepted prefix; bmoe-engine.md §2 step 5). When ``accepted`` is unknown (the
+    last verify decode of a turn read from a trace) the minimum, 1, is counted. Prefill and
+    draft-context decodes confirm none.
+    """
+    if event.kind is DecodeKind.PLAIN:
+        return 1
+    if event.kind is DecodeKind.VERIFY:
+        return 1 + (event.accepted or 0)
+    return 0

@@ -1,0 +1,1 @@
+"""What-if studies over decode events: trace replays, budget sweeps, widening."""

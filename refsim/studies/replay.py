@@ -1,0 +1,102 @@
+"""Replay a route trace through the expert cache and compare with the engine's residency."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refsim.cache import CacheSummary, EventRecord, ExpertCache
+from refsim.events import confirmed_tokens
+from refsim.trace import RouteTrace
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One trace row whose recorded residency differs from the replayed one."""
+
+    line: int
+    step: int
+    layer: int
+    slot: int
+    expert: int
+    recorded: int
+    replayed: int
+
+
+@dataclass
+class ReplayReport:
+    """Result of :func:`replay_trace`.
+
+    Attributes
+    ----------
+    summary : CacheSummary
+    records : list of EventRecord
+        One per event, in trace order.
+    residency_rows : int
+        Rows comparable with the engine's record (routed, not dropped).
+    residency_agree : int
+        Rows whose recorded residency (0 = miss, 1/2 = hit) equals the replayed one. Every
+        duplicate of an id inside one batch compares with that batch's single lookup.
+    disagreements : list of Disagreement
+        The first disagreeing rows (at most ``max_disagreements``).
+    """
+
+    summary: CacheSummary
+    records: list[EventRecord]
+    residency_rows: int = 0
+    residency_agree: int = 0
+    disagreements: list[Disagreement] = field(default_factory=list)
+
+
+def replay_events(events, cache: ExpertCache) -> list[EventRecord]:
+    """Feed events to ``cache`` in order; returns one record per event."""
+    return [cache.apply(ev) for ev in events]
+
+
+def replay_trace(trace: RouteTrace, budget_bytes: int,
+                 max_disagreements: int = 10) -> ReplayReport:
+    """Replay ``trace`` through the engine's LRU at ``budget_bytes``.
+
+    Parameters
+    ----------
+    trace : RouteTrace
+    budget_bytes : int
+        Cache budget in bytes (``--cache-mb`` × 2**20).
+    max_disagreements : int
+        How many disagreeing rows to keep for the report.
+
+    Returns
+    -------
+    ReplayReport
+
+    Raises
+    ------
+    ConfigError
+        If the budget is not positive.
+    """
+    h = trace.header
+    cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes)
+    records = replay_events(trace.events, cache)
+    tokens = sum(confirmed_tokens(ev) for ev in trace.events)
+    summary = CacheSummary.from_stats(cache.stats, budget_bytes, tokens, h.token_cycle_bytes)
+    report = ReplayReport(summary=summary, records=records)
+    for ev, rec, recorded, lines in zip(trace.events, records, trace.residency,
+                                        trace.line_numbers):
+        comparable = (recorded >= 0) & (rec.residency >= 0)
+        ours = rec.residency[comparable]
+        theirs = recorded[comparable] != 0
+        agree = ours.astype(bool) == theirs
+        report.residency_rows += int(comparable.sum())
+        report.residency_agree += int(agree.sum())
+        if not agree.all() and len(report.disagreements) < max_disagreements:
+            bad = np.argwhere(comparable & ((rec.residency == 1) != (recorded != 0)))
+            for p, il, s in bad.tolist():
+                if len(report.disagreements) >= max_disagreements:
+                    break
+                report.disagreements.append(Disagreement(
+                    line=int(lines[p, il, s]), step=int(ev.positions[p]), layer=il, slot=s,
+                    expert=int(ev.routes[p, il, s]), recorded=int(recorded[p, il, s]),
+                    replayed=int(rec.residency[p, il, s])))
+    report.disagreements.sort(key=lambda d: d.line)
+    return report

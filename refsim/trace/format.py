@@ -1,0 +1,91 @@
+"""Names and the header record of the engine's ``route_trace v1`` format (docs/trace-format.md).
+
+Source: bmoe-engine.md §4.5 (core/src/metrics/route_trace_sink.cpp in the engine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TRACE_MAGIC = "# route_trace v1"
+"""First line of every route trace."""
+
+REQUIRED_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
+                    "expert_bytes")
+"""Columns every v1 file has (the 9-column files committed by the engine)."""
+
+OPTIONAL_COLUMNS = ("dropped",)
+"""Columns added later (10-column files); absent means 0 for every row."""
+
+WRITE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+"""Column order refsim writes (the engine's current writer)."""
+
+RESIDENCY_MISS, RESIDENCY_HIT, RESIDENCY_SPEC = 0, 1, 2
+"""Residency codes, queried before the layer's batch is loaded: miss, hit on a demanded entry,
+hit on a prefetched entry not yet used (bmoe-engine.md §3.5)."""
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """The preamble of a route trace: model identity and per-layer byte sizes.
+
+    Parameters
+    ----------
+    model : str
+        Model path as the recording run saw it.
+    arch : str
+        ``general.architecture`` of the model.
+    n_layer : int
+        Streamed layer span (trunk MoE layers, +1 with ``--mtp``).
+    n_expert : int
+        Routed experts per layer.
+    n_expert_used : int
+        Effective top-k (``k``).
+    expert_bytes : (n_layer,) int64 ndarray
+        Bytes of one expert entry per layer (the cost of one miss; bmoe-engine.md §3.1).
+    dense_bytes : (n_layer,) int64 ndarray
+        Bytes of each layer's non-expert tensors (kept resident; not cache-managed).
+    extra : dict
+        Other ``key=value`` pairs of the model line, kept verbatim (unknown keys are allowed).
+
+    Raises
+    ------
+    ValueError
+        If a size is not positive or the arrays do not have ``n_layer`` entries.
+    """
+
+    model: str
+    arch: str
+    n_layer: int
+    n_expert: int
+    n_expert_used: int
+    expert_bytes: np.ndarray
+    dense_bytes: np.ndarray
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.n_layer < 1 or self.n_expert < 1 or self.n_expert_used < 1:
+            raise ValueError(
+                f"n_layer, n_expert, n_expert_used must be >= 1, got "
+                f"{self.n_layer}, {self.n_expert}, {self.n_expert_used}")
+        if self.n_expert_used > self.n_expert:
+            raise ValueError(f"n_expert_used={self.n_expert_used} > n_expert={self.n_expert}")
+        for name in ("expert_bytes", "dense_bytes"):
+            arr = np.asarray(getattr(self, name), dtype=np.int64)
+            if arr.shape != (self.n_layer,):
+                raise ValueError(f"{name} must have n_layer={self.n_layer} entries, got {arr.shape}")
+            object.__setattr__(self, name, arr)
+        if (self.expert_bytes <= 0).any():
+            raise ValueError("expert_bytes must be > 0 for every layer")
+        if (self.dense_bytes < 0).any():
+            raise ValueError("dense_bytes must be >= 0 for every layer")
+
+    @property
+    def token_cycle_bytes(self) -> int:
+        """T in bytes: sum over layers of ``min(k, n_expert) * expert_bytes`` (one token's demand).
+
+        Below T a global LRU evicts exactly what the next layers need (bmoe-engine.md §3.2,
+        "the cliff")."""
+        return int(min(self.n_expert_used, self.n_expert) * self.expert_bytes.sum())

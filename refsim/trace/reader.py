@@ -1,0 +1,328 @@
+"""Read and validate ``route_trace v1`` files into decode events.
+
+The format carries no decode id; decodes are framed the way the engine writes them
+(one flush per decode, rows layer-major, then position, then slot): within one decode the key
+``(layer, step, slot)`` strictly increases, so a row whose key does not exceed the previous
+row's, or whose ``turn``/``phase`` differs, starts a new decode. This is exact for every trace
+with n_layer >= 2. With a single layer, consecutive plain decodes cannot be told apart from one
+verify decode; the reader then frames each decode-phase step as its own decode.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refsim.errors import TraceFormatError
+from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
+from refsim.trace.format import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TRACE_MAGIC, TraceHeader
+
+
+@dataclass
+class RouteTrace:
+    """A route trace read from disk: the header, the decode events and the engine's records.
+
+    Attributes
+    ----------
+    header : TraceHeader
+    events : list of DecodeEvent
+        In file order. Prefill events are ``DecodeKind.PREFILL``; a decode event with one
+        position is ``PLAIN``, with more it is ``VERIFY`` (``n_draft = n_pos - 1``).
+    residency : list of (n_pos, n_layer, k) int8 ndarray
+        Recorded residency per slot (0 miss, 1 hit, 2 prefetched hit; -1 where not routed).
+    charged_bytes : list of (n_pos, n_layer, k) int64 ndarray
+        The ``expert_bytes`` column per slot (bytes charged on the first miss row of an expert).
+    line_numbers : list of (n_pos, n_layer, k) int32 ndarray
+        1-based line of each slot's row (0 where not routed), for error messages.
+    path : str
+        The file read.
+    """
+
+    header: TraceHeader
+    events: list[DecodeEvent]
+    residency: list[np.ndarray]
+    charged_bytes: list[np.ndarray]
+    line_numbers: list[np.ndarray]
+    path: str = ""
+    has_dropped_column: bool = False
+    n_rows: int = 0
+    speculative: bool = field(default=False)
+
+    @property
+    def n_prompt(self) -> int:
+        """Positions prefilled in turn 0 (the engine's ``n_prompt``)."""
+        return sum(e.n_pos for e in self.events if e.kind is DecodeKind.PREFILL and e.turn == 0)
+
+    @property
+    def decode_events(self) -> list[DecodeEvent]:
+        """The phase-1 events."""
+        return [e for e in self.events if e.phase == 1]
+
+
+def _kv_tokens(text: str) -> dict[str, str]:
+    """``key=value`` tokens of a ``#`` preamble line; other tokens are ignored."""
+    out: dict[str, str] = {}
+    for tok in text.lstrip("#").split():
+        if "=" in tok:
+            key, value = tok.split("=", 1)
+            out[key] = value
+    return out
+
+
+def _header_int(path: str, lineno: int, kv: dict[str, str], key: str) -> int:
+    if key not in kv:
+        raise TraceFormatError(f"{path}:{lineno}: preamble has no {key}= (expected '{key}=<int>')")
+    try:
+        return int(kv[key])
+    except ValueError:
+        raise TraceFormatError(
+            f"{path}:{lineno}: {key}={kv[key]!r} is not an integer") from None
+
+
+def _parse_header(path: str, lines: list[str]) -> tuple[TraceHeader, int, list[str]]:
+    """Parse the preamble; returns the header, the index of the column line, and its columns."""
+    if not lines or lines[0].rstrip("\r\n") != TRACE_MAGIC:
+        got = lines[0].rstrip("\r\n")[:60] if lines else "an empty file"
+        raise TraceFormatError(f"{path}:1: expected {TRACE_MAGIC!r}, got {got!r}")
+    model_kv: dict[str, str] | None = None
+    model_line = 0
+    layers: dict[int, tuple[int, int]] = {}
+    i = 1
+    while i < len(lines) and lines[i].startswith("#"):
+        kv = _kv_tokens(lines[i])
+        if "layer" in kv:
+            il = _header_int(path, i + 1, kv, "layer")
+            eb = _header_int(path, i + 1, kv, "expert_bytes")
+            db = _header_int(path, i + 1, kv, "dense_bytes")
+            if il in layers:
+                raise TraceFormatError(f"{path}:{i + 1}: layer={il} listed twice in the preamble")
+            if eb <= 0 or db < 0:
+                raise TraceFormatError(
+                    f"{path}:{i + 1}: layer={il} needs expert_bytes > 0 and dense_bytes >= 0, "
+                    f"got {eb} and {db}")
+            layers[il] = (eb, db)
+        elif "arch" in kv or "n_layer" in kv:
+            model_kv, model_line = kv, i + 1
+        i += 1
+    if model_kv is None:
+        raise TraceFormatError(
+            f"{path}: missing the model preamble line "
+            f"('# model=... arch=... n_layer=N n_expert=N n_expert_used=K')")
+    n_layer = _header_int(path, model_line, model_kv, "n_layer")
+    n_expert = _header_int(path, model_line, model_kv, "n_expert")
+    k = _header_int(path, model_line, model_kv, "n_expert_used")
+    if n_layer < 1 or n_expert < 1 or not 1 <= k <= n_expert:
+        raise TraceFormatError(
+            f"{path}:{model_line}: need n_layer >= 1, n_expert >= 1, 1 <= n_expert_used <= "
+            f"n_expert; got {n_layer}, {n_expert}, {k}")
+    missing = [il for il in range(n_layer) if il not in layers]
+    if missing:
+        raise TraceFormatError(
+            f"{path}: preamble has no '# layer=L expert_bytes=B dense_bytes=B' line for layer "
+            f"{missing[0]} ({len(missing)} of n_layer={n_layer} layers missing)")
+    extra_layers = sorted(il for il in layers if not 0 <= il < n_layer)
+    if extra_layers:
+        raise TraceFormatError(
+            f"{path}: preamble lists layer={extra_layers[0]} outside 0..{n_layer - 1}")
+    if i >= len(lines):
+        raise TraceFormatError(f"{path}:{i + 1}: expected the column header line, got end of file")
+    columns = [c.strip() for c in lines[i].rstrip("\r\n").split(",")]
+    absent = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if absent:
+        raise TraceFormatError(
+            f"{path}:{i + 1}: column header lacks {', '.join(absent)} "
+            f"(expected {','.join(REQUIRED_COLUMNS)}[,dropped])")
+    known = {"model", "arch", "n_layer", "n_expert", "n_expert_used"}
+    header = TraceHeader(
+        model=model_kv.get("model", ""), arch=model_kv.get("arch", ""), n_layer=n_layer,
+        n_expert=n_expert, n_expert_used=k,
+        expert_bytes=np.array([layers[il][0] for il in range(n_layer)], dtype=np.int64),
+        dense_bytes=np.array([layers[il][1] for il in range(n_layer)], dtype=np.int64),
+        extra=tuple((key, v) for key, v in model_kv.items() if key not in known))
+    return header, i, columns
+
+
+def _column(path: str, first_line: int, name: str, texts: np.ndarray, dtype) -> np.ndarray:
+    """Convert one column of strings; on failure name the first bad line."""
+    try:
+        if dtype is np.float64:
+            return texts.astype(np.float64)
+        return texts.astype(np.int64)
+    except ValueError:
+        for j, t in enumerate(texts):
+            try:
+                float(t) if dtype is np.float64 else int(t)
+            except ValueError:
+                kind = "a number" if dtype is np.float64 else "an integer"
+                raise TraceFormatError(
+                    f"{path}:{first_line + j}: column {name!r} is {str(t)!r}, expected {kind}"
+                ) from None
+        raise  # pragma: no cover - astype failed yet every value converts
+
+
+def read_trace(path: str | os.PathLike) -> RouteTrace:
+    """Read a ``route_trace v1`` file into decode events.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The trace file (9 columns, or 10 with ``dropped``; columns are read by name).
+
+    Returns
+    -------
+    RouteTrace
+
+    Raises
+    ------
+    TraceFormatError
+        Naming the file and line: missing magic or model line, a layer without
+        ``expert_bytes``/``dense_bytes``, a missing column, a row with the wrong field count
+        (including a truncated last line), a non-numeric field, a value out of range
+        (phase not 0/1, slot >= n_expert_used, expert >= n_expert, layer >= n_layer,
+        residency not 0/1/2), or a duplicate ``(turn, phase, step, layer, slot)`` in a trace
+        without speculative (multi-position) decodes.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
+    lines = text.split("\n")
+    ends_with_newline = lines[-1] == ""
+    if ends_with_newline:
+        lines.pop()
+    header, col_idx, columns = _parse_header(path, lines)
+    first = col_idx + 1  # index of the first data line
+    data = lines[first:]
+    n_col = len(columns)
+    if data and not ends_with_newline:
+        raise TraceFormatError(
+            f"{path}:{len(lines)}: last line is truncated (no end of line): {data[-1][:60]!r}")
+    fields = [ln.rstrip("\r").split(",") for ln in data]
+    for j, f in enumerate(fields):
+        if len(f) != n_col:
+            raise TraceFormatError(
+                f"{path}:{first + j + 1}: expected {n_col} fields ({','.join(columns)}), "
+                f"got {len(f)}")
+    n_rows = len(fields)
+    table = np.array(fields, dtype=object).reshape(n_rows, n_col).astype(str) if n_rows else \
+        np.empty((0, n_col), dtype=str)
+    line0 = first + 1
+
+    def col(name: str, dtype=np.int64) -> np.ndarray:
+        return _column(path, line0, name, table[:, columns.index(name)], dtype)
+
+    turn, phase, step, layer = col("turn"), col("phase"), col("step"), col("layer")
+    slot, expert, residency = col("slot"), col("expert"), col("residency")
+    charged = col("expert_bytes")
+    weight = col("weight", np.float64)
+    dropped = col("dropped") if "dropped" in columns else np.zeros(n_rows, dtype=np.int64)
+
+    def check(bad: np.ndarray, what: str, name: str, values: np.ndarray) -> None:
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise TraceFormatError(
+                f"{path}:{line0 + j}: column {name!r} is {values[j]}, expected {what}")
+
+    k, n_layer, n_expert = header.n_expert_used, header.n_layer, header.n_expert
+    check((phase != 0) & (phase != 1), "0 (prefill) or 1 (decode)", "phase", phase)
+    check(turn < 0, "a turn >= 0", "turn", turn)
+    check(step < 0, "a position >= 0", "step", step)
+    check((layer < 0) | (layer >= n_layer), f"a layer in 0..{n_layer - 1}", "layer", layer)
+    check((slot < 0) | (slot >= k), f"a slot in 0..{k - 1} (n_expert_used={k})", "slot", slot)
+    check((expert < 0) | (expert >= n_expert), f"an expert id in 0..{n_expert - 1}", "expert",
+          expert)
+    check((residency < 0) | (residency > 2), "residency 0, 1 or 2", "residency", residency)
+    check(charged < 0, "bytes >= 0", "expert_bytes", charged)
+    check((dropped != 0) & (dropped != 1), "0 or 1", "dropped", dropped)
+
+    # Frame decodes: a new one starts when turn/phase changes or (layer, step, slot) fails to
+    # increase strictly. Single-layer traces: every decode-phase step change starts one too.
+    new = np.ones(n_rows, dtype=bool)
+    if n_rows > 1:
+        same_tp = (turn[1:] == turn[:-1]) & (phase[1:] == phase[:-1])
+        inc = (layer[1:] > layer[:-1]) | ((layer[1:] == layer[:-1]) & (
+            (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & (slot[1:] > slot[:-1]))))
+        cont = same_tp & inc
+        if n_layer == 1:
+            cont &= ~((phase[1:] == 1) & (step[1:] != step[:-1]))
+        new[1:] = ~cont
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n_rows)
+
+    events: list[DecodeEvent] = []
+    res_list: list[np.ndarray] = []
+    bytes_list: list[np.ndarray] = []
+    line_list: list[np.ndarray] = []
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        steps = np.unique(step[a:b])
+        pos_idx = np.searchsorted(steps, step[a:b])
+        shape = (len(steps), n_layer, k)
+        routes = np.full(shape, NOT_ROUTED, dtype=np.int16)
+        weights = np.full(shape, np.nan, dtype=np.float32)
+        res = np.full(shape, -1, dtype=np.int8)
+        chg = np.zeros(shape, dtype=np.int64)
+        lines_arr = np.zeros(shape, dtype=np.int32)
+        drop = np.zeros(shape, dtype=bool)
+        idx = (pos_idx, layer[a:b], slot[a:b])
+        routes[idx] = expert[a:b]
+        weights[idx] = weight[a:b]
+        res[idx] = residency[a:b]
+        chg[idx] = charged[a:b]
+        lines_arr[idx] = np.arange(line0 + a, line0 + b, dtype=np.int32)
+        drop[idx] = dropped[a:b] != 0
+        if int(phase[a]) == 0:
+            kind = DecodeKind.PREFILL
+        else:
+            kind = DecodeKind.PLAIN if len(steps) == 1 else DecodeKind.VERIFY
+        events.append(DecodeEvent(
+            kind=kind, positions=steps.astype(np.int64), routes=routes, weights=weights,
+            dropped=drop if drop.any() else None, turn=int(turn[a]),
+            n_draft=len(steps) - 1 if kind is DecodeKind.VERIFY else 0))
+        res_list.append(res)
+        bytes_list.append(chg)
+        line_list.append(lines_arr)
+
+    speculative = any(e.kind is DecodeKind.VERIFY for e in events)
+    if not speculative and n_rows:
+        keys = np.stack([turn, phase, step, layer, slot], axis=1)
+        _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            dup_keys = keys[first_idx[counts > 1]]
+            # report the earliest second occurrence
+            seen: set[tuple[int, ...]] = set()
+            dup_set = {tuple(r) for r in dup_keys.tolist()}
+            for j, r in enumerate(keys.tolist()):
+                t = tuple(r)
+                if t in dup_set:
+                    if t in seen:
+                        raise TraceFormatError(
+                            f"{path}:{line0 + j}: duplicate (turn, phase, step, layer, slot) = "
+                            f"{t} in a trace without speculative decodes; expected each routed "
+                            f"slot once")
+                    seen.add(t)
+    _infer_accepted(events)
+    return RouteTrace(header=header, events=events, residency=res_list, charged_bytes=bytes_list,
+                      line_numbers=line_list, path=path, has_dropped_column="dropped" in columns,
+                      n_rows=n_rows, speculative=speculative)
+
+
+def _infer_accepted(events: list[DecodeEvent]) -> None:
+    """Fill ``accepted`` of verify events from the next decode's first position.
+
+    A verify decode at base ``p`` that accepted ``a`` drafts is followed (same turn) by a
+    decode at ``p + 1 + a``. The last verify decode of a turn keeps ``accepted=None``.
+    """
+    for i, ev in enumerate(events):
+        if ev.kind is not DecodeKind.VERIFY:
+            continue
+        nxt = events[i + 1] if i + 1 < len(events) else None
+        if nxt is not None and nxt.phase == 1 and nxt.turn == ev.turn:
+            acc = int(nxt.positions[0] - ev.positions[0] - 1)
+            if 0 <= acc <= ev.n_draft:
+                object.__setattr__(ev, "accepted", acc)

@@ -1,0 +1,125 @@
+"""Write ``route_trace v1`` files (10 columns, the engine's current writer), atomically.
+
+Rows are written as the engine flushes them: per decode, layer-major, then position, then
+slot. ``residency`` and ``expert_bytes`` are what the cache model recorded for the event
+(:class:`refsim.cache.EventRecord`), so a trace written by a live run replays to the same
+counters. Weights are written as the shortest text that reads back to the same float32
+(the engine writes ``%.6g``; a value with at most 6 significant digits is written the same way).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from refsim.errors import TraceFormatError
+from refsim.events import DecodeEvent, DecodeKind
+from refsim.trace.format import TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
+
+
+def format_header(header: TraceHeader) -> str:
+    """The preamble and column line of a trace, newline-terminated."""
+    extra = "".join(f" {k}={v}" for k, v in header.extra)
+    out = [TRACE_MAGIC,
+           f"# model={header.model} arch={header.arch} n_layer={header.n_layer} "
+           f"n_expert={header.n_expert} n_expert_used={header.n_expert_used}{extra}"]
+    for il in range(header.n_layer):
+        out.append(f"# layer={il} expert_bytes={int(header.expert_bytes[il])} "
+                   f"dense_bytes={int(header.dense_bytes[il])}")
+    out.append(",".join(WRITE_COLUMNS))
+    return "\n".join(out) + "\n"
+
+
+def _weight_text(w: float) -> str:
+    if np.isnan(w):
+        return "nan"
+    return str(np.float32(w))
+
+
+def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: np.ndarray) -> str:
+    """The CSV rows of one event, newline-terminated.
+
+    Parameters
+    ----------
+    event : DecodeEvent
+        A prefill, plain or verify event (draft-context events are never traced).
+    residency : (n_pos, n_layer, k) int8 ndarray
+        Residency per slot before the layer's batch (0, 1 or 2).
+    charged_bytes : (n_pos, n_layer, k) int64 ndarray
+        Bytes charged per slot (the layer's entry size on the first miss row, else 0).
+
+    Raises
+    ------
+    ValueError
+        For a ``DRAFT`` event or mismatched shapes.
+    """
+    if event.kind is DecodeKind.DRAFT:
+        raise ValueError("draft-context decodes are not written to route traces")
+    if residency.shape != event.routes.shape or charged_bytes.shape != event.routes.shape:
+        raise ValueError("residency/charged_bytes must have the routes' shape")
+    n_pos, n_layer, k = event.routes.shape
+    weights = event.weights
+    dropped = event.dropped
+    rows: list[str] = []
+    prefix = f"{event.turn},{event.phase},"
+    for il in range(n_layer):
+        for p in range(n_pos):
+            ids = event.routes[p, il]
+            if ids[0] < 0:
+                continue
+            step = int(event.positions[p])
+            for s in range(k):
+                e = int(ids[s])
+                if e < 0:
+                    continue
+                w = _weight_text(float(weights[p, il, s])) if weights is not None else "nan"
+                d = int(dropped[p, il, s]) if dropped is not None else 0
+                rows.append(f"{prefix}{step},{il},{s},{e},{w},{int(residency[p, il, s])},"
+                            f"{int(charged_bytes[p, il, s])},{d}")
+    return "\n".join(rows) + "\n" if rows else ""
+
+
+def write_trace(path: str | os.PathLike, header: TraceHeader,
+                events: Iterable[DecodeEvent], residency: Sequence[np.ndarray],
+                charged_bytes: Sequence[np.ndarray]) -> None:
+    """Write a route trace: a temporary file in the same folder, then an atomic rename.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Destination; an existing file is replaced only once the new one is complete.
+    header : TraceHeader
+    events : iterable of DecodeEvent
+        Prefill, plain and verify events in decode order (``DRAFT`` events are skipped,
+        as the engine discards the draft context's rows).
+    residency, charged_bytes : sequences of (n_pos, n_layer, k) ndarrays
+        One per event, as recorded by the cache model.
+
+    Raises
+    ------
+    TraceFormatError
+        If the folder cannot be written (names the path).
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".route-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot create a file here: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(format_header(header))
+            for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
+                if ev.kind is DecodeKind.DRAFT:
+                    continue
+                fh.write(format_event_rows(ev, res, chg))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
