@@ -1,0 +1,117 @@
+"""Numba kernels for GGUF weight types: dequantize rows, and quantized matrix x vector(s).
+
+Registered types (:data:`KERNELS`, keyed by ``gguf.GGMLQuantizationType``): F32, F16, BF16, Q4_0,
+Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. Dequantization is bit-exact against
+``gguf.quants.dequantize``. Entry points take the raw rows (e.g. one expert's slice from
+``Model.expert_raw``), never a whole tensor unless you pass one.
+
+The Numba loops themselves (:mod:`refsim.kernels.loops`) take arrays and ints only; set
+``NUMBA_DISABLE_JIT=1`` to run them as plain Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType
+
+from refsim.errors import ConfigError
+from refsim.kernels import floats, k_quants, legacy, mxfp4  # noqa: F401  (registers the types)
+from refsim.kernels.loops import dequantize_rows_kernel, matmul_kernel
+from refsim.kernels.mxfp4 import KVALUES
+from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel
+
+__all__ = ["KERNELS", "QuantKernel", "dequantize_rows", "matmul", "matvec", "row_bytes"]
+
+
+def _entry(qtype) -> QuantKernel:
+    try:
+        return KERNELS[GGMLQuantizationType(qtype)]
+    except (ValueError, KeyError):
+        names = ", ".join(t.name for t in KERNELS)
+        raise ConfigError(f"no kernel for ggml type {qtype!r} (supported: {names})") from None
+
+
+def row_bytes(qtype, n_cols: int) -> int:
+    """Bytes of one row of ``n_cols`` elements of ``qtype``.
+
+    Raises
+    ------
+    ConfigError
+        Unsupported type, or ``n_cols`` not a multiple of its block size.
+    """
+    k = _entry(qtype)
+    if n_cols <= 0 or n_cols % k.block_size:
+        raise ConfigError(f"n_cols {n_cols} is not a positive multiple of {k.qtype.name} block size {k.block_size}")
+    return k.row_bytes(n_cols)
+
+
+def _rows(raw: np.ndarray, qtype, n_cols: int) -> tuple[QuantKernel, np.ndarray]:
+    k = _entry(qtype)
+    rb = row_bytes(qtype, n_cols)
+    raw = np.asarray(raw)
+    if raw.dtype != np.uint8:
+        raw = raw.view(np.uint8)
+    if raw.ndim == 1:
+        raw = raw.reshape(1, -1)
+    if raw.ndim != 2 or raw.shape[1] != rb:
+        raise ConfigError(f"raw rows have shape {raw.shape}; {k.qtype.name} rows of {n_cols} elements "
+                          f"need (n_rows, {rb}) uint8")
+    return k, np.ascontiguousarray(raw)
+
+
+def dequantize_rows(raw: np.ndarray, qtype, n_cols: int) -> np.ndarray:
+    """Dequantize rows.
+
+    Parameters
+    ----------
+    raw : (n_rows, row_bytes) uint8 ndarray
+        Packed rows (a memmap view is fine; only these bytes are read).
+    qtype : gguf.GGMLQuantizationType or int
+    n_cols : int
+        Elements per row (GGUF ne0).
+
+    Returns
+    -------
+    (n_rows, n_cols) float32 ndarray
+        Bit-identical to ``gguf.quants.dequantize(raw, qtype)``.
+
+    Raises
+    ------
+    ConfigError
+        Unsupported type or a row length that does not match ``n_cols``.
+    """
+    k, raw = _rows(raw, qtype, n_cols)
+    out = np.empty((raw.shape[0], n_cols), dtype=np.float32)
+    dequantize_rows_kernel(k.kind, raw, n_cols, F16_TO_F32, KVALUES, out)
+    return out
+
+
+def matmul(raw: np.ndarray, qtype, n_cols: int, x: np.ndarray) -> np.ndarray:
+    """``W @ x.T`` for a small batch: quantized rows times ``n_vec`` vectors.
+
+    Parameters
+    ----------
+    raw : (n_rows, row_bytes) uint8 ndarray
+        W, GGUF ``ne = {n_cols, n_rows}`` (e.g. one expert's ``ffn_up_exps`` slice).
+    qtype : gguf.GGMLQuantizationType or int
+    n_cols : int
+    x : (n_vec, n_cols) float32 ndarray
+        Input vectors (converted to float32 C order).
+
+    Returns
+    -------
+    (n_vec, n_rows) float32 ndarray
+        float64 accumulation of exact float64 products, rounded once to float32.
+    """
+    k, raw = _rows(raw, qtype, n_cols)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != n_cols:
+        raise ConfigError(f"x has shape {x.shape}, expected (n_vec, {n_cols})")
+    out = np.empty((x.shape[0], raw.shape[0]), dtype=np.float32)
+    matmul_kernel(k.kind, raw, n_cols, F16_TO_F32, KVALUES, x, out)
+    return out
+
+
+def matvec(raw: np.ndarray, qtype, n_cols: int, x: np.ndarray) -> np.ndarray:
+    """``W @ x`` for one vector ``x : (n_cols,)``; returns ``(n_rows,)`` float32 (see :func:`matmul`)."""
+    return matmul(raw, qtype, n_cols, np.asarray(x).reshape(1, -1))[0]

@@ -1,0 +1,93 @@
+"""Q4_K, Q5_K and Q6_K row decoders (super-blocks of 256).
+
+Layouts (gguf-py ``quants.py``; ggml ``block_q4_K`` / ``block_q5_K`` / ``block_q6_K``):
+
+- Q4_K (144 B): f16 d, f16 dmin, 12 B packed 6-bit scale/min for 8 sub-blocks of 32, 128 B of
+  nibbles (32-byte chunk c holds sub-block 2c in low nibbles, 2c + 1 in high nibbles).
+  value = (d * sc) * q - (dmin * m): each parenthesis and each operation rounded to float32.
+- Q5_K (176 B): d, dmin, 12 B scales, 32 B high bits (bit j of byte i: element i of sub-block j),
+  128 B nibbles as Q4_K; q has 5 bits.
+- Q6_K (210 B): 128 B low nibbles, 64 B 2-bit highs, 16 int8 scales (sub-blocks of 16), f16 d;
+  value = (d * sc) * (q - 32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from numba import njit
+
+from refsim.kernels.registry import register
+
+for _t in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+    register(_t, __name__)
+
+
+@njit(cache=True)
+def _half(row, o, table):
+    return table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
+
+
+@njit(cache=True)
+def _scale_min(row, o, j):
+    """6-bit (scale, min) of sub-block j from the 12 scale bytes at ``row[o:o + 12]``."""
+    if j < 4:
+        sc = np.int64(row[o + j]) & 63
+        m = np.int64(row[o + 4 + j]) & 63
+    else:
+        sc = (np.int64(row[o + 4 + j]) & 15) | ((np.int64(row[o + j - 4]) >> 6) << 4)
+        m = (np.int64(row[o + 4 + j]) >> 4) | ((np.int64(row[o + j]) >> 6) << 4)
+    return sc, m
+
+
+@njit(cache=True)
+def decode_row_q4_k(row, n_cols, table, out):
+    """row : (n_cols / 256 * 144,) uint8 -> out : (n_cols,) float32."""
+    for b in range(n_cols // 256):
+        o = b * 144
+        d = _half(row, o, table)
+        dmin = _half(row, o + 2, table)
+        for j in range(8):
+            sc, m = _scale_min(row, o + 4, j)
+            dj = d * np.float32(sc)
+            mj = dmin * np.float32(m)
+            base = o + 16 + (j >> 1) * 32
+            shift = 4 * (j & 1)
+            for i in range(32):
+                q = (np.int64(row[base + i]) >> shift) & 15
+                out[b * 256 + j * 32 + i] = dj * np.float32(q) - mj
+
+
+@njit(cache=True)
+def decode_row_q5_k(row, n_cols, table, out):
+    """row : (n_cols / 256 * 176,) uint8 -> out : (n_cols,) float32."""
+    for b in range(n_cols // 256):
+        o = b * 176
+        d = _half(row, o, table)
+        dmin = _half(row, o + 2, table)
+        for j in range(8):
+            sc, m = _scale_min(row, o + 4, j)
+            dj = d * np.float32(sc)
+            mj = dmin * np.float32(m)
+            base = o + 48 + (j >> 1) * 32
+            shift = 4 * (j & 1)
+            for i in range(32):
+                q = ((np.int64(row[base + i]) >> shift) & 15) | (((np.int64(row[o + 16 + i]) >> j) & 1) << 4)
+                out[b * 256 + j * 32 + i] = dj * np.float32(q) - mj
+
+
+@njit(cache=True)
+def decode_row_q6_k(row, n_cols, table, out):
+    """row : (n_cols / 256 * 210,) uint8 -> out : (n_cols,) float32."""
+    for b in range(n_cols // 256):
+        o = b * 210
+        d = _half(row, o + 208, table)
+        for k in range(256):
+            h = k >> 7
+            kk = k & 127
+            nib = (np.int64(row[o + h * 64 + (kk & 63)]) >> (4 * (kk >> 6))) & 15
+            hi = (np.int64(row[o + 128 + h * 32 + (kk & 31)]) >> (2 * (kk >> 5))) & 3
+            sc = np.int64(row[o + 192 + (k >> 4)])
+            if sc >= 128:
+                sc -= 256
+            out[b * 256 + k] = (d * np.float32(sc)) * np.float32((nib | (hi << 4)) - 32)

@@ -1,0 +1,95 @@
+"""The row loops shared by every type: dequantize rows, and multiply rows by vectors.
+
+Each loop decodes one row at a time (``decode_row``, dispatching on the ggml type id ``kind``)
+into a float32 buffer, so only the bytes of the rows passed in are read: pass an expert's slice
+(``Model.expert_raw``) and nothing else of the tensor is touched.
+
+Accumulation (``matmul``): every product ``w * x`` is formed in float64 (exact, since both are
+float32) and summed in float64 in column order; the sum is rounded once to float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from refsim.kernels.floats import decode_row_bf16, decode_row_f16, decode_row_f32
+from refsim.kernels.k_quants import decode_row_q4_k, decode_row_q5_k, decode_row_q6_k
+from refsim.kernels.legacy import decode_row_q4_0, decode_row_q5_0, decode_row_q8_0
+from refsim.kernels.mxfp4 import decode_row_mxfp4
+
+# ggml type ids (gguf.GGMLQuantizationType values), fixed on disk
+F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16, MXFP4 = 0, 1, 2, 6, 8, 12, 13, 14, 30, 39
+
+
+@njit(cache=True)
+def decode_row(kind, row, n_cols, table, kvalues, out):
+    """Decode one row.
+
+    Parameters
+    ----------
+    kind : int
+        ggml type id.
+    row : (row_bytes,) uint8 ndarray
+    n_cols : int
+        Elements in the row (a multiple of the block size).
+    table : (65536,) float32 ndarray
+        Half -> float table.
+    kvalues : (16,) float32 ndarray
+        MXFP4 e2m1 values.
+    out : (n_cols,) float32 ndarray
+        Written in place.
+    """
+    if kind == Q4_K:
+        decode_row_q4_k(row, n_cols, table, out)
+    elif kind == Q6_K:
+        decode_row_q6_k(row, n_cols, table, out)
+    elif kind == Q8_0:
+        decode_row_q8_0(row, n_cols, table, out)
+    elif kind == Q5_0:
+        decode_row_q5_0(row, n_cols, table, out)
+    elif kind == Q4_0:
+        decode_row_q4_0(row, n_cols, table, out)
+    elif kind == Q5_K:
+        decode_row_q5_k(row, n_cols, table, out)
+    elif kind == MXFP4:
+        decode_row_mxfp4(row, n_cols, kvalues, out)
+    elif kind == F32:
+        decode_row_f32(row, n_cols, out)
+    elif kind == F16:
+        decode_row_f16(row, n_cols, table, out)
+    elif kind == BF16:
+        decode_row_bf16(row, n_cols, out)
+    else:
+        raise ValueError("unsupported ggml type id")
+
+
+@njit(cache=True)
+def dequantize_rows_kernel(kind, raw, n_cols, table, kvalues, out):
+    """raw : (n_rows, row_bytes) uint8 -> out : (n_rows, n_cols) float32, bit-exact vs gguf-py."""
+    for r in range(raw.shape[0]):
+        decode_row(kind, raw[r], n_cols, table, kvalues, out[r])
+
+
+@njit(cache=True)
+def matmul_kernel(kind, raw, n_cols, table, kvalues, x, out):
+    """out[v, r] = sum_c W[r, c] * x[v, c].
+
+    Parameters
+    ----------
+    raw : (n_rows, row_bytes) uint8 ndarray
+        Quantized weight rows W (GGUF ``ne = {n_cols, n_rows}``).
+    x : (n_vec, n_cols) float32 ndarray
+    out : (n_vec, n_rows) float32 ndarray
+        Written in place. float64 accumulation, one rounding to float32.
+    """
+    n_rows = raw.shape[0]
+    n_vec = x.shape[0]
+    w = np.empty(n_cols, dtype=np.float32)
+    for r in range(n_rows):
+        decode_row(kind, raw[r], n_cols, table, kvalues, w)
+        for v in range(n_vec):
+            s = 0.0
+            for c in range(n_cols):
+                s += np.float64(w[c]) * np.float64(x[v, c])
+            out[v, r] = np.float32(s)
