@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import os
+import sys
 import tempfile
 
 from refsim import MIB
@@ -13,8 +13,6 @@ from refsim.cache import ExpertCache
 from refsim.errors import ConfigError
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.trace import read_trace
-
-log = logging.getLogger(__name__)
 
 CSV_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
                "resident_bytes")
@@ -91,9 +89,9 @@ def run(args) -> int:
     trace = read_trace(args.trace)
     report = replay_trace(trace, budget)
     if budget < report.summary.t_bytes:
-        log.warning("budget %.1f MiB is below one token cycle T = %.1f MiB: a global LRU "
-                    "evicts exactly what the next layers need (hit rate collapses to 0)",
-                    budget / MIB, report.summary.t_mib)
+        print(f"refsim replay: warning: budget {budget / MIB:.1f} MiB is below one token cycle "
+              f"T = {report.summary.t_mib:.1f} MiB: a global LRU evicts exactly what the next "
+              f"layers need (hit rate collapses to 0)", file=sys.stderr)
     if args.csv:
         write_event_csv(args.csv, report)
     if args.json:

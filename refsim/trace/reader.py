@@ -10,6 +10,7 @@ verify decode; the reader then frames each decode-phase step as its own decode.
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass, field
 
@@ -162,6 +163,42 @@ def _column(path: str, first_line: int, name: str, texts: np.ndarray, dtype) -> 
         raise  # pragma: no cover - astype failed yet every value converts
 
 
+_INT_COLUMNS = tuple(c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c != "weight")
+
+
+def _parse_rows(path: str, data: list[str], columns: list[str], line0: int) -> dict:
+    """Numeric columns by name. A fast C parse first; on any problem a line-by-line pass that
+    names the first bad line."""
+    wanted = [c for c in columns if c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
+    if data:
+        try:
+            table = np.loadtxt(io.StringIO("\n".join(data)), delimiter=",", dtype=np.float64,
+                               ndmin=2, comments=None)
+            if table.shape[1] == n_col:
+                out = {}
+                for c in wanted:
+                    v = table[:, columns.index(c)]
+                    if c == "weight":
+                        out[c] = v
+                        continue
+                    if not (np.isfinite(v).all() and (v == np.round(v)).all()):
+                        raise ValueError
+                    out[c] = v.astype(np.int64)
+                return out
+        except ValueError:
+            pass
+    fields = [ln.rstrip("\r").split(",") for ln in data]
+    for j, f in enumerate(fields):
+        if len(f) != n_col:
+            raise TraceFormatError(
+                f"{path}:{line0 + j}: expected {n_col} fields ({','.join(columns)}), got {len(f)}")
+    out = {}
+    for c in wanted:
+        texts = np.array([f[columns.index(c)] for f in fields], dtype=str)
+        out[c] = _column(path, line0, c, texts, np.float64 if c == "weight" else np.int64)
+    return out
+
+
 def read_trace(path: str | os.PathLike) -> RouteTrace:
     """Read a ``route_trace v1`` file into decode events.
 
@@ -199,29 +236,16 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     header, col_idx, columns = _parse_header(path, lines)
     first = col_idx + 1  # index of the first data line
     data = lines[first:]
-    n_col = len(columns)
     if data and not ends_with_newline:
         raise TraceFormatError(
             f"{path}:{len(lines)}: last line is truncated (no end of line): {data[-1][:60]!r}")
-    fields = [ln.rstrip("\r").split(",") for ln in data]
-    for j, f in enumerate(fields):
-        if len(f) != n_col:
-            raise TraceFormatError(
-                f"{path}:{first + j + 1}: expected {n_col} fields ({','.join(columns)}), "
-                f"got {len(f)}")
-    n_rows = len(fields)
-    table = np.array(fields, dtype=object).reshape(n_rows, n_col).astype(str) if n_rows else \
-        np.empty((0, n_col), dtype=str)
     line0 = first + 1
-
-    def col(name: str, dtype=np.int64) -> np.ndarray:
-        return _column(path, line0, name, table[:, columns.index(name)], dtype)
-
-    turn, phase, step, layer = col("turn"), col("phase"), col("step"), col("layer")
-    slot, expert, residency = col("slot"), col("expert"), col("residency")
-    charged = col("expert_bytes")
-    weight = col("weight", np.float64)
-    dropped = col("dropped") if "dropped" in columns else np.zeros(n_rows, dtype=np.int64)
+    cols = _parse_rows(path, data, columns, line0)
+    n_rows = len(data)
+    turn, phase, step, layer = cols["turn"], cols["phase"], cols["step"], cols["layer"]
+    slot, expert, residency = cols["slot"], cols["expert"], cols["residency"]
+    charged, weight = cols["expert_bytes"], cols["weight"]
+    dropped = cols.get("dropped", np.zeros(n_rows, dtype=np.int64))
 
     def check(bad: np.ndarray, what: str, name: str, values: np.ndarray) -> None:
         if bad.any():

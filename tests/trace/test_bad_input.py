@@ -1,0 +1,96 @@
+"""Every malformed trace raises TraceFormatError naming the file, the line and the expectation."""
+
+import pytest
+
+from refsim.errors import TraceFormatError
+from refsim.trace import read_trace
+
+HEAD = ("# route_trace v1\n"
+        "# model=m arch=qwen3moe n_layer=2 n_expert=4 n_expert_used=2\n"
+        "# layer=0 expert_bytes=8 dense_bytes=1\n"
+        "# layer=1 expert_bytes=4 dense_bytes=2\n"
+        "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n")
+ROWS = ("0,1,5,0,0,1,0.5,0,8\n"
+        "0,1,5,0,1,2,0.5,0,8\n"
+        "0,1,5,1,0,3,0.5,0,4\n"
+        "0,1,5,1,1,0,0.5,0,4\n")
+
+
+def write(tmp_path, text):
+    p = tmp_path / "bad.route.csv"
+    p.write_text(text)
+    return p
+
+
+def test_good_file_reads(tmp_path):
+    tr = read_trace(write(tmp_path, HEAD + ROWS))
+    assert len(tr.events) == 1 and tr.events[0].routes[0].tolist() == [[1, 2], [3, 0]]
+
+
+def test_ten_column_file_with_dropped(tmp_path):
+    head = HEAD.replace("expert_bytes\n", "expert_bytes,dropped\n")
+    rows = "".join(r[:-1] + (",1\n" if i == 1 else ",0\n") for i, r in enumerate(ROWS.splitlines(True)))
+    tr = read_trace(write(tmp_path, head + rows))
+    assert tr.has_dropped_column
+    assert tr.events[0].dropped[0, 0].tolist() == [False, True]
+
+
+def test_columns_are_read_by_name(tmp_path):
+    head = HEAD.replace("turn,phase,step,layer,slot,expert,weight,residency,expert_bytes",
+                        "expert,turn,phase,step,layer,slot,weight,residency,expert_bytes")
+    rows = "".join(",".join([f[5]] + f[:5] + f[6:]) + "\n"
+                   for f in (r.split(",") for r in ROWS.strip().split("\n")))
+    tr = read_trace(write(tmp_path, head + rows))
+    assert tr.events[0].routes[0].tolist() == [[1, 2], [3, 0]]
+
+
+@pytest.mark.parametrize("text, where, what", [
+    ("", ":1:", "route_trace v1"),
+    ("# route_trace v2\n" + HEAD[17:] + ROWS, ":1:", "route_trace v1"),
+    (HEAD.replace("# model=m arch=qwen3moe n_layer=2 n_expert=4 n_expert_used=2\n", "") + ROWS,
+     "bad.route.csv:", "model preamble"),
+    (HEAD.replace("# layer=1 expert_bytes=4 dense_bytes=2\n", "") + ROWS, "bad.route.csv:",
+     "layer 1"),
+    (HEAD.replace("expert_bytes=4 ", "") + ROWS, ":4:", "expert_bytes="),
+    (HEAD.replace("n_expert=4", "n_expert=four") + ROWS, ":2:", "not an integer"),
+    (HEAD + ROWS.replace("0,1,5,0,1,2,", "0,1,5,0,1,x2,"), ":7:", "expected an integer"),
+    (HEAD + ROWS.replace("0.5,0,8\n0,1,5,0,1", "abc,0,8\n0,1,5,0,1", 1), ":6:", "a number"),
+    (HEAD + ROWS + ROWS, ":10:", "duplicate"),
+    (HEAD + ROWS[:-1], ":9:", "truncated"),
+    (HEAD + ROWS + "0,1,6,0,0,1,0.5", ":10:", "truncated"),
+    (HEAD + ROWS + "0,1,6,0,0,1,0.5,0\n", ":10:", "expected 9 fields"),
+    (HEAD + ROWS.replace("0,1,5,1,0,3,", "0,1,5,1,0,4,"), ":8:", "expert id in 0..3"),
+    (HEAD + ROWS.replace("0,1,5,1,0,3,", "0,1,5,2,0,3,"), ":8:", "layer in 0..1"),
+    (HEAD + ROWS.replace("0,1,5,1,1,0,", "0,1,5,1,2,0,"), ":9:", "slot in 0..1"),
+    (HEAD + ROWS.replace("0,1,5,1,1,0,0.5,0", "0,1,5,1,1,0,0.5,3"), ":9:", "residency"),
+    (HEAD + ROWS.replace("0,1,5,0,0", "0,2,5,0,0"), ":6:", "0 (prefill) or 1"),
+    (HEAD.replace(",expert_bytes\n", "\n") + ROWS, ":5:", "lacks expert_bytes"),
+    (HEAD.replace("turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n", ""),
+     ":5:", "column header"),
+])
+def test_bad_input_names_file_line_and_expectation(tmp_path, text, where, what):
+    p = write(tmp_path, text)
+    with pytest.raises(TraceFormatError) as exc:
+        read_trace(p)
+    msg = str(exc.value)
+    assert str(p) in msg and where in msg and what in msg, msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        read_trace(tmp_path / "nope.csv")
+
+
+def test_duplicates_are_allowed_in_speculative_traces(tmp_path):
+    # a verify decode of positions 5,6 that rejected its draft, then 6 re-decoded
+    rows = []
+    for layer, ids in ((0, (1, 2)), (1, (3, 0))):
+        for step in (5, 6):
+            for slot in (0, 1):
+                rows.append(f"0,1,{step},{layer},{slot},{ids[slot]},0.5,0,0\n")
+    for layer, ids in ((0, (1, 2)), (1, (3, 0))):
+        for slot in (0, 1):
+            rows.append(f"0,1,6,{layer},{slot},{ids[slot]},0.5,1,0\n")
+    tr = read_trace(write(tmp_path, HEAD + "".join(rows)))
+    assert [e.kind.name for e in tr.events] == ["VERIFY", "PLAIN"]
+    assert tr.events[0].positions.tolist() == [5, 6] and tr.events[0].accepted == 0
