@@ -169,6 +169,7 @@ _INT_COLUMNS = tuple(c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c != "wei
 def _parse_rows(path: str, data: list[str], columns: list[str], line0: int) -> dict:
     """Numeric columns by name. A fast C parse first; on any problem a line-by-line pass that
     names the first bad line."""
+    n_col = len(columns)
     wanted = [c for c in columns if c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
     if data:
         try:
