@@ -240,6 +240,8 @@ def open_model(path: str | os.PathLike) -> Model:
     except ModelFormatError as exc:
         msg = str(exc)
         raise ModelFormatError(msg if msg.startswith(header.path) else f"{header.path}: {msg}") from None
+    if spec.n_layer_all > len(header.tensors):
+        raise ModelFormatError(f"{header.path}: block_count {spec.n_layer_all} exceeds the {len(header.tensors)} tensors in the file")
     _check_tensors(header, spec)
     try:
         mb = model_bytes(header.tensors, spec)

@@ -20,6 +20,9 @@ from refsim.errors import ModelFormatError
 
 SUPPORTED_ARCHS = ("qwen3moe", "qwen35moe", "gemma3")
 
+MAX_BLOCKS = 4096
+"""Sanity bound on ``block_count`` (real models have < 200 blocks); guards against corrupt headers."""
+
 RECURRENT_LAYERS_KEY = "{arch}.attention.recurrent_layers"
 """Optional per-layer bool array overriding ``full_attention_interval`` (llama.cpp ``LLM_KV_ATTENTION_RECURRENT_LAYERS``;
 not in gguf-py 0.19's ``Keys``)."""
@@ -201,6 +204,8 @@ class ModelSpec:
             raise ModelFormatError(f"{path}: {arch}.attention.head_count must be > 0, got {n_head}")
         head_dim_k = get(Keys.Attention.KEY_LENGTH, n_embd // n_head)
         n_layer_all = get(Keys.LLM.BLOCK_COUNT)
+        if not 0 < n_layer_all <= MAX_BLOCKS:
+            raise ModelFormatError(f"{path}: {arch}.block_count {n_layer_all} out of range 1..{MAX_BLOCKS}")
         nextn = get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) if arch == "qwen35moe" else 0
         n_layer = n_layer_all - nextn
         n_ff = get(Keys.LLM.FEED_FORWARD_LENGTH, 0)

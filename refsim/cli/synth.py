@@ -1,0 +1,22 @@
+"""``refsim synth --arch qwen3moe|qwen35moe [--nextn] [--quant TYPE] [--seed N] --out PATH``."""
+
+from __future__ import annotations
+
+from refsim.model.synth import QUANTS
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("synth", help="write a small seeded synthetic GGUF in the real tensor layout")
+    p.add_argument("--arch", choices=("qwen3moe", "qwen35moe"), required=True)
+    p.add_argument("--nextn", action="store_true", help="qwen35moe: add the nextn/MTP block")
+    p.add_argument("--quant", choices=QUANTS, default="F32", help="weight type (default F32; mixed = Q4_K_M-like)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", required=True, help="output .gguf path (written atomically)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from refsim.model.synth import write_synthetic
+    path = write_synthetic(args.out, arch=args.arch, quant=args.quant, nextn=args.nextn, seed=args.seed)
+    print(path)
+    return 0
