@@ -86,9 +86,10 @@ def _check_tensors(header: GGUFHeader, spec: ModelSpec) -> None:
             ti = tensors.get(f"blk.{il}.{suffix}.weight")
             if ti is None or tuple(ti.shape_gguf) == want:
                 continue
-            if suffix in EXPERT_SUFFIXES and (len(ti.shape_gguf) != 3 or ti.shape_gguf[2] != spec.n_expert):
+            e_dim = 2 if suffix in EXPERT_SUFFIXES else 1 if suffix == "ffn_gate_inp" else None
+            if e_dim is not None and (len(ti.shape_gguf) <= e_dim or ti.shape_gguf[e_dim] != spec.n_expert):
                 raise ModelFormatError(f"{path}: tensor {ti.name!r} shape {list(ti.shape_gguf)}: expert count "
-                                       f"(ne2) disagrees with {spec.arch}.expert_count = {spec.n_expert}")
+                                       f"(ne{e_dim}) disagrees with {spec.arch}.expert_count = {spec.n_expert}")
             raise ModelFormatError(f"{path}: tensor {ti.name!r} has shape {list(ti.shape_gguf)}, expected {list(want)}")
 
 
