@@ -1,0 +1,108 @@
+"""Speculation settings and the engine's load-time rejections, in one frozen dataclass.
+
+Sources: bmoe-engine.md §1 (Parameters) and §2 ("Open-time setup and load-time rejections";
+the engine's core/src/config.cpp validate and cli/main.cpp). Every rejection raises
+:class:`refsim.errors.ConfigError` naming the flag and the accepted values; where the engine's
+CLI exits with code 2 (``--ngram`` together with ``--mtp``) refsim raises ConfigError too, so
+``refsim run`` exits 1 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refsim.errors import ConfigError
+from refsim.spec.constants import (DRAFT_MAX_DEFAULT, DRAFT_MAX_LIMIT, NGRAM_MATCH_LIMIT,
+                                   NGRAM_MAX_MATCH, NGRAM_MIN_MATCH_DEFAULT, SPEC_MTP,
+                                   SPEC_NGRAM, SPEC_OFF)
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Which draft source runs and with what width (validated on construction).
+
+    Parameters
+    ----------
+    spec : {'off', 'ngram', 'mtp'}
+        Draft source (the metrics preamble's ``spec=``).
+    draft_max : int, default 3
+        ``--draft N``: draft tokens asked per step, 1..8.
+    ngram_min_match : int, default 3
+        ``--ngram-min-match N``: 1..``ngram_max_match``.
+    ngram_max_match : int, default 12
+        ``ngram_max_match`` (no engine flag): 1..64.
+    mtp_p_min : float, default 0.0
+        ``--mtp-p-min F``: in [0, 1] with mtp; must be 0 with ngram.
+    temp : float, default 0.0
+        Sampling temperature; speculation requires greedy (0).
+
+    Raises
+    ------
+    ConfigError
+        For any value or combination the engine rejects at load.
+    """
+
+    spec: str = SPEC_OFF
+    draft_max: int = DRAFT_MAX_DEFAULT
+    ngram_min_match: int = NGRAM_MIN_MATCH_DEFAULT
+    ngram_max_match: int = NGRAM_MAX_MATCH
+    mtp_p_min: float = 0.0
+    temp: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.spec not in (SPEC_OFF, SPEC_NGRAM, SPEC_MTP):
+            raise ConfigError(f"spec: expected one of off, ngram, mtp, got {self.spec!r}")
+        if not 1 <= self.draft_max <= DRAFT_MAX_LIMIT:
+            raise ConfigError(f"--draft: expected 1..{DRAFT_MAX_LIMIT}, got {self.draft_max}")
+        if not 1 <= self.ngram_max_match <= NGRAM_MATCH_LIMIT:
+            raise ConfigError(f"ngram_max_match: expected 1..{NGRAM_MATCH_LIMIT}, "
+                              f"got {self.ngram_max_match}")
+        if not 1 <= self.ngram_min_match <= self.ngram_max_match:
+            raise ConfigError(f"--ngram-min-match: expected 1..{self.ngram_max_match}, "
+                              f"got {self.ngram_min_match}")
+        if self.spec == SPEC_MTP and not 0.0 <= self.mtp_p_min <= 1.0:
+            raise ConfigError(f"--mtp-p-min: expected a probability in [0, 1], "
+                              f"got {self.mtp_p_min}")
+        if self.spec == SPEC_NGRAM and self.mtp_p_min != 0.0:
+            raise ConfigError(f"--mtp-p-min {self.mtp_p_min}: an MTP-only knob; with --ngram "
+                              f"it must be 0")
+        if self.spec != SPEC_OFF and self.temp > 0.0:
+            raise ConfigError(f"--temp {self.temp}: speculation requires greedy sampling "
+                              f"(temp 0)")
+
+    @property
+    def enabled(self) -> bool:
+        """True when a draft source is configured (the engine's ``spec_on``)."""
+        return self.spec != SPEC_OFF
+
+    @property
+    def preamble_draft_max(self) -> int:
+        """``spec_draft_max=`` of the metrics preamble: 0 when speculation is off."""
+        return self.draft_max if self.enabled else 0
+
+    @classmethod
+    def from_flags(cls, *, ngram: bool = False, mtp: bool = False,
+                   draft: int = DRAFT_MAX_DEFAULT,
+                   ngram_min_match: int = NGRAM_MIN_MATCH_DEFAULT, mtp_p_min: float = 0.0,
+                   temp: float = 0.0) -> "SpecConfig":
+        """Build from the engine's flags (``--ngram``, ``--mtp``, ``--draft``, ...).
+
+        Raises
+        ------
+        ConfigError
+            ``--ngram`` with ``--mtp`` ("two draft sources for the same verify loop"), and
+            every rejection of the constructor.
+        """
+        if ngram and mtp:
+            raise ConfigError("--ngram with --mtp: two draft sources for the same verify "
+                              "loop; choose one")
+        spec = SPEC_NGRAM if ngram else SPEC_MTP if mtp else SPEC_OFF
+        return cls(spec=spec, draft_max=draft, ngram_min_match=ngram_min_match,
+                   mtp_p_min=mtp_p_min, temp=temp)
+
+    @classmethod
+    def from_args(cls, args) -> "SpecConfig":
+        """Build from an ``argparse.Namespace`` filled by ``refsim.cli.common.add_spec_args``."""
+        return cls.from_flags(ngram=args.ngram, mtp=args.mtp, draft=args.draft,
+                              ngram_min_match=args.ngram_min_match, mtp_p_min=args.mtp_p_min,
+                              temp=getattr(args, "temp", 0.0) or 0.0)

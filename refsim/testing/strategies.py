@@ -1,0 +1,101 @@
+"""Hypothesis strategies for speculation tests (``@st.composite`` nouns; reuse them).
+
+- :func:`token_streams` — token id lists over a small vocabulary (small vocabularies make
+  repeats, so the matcher has work).
+- :func:`corpora` — token streams with planted repeats: a segment copied later, with the
+  corpus often ending inside a copy, so there is a match to find.
+- :func:`ngram_params` — ``(n_draft, min_match, max_match)`` in and around the engine's ranges
+  (including the degenerate ones the engine guards: ``n_draft = 0``, ``max < min``).
+- :func:`markov_scripts`, :func:`scripted_targets` — batch-invariant scripted targets, with
+  or without routes and end-of-generation ids.
+- :func:`prompts` — prompt token lists.
+
+Shrinking: lists are built element by element (deleting a run of elements stays valid), and
+the simplest option is drawn first (hypothesis advice, how-to/strategies-that-shrink.rst).
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
+from refsim.testing.targets import MarkovScript, ScriptedRouter, ScriptedTarget
+
+
+@st.composite
+def token_streams(draw, n_vocab: int = 6, min_size: int = 0, max_size: int = 40) -> list[int]:
+    """A list of token ids in ``0..n_vocab-1``."""
+    return draw(st.lists(st.integers(0, n_vocab - 1), min_size=min_size, max_size=max_size))
+
+
+@st.composite
+def corpora(draw, n_vocab: int = 8, max_size: int = 60) -> list[int]:
+    """A non-empty corpus with planted repeats.
+
+    Built as: a random stream, then zero or more planted copies of an earlier segment (each
+    possibly followed by noise), and, half the time, the corpus is cut inside the last copy so
+    the suffix is a repeat.
+    """
+    base = draw(token_streams(n_vocab=n_vocab, min_size=1, max_size=max_size // 2))
+    out = list(base)
+    while draw(st.booleans()) and len(out) < max_size:
+        a = draw(st.integers(0, len(out) - 1))
+        b = draw(st.integers(a + 1, min(len(out), a + 14)))
+        out.extend(out[a:b])
+        out.extend(draw(token_streams(n_vocab=n_vocab, max_size=3)))
+    if draw(st.booleans()) and len(out) > 1:
+        out = out[: draw(st.integers(1, len(out)))]
+    return out[:max_size] or [0]
+
+
+@st.composite
+def ngram_params(draw) -> tuple[int, int, int]:
+    """``(n_draft, min_match, max_match)``: n_draft 0..8, min_match 0..6, max_match 1..12.
+
+    Degenerate values (n_draft 0, min_match 0 raised to 1, max_match < min_match) are included.
+    """
+    n_draft = draw(st.integers(0, DRAFT_MAX_LIMIT))
+    min_match = draw(st.integers(0, 6))
+    max_match = draw(st.integers(1, NGRAM_MAX_MATCH))
+    return n_draft, min_match, max_match
+
+
+@st.composite
+def prompts(draw, n_vocab: int = 8, min_size: int = 1, max_size: int = 24) -> list[int]:
+    """A prompt: a non-empty list of token ids (avoiding id 0, the scripted EOG)."""
+    return draw(st.lists(st.integers(1, n_vocab - 1), min_size=min_size, max_size=max_size))
+
+
+@st.composite
+def markov_scripts(draw, n_vocab: int = 8) -> MarkovScript:
+    """A deterministic order-1..3 Markov script over ``0..n_vocab-1`` (id 0 may be EOG)."""
+    order = draw(st.integers(1, 3))
+    table = draw(st.lists(st.integers(0, n_vocab - 1), min_size=1, max_size=32))
+    return MarkovScript(tuple(table), order)
+
+
+@st.composite
+def scripted_targets(draw, n_vocab: int = 8, routed: bool | None = None,
+                     eos: bool | None = None) -> ScriptedTarget:
+    """A fresh batch-invariant :class:`ScriptedTarget` (call ``.fresh()`` for another run).
+
+    Parameters
+    ----------
+    routed : bool, optional
+        With a :class:`ScriptedRouter` (2-4 layers, 4-16 experts, k 1-3); drawn when None.
+    eos : bool, optional
+        Token 0 is end-of-generation; drawn when None.
+    """
+    script = draw(markov_scripts(n_vocab=n_vocab))
+    if routed is None:
+        routed = draw(st.booleans())
+    router = None
+    if routed:
+        n_expert = draw(st.integers(4, 16))
+        router = ScriptedRouter(n_layer=draw(st.integers(2, 4)), n_expert=n_expert,
+                                k=draw(st.integers(1, 3)), seed=draw(st.integers(0, 3)))
+    if eos is None:
+        eos = draw(st.booleans())
+    logits = draw(st.booleans())
+    return ScriptedTarget(script, router, eos_ids=(0,) if eos else (),
+                          n_vocab=n_vocab if logits else None)
