@@ -293,15 +293,16 @@ class SpeculativeLoop:
                 eog = True
                 break
             room = self.n_predict - len(gen) - 1
-            d0 = clock()
             drafts = np.zeros(0, dtype=np.int64)
             draft_events: tuple[DecodeEvent, ...] = ()
+            draft_s = 0.0
             if spec_on and room > 0:
+                d0 = clock()
                 proposal = self.draft_source.draft(corpus[:n_ctx], tok, n_past,
                                                    min(self.draft_max, room))
                 drafts = np.asarray(proposal.tokens, dtype=np.int64)[:room]
                 draft_events = tuple(proposal.events)
-            d1 = clock()
+                draft_s = clock() - d0
             n = int(drafts.size)
             fed = np.concatenate(([tok], drafts)).astype(np.int32)
             positions = n_past + np.arange(n + 1, dtype=np.int64)
@@ -339,7 +340,7 @@ class SpeculativeLoop:
             st = self.cache.stats if self.cache is not None else None
             steps.append(StepRecord(
                 kind=kind, n_past=n_past, n_draft=n, n_acc=res.n_acc, batch=len(confirmed),
-                n_emitted=emitted, eog=res.eog, wall_s=w1 - w0, draft_s=d1 - d0,
+                n_emitted=emitted, eog=res.eog, wall_s=w1 - w0, draft_s=draft_s,
                 loop_overhead_s=w0 - prev_end, read_bytes=read, lookups=looks, hits=hits,
                 cum_lookups=st.total("lookups") if st else 0,
                 cum_hits=st.total("hits") if st else 0))

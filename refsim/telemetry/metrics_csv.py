@@ -1,0 +1,238 @@
+"""The engine's per-token metrics CSV, ``bmoe_metrics v2`` (bmoe-engine.md §4.1), written
+atomically.
+
+Layout: five ``#`` preamble lines (magic, engine, model, streaming, sampling + speculation),
+the 29-column header, one row per emitted token, and the ``# summary key=value ...`` trailer.
+
+What refsim fills and what it writes as the engine writes "unmeasured":
+
+- measured by the simulator: ``wall_ms`` (the target decode), ``compute_ms`` (= wall, since
+  I/O and management are 0), ``loop_overhead_ms``, ``mtp_draft_ms``;
+- from the cache model (:class:`refsim.cache.ExpertCache` records): ``read_bytes`` (the
+  decode's misses × entry size, unaligned), ``cache_hit_pct`` (lifetime, prefill included;
+  -1 without a cache), ``cache_budget_mib``;
+- from the loop: ``step``, ``steps``, ``mtp_batch``, ``turn`` (0);
+- unmeasured: ``io_ms``, ``stall_ms``, ``mgmt_ms``, ``cpu_ms``, ``majflt`` and
+  ``majflt_mib`` (0 = unmeasured, as the engine writes majflt), ``dense_resident_frac``
+  (-1 = unmeasured), the process/device memory columns (0.0), and the overlap/route-ahead
+  waits (0.000).
+
+Group accounting (bmoe-engine.md §2 step 8): a decode's whole cost (wall, I/O, compute,
+majflt, cpu, read bytes, loop overhead, drafting) sits on the group's first row; the other
+rows carry 0; every row of the group carries ``mtp_batch`` = tokens the decode confirmed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, fields
+
+from refsim import MIB, __version__
+from refsim.errors import ConfigError
+from refsim.telemetry.constants import METRICS_COLUMNS, METRICS_MAGIC, SUMMARY_KEYS
+from refsim.telemetry.stats import RunStats
+
+
+def _g4(x: float) -> str:
+    return "%.4g" % x
+
+
+@dataclass(frozen=True)
+class MetricsPreamble:
+    """The preamble's keys (bmoe-engine.md §4.1, lines 2-5). Defaults describe a refsim run:
+    features refsim does not simulate are written off (0), engine defaults where a flag has
+    one (``cache_floor_mb`` 1536, ``io_threads`` 4, ``predict_spec_max`` 2).
+    """
+
+    engine: str = f"refsim-{__version__}"
+    model: str = ""
+    arch: str = ""
+    n_layer: int = 0
+    n_expert: int = 0
+    n_expert_used: int = 0
+    threads: int = 1
+    n_ctx: int = 0
+    n_ubatch: int = 0
+    chatml: int = 0
+    moe_stream: int = 0
+    cache_mb: int = 0
+    cache_auto: int = 0
+    cache_floor_mb: int = 1536
+    cache_ceil_mb: int = 0
+    force_cache: int = 0
+    load_all: int = 0
+    io_threads: int = 4
+    o_direct: int = 0
+    overlap: int = 0
+    io_two_wave: int = 0
+    prefetch: int = 0
+    route_ahead: int = 0
+    predict_prefetch: int = 0
+    predict_log: int = 0
+    predict_spec_max: int = 2
+    prefetch_sync: int = 0
+    dense_weights: str = "mmap"
+    drop_cold_frac: float = 0.0
+    drop_renorm: int = 1
+    drop_prefill: int = 0
+    temp: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    compute_trace_layers: int = 0
+    spec: str = "off"
+    spec_draft_max: int = 0
+    mtp_p_min: float = 0.0
+    ngram_min_match: int = 3
+
+    @classmethod
+    def for_run(cls, result, config=None, **overrides) -> "MetricsPreamble":
+        """Preamble of a :class:`refsim.spec.RunResult`: model dims from its events, cache from
+        its cache, speculation from ``config`` (a :class:`refsim.spec.SpecConfig`) or the run.
+
+        ``overrides`` set any other key (``model=``, ``arch=``, ``n_ctx=``, ...).
+        """
+        kw: dict = {}
+        ev = result.events[0] if result.events else None
+        if ev is not None:
+            kw["n_layer"] = ev.n_layer
+            kw["n_expert_used"] = int(ev.routes.shape[2])
+        if result.cache is not None:
+            kw.update(n_expert=result.cache.n_expert, moe_stream=1,
+                      cache_mb=result.cache.budget_bytes // MIB)
+        kw["spec"] = result.spec
+        kw["spec_draft_max"] = result.draft_max
+        if config is not None:
+            kw.update(spec=config.spec, spec_draft_max=config.preamble_draft_max,
+                      mtp_p_min=config.mtp_p_min, ngram_min_match=config.ngram_min_match,
+                      temp=config.temp)
+        kw.update(overrides)
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(kw) - known)
+        if bad:
+            raise ConfigError(f"metrics preamble: unknown key {bad[0]!r}")
+        return cls(**kw)
+
+    def lines(self) -> list[str]:
+        """The five preamble lines."""
+        p = self
+        return [
+            METRICS_MAGIC,
+            f"# engine={p.engine}",
+            f"# model={os.path.basename(p.model)} arch={p.arch} n_layer={p.n_layer} "
+            f"n_expert={p.n_expert} n_expert_used={p.n_expert_used} threads={p.threads} "
+            f"n_ctx={p.n_ctx} n_ubatch={p.n_ubatch} chatml={p.chatml}",
+            f"# moe_stream={p.moe_stream} cache_mb={p.cache_mb} cache_auto={p.cache_auto} "
+            f"cache_floor_mb={p.cache_floor_mb} cache_ceil_mb={p.cache_ceil_mb} "
+            f"force_cache={p.force_cache} load_all={p.load_all} io_threads={p.io_threads} "
+            f"o_direct={p.o_direct} overlap={p.overlap} io_two_wave={p.io_two_wave} "
+            f"prefetch={p.prefetch} route_ahead={p.route_ahead} "
+            f"predict_prefetch={p.predict_prefetch} predict_log={p.predict_log} "
+            f"predict_spec_max={p.predict_spec_max} prefetch_sync={p.prefetch_sync} "
+            f"dense_weights={p.dense_weights} drop_cold_frac={_g4(p.drop_cold_frac)} "
+            f"drop_renorm={p.drop_renorm} drop_prefill={p.drop_prefill}",
+            f"# temp={_g4(p.temp)} top_k={p.top_k} top_p={_g4(p.top_p)} seed={p.seed} "
+            f"compute_trace_layers={p.compute_trace_layers} spec={p.spec} "
+            f"spec_draft_max={p.spec_draft_max} mtp_p_min={_g4(p.mtp_p_min)} "
+            f"ngram_min_match={p.ngram_min_match}",
+        ]
+
+
+def metric_rows(result) -> list[str]:
+    """One CSV row per emitted token (no newline), group cost on the group's first row."""
+    cache = result.cache
+    budget_mib = cache.budget_bytes / MIB if cache is not None else 0.0
+    rows: list[str] = []
+    step = 0
+    for s in result.steps:
+        hit = 100.0 * s.cum_hits / s.cum_lookups if cache is not None and s.cum_lookups \
+            else (0.0 if cache is not None else -1.0)
+        for r in range(s.n_emitted):
+            step += 1
+            first = r == 0
+            wall_ms = s.wall_s * 1e3 if first else 0.0
+            rows.append(
+                f"{step},{result.n_predict},{wall_ms:.3f},{0.0:.3f},{wall_ms:.3f},"
+                f"{s.read_bytes if first else 0},{hit:.2f},{0.0:.3f},{0.0:.3f},0,"
+                f"{0.0:.3f},{-1.0:.3f},0,{0.0:.2f},{budget_mib:.1f},"
+                f"{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},"
+                f"{s.loop_overhead_s * 1e3 if first else 0.0:.3f},{s.batch},"
+                f"{s.draft_s * 1e3 if first else 0.0:.3f},"
+                f"{0.0:.3f},{0.0:.3f},{0.0:.3f},{0.0:.3f}")
+    return rows
+
+
+def summary_values(s: RunStats) -> dict[str, float | int]:
+    """The trailer's values by key (unmeasured quantities are 0)."""
+    cache_mib = s.resident_bytes / MIB
+    return {
+        "tokens": s.tokens, "s/tok": s.s_per_tok, "tok/s": s.tok_s, "read_MiB": s.read_mib,
+        "io_s": 0.0, "compute_s/tok": s.s_per_tok, "io_s/tok": 0.0,
+        "cache_hit_pct": s.cache_hit_pct, "n_prompt": s.n_prompt, "load_s": s.load_s,
+        "prefill_s": s.prefill_s, "prefill_tps": s.prefill_tps, "stall_s/tok": 0.0,
+        "mgmt_s/tok": 0.0, "cache_resident_MiB": cache_mib,
+        "cache_budget_MiB": s.budget_bytes / MIB, "cache_resizes": 0, "spec_read_MiB": 0.0,
+        "spec_experts": 0, "spec_useful": 0, "majflt/tok": 0.0, "cpu_s/tok": 0.0,
+        "token_demand_MiB": s.token_demand_bytes / MIB,
+        "layer_demand_MiB": s.layer_demand_bytes / MIB, "experts_routed": 0,
+        "experts_dropped": 0, "loop_overhead_s/tok": s.loop_overhead_s_per_tok,
+        "mtp_drafted": s.drafted, "mtp_accepted": s.accepted, "mtp_decodes": s.decodes,
+        "mtp_draft_s/tok": s.draft_s_per_tok, "drafted_steps": s.drafted_steps,
+        "ra_committed": 0, "ra_passthrough": 0, "ra_agree_pct": 0.0, "ra_gemv_ms/tok": 0.0,
+        "ra_issue_ms/tok": 0.0, "ra_wd_ms/tok": 0.0, "drain_s/tok": 0.0, "adopt_s/tok": 0.0,
+        "evictions": s.evictions, "rereads": s.rereads,
+    }
+
+
+def summary_trailer(s: RunStats) -> str:
+    """The ``# summary key=value ...`` line (no newline)."""
+    vals = summary_values(s)
+    return "# summary " + " ".join(f"{k}={format(vals[k], fmt)}" for k, fmt in SUMMARY_KEYS)
+
+
+def format_metrics_csv(result, stats: RunStats | None = None,
+                       preamble: MetricsPreamble | None = None) -> str:
+    """The whole CSV text (newline-terminated lines).
+
+    Parameters
+    ----------
+    result : refsim.spec.RunResult
+    stats : RunStats, optional
+        Default ``RunStats.from_run(result)``.
+    preamble : MetricsPreamble, optional
+        Default ``MetricsPreamble.for_run(result)``.
+    """
+    stats = stats if stats is not None else RunStats.from_run(result)
+    preamble = preamble if preamble is not None else MetricsPreamble.for_run(result)
+    lines = preamble.lines() + [",".join(METRICS_COLUMNS)] + metric_rows(result) + \
+        [summary_trailer(stats)]
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics_csv(path, result, stats: RunStats | None = None,
+                      preamble: MetricsPreamble | None = None) -> None:
+    """Write :func:`format_metrics_csv` to ``path`` atomically (temp file + rename).
+
+    Raises
+    ------
+    ConfigError
+        If the folder cannot be written (names ``--csv`` and the path).
+    """
+    text = format_metrics_csv(result, stats, preamble)
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".metrics-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"--csv {path}: cannot write here: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

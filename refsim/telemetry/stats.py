@@ -1,0 +1,176 @@
+"""RunStats: the counters of one generation and the rates derived from them (one place).
+
+Definitions (docs/telemetry.md; bmoe-engine.md §2, §3.7, §4.1):
+
+- ``tokens``: emitted tokens (``n_gen``); ``decodes``: target decodes after prefill, plain and
+  verify (the engine's ``mtp_decodes``, counted also without speculation).
+- ``drafted``: draft tokens proposed; ``accepted``: draft tokens equal to the target's argmax
+  at their position; ``drafted_steps``: decodes that carried >= 1 draft token.
+- acceptance = accepted / drafted; tokens per verify decode = tokens / decodes;
+  coverage = drafted_steps / decodes.
+- ``decode_s``: Σ measured wall of the target decodes; ``s_per_tok = decode_s / tokens``;
+  ``tok_s = tokens / decode_s``; ``draft_s_per_tok = draft_s / tokens``; effective tok/s =
+  ``1 / (s_per_tok + draft_s_per_tok)``. Seconds are the simulator's own, not a device's.
+- ``read_bytes``: flash bytes of the generation's decodes (prefill excluded, draft-source
+  decodes included), the Σ of the CSV rows' ``read_bytes``; MiB = 2**20 bytes;
+  ``mib_per_token = read_bytes / MiB / tokens``.
+- ``cache_hit_pct``: lifetime hits / lookups × 100, prefill included; -1 without a cache.
+- ``n_past``: positions in the target's KV at the end (the BMOE_DONE key).
+- ``token_demand_bytes``: distinct-expert bytes of the last decode graph (union over its
+  positions per layer); ``layer_demand_bytes``: the largest layer's share of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from refsim import MIB
+from refsim.events import DecodeKind
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def _final_n_past(result) -> int:
+    """The engine's ``n_past`` after the loop: advanced by ``1 + n_acc`` per decode, except
+    after the decode whose accepted draft held EOG (the loop stops before advancing)."""
+    if not result.steps:
+        return result.n_prompt
+    last = result.steps[-1]
+    return last.n_past if last.eog else last.n_past + 1 + last.n_acc
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """Counters of one generation (units in the names; seconds measured by the simulator)."""
+
+    spec: str
+    draft_max: int
+    n_predict: int
+    n_prompt: int
+    tokens: int
+    decodes: int
+    verify_decodes: int
+    drafted: int
+    accepted: int
+    drafted_steps: int
+    prefill_s: float
+    decode_s: float
+    draft_s: float
+    loop_overhead_s: float
+    has_cache: bool
+    lookups: int
+    hits: int
+    read_bytes: int
+    prefill_read_bytes: int
+    resident_bytes: int
+    budget_bytes: int
+    evictions: int
+    rereads: int
+    token_demand_bytes: int
+    layer_demand_bytes: int
+    n_past: int = 0
+    load_s: float = 0.0
+
+    @classmethod
+    def from_run(cls, result) -> "RunStats":
+        """Derive the counters of a :class:`refsim.spec.RunResult`."""
+        steps = result.steps
+        cache = result.cache
+        st = cache.stats if cache is not None else None
+        token_demand = layer_demand = 0
+        if cache is not None and result.events:
+            ev = result.events[-1]
+            per_layer = [np.unique(ev.layer_ids(il)).size * int(cache.expert_bytes[il])
+                         for il in range(ev.n_layer)]
+            token_demand, layer_demand = int(sum(per_layer)), int(max(per_layer, default=0))
+        return cls(
+            spec=result.spec, draft_max=result.draft_max, n_predict=result.n_predict,
+            n_prompt=result.n_prompt, tokens=result.n_gen, decodes=len(steps),
+            verify_decodes=sum(1 for s in steps if s.kind is DecodeKind.VERIFY),
+            drafted=sum(s.n_draft for s in steps), accepted=sum(s.n_acc for s in steps),
+            drafted_steps=sum(1 for s in steps if s.n_draft > 0),
+            prefill_s=result.prefill_s, decode_s=sum(s.wall_s for s in steps),
+            draft_s=sum(s.draft_s for s in steps),
+            loop_overhead_s=sum(s.loop_overhead_s for s in steps) + result.tail_s,
+            has_cache=cache is not None,
+            lookups=st.total("lookups") if st else 0, hits=st.total("hits") if st else 0,
+            read_bytes=sum(s.read_bytes for s in steps),
+            prefill_read_bytes=st.total("read_bytes", (DecodeKind.PREFILL,)) if st else 0,
+            resident_bytes=st.resident_bytes if st else 0,
+            budget_bytes=cache.budget_bytes if cache is not None else 0,
+            evictions=st.evictions if st else 0, rereads=st.rereads if st else 0,
+            token_demand_bytes=token_demand, layer_demand_bytes=layer_demand,
+            n_past=_final_n_past(result))
+
+    # --- derived rates ---------------------------------------------------------------------
+    @property
+    def spec_on(self) -> bool:
+        return self.spec != "off"
+
+    @property
+    def acceptance_pct(self) -> float:
+        """100 × accepted / drafted (0 when nothing was drafted)."""
+        return 100.0 * _div(self.accepted, self.drafted)
+
+    @property
+    def tokens_per_decode(self) -> float:
+        """tokens / decodes ("tokens per verify decode")."""
+        return _div(self.tokens, self.decodes)
+
+    @property
+    def coverage_pct(self) -> float:
+        """100 × drafted_steps / decodes."""
+        return 100.0 * _div(self.drafted_steps, self.decodes)
+
+    @property
+    def s_per_tok(self) -> float:
+        return _div(self.decode_s, self.tokens)
+
+    @property
+    def tok_s(self) -> float:
+        return _div(self.tokens, self.decode_s)
+
+    @property
+    def draft_s_per_tok(self) -> float:
+        return _div(self.draft_s, self.tokens)
+
+    @property
+    def effective_tok_s(self) -> float:
+        """1 / (s_per_tok + draft_s_per_tok)."""
+        return _div(1.0, self.s_per_tok + self.draft_s_per_tok)
+
+    @property
+    def loop_overhead_s_per_tok(self) -> float:
+        return _div(self.loop_overhead_s, self.tokens)
+
+    @property
+    def prefill_tps(self) -> float:
+        return _div(self.n_prompt, self.prefill_s)
+
+    @property
+    def cache_hit_pct(self) -> float:
+        """Lifetime hit %, prefill included; -1 without a cache."""
+        if not self.has_cache:
+            return -1.0
+        return 100.0 * _div(self.hits, self.lookups)
+
+    @property
+    def read_mib(self) -> float:
+        return self.read_bytes / MIB
+
+    @property
+    def mib_per_token(self) -> float:
+        return _div(self.read_mib, self.tokens)
+
+    def as_dict(self) -> dict:
+        """Plain dict of the counters and the derived rates (full precision)."""
+        out = asdict(self)
+        for name in ("acceptance_pct", "tokens_per_decode", "coverage_pct", "s_per_tok",
+                     "tok_s", "draft_s_per_tok", "effective_tok_s", "cache_hit_pct",
+                     "read_mib", "mib_per_token"):
+            out[name] = getattr(self, name)
+        return out
