@@ -1,0 +1,216 @@
+"""Numba kernels that replay a whole :class:`~refsim.cache.batches.BatchTrace` in one call.
+
+``replay_kernel`` runs every built-in policy (bmoe-engine.md §5, route-replay.py's table) under
+the engine's batch rules (§3.2): one lookup per unique key per batch, eviction after the batch,
+the batch's own entries protected. A victim is the candidate with the smallest priority pair;
+candidates are scanned in residency-insertion order and the first smallest wins:
+
+==========  ==========================================  =====================================
+kind        priority (smallest evicted first)           notes
+==========  ==========================================  =====================================
+LRU         (stamp, 0)                                  stamp = clock bumped per occurrence
+LFU         (lookups of the key, stamp)                 lookup count kept across evictions
+BELADY      (-next use in batch index, 0)               never again = infinity; ties: first
+                                                        resident in insertion order
+RANDOM      ``Random(seed).choice(candidates)``         CPython's ``_randbelow`` on MT words
+==========  ==========================================  =====================================
+
+``partitioned`` restricts the budget to ``budget_bytes // n_layer`` per layer and the victims to
+the batch's own layer ('layer', 'layerlfu').
+
+``lru_kernel`` is the same LRU as the LRU row above and as :class:`~refsim.cache.ExpertCache`,
+on the linked list of :mod:`refsim.cache.lru` (O(1) per occurrence): the fast path of 'lru'.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from refsim.cache.lru import NIL, _push_head, _unlink
+
+KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
+
+N_COUNTERS = 15
+"""Layout of the ``out`` counters: ``[0:4]`` lookups per DecodeKind, ``[4:8]`` hits,
+``[8:12]`` read bytes, ``[12]`` evictions, ``[13]`` resident bytes at the end,
+``[14]`` random words consumed (-1 = the word pool ran out; call again with more)."""
+
+
+@nb.njit(cache=True)
+def _randbelow(n, words, wpos):
+    """CPython's ``Random._randbelow(n)`` (n >= 1) on a stream of 32-bit MT19937 outputs.
+
+    ``getrandbits(k)`` for ``k <= 32`` is one output word shifted right by ``32 - k``; values
+    ``>= n`` are rejected and redrawn. Returns (value, next word index), value -1 when the
+    stream ran out.
+    """
+    k = 0
+    m = n
+    while m > 0:
+        k += 1
+        m >>= 1
+    while True:
+        if wpos >= words.size:
+            return -1, wpos
+        r = np.int64(words[wpos] >> np.uint32(32 - k))
+        wpos += 1
+        if r < n:
+            return r, wpos
+
+
+@nb.njit(cache=True)
+def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind, next_use,
+                  expert_bytes, n_expert, budget_bytes, words, out):
+    """Replay every batch under one policy; counters accumulate into ``out``.
+
+    Parameters
+    ----------
+    kind : int
+        ``KIND_LRU``, ``KIND_LFU``, ``KIND_BELADY`` or ``KIND_RANDOM``.
+    partitioned : bool
+        Per-layer budget ``budget_bytes // n_layer``, victims from the batch's layer only.
+    keys, batch_start, batch_layer, batch_kind, next_use : ndarray
+        The :class:`~refsim.cache.batches.BatchTrace` arrays.
+    expert_bytes : (n_layer,) int64 ndarray
+        Entry size per layer, bytes.
+    n_expert, budget_bytes : int
+    words : (n_words,) uint32 ndarray
+        MT19937 output words for ``KIND_RANDOM`` (ignored otherwise).
+    out : (N_COUNTERS,) int64 ndarray
+        Zeroed by the caller; see ``N_COUNTERS``.
+    """
+    n_layer = expert_bytes.size
+    n_keys = n_layer * n_expert
+    n_batch = batch_layer.size
+    resident = np.zeros(n_keys, dtype=np.bool_)
+    touched = np.full(n_keys, -1, dtype=np.int64)
+    stamp = np.zeros(n_keys, dtype=np.int64)
+    count = np.zeros(n_keys, dtype=np.int64)
+    nuse = np.zeros(n_keys, dtype=np.int64)
+    order = np.empty(n_keys, dtype=np.int64)       # resident keys in insertion order
+    cand = np.empty(n_keys, dtype=np.int64)
+    layer_res = np.zeros(n_layer, dtype=np.int64)
+    share = budget_bytes // n_layer
+    n_res = 0
+    res_bytes = 0
+    clock = 0
+    wpos = 0
+    for b in range(n_batch):
+        il = batch_layer[b]
+        kd = batch_kind[b]
+        eb = expert_bytes[il]
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            clock += 1
+            if touched[key] != b:                  # first occurrence in the batch: a lookup
+                touched[key] = b
+                out[kd] += 1
+                count[key] += 1
+                if resident[key]:
+                    out[4 + kd] += 1
+                else:
+                    resident[key] = True
+                    order[n_res] = key
+                    n_res += 1
+                    res_bytes += eb
+                    layer_res[il] += eb
+                    out[8 + kd] += eb
+            stamp[key] = clock
+            nuse[key] = next_use[i]
+        while True:                                # evict after the batch
+            if partitioned:
+                if layer_res[il] <= share:
+                    break
+            elif res_bytes <= budget_bytes:
+                break
+            n_c = 0
+            best = -1
+            bj = -1
+            p1 = np.int64(0)
+            p2 = np.int64(0)
+            for j in range(n_res):
+                key = order[j]
+                if touched[key] == b:
+                    continue                       # the batch's own entries are protected
+                if partitioned and key // n_expert != il:
+                    continue
+                n_c += 1
+                if kind == KIND_RANDOM:
+                    cand[n_c - 1] = j
+                    continue
+                if kind == KIND_LRU:
+                    q1 = stamp[key]
+                    q2 = np.int64(0)
+                elif kind == KIND_LFU:
+                    q1 = count[key]
+                    q2 = stamp[key]
+                else:
+                    q1 = -nuse[key]
+                    q2 = np.int64(0)
+                if best < 0 or q1 < p1 or (q1 == p1 and q2 < p2):
+                    best = key
+                    bj = j
+                    p1 = q1
+                    p2 = q2
+            if n_c == 0:
+                break                              # only protected entries left
+            if kind == KIND_RANDOM:
+                r, wpos = _randbelow(n_c, words, wpos)
+                if r < 0:
+                    out[14] = -1
+                    return
+                bj = cand[r]
+                best = order[bj]
+            for q in range(bj, n_res - 1):
+                order[q] = order[q + 1]
+            n_res -= 1
+            resident[best] = False
+            sz = expert_bytes[best // n_expert]
+            res_bytes -= sz
+            layer_res[best // n_expert] -= sz
+            out[12] += 1
+    out[13] = res_bytes
+    out[14] = wpos
+
+
+@nb.njit(cache=True)
+def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
+               budget_bytes, out):
+    """The engine's LRU over a whole BatchTrace (same rules and counters as ``replay_kernel``
+    with ``KIND_LRU``), O(1) per occurrence on a doubly linked list."""
+    n_layer = expert_bytes.size
+    n_keys = n_layer * n_expert
+    resident = np.zeros(n_keys, dtype=np.bool_)
+    touched = np.full(n_keys, -1, dtype=np.int64)
+    prev = np.full(n_keys, NIL, dtype=np.int64)
+    next_ = np.full(n_keys, NIL, dtype=np.int64)
+    head_tail = np.full(2, NIL, dtype=np.int64)
+    res_bytes = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = expert_bytes[batch_layer[b]]
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] != b:
+                touched[key] = b
+                out[kd] += 1
+                if resident[key]:
+                    out[4 + kd] += 1
+                    _unlink(key, prev, next_, head_tail)
+                else:
+                    resident[key] = True
+                    res_bytes += eb
+                    out[8 + kd] += eb
+            else:
+                _unlink(key, prev, next_, head_tail)
+            _push_head(key, prev, next_, head_tail)
+        while res_bytes > budget_bytes:
+            t = head_tail[1]
+            if t == NIL or touched[t] == b:
+                break
+            _unlink(t, prev, next_, head_tail)
+            resident[t] = False
+            res_bytes -= expert_bytes[t // n_expert]
+            out[12] += 1
+    out[13] = res_bytes

@@ -1,0 +1,51 @@
+"""``refsim sweep TRACE --cache-mb LIST --policy LIST [--csv OUT] [--plot OUT.png]``."""
+
+from __future__ import annotations
+
+from refsim import MIB
+from refsim.cache.batches import BatchTrace
+from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
+                                  parse_budgets_mib, sweep_budgets, write_sweep_csv)
+from refsim.trace import read_trace
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="hit %% and flash MiB of a route trace at many budgets under many policies",
+        description="Replay a route trace at every cache budget under every policy (exact; the "
+                    "lru column from the one-pass curve). Output as the engine's route-replay.py.")
+    p.add_argument("trace", help="route trace file (route_trace v1)")
+    p.add_argument("--cache-mb", metavar="LIST",
+                   default=",".join(str(b) for b in DEFAULT_BUDGETS_MIB),
+                   help="budgets in MiB: N,N,... or START:STOP:STEP (default: %(default)s)")
+    p.add_argument("--policy", metavar="LIST", default=None,
+                   help="policies, comma-separated (default: all: "
+                        f"{','.join(known_policies())})")
+    p.add_argument("--csv", metavar="OUT",
+                   help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib to OUT")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="write a PNG of hit %% and MiB/token against the budget (matplotlib)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    budgets = parse_budgets_mib(args.cache_mb)
+    policies = ([x.strip() for x in args.policy.split(",") if x.strip()] if args.policy
+                else known_policies())
+    trace = read_trace(args.trace)
+    h = trace.header
+    batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
+    result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
+    print(f"model: {h.model} arch={h.arch}")
+    print(f"shape: {h.n_layer} layers, {h.n_expert} experts, top-{h.n_expert_used}, "
+          f"{h.expert_bytes[0] / MIB:.2f} MiB/expert (layer 0)")
+    print(f"batches: {batches.n_batch} ({trace.n_prompt} prompt positions, "
+          f"{batches.tokens} decoded tokens); T = {h.token_cycle_bytes / MIB:.1f} MiB")
+    for line in format_table(result):
+        print(line)
+    if args.csv:
+        write_sweep_csv(args.csv, result)
+    if args.plot:
+        from refsim.studies.plot import plot_sweep
+        plot_sweep(result, args.plot, title=f"{h.model.rsplit('/', 1)[-1]}: cache budget sweep")
+    return 0

@@ -1,0 +1,85 @@
+"""Matplotlib figures for the cache studies (optional extra: ``pip install 'refsim[plot]'``)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from refsim import MIB
+from refsim.errors import ConfigError
+
+INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError(f"--plot: {INSTALL_HINT}") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: str) -> None:
+    """Save ``fig`` as PNG to ``path`` atomically (temp file in the same folder + rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"--plot {path}: cannot write here: {exc.strerror}") from None
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=110)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def plot_sweep(result, path: str, title: str = "") -> None:
+    """Hit % (decode-only solid, cumulative dotted) and decode MiB/token against the budget,
+    one colour per policy, with the token cycle T marked; written to ``path`` (PNG).
+
+    Parameters
+    ----------
+    result : refsim.studies.sweep.SweepResult
+    path : str
+        Output PNG path.
+    title : str, optional
+
+    Raises
+    ------
+    ConfigError
+        If matplotlib is missing (the message says how to install it) or the path cannot be
+        written.
+    """
+    plt = _pyplot()
+    fig, (ax_hit, ax_mib) = plt.subplots(1, 2, figsize=(12, 4.8))
+    t_mib = result.t_bytes / MIB
+    for i, pol in enumerate(result.policies):
+        rows = [r for r in result.rows if r.policy == pol]
+        x = [r.budget_mib for r in rows]
+        color = f"C{i}"
+        ax_hit.plot(x, [r.summary.hit_pct_decode for r in rows], "-o", ms=3, color=color,
+                    label=pol)
+        ax_hit.plot(x, [r.summary.hit_pct_cum for r in rows], ":", color=color)
+        ax_mib.plot(x, [r.summary.mib_per_token for r in rows], "-o", ms=3, color=color,
+                    label=pol)
+    for ax in (ax_hit, ax_mib):
+        ax.axvline(t_mib, color="k", lw=0.8, ls="--")
+        ax.text(t_mib, 0.98, f" T = {t_mib:.0f} MiB", transform=ax.get_xaxis_transform(),
+                va="top", fontsize=8)
+        ax.set_xlabel("cache budget (MiB)")
+        ax.grid(alpha=0.3)
+    ax_hit.set_ylabel("hit % (solid: decode-only, dotted: cumulative)")
+    ax_hit.set_ylim(0, 100)
+    ax_mib.set_ylabel("flash read, MiB per token (decode)")
+    ax_hit.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)

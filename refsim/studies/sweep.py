@@ -1,0 +1,192 @@
+"""What-if cache-budget sweeps: every budget × every policy over one trace.
+
+``sweep_budgets`` answers "what would this trace have read at budget B under policy P" for a
+list of budgets and policies. The ``lru`` column comes from the one-pass exact curve
+(:func:`refsim.cache.mrc.lru_curve`); every other policy is one replay per budget on its Numba
+fast path (:func:`refsim.cache.policy.replay_policy`). The CSV matches the engine's
+``route-replay.py --csv`` (bmoe-engine.md §5): columns ``budget_mib,policy,hit_pct_cum,
+hit_pct_decode,read_mib`` formatted ``%.0f,%s,%.3f,%.3f,%.1f``, where ``read_mib`` includes
+prefill reads (CacheSummary.read_mib).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+
+from refsim import MIB
+from refsim.cache.batches import BatchTrace
+from refsim.cache.mrc import lru_curve
+from refsim.cache.policy import POLICIES, get_policy, replay_policy
+from refsim.cache.summary import CacheSummary
+from refsim.errors import ConfigError
+
+CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
+"""The engine's replay-curve columns (route-replay.py ``--csv``)."""
+
+CSV_FORMATS = ("{:.0f}", "{}", "{:.3f}", "{:.3f}", "{:.1f}")
+"""The engine's formats for :data:`CSV_COLUMNS` (``%.0f,%s,%.3f,%.3f,%.1f``)."""
+
+DEFAULT_BUDGETS_MIB = (250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
+"""route-replay.py's default ``--budgets``."""
+
+
+def parse_budgets_mib(text: str) -> list[float]:
+    """Parse ``--cache-mb`` lists: ``"250,500,1000"``, ``"250:8000:250"`` (start:stop:step,
+    stop included when reached) or a mix (``"250:1000:250,4000"``). Values are MiB (2**20 B).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--cache-mb``, the bad item and the expected forms, if an item is not a
+        positive finite number or a range is empty or has a step <= 0.
+    """
+    out: list[float] = []
+    expected = "expected N[,N...] or START:STOP:STEP in MiB, each > 0"
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            parts = [float(x) for x in item.split(":")]
+        except ValueError:
+            raise ConfigError(f"--cache-mb: bad item {item!r}; {expected}") from None
+        if len(parts) not in (1, 3) or not all(math.isfinite(p) and p > 0 for p in parts):
+            raise ConfigError(f"--cache-mb: bad item {item!r}; {expected}")
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        start, stop, step = parts
+        if stop < start:
+            raise ConfigError(f"--cache-mb: empty range {item!r} (stop < start); {expected}")
+        n = int(math.floor((stop - start) / step + 1e-9)) + 1
+        out.extend(start + i * step for i in range(n))
+    return out
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One (budget, policy) point: the summary of that replay."""
+
+    budget_mib: float
+    policy: str
+    summary: CacheSummary
+
+    def csv_fields(self) -> list[str]:
+        """The engine-format CSV fields of this row."""
+        s = self.summary
+        vals = (self.budget_mib, self.policy, s.hit_pct_cum, s.hit_pct_decode, s.read_mib)
+        return [f.format(v) for f, v in zip(CSV_FORMATS, vals)]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Rows budget-major, then policy in the requested order; ``t_bytes`` = one token cycle."""
+
+    rows: list[SweepRow]
+    policies: list[str]
+    budgets_mib: list[float]
+    t_bytes: int
+    n_batch: int
+    tokens: int
+
+    def row(self, budget_mib: float, policy: str) -> SweepRow:
+        """The row of one point (KeyError if absent)."""
+        for r in self.rows:
+            if r.budget_mib == budget_mib and r.policy == policy:
+                return r
+        raise KeyError((budget_mib, policy))
+
+
+def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> SweepResult:
+    """Replay ``batches`` at every budget under every policy.
+
+    Parameters
+    ----------
+    batches : BatchTrace
+        The trace's layer batches (``BatchTrace.from_events``).
+    budgets_mib : sequence of float
+        Budgets in MiB (2**20 bytes); each becomes ``int(budget * 2**20)`` bytes, as
+        ``--cache-mb`` does (``ExpertCache.mib_to_bytes``).
+    policies : sequence of str
+        Registered policy names (:data:`refsim.cache.policy.POLICIES`).
+    t_bytes : int
+        One token cycle in bytes (``TraceHeader.token_cycle_bytes``), for the summaries.
+
+    Returns
+    -------
+    SweepResult
+
+    Raises
+    ------
+    ConfigError
+        On an unknown policy, an empty list or a budget that is not > 0.
+    """
+    from refsim.cache.expert_cache import ExpertCache
+
+    if not budgets_mib:
+        raise ConfigError("--cache-mb: no budget given")
+    if not policies:
+        raise ConfigError("--policy: no policy given")
+    insts = {name: get_policy(name) for name in policies}
+    budgets = [ExpertCache.mib_to_bytes(b) for b in budgets_mib]
+    per_policy = {}
+    for name, pol in insts.items():
+        if name == "lru":
+            per_policy[name] = lru_curve(batches, budgets)
+        else:
+            per_policy[name] = [replay_policy(batches, pol, b) for b in budgets]
+    rows = [SweepRow(float(bm), name, per_policy[name][i].summary(t_bytes))
+            for i, bm in enumerate(budgets_mib) for name in policies]
+    return SweepResult(rows, list(policies), [float(b) for b in budgets_mib], int(t_bytes),
+                       batches.n_batch, batches.tokens)
+
+
+def write_sweep_csv(path: str, result: SweepResult) -> None:
+    """Write the engine-format curve CSV to ``path`` atomically (temp file + rename).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--csv`` and the path if the folder cannot be written.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".sweep-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"--csv {path}: cannot write here: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(CSV_COLUMNS)
+            for r in result.rows:
+                w.writerow(r.csv_fields())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def format_table(result: SweepResult) -> list[str]:
+    """Text table: one line per (budget, policy), hit % cumulative and decode-only, read MiB
+    (prefill included) and decode MiB/token."""
+    w = max(8, *(len(p) for p in result.policies))
+    lines = [f"{'budget_mib':>10}  {'policy':<{w}}  {'hit_cum%':>8}  {'hit_dec%':>8}  "
+             f"{'read_MiB':>10}  {'MiB/token':>9}"]
+    for r in result.rows:
+        s = r.summary
+        lines.append(f"{r.budget_mib:>10.0f}  {r.policy:<{w}}  {s.hit_pct_cum:>8.3f}  "
+                     f"{s.hit_pct_decode:>8.3f}  {s.read_mib:>10.1f}  {s.mib_per_token:>9.2f}")
+    return lines
+
+
+def known_policies() -> list[str]:
+    """Registered policy names in registration order."""
+    import refsim.cache.policies  # noqa: F401
+
+    return list(POLICIES)
+
+
+__all__ = ["sweep_budgets", "SweepResult", "SweepRow", "parse_budgets_mib", "write_sweep_csv",
+           "format_table", "known_policies", "CSV_COLUMNS", "DEFAULT_BUDGETS_MIB", "MIB"]
