@@ -164,6 +164,10 @@ class ScriptedTarget:
         self.n_decodes = 0
         """Target decodes so far (prefill excluded)."""
 
+    def __repr__(self) -> str:
+        return (f"ScriptedTarget({self.script!r}, router={self.router!r}, "
+                f"eos_ids={sorted(self.eos_ids)}, n_vocab={self.n_vocab})")
+
     def fresh(self) -> "ScriptedTarget":
         """A new target with the same script and router and an empty KV."""
         return ScriptedTarget(self.script, self.router, self.eos_ids, self.n_vocab)
@@ -241,3 +245,29 @@ def greedy_reference(script: Callable[[np.ndarray], int], prompt, n_predict: int
         ctx.append(tok)
         tok = script(np.asarray(ctx, dtype=np.int64))
     return np.asarray(out, dtype=np.int32)
+
+
+def copy_heavy_document(n_tokens: int, n_vocab: int = 64, seed: int = 0,
+                        copy_frac: float = 0.6) -> tuple[int, ...]:
+    """A seeded token document where about ``copy_frac`` of the text copies earlier spans.
+
+    Built segment by segment: with probability ``copy_frac`` a span of 4-16 tokens copied from
+    anywhere earlier, otherwise 2-8 fresh tokens in ``1..n_vocab-1`` (0 is left for EOG).
+    Recited by :class:`DocumentScript`, it is the scripted stand-in for the engine's
+    copy-heavy prompt (bmoe-engine.md §7, n-gram vs MTP).
+
+    Returns
+    -------
+    tuple of int
+        Exactly ``n_tokens`` ids.
+    """
+    rng = np.random.default_rng(seed)
+    doc: list[int] = rng.integers(1, n_vocab, size=8).tolist()
+    while len(doc) < n_tokens:
+        if rng.random() < copy_frac:
+            n = int(rng.integers(4, 17))
+            a = int(rng.integers(0, max(1, len(doc) - n)))
+            doc.extend(doc[a:a + n])
+        else:
+            doc.extend(rng.integers(1, n_vocab, size=int(rng.integers(2, 9))).tolist())
+    return tuple(int(t) for t in doc[:n_tokens])
