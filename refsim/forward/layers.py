@@ -1,0 +1,579 @@
+"""Shared blocks of the reference forward passes (qwen3moe now; qwen35moe and gemma3 build on them).
+
+Every block works on float32 rows and is **batch-invariant by construction**: row ``p`` of
+the output is computed by the same instructions in the same order whatever other rows share
+the call, so decoding N positions at once is bit-identical to N one-position calls (the
+property llama.cpp only approximates). The arithmetic, fixed for every block:
+
+- matrix products (:func:`linear`): each weight row is decoded to float32 by
+  :mod:`refsim.kernels` (bit-exact with gguf-py), then dotted with the input in float64 using
+  8 interleaved partial sums (element ``c`` goes to sum ``c % 8``), combined as
+  ``((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7))`` and rounded once to float32. Products of two
+  float32 numbers are exact in float64, so the only roundings are the sums.
+- element-wise steps follow ggml's float32 formulas (ggml/src/ggml-cpu/ops.cpp, vec.h):
+  RMSNorm ``sum(x*x)`` in float64 then ``scale = 1/sqrt(mean + eps)`` in float32;
+  softmax ``exp(x - max)`` in float32 with a float64 sum; SiLU ``x / (1 + exp(-x))``.
+
+Numerics modes (:class:`Numerics`):
+
+- ``exact``: the above, no activation quantisation; RoPE angles in float64.
+- ``ggml``: additionally round-trips every activation row through the weight type's
+  ``vec_dot_type`` before a product (:mod:`refsim.forward.actq`: Q8_0 for Q4_0/Q5_0/Q8_0/MXFP4
+  weights, Q8_K for K-quants), and computes RoPE angles as ggml does (float32, by repeated
+  multiplication). This is what makes refsim agree with llama.cpp to ~1e-6 instead of ~1e-2
+  (shared/reference/oracle/README.md, "Numbers for test design").
+
+Dimension names: ``n_pos, n_embd, n_head, n_head_kv, head_dim, n_ff_exp, n_expert, k
+(n_expert_used), n_vocab``. Arrays are in NumPy order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from refsim.errors import ConfigError
+from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
+from refsim.kernels import KERNELS, row_bytes
+from refsim.kernels.loops import decode_row
+from refsim.kernels.mxfp4 import KVALUES
+from refsim.kernels.registry import F16_TO_F32
+
+NUMERICS = ("exact", "ggml")
+"""Values of ``--numerics``."""
+
+ROUTER_WEIGHT_FLOOR = np.float32(6.103515625e-5)
+"""Clamp of the top-k weight sum before renormalising (llama-graph.cpp ``build_moe_ffn``)."""
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """Which arithmetic a forward pass uses.
+
+    Parameters
+    ----------
+    mode : {'exact', 'ggml'}
+
+    Raises
+    ------
+    ConfigError
+        For any other mode.
+    """
+
+    mode: str = "exact"
+
+    def __post_init__(self) -> None:
+        if self.mode not in NUMERICS:
+            raise ConfigError(f"--numerics: expected one of {', '.join(NUMERICS)}, got {self.mode!r}")
+
+    @property
+    def quantize_activations(self) -> bool:
+        """True in ``ggml`` mode: activations take the weight's ``vec_dot_type`` round trip."""
+        return self.mode == "ggml"
+
+    @property
+    def rope_f32(self) -> bool:
+        """True in ``ggml`` mode: RoPE angles ``pos * base^(-2i/n_rot)`` by float32 repeated products."""
+        return self.mode == "ggml"
+
+
+@dataclass(frozen=True)
+class QWeight:
+    """A 2-D weight as raw quantized rows (a memory-mapped view; nothing is dequantized whole).
+
+    Parameters
+    ----------
+    raw : (n_out, row_bytes) uint8 ndarray
+        Rows of GGUF ``ne = {n_in, n_out}``; ``y = W @ x``.
+    qtype : int
+        ggml type id.
+    n_in : int
+        Elements per row (GGUF ne0).
+    """
+
+    raw: np.ndarray
+    qtype: int
+    n_in: int
+
+    def __post_init__(self) -> None:
+        if self.raw.ndim != 2 or self.raw.shape[1] != row_bytes(self.qtype, self.n_in):
+            raise ConfigError(f"weight rows of shape {self.raw.shape} do not hold {self.n_in} "
+                              f"elements of ggml type {self.qtype}")
+
+    @property
+    def n_out(self) -> int:
+        return int(self.raw.shape[0])
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """Dequantize selected rows (e.g. token embeddings): ``(len(idx), n_in)`` float32."""
+        sel = np.ascontiguousarray(self.raw[np.asarray(idx, dtype=np.int64)])
+        out = np.empty((sel.shape[0], self.n_in), dtype=np.float32)
+        _dequant_rows(self.qtype, sel, self.n_in, F16_TO_F32, KVALUES, out)
+        return out
+
+
+@njit(cache=True)
+def _dequant_rows(kind, raw, n_cols, table, kvalues, out):
+    for r in range(raw.shape[0]):
+        decode_row(kind, raw[r], n_cols, table, kvalues, out[r])
+
+
+@njit(cache=True)
+def _dot8(w, x):
+    """float64 dot of float32 vectors with 8 interleaved partial sums (len a multiple of 8)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for c in range(0, w.shape[0], 8):
+        s0 += np.float64(w[c]) * np.float64(x[c])
+        s1 += np.float64(w[c + 1]) * np.float64(x[c + 1])
+        s2 += np.float64(w[c + 2]) * np.float64(x[c + 2])
+        s3 += np.float64(w[c + 3]) * np.float64(x[c + 3])
+        s4 += np.float64(w[c + 4]) * np.float64(x[c + 4])
+        s5 += np.float64(w[c + 5]) * np.float64(x[c + 5])
+        s6 += np.float64(w[c + 6]) * np.float64(x[c + 6])
+        s7 += np.float64(w[c + 7]) * np.float64(x[c + 7])
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+_CHUNK = 16
+
+
+@njit(cache=True, parallel=True)
+def linear_kernel(kind, raw, n_cols, table, kvalues, x, out):
+    """``out[v, r] = dot8(decode(raw[r]), x[v])`` rounded to float32.
+
+    Parameters
+    ----------
+    kind : int
+        ggml type id of the rows.
+    raw : (n_rows, row_bytes) uint8 ndarray
+    n_cols : int
+        A multiple of 8 (every ggml block size is).
+    x : (n_vec, n_cols) float32 ndarray
+    out : (n_vec, n_rows) float32 ndarray
+        Written in place. Rows are split over threads in chunks; each ``out[v, r]`` is computed
+        by one thread in a fixed order, so results do not depend on threads or ``n_vec``.
+    """
+    n_rows = raw.shape[0]
+    n_chunks = (n_rows + _CHUNK - 1) // _CHUNK
+    for ch in prange(n_chunks):
+        w = np.empty(n_cols, dtype=np.float32)
+        for r in range(ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK)):
+            decode_row(kind, raw[r], n_cols, table, kvalues, w)
+            for v in range(x.shape[0]):
+                out[v, r] = np.float32(_dot8(w, x[v]))
+
+
+def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """``y = W x`` for every row of ``x``.
+
+    Parameters
+    ----------
+    w : QWeight
+        ``n_out`` rows of ``n_in`` elements.
+    x : (n_pos, n_in) float32 ndarray
+    numerics : Numerics
+        In ``ggml`` mode ``x`` is first round-tripped through the weight type's
+        ``vec_dot_type`` (:func:`refsim.forward.actq.act_kind`).
+
+    Returns
+    -------
+    (n_pos, n_out) float32 ndarray
+    """
+    n_pos, n_in = x.shape
+    assert n_in == w.n_in, (n_in, w.n_in)
+    if numerics.quantize_activations:
+        x = quantize_activations(x, act_kind(w.qtype))
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((n_pos, w.n_out), dtype=np.float32)
+    if n_pos:
+        linear_kernel(int(w.qtype), w.raw, w.n_in, F16_TO_F32, KVALUES, x, out)
+    return out
+
+
+@njit(cache=True)
+def _rms_norm_kernel(x, w, eps, out):
+    n = x.shape[1]
+    for p in range(x.shape[0]):
+        s = 0.0
+        for c in range(n):
+            s += np.float64(np.float32(x[p, c] * x[p, c]))
+        mean = np.float32(s / n)
+        scale = np.float32(1.0 / np.sqrt(np.float64(np.float32(mean + eps))))
+        for c in range(n):
+            out[p, c] = np.float32(x[p, c] * scale) * w[c]
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm with a weight: ``x / sqrt(mean(x^2) + eps) * w`` over the last axis.
+
+    Parameters
+    ----------
+    x : (..., n) float32 ndarray
+        Rows (e.g. ``[n_pos, n_embd]`` or per head ``[n_pos, n_head, head_dim]``).
+    w : (n,) float32 ndarray
+    eps : float
+        ``attention.layer_norm_rms_epsilon`` (rounded to float32, as ggml stores it).
+
+    Returns
+    -------
+    (..., n) float32 ndarray
+
+    Notes
+    -----
+    ggml ``ggml_compute_forward_rms_norm_f32``: ``sum += (double)(x*x)`` with the square in
+    float32, ``mean = sum / n`` and ``scale = 1.0f / sqrtf(mean + eps)`` in float32, then
+    ``x * scale``; the weight is a separate float32 multiply (``ggml_mul``).
+    """
+    shape = x.shape
+    n = shape[-1]
+    assert w.shape == (n,), (w.shape, n)
+    x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n)
+    out = np.empty_like(x2)
+    _rms_norm_kernel(x2, np.ascontiguousarray(w, dtype=np.float32), np.float32(eps), out)
+    return out.reshape(shape)
+
+
+@njit(cache=True)
+def _rope_neox_kernel(x, pos, n_rot, theta_scale32, inv_freq64, f32, out):
+    half = n_rot // 2
+    hd = x.shape[2]
+    cos = np.empty(half, dtype=np.float32)
+    sin = np.empty(half, dtype=np.float32)
+    for p in range(x.shape[0]):
+        if f32:
+            theta = np.float32(pos[p])
+            for i in range(half):
+                cos[i] = np.float32(np.cos(theta))
+                sin[i] = np.float32(np.sin(theta))
+                theta = np.float32(theta * theta_scale32)
+        else:
+            for i in range(half):
+                th = np.float64(pos[p]) * inv_freq64[i]
+                cos[i] = np.float32(np.cos(th))
+                sin[i] = np.float32(np.sin(th))
+        for h in range(x.shape[1]):
+            for i in range(half):
+                x0 = x[p, h, i]
+                x1 = x[p, h, i + half]
+                out[p, h, i] = np.float32(x0 * cos[i]) - np.float32(x1 * sin[i])
+                out[p, h, i + half] = np.float32(x0 * sin[i]) + np.float32(x1 * cos[i])
+            for i in range(n_rot, hd):
+                out[p, h, i] = x[p, h, i]
+
+
+def rope_neox(x: np.ndarray, positions: np.ndarray, n_rot: int, freq_base: float,
+              numerics: Numerics) -> np.ndarray:
+    """NEOX rotary embedding: rotate the pairs ``(x[i], x[i + n_rot/2])`` by ``pos * base^(-2i/n_rot)``.
+
+    Parameters
+    ----------
+    x : (n_pos, n_heads, head_dim) float32 ndarray
+    positions : (n_pos,) int64 ndarray
+        Absolute positions (tokens).
+    n_rot : int
+        Rotated dims (``rope.dimension_count``, even, <= head_dim); the rest pass through.
+    freq_base : float
+        ``rope.freq_base``.
+    numerics : Numerics
+        ``exact``: angle ``pos * base**(-2i/n_rot)`` in float64, then cos/sin rounded to float32.
+        ``ggml``: ``theta_0 = (float)pos``, ``theta_{i+1} = theta_i * powf(base, -2/n_rot)``
+        in float32 (ggml ``rope_cache_init``).
+
+    Returns
+    -------
+    (n_pos, n_heads, head_dim) float32 ndarray
+
+    Notes
+    -----
+    Source: ggml/src/ggml-cpu/ops.cpp ``rope_yarn`` / ``rotate_pairs`` (NEOX: pairs half a
+    rotation apart; no YaRN with ``ext_factor = 0``); llama-cpp-notes.md §2.3.
+    """
+    n_pos, n_heads, head_dim = x.shape
+    if n_rot % 2 or not 0 < n_rot <= head_dim:
+        raise ConfigError(f"rope: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
+    half = n_rot // 2
+    theta_scale32 = np.float32(np.power(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
+    inv_freq64 = np.power(float(freq_base), -2.0 * np.arange(half, dtype=np.float64) / n_rot)
+    out = np.empty_like(x, dtype=np.float32)
+    _rope_neox_kernel(np.ascontiguousarray(x, dtype=np.float32), np.asarray(positions, dtype=np.int64),
+                      n_rot, theta_scale32, inv_freq64, numerics.rope_f32, out)
+    return out
+
+
+@njit(cache=True)
+def _attention_kernel(q, kc, vc, pos, scale, out):
+    n_pos, n_head, hd = q.shape
+    n_head_kv = kc.shape[1]
+    group = n_head // n_head_kv
+    s = np.empty(kc.shape[0], dtype=np.float32)
+    acc = np.empty(hd, dtype=np.float64)
+    for p in range(n_pos):
+        n_kv = pos[p] + 1
+        for h in range(n_head):
+            g = h // group
+            mx = np.float32(-np.inf)
+            for j in range(n_kv):
+                d = 0.0
+                for c in range(hd):
+                    d += np.float64(kc[j, g, c]) * np.float64(q[p, h, c])
+                v = np.float32(np.float32(d) * scale)
+                s[j] = v
+                if v > mx:
+                    mx = v
+            tot = 0.0
+            for j in range(n_kv):
+                e = np.float32(np.exp(np.float32(s[j] - mx)))
+                s[j] = e
+                tot += np.float64(e)
+            inv = np.float32(1.0 / tot)
+            for c in range(hd):
+                acc[c] = 0.0
+            for j in range(n_kv):
+                pj = np.float64(np.float32(s[j] * inv))
+                for c in range(hd):
+                    acc[c] += pj * np.float64(vc[j, g, c])
+            for c in range(hd):
+                out[p, h, c] = np.float32(acc[c])
+
+
+def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Causal softmax attention with GQA over a KV cache indexed by position.
+
+    Parameters
+    ----------
+    q : (n_pos, n_head, head_dim) float32 ndarray
+        Queries (after norm and RoPE).
+    k_cache, v_cache : (n_kv, n_head_kv, head_dim) float32 ndarray
+        Keys/values of positions ``0..n_kv-1`` (this call's positions already appended).
+    positions : (n_pos,) int64 ndarray
+        Query ``p`` attends keys ``0..positions[p]``.
+
+    Returns
+    -------
+    (n_pos, n_head, head_dim) float32 ndarray
+
+    Notes
+    -----
+    Head ``h`` reads KV head ``h // (n_head / n_head_kv)`` (ggml ``mul_mat`` broadcast). Scores
+    ``float32(q.k) * (1/sqrt(head_dim))``; softmax as ggml ``soft_max_ext`` (float32 ``exp``,
+    float64 sum, ``p = e * (float)(1/sum)``); output ``sum_j p_j v_j`` in float64 rounded to
+    float32. Source: llama-graph.cpp ``build_attn_mha`` (flash attention off).
+    """
+    n_pos, n_head, head_dim = q.shape
+    n_kv, n_head_kv, hd2 = k_cache.shape
+    assert hd2 == head_dim and v_cache.shape == k_cache.shape and n_head % n_head_kv == 0
+    positions = np.asarray(positions, dtype=np.int64)
+    if n_pos and positions.max() >= n_kv:
+        raise ConfigError(f"attention: position {int(positions.max())} is not in the KV cache (length {n_kv})")
+    out = np.empty((n_pos, n_head, head_dim), dtype=np.float32)
+    scale = np.float32(1.0 / np.sqrt(head_dim))
+    _attention_kernel(np.ascontiguousarray(q, dtype=np.float32), k_cache, v_cache, positions, scale, out)
+    return out
+
+
+@njit(cache=True)
+def _route_kernel(logits, k, ids, weights, margin):
+    n_pos, n_expert = logits.shape
+    probs = np.empty(n_expert, dtype=np.float32)
+    taken = np.empty(n_expert, dtype=np.bool_)
+    for p in range(n_pos):
+        mx = np.float32(-np.inf)
+        for e in range(n_expert):
+            if logits[p, e] > mx:
+                mx = logits[p, e]
+        tot = 0.0
+        for e in range(n_expert):
+            v = np.float32(np.exp(np.float32(logits[p, e] - mx)))
+            probs[e] = v
+            tot += np.float64(v)
+        inv = np.float32(1.0 / tot)
+        for e in range(n_expert):
+            probs[e] = np.float32(probs[e] * inv)
+            taken[e] = False
+        wsum = 0.0
+        for slot in range(k):
+            best = -1
+            for e in range(n_expert):
+                if not taken[e] and (best < 0 or probs[e] > probs[best]):
+                    best = e
+            taken[best] = True
+            ids[p, slot] = best
+            weights[p, slot] = probs[best]
+            wsum += np.float64(probs[best])
+        ws = np.float32(wsum)
+        if ws < np.float32(6.103515625e-5):
+            ws = np.float32(6.103515625e-5)
+        for slot in range(k):
+            weights[p, slot] = np.float32(weights[p, slot] / ws)
+        # selection margin: probability gap between the last chosen and the first unchosen expert
+        nxt = np.float32(0.0)
+        for e in range(n_expert):
+            if not taken[e] and probs[e] > nxt:
+                nxt = probs[e]
+        margin[p] = probs[ids[p, k - 1]] - nxt
+
+
+def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Router: softmax over all experts, top-k, renormalise.
+
+    Parameters
+    ----------
+    logits : (n_pos, n_expert) float32 ndarray
+        Router logits (``ffn_gate_inp @ x``).
+    k : int
+        Experts used per token (``{arch}.expert_used_count``).
+
+    Returns
+    -------
+    ids : (n_pos, k) int16 ndarray
+        Expert ids, highest probability first (equal probabilities: lower id first).
+    weights : (n_pos, k) float32 ndarray
+        ``p[ids] / max(sum(p[ids]), 6.103515625e-5)``.
+    select_margin : (n_pos,) float32 ndarray
+        Probability of the k-th chosen expert minus the best unchosen one (0 when
+        ``k == n_expert``): how close routing came to a different set.
+
+    Raises
+    ------
+    ConfigError
+        If ``k`` is not in ``1..n_expert``.
+
+    Notes
+    -----
+    Source: llama-graph.cpp ``build_moe_ffn`` with ``LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX`` and
+    ``norm_w = true``, hard-coded for qwen3moe/qwen35moe regardless of HF ``norm_topk_prob``
+    (llama-cpp-notes.md §2.4). ggml's CPU argsort is not stable; refsim breaks exact ties by
+    the lower id.
+    """
+    n_pos, n_expert = logits.shape
+    if not 1 <= k <= n_expert:
+        raise ConfigError(f"router: k={k} must be in 1..n_expert={n_expert}")
+    ids = np.empty((n_pos, k), dtype=np.int16)
+    w = np.empty((n_pos, k), dtype=np.float32)
+    margin = np.empty(n_pos, dtype=np.float32)
+    _route_kernel(np.ascontiguousarray(logits, dtype=np.float32), k, ids, w, margin)
+    return ids, w, margin
+
+
+@njit(cache=True)
+def _swiglu_kernel(g, u, out):
+    for p in range(g.shape[0]):
+        for c in range(g.shape[1]):
+            x = g[p, c]
+            out[p, c] = np.float32(x / np.float32(np.float32(1.0) + np.float32(np.exp(-x)))) * u[p, c]
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """``silu(gate) * up`` with ``silu(x) = x / (1 + exp(-x))`` in float32 (ggml ``ggml_vec_swiglu_f32``).
+
+    Parameters
+    ----------
+    gate, up : (n_pos, n_ff) float32 ndarray
+
+    Returns
+    -------
+    (n_pos, n_ff) float32 ndarray
+    """
+    assert gate.shape == up.shape
+    out = np.empty_like(gate, dtype=np.float32)
+    _swiglu_kernel(np.ascontiguousarray(gate, dtype=np.float32), np.ascontiguousarray(up, dtype=np.float32), out)
+    return out
+
+
+@dataclass(frozen=True)
+class ExpertWeights:
+    """One layer's routed experts as raw slices (``ffn_{gate,up,down}_exps``), never dequantized whole.
+
+    Parameters
+    ----------
+    gate, up : (n_expert, n_ff_exp, row_bytes) uint8 ndarray
+        Memory-mapped; expert ``e``'s slice is ``[e]`` (GGUF ``ne = {n_embd, n_ff_exp, n_expert}``).
+    down : (n_expert, n_embd, row_bytes) uint8 ndarray
+        GGUF ``ne = {n_ff_exp, n_embd, n_expert}``.
+    gate_type, up_type, down_type : int
+        ggml type ids (may differ, e.g. Q6_K ``down`` in a Q4_K_M mix).
+    n_embd, n_ff_exp : int
+    """
+
+    gate: np.ndarray
+    up: np.ndarray
+    down: np.ndarray
+    gate_type: int
+    up_type: int
+    down_type: int
+    n_embd: int
+    n_ff_exp: int
+
+    def expert(self, e: int) -> tuple[QWeight, QWeight, QWeight]:
+        """``(gate, up, down)`` of expert ``e``: views of its slices only."""
+        return (QWeight(self.gate[e], self.gate_type, self.n_embd), QWeight(self.up[e], self.up_type, self.n_embd),
+                QWeight(self.down[e], self.down_type, self.n_ff_exp))
+
+
+def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: ExpertWeights,
+            numerics: Numerics, rows: np.ndarray | None = None) -> np.ndarray:
+    """Routed SwiGLU experts, weighted and summed in slot order.
+
+    Parameters
+    ----------
+    x : (n_pos, n_embd) float32 ndarray
+        FFN input (after ``ffn_norm``).
+    ids : (n_pos, k) int16 ndarray
+        Routed experts per position (from :func:`route_topk`).
+    weights : (n_pos, k) float32 ndarray
+    experts : ExpertWeights
+    numerics : Numerics
+    rows : (n_pos,) bool ndarray, optional
+        Positions to compute (others return zeros); default all.
+
+    Returns
+    -------
+    (n_pos, n_embd) float32 ndarray
+        ``y_p = ((w_0 y_0 + w_1 y_1) + ...) + w_{k-1} y_{k-1}`` in float32, with
+        ``y_i = down_i(silu(gate_i x) * up_i x)``.
+
+    Notes
+    -----
+    Each expert in the union of ``ids`` is multiplied once by the positions that chose it (the
+    slice is read once per call), which does not change any row's arithmetic. Source:
+    llama-graph.cpp ``build_moe_ffn`` (``ggml_mul_mat_id``, ``ggml_swiglu_split``, the sum of
+    ``experts`` views in slot order); llama-cpp-notes.md §2.4.
+    """
+    n_pos, n_embd = x.shape
+    k = ids.shape[1]
+    assert ids.shape == weights.shape == (n_pos, k) and n_embd == experts.n_embd
+    active = np.ones(n_pos, dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
+    y = np.zeros((n_pos, k, n_embd), dtype=np.float32)
+    sel_ids = np.where(active[:, None], ids.astype(np.int64), -1)
+    for e in np.unique(sel_ids[sel_ids >= 0]):
+        pp, ss = np.nonzero(sel_ids == e)
+        gate, up, down = experts.expert(int(e))
+        xe = x[pp]
+        h = swiglu(linear(gate, xe, numerics), linear(up, xe, numerics))  # [m, n_ff_exp]
+        y[pp, ss] = linear(down, h, numerics)                             # [m, n_embd]
+    out = np.zeros((n_pos, n_embd), dtype=np.float32)
+    for p in np.nonzero(active)[0]:
+        acc = y[p, 0] * weights[p, 0]
+        for s in range(1, k):
+            acc = acc + y[p, s] * weights[p, s]
+        out[p] = acc
+    return out
+
+
+def logit_margin(logits: np.ndarray) -> np.ndarray:
+    """Top-1 minus top-2 logit per row: ``(n_rows,)`` float32 (``inf`` when ``n_vocab == 1``).
+
+    A row whose margin is below the numerics gap (~1e-2 between ``exact`` and ``ggml``) may
+    have a different argmax in llama.cpp: a near-tie.
+    """
+    if logits.shape[1] < 2:
+        return np.full(logits.shape[0], np.inf, dtype=np.float32)
+    top2 = np.partition(logits, -2, axis=1)[:, -2:]
+    return (top2[:, 1] - top2[:, 0]).astype(np.float32)
+
+
+__all__ = ["NUMERICS", "Numerics", "QWeight", "ExpertWeights", "linear", "rms_norm", "rope_neox",
+           "attention", "route_topk", "swiglu", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
+           "ACT_NONE", "KERNELS"]

@@ -1,0 +1,249 @@
+"""Reference forward pass of ``qwen3moe`` (Qwen3-30B-A3B and its synthetic twins).
+
+Reads top to bottom like llama.cpp's src/models/qwen3moe.cpp::
+
+    h = token_embd[tokens]                                  # [n_pos, n_embd]
+    for il in layers:
+        a = rms_norm(h) * attn_norm
+        q, k, v = attn_q a, attn_k a, attn_v a              # [n_pos, n_head|n_head_kv, head_dim]
+        q, k = rope_neox(rms_norm(q) * q_norm), rope_neox(rms_norm(k) * k_norm)
+        kv[il] <- k, v ;  o = attention(q, kv[il])          # causal, GQA
+        h = h + attn_output o
+        (last layer: keep only the positions that produce logits)
+        f = rms_norm(h) * ffn_norm
+        ids, w = route_topk(ffn_gate_inp f, k)              # softmax -> top-k -> renormalise
+        h = h + moe_ffn(f, ids, w)                          # SwiGLU experts, routed slices only
+    logits = output (rms_norm(h) * output_norm)             # output tied to token_embd if absent
+
+Quirks and their sources:
+
+- Router: softmax over all experts, top-k, **always** renormalised (``norm_w = true`` is
+  hard-coded; HF ``norm_topk_prob`` is not read); no ``expert_weights_scale``
+  (llama-cpp-notes.md §2.1, §2.4).
+- q/k RMSNorm per head, before RoPE; RoPE is NEOX over ``rope.dimension_count`` (= head_dim)
+  (§2.3).
+- **The last-layer rule**: on ``il == n_layer - 1`` llama.cpp cuts the hidden states to the
+  output rows (``inp_out_ids``) *before* the FFN, so the last layer's experts are routed only
+  for positions that produce logits (§1.3). A prefill that asks logits on its last position
+  therefore routes the last layer once, for that position; the engine's route traces show the
+  same (bmoe-engine.md §3.2, prefill quirk (a)). A verify decode asks logits on every row and
+  routes all of them. refsim marks the skipped (position, layer) with ``NOT_ROUTED`` (-1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from refsim.errors import ConfigError, ModelFormatError
+from refsim.events import NOT_ROUTED
+from refsim.forward.kv import KVCache
+from refsim.forward.layers import (ExpertWeights, Numerics, QWeight, attention, linear, logit_margin,
+                                   moe_ffn, rms_norm, rope_neox, route_topk)
+from refsim.forward.result import DecodeResult
+from refsim.model import Model, ModelSpec
+
+Tap = Callable[[str, int, np.ndarray], None]
+"""``tap(name, il, array)``: observes named intermediates (llama.cpp ``cb`` names; il = -1 global)."""
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One block's weights (raw rows, memory-mapped); norms as float32 vectors."""
+
+    attn_norm: np.ndarray
+    attn_q: QWeight
+    attn_k: QWeight
+    attn_v: QWeight
+    attn_output: QWeight
+    attn_q_norm: np.ndarray
+    attn_k_norm: np.ndarray
+    ffn_norm: np.ndarray
+    ffn_gate_inp: QWeight
+    experts: ExpertWeights
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Read-only weights of a qwen3moe model (spec + raw views; nothing dequantized whole)."""
+
+    spec: ModelSpec
+    token_embd: QWeight
+    output_norm: np.ndarray
+    output: QWeight
+    layers: tuple[LayerWeights, ...]
+
+
+def _qweight(model: Model, name: str) -> QWeight:
+    ti = model.tensor(name)
+    return QWeight(model.raw(name), int(ti.ggml_type), int(ti.shape_gguf[0]))
+
+
+def _vector(model: Model, name: str, n: int) -> np.ndarray:
+    ti = model.tensor(name)
+    if tuple(ti.shape_gguf) != (n,):
+        raise ModelFormatError(f"{model.path}: {name} has shape {list(ti.shape_gguf)}, expected [{n}]")
+    return np.ascontiguousarray(model.dequantize(name).reshape(-1), dtype=np.float32)
+
+
+def _experts(model: Model, il: int) -> ExpertWeights:
+    s = model.spec
+    raws, types = [], []
+    for part in ("gate", "up", "down"):
+        name = f"blk.{il}.ffn_{part}_exps.weight"
+        if name not in model.tensors:
+            raise ModelFormatError(f"{model.path}: {name} missing (fused ffn_gate_up_exps is not supported yet)")
+        ti = model.tensor(name)
+        raws.append(model.raw(name).reshape(s.n_expert, ti.shape_gguf[1], ti.row_bytes))
+        types.append(int(ti.ggml_type))
+    return ExpertWeights(raws[0], raws[1], raws[2], types[0], types[1], types[2], s.n_embd, s.n_ff_exp)
+
+
+def load_weights(model: Model) -> Weights:
+    """Collect the weights of a qwen3moe model (views only).
+
+    Parameters
+    ----------
+    model : refsim.model.Model
+        An opened qwen3moe GGUF with tensor data.
+
+    Returns
+    -------
+    Weights
+
+    Raises
+    ------
+    ModelFormatError
+        Wrong arch, header-only file, or a tensor of an unexpected shape; ``n_rot != head_dim``
+        (llama.cpp asserts the same for qwen3moe).
+    """
+    s = model.spec
+    if s.arch != "qwen3moe":
+        raise ModelFormatError(f"{model.path}: arch {s.arch!r} is not qwen3moe")
+    if not model.has_data:
+        model.raw("token_embd.weight")  # raises the header-only error
+    if s.n_rot != s.head_dim_k:
+        raise ModelFormatError(f"{model.path}: qwen3moe needs rope.dimension_count == head_dim "
+                               f"({s.n_rot} != {s.head_dim_k})")
+    layers = []
+    for il in range(s.n_layer):
+        b = f"blk.{il}."
+        layers.append(LayerWeights(
+            attn_norm=_vector(model, b + "attn_norm.weight", s.n_embd),
+            attn_q=_qweight(model, b + "attn_q.weight"), attn_k=_qweight(model, b + "attn_k.weight"),
+            attn_v=_qweight(model, b + "attn_v.weight"), attn_output=_qweight(model, b + "attn_output.weight"),
+            attn_q_norm=_vector(model, b + "attn_q_norm.weight", s.head_dim_k),
+            attn_k_norm=_vector(model, b + "attn_k_norm.weight", s.head_dim_k),
+            ffn_norm=_vector(model, b + "ffn_norm.weight", s.n_embd),
+            ffn_gate_inp=_qweight(model, b + "ffn_gate_inp.weight"), experts=_experts(model, il)))
+    out_name = "output.weight" if "output.weight" in model.tensors else "token_embd.weight"
+    return Weights(spec=s, token_embd=_qweight(model, "token_embd.weight"),
+                   output_norm=_vector(model, "output_norm.weight", s.n_embd),
+                   output=_qweight(model, out_name), layers=tuple(layers))
+
+
+def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
+    """An empty KV cache for ``spec`` (every trunk layer has attention)."""
+    return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
+
+
+def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,
+           numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
+           tap: Tap | None = None) -> DecodeResult:
+    """Decode ``tokens`` at ``positions``, appending them to the KV cache.
+
+    Parameters
+    ----------
+    weights : Weights
+    state : KVCache
+        Holds positions ``0..state.n-1``; advanced by ``n_pos`` on return.
+    tokens : (n_pos,) int array
+        Token ids in ``0..n_vocab-1``.
+    positions : (n_pos,) int64 array
+        ``state.n, state.n + 1, ...`` (contiguous).
+    numerics : Numerics, default exact
+    out_rows : (n_out,) int array, optional
+        Positions (indices into ``tokens``) that produce logits; default all. The last
+        layer's MoE runs only for these (the last-layer rule, module docstring).
+    tap : callable, optional
+        ``tap(name, il, array)`` with llama.cpp's names: ``attn_norm``, ``Qcur``, ``Kcur``,
+        ``Vcur``, ``kqv_out``, ``ffn_inp``, ``ffn_norm``, ``ffn_moe_logits``, ``ffn_moe_topk``,
+        ``ffn_moe_weights_norm``, ``ffn_moe_out``, ``l_out``, ``result_norm``, ``result_output``.
+
+    Returns
+    -------
+    DecodeResult
+
+    Raises
+    ------
+    ConfigError
+        Token ids out of range, non-contiguous positions, bad ``out_rows``.
+    """
+    s = weights.spec
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    n_pos = tokens.size
+    if positions.size != n_pos or n_pos == 0:
+        raise ConfigError(f"decode: need as many positions ({positions.size}) as tokens ({n_pos}), at least one")
+    if tokens.min() < 0 or tokens.max() >= s.n_vocab:
+        raise ConfigError(f"decode: token ids must be in 0..{s.n_vocab - 1}, got {tokens.min()}..{tokens.max()}")
+    state.check_positions(positions)
+    rows = np.arange(n_pos, dtype=np.int64) if out_rows is None else np.unique(np.asarray(out_rows, dtype=np.int64))
+    if rows.size == 0 or rows.min() < 0 or rows.max() >= n_pos:
+        raise ConfigError(f"decode: out_rows must be a non-empty subset of 0..{n_pos - 1}")
+    is_out = np.zeros(n_pos, dtype=bool)
+    is_out[rows] = True
+    t = tap or (lambda name, il, a: None)
+    H, KV, hd, k = s.n_head, s.n_head_kv, s.head_dim_k, s.n_expert_used
+    eps = s.rms_eps
+    n_layer = s.n_layer
+    routes = np.full((n_pos, n_layer, k), NOT_ROUTED, dtype=np.int16)
+    rweights = np.full((n_pos, n_layer, k), np.nan, dtype=np.float32)
+    rmargin = np.full((n_pos, n_layer), np.nan, dtype=np.float32)
+    start = state.n
+
+    h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
+    for il, L in enumerate(weights.layers):
+        a = rms_norm(h, L.attn_norm, eps)
+        t("attn_norm", il, a)
+        q = linear(L.attn_q, a, numerics).reshape(n_pos, H, hd)                  # [n_pos, n_head, head_dim]
+        kk = linear(L.attn_k, a, numerics).reshape(n_pos, KV, hd)                # [n_pos, n_head_kv, head_dim]
+        v = linear(L.attn_v, a, numerics).reshape(n_pos, KV, s.head_dim_v)
+        q = rope_neox(rms_norm(q, L.attn_q_norm, eps), positions, s.n_rot, s.rope_freq_base, numerics)
+        kk = rope_neox(rms_norm(kk, L.attn_k_norm, eps), positions, s.n_rot, s.rope_freq_base, numerics)
+        t("Qcur", il, q)
+        t("Kcur", il, kk)
+        t("Vcur", il, v)
+        state.write(il, start, kk, v)
+        kc, vc = state.view(il, start + n_pos)
+        o = attention(q, kc, vc, positions).reshape(n_pos, H * s.head_dim_v)  # [n_pos, n_head*head_dim]
+        t("kqv_out", il, o)
+        h = h + linear(L.attn_output, o, numerics)                              # [n_pos, n_embd]
+        t("ffn_inp", il, h)
+        active = is_out if il == n_layer - 1 else np.ones(n_pos, dtype=bool)
+        idx = np.nonzero(active)[0]
+        f = rms_norm(h[idx], L.ffn_norm, eps)                                   # [n_act, n_embd]
+        t("ffn_norm", il, f)
+        logits_e = linear(L.ffn_gate_inp, f, numerics)                          # [n_act, n_expert]
+        t("ffn_moe_logits", il, logits_e)
+        ids, w, m = route_topk(logits_e, k)                                     # [n_act, k]
+        t("ffn_moe_topk", il, ids)
+        t("ffn_moe_weights_norm", il, w)
+        routes[idx, il] = ids
+        rweights[idx, il] = w
+        rmargin[idx, il] = m
+        moe = moe_ffn(f, ids, w, L.experts, numerics)                            # [n_act, n_embd]
+        t("ffn_moe_out", il, moe)
+        h2 = h.copy()
+        h2[idx] = h[idx] + moe
+        h = h2
+        t("l_out", il, h)
+    state.advance(n_pos)
+    hn = rms_norm(h[rows], weights.output_norm, eps)                              # [n_out, n_embd]
+    t("result_norm", -1, hn)
+    logits = linear(weights.output, hn, numerics)                                 # [n_out, n_vocab]
+    t("result_output", -1, logits)
+    return DecodeResult(logits=logits, out_rows=rows, routes=routes, weights=rweights,
+                        margin=logit_margin(logits), route_margin=rmargin)

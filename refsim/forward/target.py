@@ -1,0 +1,99 @@
+"""``ForwardTarget``: the reference forward pass behind the speculative loop's Target protocol.
+
+Implements :class:`refsim.spec.target.Target` (``prefill``/``decode``/``trim``) for any arch in
+:data:`refsim.forward.ARCHS`. The prefill asks logits on the last prompt position only, so the
+last MoE layer routes only that position (the last-layer rule; qwen3moe module docstring);
+decodes ask logits on every row (a verify decode routes all of them).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from refsim.errors import ConfigError
+from refsim.forward.layers import Numerics
+from refsim.forward.result import DecodeResult
+from refsim.model import Model, open_model
+from refsim.spec.target import TargetOutput
+
+
+class ForwardTarget:
+    """A GGUF model run by refsim's reference pass, one greedy sequence.
+
+    Parameters
+    ----------
+    model : refsim.model.Model or path
+    numerics : {'exact', 'ggml'} or Numerics, default 'exact'
+    capacity : int, default 256
+        Initial KV rows (grows as needed).
+
+    Attributes
+    ----------
+    n_layer, n_expert, n_expert_used : int
+    eos_ids : frozenset of int
+        ``tokenizer.ggml.eos_token_id`` when the file has one.
+    min_margin : float
+        Smallest top-1/top-2 logit margin over every logits row produced so far (``inf`` before
+        the first); rows below ~1e-2 are near-ties where llama.cpp may pick another token.
+    results : list of DecodeResult
+        Every decode's full result (prefill first), for inspection.
+
+    Raises
+    ------
+    ModelFormatError
+        Unsupported arch or a file without tensor data.
+    """
+
+    def __init__(self, model: Model | str | os.PathLike, numerics: str | Numerics = "exact", capacity: int = 256):
+        from refsim.forward import ARCHS
+        self.model = model if isinstance(model, Model) else open_model(model)
+        spec = self.model.spec
+        if spec.arch not in ARCHS:
+            from refsim.errors import ModelFormatError
+            raise ModelFormatError(f"{self.model.path}: no forward pass for arch {spec.arch!r} "
+                                   f"(available: {', '.join(ARCHS)})")
+        self.arch = ARCHS[spec.arch]
+        self.numerics = numerics if isinstance(numerics, Numerics) else Numerics(numerics)
+        self.weights = self.arch.load_weights(self.model)
+        self.state = self.arch.new_state(spec, capacity)
+        self.n_layer = spec.n_layer
+        self.n_expert = spec.n_expert
+        self.n_expert_used = spec.n_expert_used
+        eos = self.model.metadata.get("tokenizer.ggml.eos_token_id")
+        self.eos_ids = frozenset() if eos is None else frozenset([int(eos)])
+        self.min_margin = float("inf")
+        self.results: list[DecodeResult] = []
+
+    def _run(self, tokens, positions, out_rows=None) -> DecodeResult:
+        res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows)
+        self.results.append(res)
+        if res.margin.size:
+            self.min_margin = min(self.min_margin, float(res.margin.min()))
+        return res
+
+    def prefill(self, tokens: np.ndarray) -> TargetOutput:
+        """Decode the prompt into an empty KV; one logits row (the last position).
+
+        Raises
+        ------
+        ConfigError
+            If the KV cache is not empty or the prompt is empty.
+        """
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if self.state.n != 0:
+            raise ConfigError(f"prefill needs an empty KV cache (holds {self.state.n} positions)")
+        if tokens.size == 0:
+            raise ConfigError("prefill: empty prompt")
+        res = self._run(tokens, np.arange(tokens.size), out_rows=[tokens.size - 1])
+        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights)
+
+    def decode(self, tokens: np.ndarray, positions: np.ndarray) -> TargetOutput:
+        """Decode ``tokens`` at ``positions`` (contiguous from the KV length); a row per position."""
+        res = self._run(tokens, positions)
+        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights)
+
+    def trim(self, n_keep: int) -> None:
+        """Keep KV positions ``< n_keep`` (the rollback after a rejected draft)."""
+        self.state.trim(n_keep)
