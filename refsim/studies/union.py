@@ -1,0 +1,177 @@
+"""Verify-batch widening: how many distinct experts a batch of w consecutive positions routes,
+and what a verify decode of width w would read from flash.
+
+A verify decode of ``[tok, d1..dn]`` is one ``load_layer`` call per layer for all ``w = n+1``
+positions, so each layer reads the *union* of the positions' top-k sets (ARCHITECTURE.md,
+"Decode events"; bmoe-engine.md §2, §3.2). This is the cost every speculative draft source
+pays, whatever it drafts. Two measures per window width w:
+
+- **union size**: over every window of w consecutive decode positions (sliding, one window per
+  start position) and every layer, the number of distinct routed experts; mean, p50 and p90
+  (linear interpolation, as the engine's ``trace_io.percentile``), and the mean union bytes of
+  a window summed over layers (MiB);
+- **replay**: the decode positions grouped into consecutive non-overlapping batches of w (the
+  last one shorter if w does not divide the count), each built as one VERIFY DecodeEvent
+  (all drafts accepted, so it confirms w tokens), fed after the trace's prefill to the same
+  :class:`~refsim.cache.ExpertCache` at the given budget; decode read MiB, MiB per token and
+  decode-only hit %.
+
+Decode positions are taken in position order; a position decoded more than once (a rejected
+draft re-decoded) keeps the routes of its last decode, the one the run kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from refsim import MIB
+from refsim.cache import CacheSummary, ExpertCache
+from refsim.errors import ConfigError
+from refsim.events import DecodeEvent, DecodeKind
+
+
+@dataclass(frozen=True)
+class UnionRow:
+    """One window width. Sizes are expert counts per layer; MiB = 2**20 bytes.
+
+    ``read_mib``, ``mib_per_token`` and ``hit_pct_decode`` are None without a budget.
+    """
+
+    window: int
+    n_windows: int
+    union_mean: float
+    union_p50: float
+    union_p90: float
+    union_mib_mean: float
+    decodes: int | None = None
+    read_mib: float | None = None
+    mib_per_token: float | None = None
+    hit_pct_decode: float | None = None
+
+
+def decode_positions(events) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Per decode position (ascending), the routes of the last target decode that fed it.
+
+    Returns
+    -------
+    positions : (n_dec,) int64 ndarray
+    routes : (n_dec, n_layer, k) int16 ndarray
+    dropped : (n_dec, n_layer, k) bool ndarray or None
+    """
+    last: dict[int, tuple] = {}
+    for ev in events:
+        if ev.kind not in (DecodeKind.PLAIN, DecodeKind.VERIFY):
+            continue
+        for j, p in enumerate(ev.positions.tolist()):
+            last[p] = (ev.routes[j], None if ev.dropped is None else ev.dropped[j])
+    if not last:
+        raise ConfigError("the trace has no decode positions (phase 1 rows)")
+    pos = np.array(sorted(last), np.int64)
+    routes = np.stack([last[p][0] for p in pos.tolist()])
+    has_drop = any(v[1] is not None for v in last.values())
+    dropped = (np.stack([last[p][1] if last[p][1] is not None else
+                         np.zeros(routes.shape[1:], bool) for p in pos.tolist()])
+               if has_drop else None)
+    return pos, routes, dropped
+
+
+def window_union_sizes(routes: np.ndarray, n_expert: int, window: int,
+                       dropped: np.ndarray | None = None) -> np.ndarray:
+    """Distinct experts per (window start, layer) over ``window`` consecutive positions.
+
+    Parameters
+    ----------
+    routes : (n_pos, n_layer, k) int16 ndarray
+        -1 = not routed.
+    n_expert : int
+    window : int
+        ``1 <= window <= n_pos``.
+    dropped : (n_pos, n_layer, k) bool ndarray, optional
+        Dropped slots are not read, so they are left out of the union.
+
+    Returns
+    -------
+    (n_pos - window + 1, n_layer) int64 ndarray
+    """
+    n_pos, n_layer, k = routes.shape
+    out = np.empty((n_pos - window + 1, n_layer), np.int64)
+    for il in range(n_layer):
+        ids = routes[:, il, :].astype(np.int64)
+        ok = ids >= 0
+        if dropped is not None:
+            ok &= ~dropped[:, il, :]
+        hot = np.zeros((n_pos + 1, n_expert), np.int32)      # [n_pos + 1, n_expert] presence
+        rows = np.repeat(np.arange(n_pos), k).reshape(n_pos, k)
+        np.add.at(hot, (rows[ok] + 1, ids[ok]), 1)
+        csum = np.cumsum(hot, axis=0)                        # prefix counts per expert
+        win = csum[window:] - csum[:-window]                 # [n_windows, n_expert]
+        out[:, il] = (win > 0).sum(axis=1)
+    return out
+
+
+def grouped_events(prefill: list[DecodeEvent], positions: np.ndarray, routes: np.ndarray,
+                   dropped: np.ndarray | None, window: int) -> list[DecodeEvent]:
+    """The prefill events, then the decode positions as consecutive batches of ``window``
+    (VERIFY events with every draft accepted; PLAIN when a batch has one position)."""
+    out = list(prefill)
+    for s in range(0, positions.size, window):
+        n = min(window, positions.size - s)
+        sl = slice(s, s + n)
+        dr = None if dropped is None else dropped[sl]
+        if n == 1:
+            out.append(DecodeEvent(DecodeKind.PLAIN, positions[sl], routes[sl], dropped=dr))
+        else:
+            out.append(DecodeEvent(DecodeKind.VERIFY, positions[sl], routes[sl], dropped=dr,
+                                   n_draft=n - 1, accepted=n - 1))
+    return out
+
+
+def union_study(trace, windows, budget_bytes: int | None = None) -> list[UnionRow]:
+    """Union sizes and widened-batch reads for each window width.
+
+    Parameters
+    ----------
+    trace : RouteTrace
+    windows : sequence of int
+        Window widths w (verify batch = 1 token + w - 1 drafts), each >= 1.
+    budget_bytes : int, optional
+        Cache budget for the replay, bytes; no replay when None.
+
+    Returns
+    -------
+    list of UnionRow
+        One per width, in the given order.
+
+    Raises
+    ------
+    ConfigError
+        If a width is < 1 or exceeds the number of decode positions, or the trace has none.
+    """
+    h = trace.header
+    positions, routes, dropped = decode_positions(trace.events)
+    prefill = [e for e in trace.events if e.kind is DecodeKind.PREFILL]
+    rows = []
+    for w in windows:
+        if not 1 <= w <= positions.size:
+            raise ConfigError(f"--window: {w} is outside 1..{positions.size} "
+                              f"(the trace's decode positions)")
+        sizes = window_union_sizes(routes, h.n_expert, w, dropped)
+        mib = (sizes * h.expert_bytes[None, :]).sum(axis=1) / MIB
+        row = dict(window=int(w), n_windows=int(sizes.shape[0]),
+                   union_mean=float(sizes.mean()),
+                   union_p50=float(np.percentile(sizes, 50)),
+                   union_p90=float(np.percentile(sizes, 90)),
+                   union_mib_mean=float(mib.mean()))
+        if budget_bytes is not None:
+            cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes)
+            evs = grouped_events(prefill, positions, routes, dropped, w)
+            for ev in evs:
+                cache.apply(ev)
+            s = CacheSummary.from_stats(cache.stats, budget_bytes, int(positions.size),
+                                        h.token_cycle_bytes)
+            row.update(decodes=len(evs) - len(prefill), read_mib=s.decode_read_mib,
+                       mib_per_token=s.mib_per_token, hit_pct_decode=s.hit_pct_decode)
+        rows.append(UnionRow(**row))
+    return rows
