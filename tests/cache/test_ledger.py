@@ -1,0 +1,147 @@
+"""Memory ledger and the engine's --cache-mb auto formula (bmoe-engine.md §3.3; llama-cpp-notes.md §4)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from refsim import MIB
+from refsim.cache.ledger import auto_budget, memory_ledger
+from refsim.cli import main
+from refsim.errors import ConfigError
+from refsim.model import open_model, write_synthetic
+from refsim.model import synth
+
+
+def qwen36_twin(path):
+    """Header-only Qwen3.6-35B-A3B-like file: real widths (llama-cpp-notes.md §3, slime numbers),
+    40 trunk layers + the nextn block, Q4_K_M-like types (``synth.mixed_type``)."""
+    from gguf import GGMLQuantizationType as Q
+    dims = dict(synth.DEFAULT_DIMS, n_layer_35=40, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256,
+                n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, n_vocab=248320, n_ctx=262144,
+                ssm_conv=4, ssm_state=128, ssm_group=16, ssm_dt_rank=32, rope_dim=64,
+                rope_sections=(11, 11, 10, 0), rope_base=1e7)
+    tensors = [(n, s, Q.F32 if k != "w" else synth.mixed_type(n, 41))
+               for n, s, k in synth.tensor_plan("qwen35moe", dims, True)]
+    return synth.write_header_only(path, "qwen35moe",
+                                   lambda w: synth._add_metadata(w, "qwen35moe", dims, True, vocab=False), tensors)
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory):
+    return open_model(qwen36_twin(tmp_path_factory.mktemp("twin") / "q36.gguf"))
+
+
+# --- the formula, hand-worked -------------------------------------------------------------
+def test_auto_budget_cases():
+    E = 20000 * MIB
+    # avail - floor, within [min_budget, cap]
+    assert auto_budget(8000 * MIB, E, dense_weights="mmap") == (8000 - 1536) * MIB
+    # floor pushes below 1500 MiB -> min_budget
+    assert auto_budget(2000 * MIB, E, dense_weights="mmap") == 1500 * MIB
+    # unknown MemAvailable (0) -> min_budget
+    assert auto_budget(0, E) == 1500 * MIB
+    # cap = total experts
+    assert auto_budget(30000 * MIB, 5000 * MIB, dense_weights="mmap") == 5000 * MIB
+    # min_budget = min(1500 MiB, cap)
+    assert auto_budget(100 * MIB, 1000 * MIB, dense_weights="mmap") == 1000 * MIB
+    # ceil
+    assert auto_budget(30000 * MIB, E, dense_weights="mmap", ceil_mb=3000) == 3000 * MIB
+    # dense subtracted only for anon/ahwb
+    assert auto_budget(8000 * MIB, E, 2000 * MIB, "anon") == (8000 - 2000 - 1536) * MIB
+    assert auto_budget(8000 * MIB, E, 2000 * MIB, "ahwb") == (8000 - 2000 - 1536) * MIB
+    assert auto_budget(8000 * MIB, E, 2000 * MIB, "warm") == (8000 - 1536) * MIB
+    # dense larger than avail: avail becomes 0 -> min_budget
+    assert auto_budget(1000 * MIB, E, 2000 * MIB, "anon") == 1500 * MIB
+    # custom floor
+    assert auto_budget(8000 * MIB, E, dense_weights="mmap", floor_mb=0) == 8000 * MIB
+
+
+def test_auto_budget_rejects():
+    with pytest.raises(ConfigError, match="--dense-weights"):
+        auto_budget(1, 1, dense_weights="pinned")
+    with pytest.raises(ConfigError, match="--cache-floor-mb"):
+        auto_budget(1, 1, floor_mb=-1)
+
+
+@given(st.integers(0, 10**11), st.integers(1, 10**11), st.integers(0, 10**10),
+       st.sampled_from(["mmap", "warm", "anon", "ahwb"]), st.integers(0, 4000), st.integers(0, 40000))
+def test_auto_budget_bounds(avail, experts, dense, mode, floor, ceil):
+    b = auto_budget(avail, experts, dense, mode, floor, ceil)
+    cap = min(ceil * MIB, experts) if ceil > 0 else experts
+    assert min(1500 * MIB, cap) <= b <= cap
+    # monotone in available memory
+    assert auto_budget(avail + MIB, experts, dense, mode, floor, ceil) >= b
+
+
+# --- the ledger on the real-width twin ------------------------------------------------------
+def test_twin_recurrent_and_kv_match_llama_cpp_notes(twin):
+    # llama-cpp-notes.md §4.2: 98,304 B conv + 2,097,152 B ssm per layer, x30 = 65,863,680 B
+    assert twin.bytes.recurrent_bytes_per_seq == 30 * (98304 + 2097152) == 65863680
+    # §4.1: 2048 B/token/layer F16, 10 attention layers -> 20,480 B/token; MTP layer 2048 B/token
+    assert twin.bytes.kv_bytes_per_token == 20480
+    assert twin.bytes.kv_bytes_per_token_nextn == 2048
+
+
+def test_twin_ledger_values(twin):
+    led = memory_ledger(twin, 2048, draft_max=3, mtp=True, ram_mb=8000)
+    assert led.n_rs_seq == 3
+    assert led.kv_bytes == 20480 * 2048
+    assert led.recurrent_bytes == 4 * 65863680
+    assert led.snapshot_bytes == 3 * 65863680  # 188.4 MiB
+    assert led.draft_kv_bytes == 2048 * 2048
+    assert led.draft_ubatch == 32
+    assert led.draft_buffer_bytes == 2 * 32 * 248320 * 4
+    assert led.speculation_bytes == 3 * 65863680 + 2048 * 2048 + 2 * 32 * 248320 * 4
+    assert led.avail_bytes == 8000 * MIB - led.context_bytes
+    assert led.budget_bytes == auto_budget(led.avail_bytes, led.total_expert_bytes, led.dense_bytes)
+    # the streamed set with --mtp includes the head's experts
+    assert led.total_expert_bytes == twin.bytes.total_expert_bytes > twin.bytes.trunk_expert_bytes
+
+
+def test_snapshots_do_not_scale_with_context(twin):
+    a = memory_ledger(twin, 512, draft_max=4)
+    b = memory_ledger(twin, 65536, draft_max=4)
+    assert a.snapshot_bytes == b.snapshot_bytes == 4 * 65863680
+    assert b.kv_bytes == 128 * a.kv_bytes
+
+
+def test_ngram_speculation_costs_exactly_the_snapshots(twin):
+    off = memory_ledger(twin, 4096, 0, ram_mb=9000)
+    ng = memory_ledger(twin, 4096, 3, ram_mb=9000)
+    assert ng.speculation_bytes == 3 * 65863680
+    assert off.budget_bytes - ng.budget_bytes == 3 * 65863680
+
+
+def test_draft_ubatch_clamped_to_target_ubatch(twin):
+    assert memory_ledger(twin, 2048, 8, mtp=True).draft_ubatch == 32
+    assert memory_ledger(twin, 2048, 8, mtp=True, n_ubatch=16).draft_ubatch == 16
+
+
+def test_rejections(tmp_path, twin):
+    plain = open_model(write_synthetic(tmp_path / "m.gguf", arch="qwen35moe", nextn=False))
+    with pytest.raises(ConfigError, match="no nextn block"):
+        memory_ledger(plain, 64, 3, mtp=True)
+    with pytest.raises(ConfigError, match="--ctx"):
+        memory_ledger(twin, 0)
+    with pytest.raises(ConfigError, match="--draft"):
+        memory_ledger(twin, 64, 9)
+
+
+def test_qwen3moe_has_no_snapshots(tmp_path):
+    m = open_model(write_synthetic(tmp_path / "q3.gguf", arch="qwen3moe"))
+    led = memory_ledger(m, 256, 3)
+    assert led.n_rs_seq == 0 and led.recurrent_bytes == 0 and led.snapshot_bytes == 0
+
+
+def test_cli_memory(tmp_path, twin, capsys):
+    assert main(["memory", twin.path, "--mtp", "--draft", "3", "--ctx", "2048", "--ram-mb", "8000"]) == 0
+    out = capsys.readouterr().out
+    assert "snapshots:      188.4 MiB" in out
+    assert "cache-mb auto: " in out and "speculation takes" in out
+
+
+def test_cli_memory_errors(tmp_path, capsys):
+    p = write_synthetic(tmp_path / "m.gguf", arch="qwen35moe")
+    assert main(["memory", p, "--mtp"]) == 1
+    assert "no nextn block" in capsys.readouterr().err
