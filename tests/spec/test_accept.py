@@ -44,7 +44,7 @@ def test_wrong_row_count_is_an_error():
         greedy_accept([1, 2], [1, 2])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 3), max_size=8), st.data())
 def test_accepted_prefix_is_the_longest_agreeing_prefix(draft, data):
     ids = data.draw(st.lists(st.integers(0, 3), min_size=len(draft) + 1,

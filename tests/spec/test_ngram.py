@@ -84,14 +84,14 @@ def _oracle(c, n_draft, min_match, max_match):
     return c[j + 1: j + 1 + min(n_draft, L - 1 - j)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(corpora(), ngram_params())
 def test_equals_brute_force_oracle(c, params):
     n_draft, mn, mx = params
     assert ngram_draft(c, n_draft, mn, mx).tolist() == _oracle(c, n_draft, mn, mx)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(corpora(), ngram_params())
 def test_draft_follows_an_occurrence_of_the_matched_suffix(c, params):
     n_draft, mn, mx = params
@@ -110,7 +110,7 @@ def test_draft_follows_an_occurrence_of_the_matched_suffix(c, params):
     assert len(d) == min(n_draft, len(c) - 1 - j)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(corpora(), st.integers(1, 8), st.integers(1, 12))
 def test_empty_iff_best_match_below_min(c, n_draft, mn):
     mx = 12

@@ -2,7 +2,6 @@
 
 import argparse
 
-import numpy as np
 import pytest
 
 from refsim.cli import main

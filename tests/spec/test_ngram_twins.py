@@ -21,7 +21,7 @@ def test_numba_twin_passes_the_engine_vectors():
         assert got.tolist() == v["expected"], v["name"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(corpora(), ngram_params())
 def test_numba_twin_equals_pure(c, params):
     n_draft, mn, mx = params

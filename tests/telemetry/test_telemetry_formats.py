@@ -6,7 +6,6 @@ Clock calls: prefill 2 (0.125 s); per step: drafter 2 (when room > 0), decode 2;
 decode's wall is 0.125 s, each drafting 0.125 s.
 """
 
-import numpy as np
 import pytest
 
 from refsim import MIB

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.events import DecodeKind
 from refsim.spec import NgramDraft, run_generation
