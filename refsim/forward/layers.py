@@ -137,11 +137,22 @@ def _dot8(w, x):
 
 
 _CHUNK = 16
+PARALLEL_MIN_ELEMENTS = 1 << 21
+"""Weights with at least this many elements (``n_out * n_in``) are split over threads; smaller
+products run on one thread (a thread launch costs more than they do). Results are identical."""
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
+def _linear_rows(kind, raw, n_cols, table, kvalues, x, out, r0, r1, w):
+    for r in range(r0, r1):
+        decode_row(kind, raw[r], n_cols, table, kvalues, w)
+        for v in range(x.shape[0]):
+            out[v, r] = np.float32(_dot8(w, x[v]))
+
+
+@njit(cache=True)
 def linear_kernel(kind, raw, n_cols, table, kvalues, x, out):
-    """``out[v, r] = dot8(decode(raw[r]), x[v])`` rounded to float32.
+    """``out[v, r] = dot8(decode(raw[r]), x[v])`` rounded to float32 (one thread).
 
     Parameters
     ----------
@@ -152,17 +163,21 @@ def linear_kernel(kind, raw, n_cols, table, kvalues, x, out):
         A multiple of 8 (every ggml block size is).
     x : (n_vec, n_cols) float32 ndarray
     out : (n_vec, n_rows) float32 ndarray
-        Written in place. Rows are split over threads in chunks; each ``out[v, r]`` is computed
-        by one thread in a fixed order, so results do not depend on threads or ``n_vec``.
+        Written in place.
     """
+    w = np.empty(n_cols, dtype=np.float32)
+    _linear_rows(kind, raw, n_cols, table, kvalues, x, out, 0, raw.shape[0], w)
+
+
+@njit(cache=True, parallel=True)
+def linear_kernel_parallel(kind, raw, n_cols, table, kvalues, x, out):
+    """:func:`linear_kernel` with rows split over threads in chunks of 16; each ``out[v, r]`` is
+    still computed by one thread in the same order, so results are bit-identical."""
     n_rows = raw.shape[0]
     n_chunks = (n_rows + _CHUNK - 1) // _CHUNK
     for ch in prange(n_chunks):
         w = np.empty(n_cols, dtype=np.float32)
-        for r in range(ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK)):
-            decode_row(kind, raw[r], n_cols, table, kvalues, w)
-            for v in range(x.shape[0]):
-                out[v, r] = np.float32(_dot8(w, x[v]))
+        _linear_rows(kind, raw, n_cols, table, kvalues, x, out, ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK), w)
 
 
 def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
@@ -188,7 +203,8 @@ def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((n_pos, w.n_out), dtype=np.float32)
     if n_pos:
-        linear_kernel(int(w.qtype), w.raw, w.n_in, F16_TO_F32, KVALUES, x, out)
+        kernel = linear_kernel_parallel if w.n_out * w.n_in >= PARALLEL_MIN_ELEMENTS else linear_kernel
+        kernel(int(w.qtype), w.raw, w.n_in, F16_TO_F32, KVALUES, x, out)
     return out
 
 
@@ -303,7 +319,7 @@ def rope_neox(x: np.ndarray, positions: np.ndarray, n_rot: int, freq_base: float
 
 
 @njit(cache=True)
-def _attention_kernel(q, kc, vc, pos, scale, out):
+def _attention_kernel(q, kc, vc, pos, scale, window, out):
     n_pos, n_head, hd = q.shape
     n_head_kv = kc.shape[1]
     group = n_head // n_head_kv
@@ -311,10 +327,11 @@ def _attention_kernel(q, kc, vc, pos, scale, out):
     acc = np.empty(hd, dtype=np.float64)
     for p in range(n_pos):
         n_kv = pos[p] + 1
+        j0 = max(0, n_kv - window) if window > 0 else 0
         for h in range(n_head):
             g = h // group
             mx = np.float32(-np.inf)
-            for j in range(n_kv):
+            for j in range(j0, n_kv):
                 d = 0.0
                 for c in range(hd):
                     d += np.float64(kc[j, g, c]) * np.float64(q[p, h, c])
@@ -323,14 +340,14 @@ def _attention_kernel(q, kc, vc, pos, scale, out):
                 if v > mx:
                     mx = v
             tot = 0.0
-            for j in range(n_kv):
+            for j in range(j0, n_kv):
                 e = np.float32(np.exp(np.float32(s[j] - mx)))
                 s[j] = e
                 tot += np.float64(e)
             inv = np.float32(1.0 / tot)
             for c in range(hd):
                 acc[c] = 0.0
-            for j in range(n_kv):
+            for j in range(j0, n_kv):
                 pj = np.float64(np.float32(s[j] * inv))
                 for c in range(hd):
                     acc[c] += pj * np.float64(vc[j, g, c])
@@ -338,7 +355,8 @@ def _attention_kernel(q, kc, vc, pos, scale, out):
                 out[p, h, c] = np.float32(acc[c])
 
 
-def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions: np.ndarray) -> np.ndarray:
+def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions: np.ndarray,
+              window: int = 0) -> np.ndarray:
     """Causal softmax attention with GQA over a KV cache indexed by position.
 
     Parameters
@@ -349,6 +367,10 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions
         Keys/values of positions ``0..n_kv-1`` (this call's positions already appended).
     positions : (n_pos,) int64 ndarray
         Query ``p`` attends keys ``0..positions[p]``.
+    window : int, default 0
+        Sliding window (tokens): when > 0, query ``p`` attends only keys ``j`` with
+        ``positions[p] - j < window`` (llama.cpp ``LLAMA_SWA_TYPE_STANDARD``: masked iff
+        ``p1 - p0 >= n_swa``; gemma3's local layers). 0 = full causal attention.
 
     Returns
     -------
@@ -369,7 +391,7 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions
         raise ConfigError(f"attention: position {int(positions.max())} is not in the KV cache (length {n_kv})")
     out = np.empty((n_pos, n_head, head_dim), dtype=np.float32)
     scale = np.float32(1.0 / np.sqrt(head_dim))
-    _attention_kernel(np.ascontiguousarray(q, dtype=np.float32), k_cache, v_cache, positions, scale, out)
+    _attention_kernel(np.ascontiguousarray(q, dtype=np.float32), k_cache, v_cache, positions, scale, int(window), out)
     return out
 
 
@@ -408,11 +430,11 @@ def _route_kernel(logits, k, ids, weights, margin):
         for slot in range(k):
             weights[p, slot] = np.float32(weights[p, slot] / ws)
         # selection margin: probability gap between the last chosen and the first unchosen expert
-        nxt = np.float32(0.0)
+        nxt = np.float32(-1.0)
         for e in range(n_expert):
             if not taken[e] and probs[e] > nxt:
                 nxt = probs[e]
-        margin[p] = probs[ids[p, k - 1]] - nxt
+        margin[p] = probs[ids[p, k - 1]] - nxt if nxt >= 0 else np.float32(np.inf)
 
 
 def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -432,7 +454,7 @@ def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.n
     weights : (n_pos, k) float32 ndarray
         ``p[ids] / max(sum(p[ids]), 6.103515625e-5)``.
     select_margin : (n_pos,) float32 ndarray
-        Probability of the k-th chosen expert minus the best unchosen one (0 when
+        Probability of the k-th chosen expert minus the best unchosen one (``inf`` when
         ``k == n_expert``): how close routing came to a different set.
 
     Raises
@@ -480,6 +502,60 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     out = np.empty_like(gate, dtype=np.float32)
     _swiglu_kernel(np.ascontiguousarray(gate, dtype=np.float32), np.ascontiguousarray(up, dtype=np.float32), out)
     return out
+
+
+GELU_COEF_A = np.float32(0.044715)
+SQRT_2_OVER_PI = np.float32(0.79788456080286535587989211986876)
+
+
+def _gelu_f32(x: np.ndarray) -> np.ndarray:
+    """ggml ``ggml_gelu_f32`` in float32: ``0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x)))``."""
+    x = np.asarray(x, dtype=np.float32)
+    one = np.float32(1.0)
+    inner = (SQRT_2_OVER_PI * x) * (one + (GELU_COEF_A * x) * x)
+    return ((np.float32(0.5) * x) * (one + np.tanh(inner))).astype(np.float32)
+
+
+def _gelu_f16_table() -> np.ndarray:
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _gelu_f32(halves).astype(np.float16).astype(np.float32)
+
+
+GELU_F16_TABLE = _gelu_f16_table()
+"""(65536,) float32: ``ggml_table_gelu_f16`` — GELU of every half, rounded to half (ggml-cpu.c init)."""
+
+
+def geglu(gate: np.ndarray, up: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """``gelu(gate) * up`` with GELU's tanh approximation (ggml ``ggml_geglu_split``).
+
+    Parameters
+    ----------
+    gate, up : (n_pos, n_ff) float32 ndarray
+    numerics : Numerics
+        ``exact``: ``gelu`` by ggml's float32 formula. ``ggml``: as ggml's CPU path with
+        ``GGML_GELU_FP16``: ``x <= -10`` gives 0, ``x >= 10`` gives ``x``, otherwise ``x`` is
+        rounded to half and looked up in :data:`GELU_F16_TABLE`.
+
+    Returns
+    -------
+    (n_pos, n_ff) float32 ndarray
+
+    Notes
+    -----
+    Source: ggml/src/ggml-cpu/vec.h ``ggml_vec_geglu_f32`` / ``ggml_gelu_f32``
+    (``GELU_COEF_A = 0.044715f``, ``SQRT_2_OVER_PI = 0.7978845608...f``); gemma3 uses it via
+    ``build_ffn(..., LLM_FFN_GELU, LLM_FFN_PAR)`` (llama.cpp src/models/gemma3.cpp).
+    """
+    assert gate.shape == up.shape
+    x = np.asarray(gate, dtype=np.float32)
+    u = np.asarray(up, dtype=np.float32)
+    if numerics.mode == "ggml":
+        g = GELU_F16_TABLE[x.astype(np.float16).view(np.uint16).astype(np.int64)]
+        g = np.where(x <= np.float32(-10.0), np.float32(0.0), np.where(x >= np.float32(10.0), x, g))
+    else:
+        g = _gelu_f32(x)
+    return (g.astype(np.float32) * u).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -575,5 +651,5 @@ def logit_margin(logits: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["NUMERICS", "Numerics", "QWeight", "ExpertWeights", "linear", "rms_norm", "rope_neox",
-           "attention", "route_topk", "swiglu", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
+           "attention", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
            "ACT_NONE", "KERNELS"]

@@ -99,3 +99,20 @@ def scripted_targets(draw, n_vocab: int = 8, routed: bool | None = None,
     logits = draw(st.booleans())
     return ScriptedTarget(script, router, eos_ids=(0,) if eos else (),
                           n_vocab=n_vocab if logits else None)
+
+
+@st.composite
+def decode_splits(draw, n_vocab: int = 300, max_width: int = 9) -> tuple[list[int], list[int]]:
+    """Tokens to decode (1..``max_width``) and a split of them into consecutive decode calls.
+
+    Returns ``(tokens, sizes)`` with ``sum(sizes) == len(tokens)``; the simplest split (one call)
+    comes first when shrinking. Used by the forward pass's batch-invariance property.
+    """
+    tokens = draw(st.lists(st.integers(0, n_vocab - 1), min_size=1, max_size=max_width))
+    sizes: list[int] = []
+    left = len(tokens)
+    while left:
+        size = draw(st.integers(1, left).map(lambda s, left=left: left - s + 1))
+        sizes.append(size)
+        left -= size
+    return tokens, sizes

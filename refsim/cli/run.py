@@ -1,0 +1,138 @@
+"""``refsim run [MODEL.gguf] [--prompt TEXT | --prompt-tokens IDS] -n N [--cache-mb M] ...``:
+greedy (optionally n-gram speculative) generation with refsim's reference forward pass, every
+decode fed to the engine's expert-cache model."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from refsim import MIB
+from refsim.errors import ConfigError
+
+
+def _token_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected token ids like '1,5,77', got {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"expected one or more token ids >= 0, got {text!r}")
+    return ids
+
+
+def add_parser(sub) -> None:
+    from refsim.cli.common import positive_float, positive_int
+    from refsim.forward.builtin import BUILTIN_CACHE_MB
+    p = sub.add_parser(
+        "run", help="generate with the reference forward pass and count expert-cache traffic",
+        description="Greedy generation with refsim's reference forward pass; every decode is fed to "
+                    "the engine's LRU expert cache. With no MODEL, a small synthetic qwen3moe is made "
+                    "once (under $REFSIM_CACHE or ~/.cache/refsim) and used.")
+    p.add_argument("model", nargs="?", help="GGUF model (default: the built-in synthetic qwen3moe)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
+    g.add_argument("--prompt-tokens", metavar="IDS", type=_token_ids, help="prompt token ids, e.g. 1,5,77")
+    p.add_argument("-n", "--n-predict", type=positive_int, default=32, metavar="N",
+                   help="tokens to generate (default 32)")
+    p.add_argument("--cache-mb", type=positive_float, metavar="M",
+                   help=f"expert cache budget in MiB (2^20 bytes); default {BUILTIN_CACHE_MB:g} for the "
+                        f"built-in model, else half of all expert bytes")
+    p.add_argument("--numerics", choices=("exact", "ggml"), default="exact",
+                   help="exact: float64-accumulated reference; ggml: llama.cpp CPU activation "
+                        "quantisation (Q8_0/Q8_K)")
+    p.add_argument("--ngram", action="store_true", help="n-gram speculative decoding")
+    p.add_argument("--draft", type=positive_int, default=3, metavar="N", help="draft tokens per step (1..8)")
+    p.add_argument("--ngram-min-match", type=positive_int, default=3, metavar="N",
+                   help="shortest n-gram match that drafts")
+    p.add_argument("--route-trace", metavar="OUT", help="write the run's route trace (route_trace v1)")
+    p.add_argument("--csv", metavar="OUT", help="write the per-token metrics CSV (bmoe_metrics v2)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from refsim.cache import ExpertCache
+    from refsim.cache.summary import CacheSummary
+    from refsim.forward import ForwardTarget
+    from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
+    from refsim.model import open_model
+    from refsim.model.tokenizer import detokenize, encode
+    from refsim.spec import SpecConfig, draft_source_for, run_generation
+    from refsim.telemetry import RunStats, summary_lines, write_metrics_csv
+    from refsim.trace import TraceHeader
+
+    builtin = args.model is None
+    path = builtin_model_path() if builtin else args.model
+    if not builtin and not os.path.exists(path):
+        raise ConfigError(f"MODEL {path}: no such file")
+    config = SpecConfig.from_flags(ngram=args.ngram, draft=args.draft, ngram_min_match=args.ngram_min_match)
+    t0 = time.perf_counter()
+    model = open_model(path)
+    target = ForwardTarget(model, args.numerics)
+    load_s = time.perf_counter() - t0
+    spec = model.spec
+    if args.prompt_tokens is not None:
+        prompt = args.prompt_tokens
+        if max(prompt) >= spec.n_vocab:
+            raise ConfigError(f"--prompt-tokens: ids must be < n_vocab {spec.n_vocab}, got {max(prompt)}")
+    else:
+        prompt = encode(model.metadata, "Hello world, this is a streaming test." if args.prompt is None
+                        else args.prompt, path)
+    expert_bytes = [model.expert_bytes(il) for il in range(spec.n_layer)]
+    if args.cache_mb is not None:
+        budget = ExpertCache.mib_to_bytes(args.cache_mb)
+    elif builtin:
+        budget = ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB)
+    else:
+        budget = sum(expert_bytes) * spec.n_expert // 2
+    cache = ExpertCache(expert_bytes, spec.n_expert, budget)
+    t1 = time.perf_counter()
+    result = run_generation(target, draft_source_for(config), prompt, args.n_predict, cache=cache,
+                            draft_max=config.draft_max)
+    wall_s = time.perf_counter() - t1
+    stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
+    t_bytes = model.t_bytes()
+    summary = CacheSummary.from_stats(cache.stats, budget, result.n_gen, t_bytes)
+    sim_tps = (result.n_gen + len(prompt)) / wall_s if wall_s > 0 else 0.0
+    decode_tps = stats.tok_s
+    if args.route_trace:
+        header = TraceHeader(model=path, arch=spec.arch, n_layer=spec.n_layer, n_expert=spec.n_expert,
+                             n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
+                             dense_bytes=[model.dense_bytes(il) for il in range(spec.n_layer)])
+        result.write_trace(args.route_trace, header)
+    if args.csv:
+        write_metrics_csv(args.csv, result, stats)
+    text = detokenize(model.metadata, result.tokens.tolist())
+    out = {
+        "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,
+        "prompt_tokens": [int(t) for t in prompt], "tokens": result.tokens.tolist(), "text": text,
+        "decodes": stats.decodes, "drafted": stats.drafted, "accepted": stats.accepted,
+        "hit_pct_cum": summary.hit_pct_cum, "hit_pct_decode": summary.hit_pct_decode,
+        "read_mib": summary.read_mib, "mib_per_token": summary.mib_per_token,
+        "budget_bytes": budget, "t_bytes": t_bytes,
+        "sim_tok_per_s": decode_tps, "sim_total_tok_per_s": sim_tps,
+        "min_margin": target.min_margin, "load_s": load_s, "wall_s": wall_s,
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"model: {path}{' (built-in)' if builtin else ''} arch={spec.arch} n_layer={spec.n_layer} "
+          f"n_expert={spec.n_expert} k={spec.n_expert_used} numerics={args.numerics}")
+    print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}: {text!r}")
+    print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
+    for line in summary_lines(stats):
+        print(line)
+    print(f"cache: budget {budget / MIB:.2f} MiB, T (one token cycle) {t_bytes / MIB:.2f} MiB; "
+          f"{summary.hit_pct_cum:.1f}% hit cumulative, {summary.hit_pct_decode:.1f}% decode-only, "
+          f"{summary.mib_per_token:.3f} MiB/token")
+    print(f"simulator: {decode_tps:.2f} tok/s decode ({stats.decodes} decodes), "
+          f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin {target.min_margin:.4g}")
+    if args.route_trace:
+        print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
+              f"{budget / MIB:.10g})", file=sys.stderr)
+    return 0
