@@ -1,0 +1,80 @@
+"""``refsim run``: the built-in model, its counters, a route trace that replays to them, errors."""
+
+import json
+
+import pytest
+
+from refsim.cli import main
+
+
+@pytest.fixture(scope="module")
+def builtin_cache(tmp_path_factory, monkeypatch_module):
+    d = tmp_path_factory.mktemp("refsim-cache")
+    monkeypatch_module.setenv("REFSIM_CACHE", str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_default_text_output_and_builtin_file(builtin_cache, capsys):
+    assert main(["run", "-n", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "(built-in)" in out and "generated 6" in out
+    assert "moe-cache:" in out and "MiB/token" in out and "tok/s" in out and "logit margin" in out
+    assert (builtin_cache / "builtin-qwen3moe-v1.gguf").exists()
+    assert not [p for p in builtin_cache.iterdir() if p.name.startswith(".refsim-")]  # no temp left
+
+
+def test_run_json_and_trace_replays_to_the_same_counters(builtin_cache, capsys, tmp_path):
+    trace = tmp_path / "run.trace"
+    csv = tmp_path / "run.csv"
+    run = _json(capsys, ["run", "-n", "10", "--cache-mb", "2", "--json", "--route-trace", str(trace),
+                         "--csv", str(csv)])
+    for key in ("prompt_tokens", "tokens", "decodes", "hit_pct_cum", "mib_per_token", "sim_tok_per_s", "min_margin"):
+        assert key in run
+    assert len(run["tokens"]) == 10 and run["decodes"] == 10 and run["prompt_tokens"][0] == 1
+    assert run["prompt_tokens"][1:] == [3 + b for b in b"Hello world, this is a streaming test."]
+    rep = _json(capsys, ["replay", str(trace), "--cache-mb", "2", "--json"])
+    assert rep["hit_pct_cum"] == run["hit_pct_cum"]
+    assert rep["hit_pct_decode"] == run["hit_pct_decode"]
+    assert rep["read_mib"] == run["read_mib"]
+    assert rep["mib_per_token"] == run["mib_per_token"]
+    assert rep["residency_rows"] > 0 and rep["residency_agree"] == rep["residency_rows"]
+    assert csv.read_text().startswith("# bmoe_metrics")
+
+
+def test_run_ngram_generates_the_plain_greedy_tokens(builtin_cache, capsys):
+    # batch invariance makes speculative greedy decoding reproduce plain greedy exactly
+    argv = ["run", "-n", "12", "--json", "--prompt-tokens", "1,70,71,72,70,71,72,70,71"]
+    plain = _json(capsys, argv)
+    spec = _json(capsys, argv + ["--ngram", "--draft", "3", "--ngram-min-match", "1"])
+    assert spec["tokens"] == plain["tokens"] and spec["spec"] == "ngram"
+    assert spec["decodes"] <= plain["decodes"]
+
+
+def test_run_ggml_numerics(builtin_cache, capsys):
+    exact = _json(capsys, ["run", "-n", "4", "--json", "--prompt", "abc"])
+    ggml = _json(capsys, ["run", "-n", "4", "--json", "--prompt", "abc", "--numerics", "ggml"])
+    assert ggml["numerics"] == "ggml" and len(ggml["tokens"]) == 4
+    assert exact["prompt_tokens"] == [1, 100, 101, 102]
+
+
+def test_run_errors(builtin_cache, capsys, tmp_path):
+    assert main(["run", "--prompt-tokens", "1,9999", "-n", "1"]) == 1
+    assert "--prompt-tokens: ids must be < n_vocab 512" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing.gguf")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--prompt", "a", "--prompt-tokens", "1"])
+    with pytest.raises(SystemExit):
+        main(["run", "--prompt-tokens", "x,y"])
