@@ -35,47 +35,19 @@ from refsim.cache.policy import PolicyResult
 from refsim.errors import ConfigError
 
 
-@nb.njit(cache=True, inline="always")
-def _fw_add(tree, j, cap, v):
-    while j <= cap:
-        tree[j] += v
-        j += j & -j
-
-
-@nb.njit(cache=True, inline="always")
-def _fw_prefix(tree, j):
-    s = 0
-    while j > 0:
-        s += tree[j]
-        j -= j & -j
-    return s
-
-
-@nb.njit(cache=True)
-def _compact(tree, last, key_at, cap, t):
-    """Renumber the live stamps 1..n_live in order and rebuild the tree (O(cap))."""
-    n = 0
-    for s in range(1, t + 1):
-        key = key_at[s]
-        if key >= 0 and last[key] == s:
-            n += 1
-            key_at[n] = key
-            last[key] = n
-    for s in range(n + 1, cap + 1):
-        key_at[s] = -1
-    return n
-
-
 @nb.njit(cache=True)
 def _distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                dist, kind, size, budgets, hits, hit_bytes, lookups, look_bytes, bucket):
-    """The pass behind :func:`stack_distances` and :func:`lru_curve` (see their docs)."""
+    """The pass behind :func:`stack_distances` and :func:`lru_curve` (see their docs).
+
+    Stamps are occurrence indices 1..n_occ. The Fenwick tree is built by appending: node t
+    is created when stamp t is assigned, as its own size plus its children t-1, t-2, t-4, ...
+    below ``lowbit(t)``; a removal at stamp s updates only the nodes that exist (<= the
+    latest stamp). Both walks are short for recent stamps, which most lookups are.
+    """
     n_keys = expert_bytes.size * n_expert
-    cap = 1024
-    while cap < 2 * n_keys:
-        cap *= 2
-    tree = np.zeros(cap + 1, dtype=np.int64)
-    key_at = np.full(cap + 1, -1, dtype=np.int64)
+    n_occ = keys.size
+    tree = np.zeros(n_occ + 1, dtype=np.int64)
     last = np.zeros(n_keys, dtype=np.int64)            # latest stamp, 0 = never seen
     touched = np.full(n_keys, -2, dtype=np.int64)      # last batch holding the key
     m = budgets.size
@@ -86,15 +58,6 @@ def _distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
         eb = expert_bytes[batch_layer[b]]
         kd = batch_kind[b]
         lo, hi = batch_start[b], batch_start[b + 1]
-        if t + (hi - lo) > cap:                        # room for this batch's stamps
-            t = _compact(tree, last, key_at, cap, t)
-            tree[:] = 0
-            for s in range(1, cap + 1):                # linear-time rebuild
-                if s <= t:
-                    tree[s] += expert_bytes[key_at[s] // n_expert]
-                p = s + (s & -s)
-                if p <= cap:
-                    tree[p] += tree[s]
         for i in range(lo, hi):                        # lookups, against the stack after b - 1
             key = keys[i]
             if touched[key] == b:
@@ -107,7 +70,12 @@ def _distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
             elif prev_b == b - 1:
                 d = 0
             else:
-                d = live - _fw_prefix(tree, s - 1)
+                below = 0                              # bytes at stamps < s
+                j = s - 1
+                while j > 0:
+                    below += tree[j]
+                    j -= j & -j
+                d = live - below
             if bucket:
                 lookups[kd] += 1
                 look_bytes[kd] += eb
@@ -130,13 +98,21 @@ def _distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
             key = keys[i]
             s = last[key]
             if s > 0:
-                _fw_add(tree, s, cap, -eb)
+                j = s
+                while j <= t:
+                    tree[j] -= eb
+                    j += j & -j
             else:
                 live += eb
             t += 1
-            _fw_add(tree, t, cap, eb)
+            v = eb                                     # append node t
+            low = t & -t
+            c = 1
+            while c < low:
+                v += tree[t - c]
+                c <<= 1
+            tree[t] = v
             last[key] = t
-            key_at[t] = key
     if bucket:
         for j in range(1, m):
             for q in range(4):

@@ -19,15 +19,13 @@ RANDOM      ``Random(seed).choice(candidates)``         CPython's ``_randbelow``
 the batch's own layer ('layer', 'layerlfu').
 
 ``lru_kernel`` is the same LRU as the LRU row above and as :class:`~refsim.cache.ExpertCache`,
-on the linked list of :mod:`refsim.cache.lru` (O(1) per occurrence): the fast path of 'lru'.
+on a lazily cleaned occurrence log (O(1) per occurrence): the fast path of 'lru'.
 """
 
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
-
-from refsim.cache.lru import NIL, _push_head, _unlink
 
 KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
 
@@ -178,39 +176,44 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
 def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                budget_bytes, out):
     """The engine's LRU over a whole BatchTrace (same rules and counters as ``replay_kernel``
-    with ``KIND_LRU``), O(1) per occurrence on a doubly linked list."""
-    n_layer = expert_bytes.size
-    n_keys = n_layer * n_expert
+    with ``KIND_LRU`` and as :class:`~refsim.cache.ExpertCache`), O(1) per occurrence.
+
+    The recency order is kept as a log of occurrences (occurrence i writes its key at
+    ``log[i]`` and the key's stamp becomes i); an entry of the log is live while its key is
+    resident and still carries that stamp. The least recent resident key is the first live
+    entry from the front, so eviction advances a front pointer; nothing is ever unlinked.
+    """
+    n_keys = expert_bytes.size * n_expert
     resident = np.zeros(n_keys, dtype=np.bool_)
     touched = np.full(n_keys, -1, dtype=np.int64)
-    prev = np.full(n_keys, NIL, dtype=np.int64)
-    next_ = np.full(n_keys, NIL, dtype=np.int64)
-    head_tail = np.full(2, NIL, dtype=np.int64)
+    stamp = np.full(n_keys, -1, dtype=np.int64)
+    front = 0
     res_bytes = 0
     for b in range(batch_layer.size):
         kd = batch_kind[b]
         eb = expert_bytes[batch_layer[b]]
-        for i in range(batch_start[b], batch_start[b + 1]):
+        hi = batch_start[b + 1]
+        for i in range(batch_start[b], hi):
             key = keys[i]
             if touched[key] != b:
                 touched[key] = b
                 out[kd] += 1
                 if resident[key]:
                     out[4 + kd] += 1
-                    _unlink(key, prev, next_, head_tail)
                 else:
                     resident[key] = True
                     res_bytes += eb
                     out[8 + kd] += eb
-            else:
-                _unlink(key, prev, next_, head_tail)
-            _push_head(key, prev, next_, head_tail)
-        while res_bytes > budget_bytes:
-            t = head_tail[1]
-            if t == NIL or touched[t] == b:
-                break
-            _unlink(t, prev, next_, head_tail)
-            resident[t] = False
-            res_bytes -= expert_bytes[t // n_expert]
+            stamp[key] = i
+        while res_bytes > budget_bytes and front < hi:
+            key = keys[front]
+            if stamp[key] != front or not resident[key]:
+                front += 1                         # a stale log entry
+                continue
+            if touched[key] == b:
+                break                              # the tail is the batch's own: stop
+            resident[key] = False
+            res_bytes -= expert_bytes[key // n_expert]
             out[12] += 1
+            front += 1
     out[13] = res_bytes

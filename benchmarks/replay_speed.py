@@ -1,0 +1,201 @@
+"""Replay speed on the real qwen trace: refsim's LRU, its one-pass curve, a pure-Python
+replay and libCacheSim's LRU, timed in one run; prints times and ratios.
+
+    python benchmarks/replay_speed.py [TRACE] [--budget-mib 4000] [--repeat 20]
+
+(a) refsim LRU at one budget: ``replay_policy(batches, "lru", B)`` (Numba, whole trace).
+(a') the same through the event API, ``ExpertCache.apply`` per decode event.
+(b) refsim's exact one-pass LRU curve at 32 budgets (250..8000 MiB step 250).
+(c) a straightforward pure-Python replay of the same batches (OrderedDict), written here.
+(d) libCacheSim's LRU (``pip install libcachesim``), skipped when not installed. Mapping: one
+    request per lookup = unique (layer, expert) of a layer batch, in the order of its last
+    occurrence in the batch; ``obj_id = layer * n_expert + expert + 1``, ``obj_size`` =
+    the layer's entry bytes, ``cache_size`` = the budget in bytes. libCacheSim evicts on
+    insert (no batch protection), so its hit count can differ slightly from the engine's;
+    the count is printed. (d1) drives ``cache.get`` from Python per request; (d2) runs its C
+    loop, ``process_trace``, over an oracleGeneral binary file written beforehand; both with
+    ``hashpower=16`` (2**16 buckets for the 6144 keys).
+
+Parsing the trace file and flattening it into batches happen once, before any timing; each
+timing is the best of ``--repeat`` runs after a warm-up run (Numba compiled and cached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from refsim import MIB
+from refsim.cache import ExpertCache
+from refsim.cache.batches import BatchTrace
+from refsim.cache.mrc import lru_curve
+from refsim.cache.policy import replay_policy
+from refsim.trace import read_trace
+
+HASHPOWER = 16
+"""libCacheSim hash table of 2**16 buckets for the 6144 keys (its default, 2**24, spends most of
+a run allocating and clearing the table)."""
+
+DEFAULT_TRACE = (Path(__file__).resolve().parents[2] / "shared" / "real-traces" /
+                 "bmoe-qwen3-30b-a3b" / "qwen.route.csv")
+
+
+def best_of(fn, repeat):
+    fn()                                      # warm-up (JIT, caches)
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def python_batches(bt):
+    """Per batch: (layer, token-major key list) as Python objects (prepared, untimed)."""
+    keys = bt.keys.tolist()
+    s = bt.batch_start.tolist()
+    return [(int(bt.batch_layer[b]), keys[s[b]:s[b + 1]]) for b in range(bt.n_batch)]
+
+
+def python_lru(batches, sizes, budget):
+    """The engine's LRU rules in plain Python: the baseline (c)."""
+    od: OrderedDict[int, int] = OrderedDict()
+    resident = lookups = hits = 0
+    for layer, keys in batches:
+        seen = set()
+        for key in keys:
+            if key not in seen:
+                seen.add(key)
+                lookups += 1
+                if key in od:
+                    hits += 1
+                else:
+                    od[key] = sizes[layer]
+                    resident += sizes[layer]
+            od.move_to_end(key)
+        while resident > budget:
+            oldest = next(iter(od))
+            if oldest in seen:
+                break
+            resident -= od.pop(oldest)
+    return lookups, hits
+
+
+def lookup_requests(bt):
+    """(obj_id, obj_size) per lookup, each batch's unique keys in last-occurrence order."""
+    ids, sizes = [], []
+    for b in range(bt.n_batch):
+        ks = bt.keys[bt.batch_start[b]:bt.batch_start[b + 1]].tolist()
+        order = list(dict.fromkeys(reversed(ks)))[::-1]       # unique, by last occurrence
+        ids += [k + 1 for k in order]
+        sizes += [int(bt.expert_bytes[k // bt.n_expert]) for k in order]
+    return np.array(ids, np.uint64), np.array(sizes, np.uint32)
+
+
+def libcachesim_runs(bt, budget, repeat):
+    try:
+        import libcachesim as lcs
+    except ImportError:
+        print("(d) libCacheSim: skipped (pip install libcachesim)")
+        return None
+    ids, sizes = lookup_requests(bt)
+    reqs = []
+    for i, (o, s) in enumerate(zip(ids.tolist(), sizes.tolist())):
+        r = lcs.Request()
+        r.obj_id, r.obj_size, r.clock_time = o, s, i
+        reqs.append(r)
+
+    def d1():
+        cache = lcs.LRU(cache_size=budget, hashpower=HASHPOWER)
+        return sum(1 for r in reqs if cache.get(r))
+
+    t1, hits1 = best_of(d1, repeat)
+    rec = np.zeros(ids.size, dtype=np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"),
+                                              ("next", "<i8")]))   # packed, 24 bytes
+    rec["t"], rec["id"], rec["size"], rec["next"] = np.arange(ids.size), ids, sizes, -1
+    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
+    os.close(fd)
+    try:
+        rec.tofile(path)
+
+        def d2():
+            reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
+            cache = lcs.LRU(cache_size=budget, hashpower=HASHPOWER)
+            return cache.process_trace(reader)
+
+        t2, (miss_ratio, _byte_miss) = best_of(d2, repeat)
+    finally:
+        os.unlink(path)
+    hits2 = int(round((1 - miss_ratio) * ids.size))
+    return t1, hits1, t2, hits2, ids.size
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", nargs="?", default=str(DEFAULT_TRACE))
+    ap.add_argument("--budget-mib", type=float, default=4000.0)
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args(argv)
+    if not Path(args.trace).exists():
+        print(f"trace not found: {args.trace}", file=sys.stderr)
+        return 1
+    trace = read_trace(args.trace)                               # parse once, untimed
+    h = trace.header
+    t0 = time.perf_counter()
+    bt = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
+    t_flat = time.perf_counter() - t0
+    budget = int(args.budget_mib * MIB)
+    budgets = [b * MIB for b in range(250, 8001, 250)]
+    pyb = python_batches(bt)
+    sizes = [int(x) for x in h.expert_bytes]
+    print(f"trace: {args.trace}: {bt.n_batch} layer batches, {bt.keys.size} routed slots; "
+          f"budget {args.budget_mib:.0f} MiB; best of {args.repeat}")
+    print(f"  (flattening events into batches, once: {t_flat * 1e3:.2f} ms, not timed below)")
+
+    ta, ra = best_of(lambda: replay_policy(bt, "lru", budget), args.repeat)
+
+    def event_api():
+        c = ExpertCache(h.expert_bytes, h.n_expert, budget)
+        for ev in trace.events:
+            c.apply(ev)
+        return c.stats.total("hits")
+
+    ta2, hits_a2 = best_of(event_api, args.repeat)
+    tb, rb = best_of(lambda: lru_curve(bt, budgets), args.repeat)
+    tc, (look_c, hits_c) = best_of(lambda: python_lru(pyb, sizes, budget),
+                                   max(3, args.repeat // 4))
+    hits_a = int(ra.hits.sum())
+    at_b = rb[budgets.index(budget)] if budget in budgets else None
+    assert hits_c == hits_a == hits_a2 and look_c == int(ra.lookups.sum())
+    if at_b is not None:
+        assert int(at_b.hits.sum()) == hits_a
+    print(f"(a)  refsim LRU, one budget          {ta * 1e3:9.3f} ms   hits {hits_a}/{look_c}")
+    print(f"(a') refsim ExpertCache.apply/event  {ta2 * 1e3:9.3f} ms   hits {hits_a2}")
+    print(f"(b)  refsim one-pass curve, 32 budg. {tb * 1e3:9.3f} ms   "
+          f"(equal at {args.budget_mib:.0f} MiB: {at_b is not None})")
+    print(f"(c)  pure-Python replay              {tc * 1e3:9.3f} ms   hits {hits_c}")
+    d = libcachesim_runs(bt, budget, args.repeat)
+    if d:
+        t1, hits1, t2, hits2, n_req = d
+        print(f"(d1) libCacheSim LRU, get() loop     {t1 * 1e3:9.3f} ms   hits {hits1}/{n_req}")
+        print(f"(d2) libCacheSim LRU, process_trace  {t2 * 1e3:9.3f} ms   hits {hits2}/{n_req}")
+    print("ratios:")
+    print(f"  (c)/(a)  pure Python vs refsim LRU:  {tc / ta:8.1f}x   (target >= 50)")
+    print(f"  (b)/(a)  32-budget curve vs 1 replay: {tb / ta:8.2f}x   (target <= 2)")
+    print(f"  (b)/(32 x a) curve vs 32 replays:    {tb / (32 * ta):8.3f}x")
+    print(f"  (c)/(a') pure Python vs event API:   {tc / ta2:8.1f}x")
+    if d:
+        print(f"  (d1)/(a) libCacheSim get() vs refsim:   {t1 / ta:8.1f}x   (target >= 1)")
+        print(f"  (d2)/(a) libCacheSim C loop vs refsim:  {t2 / ta:8.1f}x   (target >= 1)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
