@@ -9,13 +9,13 @@ and reads top to bottom like llama.cpp's ``src/models/<arch>.cpp``. Shared block
 See docs/forward.md.
 """
 
-from refsim.forward import qwen3moe
+from refsim.forward import gemma3, qwen3moe, qwen35moe
 from refsim.forward.kv import KVCache
 from refsim.forward.layers import NUMERICS, Numerics
 from refsim.forward.result import DecodeResult
 from refsim.forward.target import ForwardTarget
 
-ARCHS = {"qwen3moe": qwen3moe}
+ARCHS = {"qwen3moe": qwen3moe, "qwen35moe": qwen35moe, "gemma3": gemma3}
 """GGUF arch string -> forward module."""
 
 __all__ = ["ARCHS", "DecodeResult", "ForwardTarget", "KVCache", "NUMERICS", "Numerics", "qwen3moe"]
