@@ -79,6 +79,9 @@ class StepRecord:
         Expert lookups and hits of this decode (and its draft events).
     cum_lookups, cum_hits : int
         Lifetime lookups and hits after this decode, prefill included (``cache_hit_pct``).
+    draft_read_bytes : int
+        The part of ``read_bytes`` read by the draft source's events (the MTP head's own
+        routing: drafting and catch-up), for the ``mtp:`` flash split.
     """
 
     kind: DecodeKind
@@ -96,6 +99,7 @@ class StepRecord:
     hits: int = 0
     cum_lookups: int = 0
     cum_hits: int = 0
+    draft_read_bytes: int = 0
 
 
 @dataclass
@@ -283,6 +287,10 @@ class SpeculativeLoop:
         positions = np.arange(n_prompt, dtype=np.int64)
         self._apply(_event(DecodeKind.PREFILL, positions, prompt, out, n_layer, k),
                     events, records)
+        begin = getattr(self.draft_source, "begin", None)
+        if begin is not None:  # a draft context processes the prompt (MTP); prefill-phase reads
+            for ev in begin(prompt):
+                self._apply(ev, events, records)
         tok = int(out.argmax()[-1])
         n_past = n_prompt
         prev_end = t1
@@ -316,18 +324,17 @@ class SpeculativeLoop:
             if res.n_acc < n:
                 tgt.trim(n_past + 1 + res.n_acc)
             post_events = tuple(self.draft_source.accept(res.n_acc))
-            read = looks = hits = 0
-            for ev in draft_events + post_events:
-                rec = self._apply(ev, events, records)
-                if rec is not None:
-                    read, looks, hits = read + rec.read_bytes, looks + rec.lookups, \
-                        hits + rec.hits
+            read = looks = hits = draft_read = 0
             kind = DecodeKind.VERIFY if n else DecodeKind.PLAIN
             ev = _event(kind, positions, fed, out, n_layer, k, n_draft=n,
                         accepted=res.n_acc if n else None)
-            rec = self._apply(ev, events, records)
-            if rec is not None:
-                read, looks, hits = read + rec.read_bytes, looks + rec.lookups, hits + rec.hits
+            # cache order as the engine reads: drafting, the target decode, then the catch-up
+            for e in draft_events + (ev,) + post_events:
+                rec = self._apply(e, events, records)
+                if rec is not None:
+                    read, looks, hits = read + rec.read_bytes, looks + rec.lookups, hits + rec.hits
+                    if e is not ev:
+                        draft_read += rec.read_bytes
             confirmed = [tok] + res.emitted.tolist()
             emitted = 0
             for t in confirmed:
@@ -343,7 +350,7 @@ class SpeculativeLoop:
                 n_emitted=emitted, eog=res.eog, wall_s=w1 - w0, draft_s=draft_s,
                 loop_overhead_s=w0 - prev_end, read_bytes=read, lookups=looks, hits=hits,
                 cum_lookups=st.total("lookups") if st else 0,
-                cum_hits=st.total("hits") if st else 0))
+                cum_hits=st.total("hits") if st else 0, draft_read_bytes=draft_read))
             prev_end = w1
             if res.eog:
                 eog = True
@@ -394,11 +401,13 @@ def draft_source_for(config) -> DraftSource:
     Raises
     ------
     ConfigError
-        For ``spec='mtp'`` (the MTP source needs the forward pass's nextn block; not built yet).
+        For ``spec='mtp'``: the MTP source needs the model (use
+        :func:`refsim.spec.mtp.mtp_source_for`).
     """
     from refsim.spec.draft import NgramDraft
     if config.spec == SPEC_OFF:
         return NoDraft()
     if config.spec == "ngram":
         return NgramDraft(config.ngram_min_match, config.ngram_max_match)
-    raise ConfigError("--mtp: the MTP draft source is not available in refsim yet; use --ngram")
+    raise ConfigError("--mtp: the MTP draft source is not available from draft_source_for (it needs "
+                      "the model); use refsim.spec.mtp.mtp_source_for")

@@ -43,6 +43,11 @@ def spec_lines(s: RunStats) -> list[str]:
     if src == "ngram":
         out.append(f"ngram: drafted on {s.drafted_steps} of {s.decodes} steps "
                    f"({s.coverage_pct:.1f}%); the rest decoded plainly")
+    if src == "mtp" and s.read_bytes > 0:
+        draft_mib = s.draft_read_bytes / MIB
+        out.append(f"mtp: of {s.read_mib:.1f} MiB streamed, {draft_mib:.1f} MiB "
+                   f"({100.0 * s.draft_read_bytes / s.read_bytes:.1f}%) was the head's own routing, "
+                   f"{s.read_mib - draft_mib:.1f} MiB the widened verify batch")
     return out
 
 

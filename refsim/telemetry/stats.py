@@ -74,6 +74,7 @@ class RunStats:
     layer_demand_bytes: int
     n_past: int = 0
     load_s: float = 0.0
+    draft_read_bytes: int = 0
 
     @classmethod
     def from_run(cls, result) -> "RunStats":
@@ -104,7 +105,8 @@ class RunStats:
             budget_bytes=cache.budget_bytes if cache is not None else 0,
             evictions=st.evictions if st else 0, rereads=st.rereads if st else 0,
             token_demand_bytes=token_demand, layer_demand_bytes=layer_demand,
-            n_past=_final_n_past(result))
+            n_past=_final_n_past(result),
+            draft_read_bytes=sum(getattr(s, "draft_read_bytes", 0) for s in steps))
 
     # --- derived rates ---------------------------------------------------------------------
     @property

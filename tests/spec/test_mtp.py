@@ -1,0 +1,154 @@
+"""The MTP draft source: engine rules (begin, drafting with p_min, accept-before-catch-up, the
+draft context never rolling back), DRAFT decode events at layer n_layer, the mtp: flash split,
+exact greedy output, and the load-time rejections."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from refsim.cache import ExpertCache
+from refsim.errors import ConfigError
+from refsim.events import DecodeKind
+from refsim.forward import ForwardTarget
+from refsim.forward import qwen35moe as Q
+from refsim.model import open_model, write_synthetic
+from refsim.spec import SpecConfig, run_generation
+from refsim.spec.mtp import MtpDraft, MtpTarget, check_mtp_load, mtp_source_for, top_prob
+from refsim.telemetry import RunStats
+from refsim.telemetry.lines import spec_lines
+
+PROMPT = [1, 5, 77, 123, 42, 299, 7]
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory):
+    return open_model(write_synthetic(tmp_path_factory.mktemp("mtp") / "h.gguf", "qwen35moe", "F32",
+                                      nextn=True, seed=3))
+
+
+def _cache(m, frac=0.3):
+    eb = np.array([m.expert_bytes(il) for il in range(m.spec.n_layer_all)], np.int64)
+    return ExpertCache(eb, m.spec.n_expert, int(eb.sum() * m.spec.n_expert * frac))
+
+
+def test_top_prob_hand_worked():
+    # logits (0, ln 3): top-1 = 1 with p = 3 / (1 + 3)
+    tok, p = top_prob(np.array([0.0, np.log(3.0)], np.float32))
+    assert tok == 1 and p == pytest.approx(0.75)
+    # only the 10 best count: 12 equal logits -> p = 1/10
+    assert top_prob(np.zeros(12, np.float32))[1] == pytest.approx(0.1)
+
+
+@settings(max_examples=6)
+@given(st.integers(1, 4), st.lists(st.integers(3, 299), min_size=1, max_size=6))
+def test_output_equals_plain_greedy(hybrid, draft, prompt):
+    tgt, src = mtp_source_for(hybrid, SpecConfig.from_flags(mtp=True, draft=draft))
+    r = run_generation(tgt, src, prompt, 10, draft_max=draft)
+    r0 = run_generation(ForwardTarget(hybrid), None, prompt, 10)
+    np.testing.assert_array_equal(r.tokens, r0.tokens)
+
+
+def test_events_and_engine_order(hybrid):
+    tgt, src = mtp_source_for(hybrid, SpecConfig.from_flags(mtp=True, draft=3))
+    r = run_generation(tgt, src, PROMPT, 8, cache=_cache(hybrid), draft_max=3)
+    n_layer = hybrid.spec.n_layer
+    kinds = [e.kind for e in r.events]
+    assert kinds[0] is DecodeKind.PREFILL and kinds[1] is DecodeKind.DRAFT      # begin after prefill
+    np.testing.assert_array_equal(r.events[1].positions, np.arange(len(PROMPT)))
+    for e in r.events:
+        if e.kind is DecodeKind.DRAFT:         # the head's own experts, at index n_layer only
+            assert (e.routes[:, :n_layer] == -1).all() and (e.routes[:, n_layer] >= 0).all()
+        else:                                  # target decodes never route the head
+            assert (e.routes[:, n_layer] == -1).all()
+    # per step: n draft decodes (p_min 0 drafts the full width), the target decode, one catch-up
+    i = 2
+    for s in r.steps:
+        n_draft_ev = s.n_draft
+        assert all(r.events[i + j].kind is DecodeKind.DRAFT and r.events[i + j].n_pos == 1 for j in range(n_draft_ev))
+        i += n_draft_ev
+        assert r.events[i].kind in (DecodeKind.PLAIN, DecodeKind.VERIFY)
+        catch = r.events[i + 1]
+        assert catch.kind is DecodeKind.DRAFT
+        np.testing.assert_array_equal(catch.positions, s.n_past + np.arange(1 + s.n_acc))  # accepted prefix only
+        i += 2
+    # the draft context never holds the rejected tail: its KV ends where the target's does
+    assert src.kv.n == tgt.inner.state.n
+
+
+def test_flash_split_is_the_cache_accounting(hybrid):
+    tgt, src = mtp_source_for(hybrid, SpecConfig.from_flags(mtp=True, draft=2))
+    r = run_generation(tgt, src, PROMPT, 8, cache=_cache(hybrid), draft_max=2)
+    draft_bytes = sum(rec.read_bytes for e, rec in zip(r.events[2:], r.records[2:]) if e.kind is DecodeKind.DRAFT)
+    all_bytes = sum(rec.read_bytes for rec in r.records[2:])
+    s = RunStats.from_run(r)
+    assert s.draft_read_bytes == draft_bytes > 0
+    assert s.read_bytes == all_bytes
+    line = spec_lines(s)[-1]
+    assert line.startswith(f"mtp: of {all_bytes / 2**20:.1f} MiB streamed, {draft_bytes / 2**20:.1f} MiB (")
+    assert f"({100 * draft_bytes / all_bytes:.1f}%) was the head's own routing" in line
+
+
+def test_mtp_line_hand_worked():
+    from dataclasses import replace
+    base = RunStats(spec="mtp", draft_max=3, n_predict=4, n_prompt=2, tokens=4, decodes=2, verify_decodes=2,
+                    drafted=6, accepted=2, drafted_steps=2, prefill_s=1.0, decode_s=1.0, draft_s=0.0,
+                    loop_overhead_s=0.0, has_cache=True, lookups=10, hits=5, read_bytes=100 * 2**20,
+                    prefill_read_bytes=0, resident_bytes=0, budget_bytes=0, evictions=0, rereads=0,
+                    token_demand_bytes=0, layer_demand_bytes=0)
+    s = replace(base, draft_read_bytes=3 * 2**20)
+    assert spec_lines(s)[-1] == ("mtp: of 100.0 MiB streamed, 3.0 MiB (3.0%) was the head's own routing, "
+                                 "97.0 MiB the widened verify batch")
+    assert not spec_lines(replace(s, read_bytes=0))[-1].startswith("mtp: of")
+
+
+def test_p_min_one_stops_drafting(hybrid):
+    tgt, src = mtp_source_for(hybrid, SpecConfig.from_flags(mtp=True, draft=3, mtp_p_min=1.0))
+    r = run_generation(tgt, src, PROMPT, 5, draft_max=3)
+    assert sum(s.n_draft for s in r.steps) == 0          # p < 1 always on random weights
+    n_draft_decodes = sum(1 for e in r.events[2:] if e.kind is DecodeKind.DRAFT)
+    assert n_draft_decodes == 2 * (len(r.steps) - 1) + 1  # one probe + one catch-up per step (last: no room)
+
+
+def test_catch_up_by_hand(hybrid):
+    # after a verify decode of [tok, d1, d2] that accepted 1: catch-up = [tok, d1], pending_h = h row 1
+    tgt = MtpTarget(hybrid, n_rs_seq=3)
+    src = MtpDraft(tgt)
+    tgt.prefill(np.array(PROMPT))
+    (ev0,) = src.begin(PROMPT)
+    np.testing.assert_array_equal(src.pending_h, tgt.last.h_nextn[-1])
+    n_past = len(PROMPT)
+    d = src.draft(np.array(PROMPT), 11, n_past, 2)
+    assert src.kv.n == n_past                              # drafting's KV rows removed
+    tgt.decode(np.array([11, 12, 13]), np.arange(n_past, n_past + 3))
+    h_verify = tgt.last.h_nextn.copy()
+    (ev,) = src.accept(1)
+    np.testing.assert_array_equal(ev.positions, [n_past, n_past + 1])
+    np.testing.assert_array_equal(ev.tokens, [11, 12])
+    np.testing.assert_array_equal(src.pending_h, h_verify[1])
+    assert src.kv.n == n_past + 2
+    # the head's KV rows equal a fresh draft context fed the same confirmed rows
+    kv = Q.new_mtp_state(hybrid.spec)
+    toks = PROMPT + [11, 12]
+    w = Q.load_weights(hybrid)
+    h_fresh = Q.decode(w, Q.new_state(hybrid.spec), toks, np.arange(len(toks))).h_nextn
+    h_all = np.concatenate([np.zeros((1, hybrid.spec.n_embd), np.float32), h_fresh[:-1]])
+    Q.mtp_decode(w, kv, toks, np.arange(len(toks)), h_all)
+    np.testing.assert_array_equal(kv.view(0, len(toks))[0], src.kv.view(0, len(toks))[0])
+    assert len(d.events) == 2 and d.tokens.size == 2
+
+
+def test_load_rejections(hybrid, tmp_path):
+    plain = open_model(write_synthetic(tmp_path / "p.gguf", "qwen35moe", nextn=False))
+    cfg = SpecConfig.from_flags(mtp=True, draft=3)
+    with pytest.raises(ConfigError, match="no nextn"):
+        mtp_source_for(plain, cfg)
+    with pytest.raises(ConfigError, match="--ubatch 3: narrower than the verify batch"):
+        check_mtp_load(hybrid.spec, cfg, n_ubatch=3)
+    check_mtp_load(hybrid.spec, cfg, n_ubatch=4)
+    with pytest.raises(ConfigError, match="two draft sources"):
+        SpecConfig.from_flags(mtp=True, ngram=True)
+    with pytest.raises(ConfigError, match="greedy"):
+        SpecConfig.from_flags(mtp=True, temp=0.7)
+    q3 = open_model(write_synthetic(tmp_path / "q3.gguf", "qwen3moe"))
+    with pytest.raises(ConfigError, match="only for qwen35moe"):
+        MtpTarget(q3)
