@@ -46,6 +46,11 @@ def add_parser(sub) -> None:
                    help="exact: float64-accumulated reference; ggml: llama.cpp CPU activation "
                         "quantisation (Q8_0/Q8_K)")
     p.add_argument("--ngram", action="store_true", help="n-gram speculative decoding")
+    p.add_argument("--mtp", action="store_true", help="draft with the model's MTP (nextn) head (qwen35moe)")
+    p.add_argument("--mtp-p-min", type=float, default=0.0, metavar="F",
+                   help="MTP only: stop drafting below this top-1 probability (default 0)")
+    p.add_argument("--ubatch", type=int, default=0, metavar="N",
+                   help="ubatch (default 0 = n_batch); must hold the verify batch (--draft + 1)")
     p.add_argument("--draft", type=positive_int, default=3, metavar="N", help="draft tokens per step (1..8)")
     p.add_argument("--ngram-min-match", type=positive_int, default=3, metavar="N",
                    help="shortest n-gram match that drafts")
@@ -70,10 +75,15 @@ def run(args) -> int:
     path = builtin_model_path() if builtin else args.model
     if not builtin and not os.path.exists(path):
         raise ConfigError(f"MODEL {path}: no such file")
-    config = SpecConfig.from_flags(ngram=args.ngram, draft=args.draft, ngram_min_match=args.ngram_min_match)
+    config = SpecConfig.from_flags(ngram=args.ngram, mtp=args.mtp, draft=args.draft,
+                                   ngram_min_match=args.ngram_min_match, mtp_p_min=args.mtp_p_min)
     t0 = time.perf_counter()
     model = open_model(path)
-    target = ForwardTarget(model, args.numerics)
+    if config.spec == "mtp":
+        from refsim.spec.mtp import mtp_source_for
+        target, source = mtp_source_for(model, config, args.numerics, args.ubatch)
+    else:
+        target, source = ForwardTarget(model, args.numerics), draft_source_for(config)
     load_s = time.perf_counter() - t0
     spec = model.spec
     if args.prompt_tokens is not None:
@@ -83,7 +93,7 @@ def run(args) -> int:
     else:
         prompt = encode(model.metadata, "Hello world, this is a streaming test." if args.prompt is None
                         else args.prompt, path)
-    expert_bytes = [model.expert_bytes(il) for il in range(spec.n_layer)]
+    expert_bytes = [model.expert_bytes(il) for il in range(target.n_layer)]  # + the MTP head with --mtp
     if args.cache_mb is not None:
         budget = ExpertCache.mib_to_bytes(args.cache_mb)
     elif builtin:
@@ -92,7 +102,7 @@ def run(args) -> int:
         budget = sum(expert_bytes) * spec.n_expert // 2
     cache = ExpertCache(expert_bytes, spec.n_expert, budget)
     t1 = time.perf_counter()
-    result = run_generation(target, draft_source_for(config), prompt, args.n_predict, cache=cache,
+    result = run_generation(target, source, prompt, args.n_predict, cache=cache,
                             draft_max=config.draft_max)
     wall_s = time.perf_counter() - t1
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
@@ -101,9 +111,9 @@ def run(args) -> int:
     sim_tps = (result.n_gen + len(prompt)) / wall_s if wall_s > 0 else 0.0
     decode_tps = stats.tok_s
     if args.route_trace:
-        header = TraceHeader(model=path, arch=spec.arch, n_layer=spec.n_layer, n_expert=spec.n_expert,
+        header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
                              n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
-                             dense_bytes=[model.dense_bytes(il) for il in range(spec.n_layer)])
+                             dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)])
         result.write_trace(args.route_trace, header)
     if args.csv:
         write_metrics_csv(args.csv, result, stats)
@@ -116,13 +126,19 @@ def run(args) -> int:
         "read_mib": summary.read_mib, "mib_per_token": summary.mib_per_token,
         "budget_bytes": budget, "t_bytes": t_bytes,
         "sim_tok_per_s": decode_tps, "sim_total_tok_per_s": sim_tps,
-        "min_margin": target.min_margin, "load_s": load_s, "wall_s": wall_s,
+        "min_margin": getattr(target, "inner", target).min_margin, "load_s": load_s, "wall_s": wall_s,
     }
     if args.json:
         print(json.dumps(out))
         return 0
     print(f"model: {path}{' (built-in)' if builtin else ''} arch={spec.arch} n_layer={spec.n_layer} "
           f"n_expert={spec.n_expert} k={spec.n_expert_used} numerics={args.numerics}")
+    from refsim.cache.ledger import memory_ledger
+    led = memory_ledger(model, len(prompt) + args.n_predict, config.draft_max if config.enabled else 0,
+                        config.spec == "mtp")
+    print(f"memory: kv {led.kv_bytes / MIB:.2f} MiB, recurrent {led.recurrent_bytes / MIB:.2f} MiB "
+          f"(1 + n_rs_seq {led.n_rs_seq} slots), draft context {(led.draft_kv_bytes + led.draft_buffer_bytes) / MIB:.2f} "
+          f"MiB; speculation takes {led.speculation_bytes / MIB:.2f} MiB (refsim memory for the auto budget)")
     print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}: {text!r}")
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
@@ -131,7 +147,8 @@ def run(args) -> int:
           f"{summary.hit_pct_cum:.1f}% hit cumulative, {summary.hit_pct_decode:.1f}% decode-only, "
           f"{summary.mib_per_token:.3f} MiB/token")
     print(f"simulator: {decode_tps:.2f} tok/s decode ({stats.decodes} decodes), "
-          f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin {target.min_margin:.4g}")
+          f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin "
+          f"{getattr(target, 'inner', target).min_margin:.4g}")
     if args.route_trace:
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
               f"{budget / MIB:.10g})", file=sys.stderr)
