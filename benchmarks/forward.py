@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Decode speed of refsim's reference pass against llama.cpp on the same synthetic model.
+
+    python benchmarks/forward.py [--quant Q4_0] [--tokens 16] [--threads 2] [--n-expert 128]
+
+The model has Qwen3-30B-A3B's widths with 1/8 of its layers (``QWEN3_30B_A3B_EIGHTH``: n_embd
+2048, 32/4 heads of 128, 128 experts top-8 of width 768, 6 layers, vocab 1024), written once
+under ``$REFSIM_CACHE`` (or ~/.cache/refsim). Both engines decode the same prompt then
+``--tokens`` single-token steps with the same thread count, each in its own child process (so
+each peak RSS is its own). Printed: tok/s of each and their ratio (measured in this run), the
+bytes of weights one decode step touches (dense + k routed expert slices per layer + the
+output matrix + one embedding row) and the DRAM bandwidth those bytes at that speed imply, and
+refsim's peak RSS split into file-backed (the mapped GGUF) and anonymous memory: anonymous
+memory must not grow with n_expert (experts are read through the mapping, one slice at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPT = [1, 5, 77, 123, 42, 299, 7, 260]
+
+
+def _mem() -> dict:
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key = line.split(":")[0]
+            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(line.split()[1]) * 1024
+    return out
+
+
+def child_refsim(path: str, n_tokens: int, threads: int, numerics: str) -> dict:
+    import numba
+    import numpy as np
+    numba.set_num_threads(threads)
+    from refsim.forward import ForwardTarget
+    t = ForwardTarget(path, numerics)
+    t.prefill(np.array(PROMPT))          # also compiles / loads the Numba cache
+    t.decode(np.array([PROMPT[-1]]), np.array([len(PROMPT)]))
+    tok, pos = 11, len(PROMPT) + 1
+    t0 = time.perf_counter()
+    for _ in range(n_tokens):
+        out = t.decode(np.array([tok]), np.array([pos]))
+        tok, pos = int(out.argmax()[0]), pos + 1
+    dt = time.perf_counter() - t0
+    return dict(tok_s=n_tokens / dt, **_mem())
+
+
+def child_llama(path: str, n_tokens: int, threads: int) -> dict:
+    import numpy as np
+    from llama_cpp import Llama
+    llm = Llama(model_path=path, n_ctx=256, n_batch=64, n_threads=threads, n_threads_batch=threads,
+                logits_all=False, verbose=False)
+    llm.eval(PROMPT)
+    llm.eval([PROMPT[-1]])
+    tok = 11
+    t0 = time.perf_counter()
+    for _ in range(n_tokens):
+        llm.eval([tok])
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    dt = time.perf_counter() - t0
+    return dict(tok_s=n_tokens / dt, **_mem())
+
+
+def _run_child(kind: str, args) -> dict | None:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
+           "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", args.numerics]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+    if p.returncode != 0:
+        print(f"{kind}: failed ({p.returncode}): {p.stderr.strip().splitlines()[-1:] }", file=sys.stderr)
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def touched_bytes_per_token(model) -> int:
+    """Weight bytes one single-token decode reads: dense tensors of every layer, k expert slices
+    per layer, ``output`` (or tied ``token_embd``) whole, and one row of ``token_embd``."""
+    s = model.spec
+    total = sum(model.dense_bytes(il) + s.n_expert_used * model.expert_bytes(il) for il in range(s.n_layer))
+    out = model.tensor("output.weight" if "output.weight" in model.tensors else "token_embd.weight")
+    emb = model.tensor("token_embd.weight")
+    return total + out.n_bytes + emb.row_bytes + model.tensor("output_norm.weight").n_bytes
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quant", default="Q4_0", help="synthetic quant (default Q4_0)")
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-expert", type=int, default=128, help="experts per layer (default 128 = Qwen3-30B-A3B)")
+    ap.add_argument("--numerics", default="exact")
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        res = child_refsim(args.model, args.tokens, args.threads, args.numerics) if args.child == "refsim" \
+            else child_llama(args.model, args.tokens, args.threads)
+        print(json.dumps(res))
+        return 0
+
+    sys.path.insert(0, REPO)
+    from refsim import MIB
+    from refsim.forward.builtin import cache_dir
+    from refsim.model import QWEN3_30B_A3B_EIGHTH, open_model, write_synthetic
+    dims = dict(QWEN3_30B_A3B_EIGHTH, n_expert=args.n_expert)
+    path = os.path.join(cache_dir(), f"bench-qwen3moe-eighth-{args.quant}-e{args.n_expert}.gguf")
+    if not os.path.exists(path):
+        t0 = time.perf_counter()
+        write_synthetic(path, "qwen3moe", args.quant, seed=0, dims=dims)
+        print(f"wrote {path} in {time.perf_counter() - t0:.1f} s")
+    args.model = path
+    model = open_model(path)
+    size = os.path.getsize(path)
+    touched = touched_bytes_per_token(model)
+    print(f"model: {path} ({size / MIB:.1f} MiB): n_embd {model.spec.n_embd}, {model.spec.n_layer} layers, "
+          f"{model.spec.n_expert} experts top-{model.spec.n_expert_used}, quant {args.quant}; "
+          f"threads {args.threads}, {args.tokens} timed decode steps")
+    print(f"weights touched per token: {touched / MIB:.2f} MiB "
+          f"(dense + {model.spec.n_expert_used} expert slices x {model.spec.n_layer} layers + output)")
+    ref = _run_child("refsim", args)
+    llama = None
+    try:
+        import importlib.util
+        if importlib.util.find_spec("llama_cpp") is not None:
+            llama = _run_child("llama", args)
+        else:
+            print("llama.cpp: llama_cpp not importable (install refsim[oracle]); no baseline this run")
+    except Exception as exc:  # pragma: no cover
+        print(f"llama.cpp: {exc}")
+    if ref:
+        print(f"refsim ({args.numerics}): {ref['tok_s']:.2f} tok/s -> {touched * ref['tok_s'] / 1e9:.2f} GB/s of "
+              f"weights; peak RSS {ref['VmHWM'] / MIB:.0f} MiB (now: file-backed {ref['RssFile'] / MIB:.0f} MiB, "
+              f"anonymous {ref['RssAnon'] / MIB:.0f} MiB; file {size / MIB:.0f} MiB)")
+    if llama:
+        print(f"llama.cpp: {llama['tok_s']:.2f} tok/s -> {touched * llama['tok_s'] / 1e9:.2f} GB/s of weights; "
+              f"peak RSS {llama['VmHWM'] / MIB:.0f} MiB")
+    if ref and llama:
+        print(f"ratio refsim / llama.cpp: {ref['tok_s'] / llama['tok_s']:.3f} (target >= 0.5)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

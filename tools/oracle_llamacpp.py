@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""llama.cpp as an oracle: logits and routes of a GGUF, computed by llama.cpp in a subprocess.
+
+Usage::
+
+    python tools/oracle_llamacpp.py MODEL.gguf --tokens 1,5,77 --out OUT.npz [--threads 2]
+    python tools/oracle_llamacpp.py --make-goldens tests/data/oracle   # regenerate the goldens
+
+Needs the optional extra ``oracle`` (``pip install 'refsim[oracle]'`` = llama-cpp-python).
+
+llama.cpp runs in a child process (``--worker``) because a bad file can ``GGML_ASSERT`` and
+abort the whole process; the parent reports that as an error naming the file. Settings are the
+ones under which llama.cpp matches a float reference to ~1e-6 (shared/reference/oracle/README.md):
+
+- KV cache in F32 (``type_k = type_v = GGML_TYPE_F32``), flash attention off;
+- one ubatch holding every token, every token asking for logits (otherwise llama.cpp skips
+  the last layer's MoE for the other rows: the last-layer rule, llama-cpp-notes.md §1.3);
+- routes read through ``cb_eval`` on the nodes ``ffn_moe_topk-<il>`` (I32 ``[k, n_tokens]``,
+  a non-contiguous view of the argsort) and ``ffn_moe_weights_norm-<il>`` (llama-cpp-notes.md §7).
+
+The output ``.npz`` holds ``tokens (n,) int32``, ``logits (n, n_vocab) float32``,
+``routes (n, n_layer, k) int16``, ``weights (n, n_layer, k) float32`` and ``meta`` (a JSON
+string: llama-cpp-python version, threads, settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+GOLDEN_TOKENS = [1, 5, 77, 123, 42, 299, 7, 260, 77, 123, 42, 3]
+"""Tokens the golden files are made from (12 positions; a repeat makes the cache/attention non-trivial)."""
+
+GOLDEN_RECIPES = {
+    "F32": dict(arch="qwen3moe", quant="F32", seed=21),
+    "Q8_0": dict(arch="qwen3moe", quant="Q8_0", seed=22),
+    "Q4_0": dict(arch="qwen3moe", quant="Q4_0", seed=23),
+    "MXFP4": dict(arch="qwen3moe", quant="MXFP4", seed=24),
+    "mixed": dict(arch="qwen3moe", quant="mixed", seed=25),
+}
+"""Synthetic models (``refsim.model.write_synthetic`` arguments) with a committed golden each;
+``mixed`` is the Q4_K_M-like K-quant mix (Q4_K, Q6_K ``ffn_down_exps``/``attn_v``/``output``)."""
+
+
+def tensor_digest(path: str) -> str:
+    """sha256 over every tensor's name, type, shape and raw bytes (metadata excluded), hex.
+
+    Goldens record it so a test can tell "the synthetic writer now makes other weights"
+    (regenerate the goldens) from "refsim computes differently" (a bug).
+    """
+    from refsim.model import open_model
+    m = open_model(path)
+    h = hashlib.sha256()
+    for name, ti in m.tensors.items():
+        h.update(f"{name}:{int(ti.ggml_type)}:{list(ti.shape_gguf)};".encode())
+        h.update(np.ascontiguousarray(m.raw(name)).tobytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# worker (runs inside the child process; imports llama_cpp)
+
+def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
+    import ctypes
+
+    import llama_cpp as L
+
+    class GgmlTensor(ctypes.Structure):  # ggml/include/ggml.h: GGML_MAX_DIMS 4, GGML_MAX_SRC 10, GGML_MAX_NAME 64
+        _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
+                    ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4),
+                    ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16), ("flags", ctypes.c_int32),
+                    ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t),
+                    ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64), ("extra", ctypes.c_void_p),
+                    ("padding", ctypes.c_char * 8)]
+
+    GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
+    captured: dict[str, np.ndarray] = {}
+
+    def read(t, dtype) -> np.ndarray:
+        ne0, ne1 = int(t.ne[0]), int(t.ne[1]) * int(t.ne[2])
+        nb0, nb1 = int(t.nb[0]), int(t.nb[1]) if t.ne[1] > 1 else int(t.nb[2])
+        if t.ne[1] > 1 and t.ne[2] > 1:
+            raise RuntimeError(f"unexpected 3-D node {t.name}")
+        size = nb1 * (ne1 - 1) + nb0 * ne0
+        buf = (ctypes.c_char * size).from_address(t.data)
+        return np.ndarray((ne1, ne0), dtype=dtype, buffer=buf, strides=(nb1, nb0)).copy()
+
+    @L.ggml_backend_sched_eval_callback
+    def cb(t_ptr, ask, _user):
+        t = ctypes.cast(t_ptr, ctypes.POINTER(GgmlTensor)).contents
+        name = t.name.decode(errors="replace")
+        want = name.startswith("ffn_moe_topk-") or name.startswith("ffn_moe_weights_norm-")
+        if ask:
+            return want
+        if want:
+            if name.startswith("ffn_moe_topk-") and t.type == GGML_TYPE_I32:
+                captured[name] = read(t, np.int32)
+            elif t.type == GGML_TYPE_F32:
+                # weights_norm is [1, k, n_tokens]: rows of k per token
+                w = read_weights(t)
+                captured[name] = w
+        return True
+
+    def read_weights(t) -> np.ndarray:
+        k, n = int(t.ne[1]), int(t.ne[2])
+        nb1, nb2 = int(t.nb[1]), int(t.nb[2])
+        size = nb2 * (n - 1) + nb1 * k
+        buf = (ctypes.c_char * size).from_address(t.data)
+        return np.ndarray((n, k), dtype=np.float32, buffer=buf, strides=(nb2, nb1)).copy()
+
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    model_p = L.llama_model_load_from_file(model.encode(), mp)
+    if not model_p:
+        raise SystemExit(f"llama.cpp could not load {model}")
+    n = len(tokens)
+    cp = L.llama_context_default_params()
+    cp.n_ctx = max(64, n)
+    cp.n_batch = cp.n_ubatch = max(n, 1)
+    cp.n_threads = cp.n_threads_batch = threads
+    cp.type_k = cp.type_v = 0  # GGML_TYPE_F32
+    if hasattr(cp, "flash_attn_type"):
+        cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
+    elif hasattr(cp, "flash_attn"):
+        cp.flash_attn = False
+    cp.cb_eval = cb
+    cp.cb_eval_user_data = None
+    ctx = L.llama_init_from_model(model_p, cp)
+    if not ctx:
+        raise SystemExit(f"llama.cpp could not create a context for {model}")
+    batch = L.llama_batch_init(n, 0, 1)
+    for i, tok in enumerate(tokens):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, i, 1, True
+        batch.seq_id[i][0] = 0
+    batch.n_tokens = n
+    rc = L.llama_decode(ctx, batch)
+    if rc != 0:
+        raise SystemExit(f"llama_decode returned {rc} for {model}")
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model_p))
+    logits = np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
+                       for i in range(n)]).astype(np.float32)
+    layers = sorted({int(k.rsplit("-", 1)[1]) for k in captured if k.startswith("ffn_moe_topk-")})
+    if not layers:
+        raise SystemExit("no ffn_moe_topk nodes were observed (not an MoE model?)")
+    routes = np.stack([captured[f"ffn_moe_topk-{il}"] for il in layers], axis=1).astype(np.int16)
+    weights = np.stack([captured.get(f"ffn_moe_weights_norm-{il}", np.full(routes[:, 0].shape, np.nan))
+                        for il in layers], axis=1).astype(np.float32)
+    meta = dict(llama_cpp_python=getattr(L, "__version__", "?"), threads=threads, type_kv="F32",
+                flash_attn="off", n_ubatch=n, logits_all=True)
+    L.llama_batch_free(batch)
+    L.llama_free(ctx)
+    L.llama_model_free(model_p)
+    _save(out, tokens=np.asarray(tokens, np.int32), logits=logits, routes=routes, weights=weights,
+          meta=np.array(json.dumps(meta)))
+
+
+def _save(path: str, **arrays) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".oracle-", suffix=".npz", dir=folder)
+    os.close(fd)
+    try:
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# parent side
+
+class OracleError(RuntimeError):
+    """llama.cpp failed (abort, load failure, timeout); the message names the model."""
+
+
+def available() -> bool:
+    """True if ``llama_cpp`` can be imported (without importing it here)."""
+    import importlib.util
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def run_oracle(model: str, tokens: list[int], threads: int = 2, timeout_s: float = 300.0) -> dict:
+    """Run llama.cpp on ``model`` in a child process and return its outputs.
+
+    Parameters
+    ----------
+    model : str
+        GGUF path.
+    tokens : list of int
+        Token ids at positions ``0..n-1``, all asking for logits.
+    threads : int, default 2
+    timeout_s : float, default 300
+        Seconds before the child is killed.
+
+    Returns
+    -------
+    dict
+        ``tokens``, ``logits (n, n_vocab) float32``, ``routes (n, n_layer, k) int16``,
+        ``weights (n, n_layer, k) float32``, ``meta`` (dict).
+
+    Raises
+    ------
+    OracleError
+        If the child exits non-zero (e.g. a GGML_ASSERT abort), times out, or writes nothing.
+    """
+    with tempfile.TemporaryDirectory(prefix="refsim-oracle-") as d:
+        out = os.path.join(d, "out.npz")
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", model, "--tokens",
+               ",".join(str(t) for t in tokens), "--out", out, "--threads", str(threads)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise OracleError(f"{model}: llama.cpp did not finish in {timeout_s:g} s") from None
+        if proc.returncode != 0 or not os.path.exists(out):
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise OracleError(f"{model}: llama.cpp exited with code {proc.returncode}: {' | '.join(tail)}")
+        with np.load(out) as z:
+            res = {k: z[k] for k in z.files}
+    res["meta"] = json.loads(str(res["meta"]))
+    return res
+
+
+def make_goldens(folder: str, threads: int = 2) -> list[str]:
+    """Write ``qwen3moe-<name>.npz`` for every :data:`GOLDEN_RECIPES` entry into ``folder``.
+
+    Each file holds the oracle outputs on :data:`GOLDEN_TOKENS`, plus ``recipe`` (JSON) and
+    ``digest`` (:func:`tensor_digest` of the model it was made from).
+    """
+    from refsim.model import write_synthetic
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory(prefix="refsim-goldens-") as d:
+        for name, recipe in GOLDEN_RECIPES.items():
+            path = write_synthetic(os.path.join(d, f"{name}.gguf"), **recipe)
+            res = run_oracle(path, GOLDEN_TOKENS, threads=threads)
+            out = os.path.join(folder, f"qwen3moe-{name}.npz")
+            _save(out, tokens=res["tokens"], logits=res["logits"], routes=res["routes"], weights=res["weights"],
+                  meta=np.array(json.dumps(res["meta"])), recipe=np.array(json.dumps(recipe)),
+                  digest=np.array(tensor_digest(path)))
+            written.append(out)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?", help="GGUF model")
+    ap.add_argument("--tokens", default=",".join(map(str, GOLDEN_TOKENS)), help="token ids, e.g. 1,5,77")
+    ap.add_argument("--out", help="output .npz")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--make-goldens", metavar="DIR", help="regenerate the golden files into DIR")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
+    if a.worker:
+        _worker(a.model, tokens, a.out, a.threads)
+        return 0
+    if not available():
+        print("oracle_llamacpp: llama_cpp is not importable; install the extra: pip install 'refsim[oracle]'",
+              file=sys.stderr)
+        return 1
+    try:
+        if a.make_goldens:
+            for p in make_goldens(a.make_goldens, a.threads):
+                print(p)
+            return 0
+        if not a.model or not a.out:
+            ap.error("MODEL and --out are required (or --make-goldens DIR)")
+        res = run_oracle(a.model, tokens, a.threads)
+        _save(a.out, tokens=res["tokens"], logits=res["logits"], routes=res["routes"], weights=res["weights"],
+              meta=np.array(json.dumps(res["meta"])))
+        print(f"{a.out}: logits {res['logits'].shape}, routes {res['routes'].shape}, "
+              f"argmax {res['logits'].argmax(1).tolist()}")
+    except OracleError as exc:
+        print(f"oracle_llamacpp: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.exit(main())
