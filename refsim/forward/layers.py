@@ -137,13 +137,42 @@ def _dot8(w, x):
 
 
 _CHUNK = 16
-PARALLEL_MIN_ELEMENTS = 1 << 21
+PARALLEL_MIN_ELEMENTS = 1 << 20
 """Weights with at least this many elements (``n_out * n_in``) are split over threads; smaller
 products run on one thread (a thread launch costs more than they do). Results are identical."""
 
 
 @njit(cache=True)
+def _dot8_q4_0(row, n_cols, table, x):
+    """:func:`_dot8` of a Q4_0 row with ``x`` without a decode buffer: the same float32 weights
+    (``d * (q - 8)``) added to the same partial sums in the same order, so bit-identical."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for b in range(n_cols // 32):
+        o = b * 18
+        d = table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
+        c = b * 32
+        for half in range(2):          # elements 0..15 (low nibbles), then 16..31 (high nibbles)
+            sh = 4 * half
+            for jj in range(0, 16, 8):
+                q = row[o + 2 + jj:o + 10 + jj]
+                cc = c + 16 * half + jj
+                s0 += np.float64(d * np.float32(((np.int64(q[0]) >> sh) & 15) - 8)) * np.float64(x[cc])
+                s1 += np.float64(d * np.float32(((np.int64(q[1]) >> sh) & 15) - 8)) * np.float64(x[cc + 1])
+                s2 += np.float64(d * np.float32(((np.int64(q[2]) >> sh) & 15) - 8)) * np.float64(x[cc + 2])
+                s3 += np.float64(d * np.float32(((np.int64(q[3]) >> sh) & 15) - 8)) * np.float64(x[cc + 3])
+                s4 += np.float64(d * np.float32(((np.int64(q[4]) >> sh) & 15) - 8)) * np.float64(x[cc + 4])
+                s5 += np.float64(d * np.float32(((np.int64(q[5]) >> sh) & 15) - 8)) * np.float64(x[cc + 5])
+                s6 += np.float64(d * np.float32(((np.int64(q[6]) >> sh) & 15) - 8)) * np.float64(x[cc + 6])
+                s7 += np.float64(d * np.float32(((np.int64(q[7]) >> sh) & 15) - 8)) * np.float64(x[cc + 7])
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@njit(cache=True)
 def _linear_rows(kind, raw, n_cols, table, kvalues, x, out, r0, r1, w):
+    if kind == 2 and x.shape[0] == 1:  # Q4_0, one vector: fused decode + dot (same bits)
+        for r in range(r0, r1):
+            out[0, r] = np.float32(_dot8_q4_0(raw[r], n_cols, table, x[0]))
+        return
     for r in range(r0, r1):
         decode_row(kind, raw[r], n_cols, table, kvalues, w)
         for v in range(x.shape[0]):

@@ -203,3 +203,13 @@ def test_moe_ffn_hand_worked_identity_experts():
     # rows=False positions are skipped (zeros), the rest unchanged
     out2 = moe_ffn(x, ids, w, ex, EXACT, rows=np.array([False, True]))
     assert not out2[0].any() and out2[1].tolist() == out[1].tolist()
+
+
+def test_fused_q4_0_single_vector_path_is_bit_identical_to_the_generic_path():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((24, 96)).astype(np.float32)
+    qw = _qweight(w, Q.Q4_0)
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    both = linear(qw, x, EXACT)                      # n_vec = 2: decode rows, then dot8
+    one = np.concatenate([linear(qw, x[i:i + 1], EXACT) for i in range(2)])  # fused
+    assert np.array_equal(both, one)
