@@ -25,7 +25,6 @@ import numpy as np
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.ledger import memory_ledger
-from refsim.events import DecodeKind
 from refsim.forward import ForwardTarget
 from refsim.model import open_model, synth, write_synthetic
 from refsim.spec import NgramDraft, SpecConfig, run_generation

@@ -20,7 +20,6 @@ The state is a doubly linked list in arrays, and one Numba kernel applies a whol
 from __future__ import annotations
 
 import numba as nb
-import numpy as np
 
 NIL = -1
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sys
-import tempfile
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.errors import ConfigError
+from refsim.fileio import atomic_path
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.trace import read_trace
 
@@ -33,22 +31,13 @@ def add_parser(sub) -> None:
 
 def write_event_csv(path: str, report: ReplayReport) -> None:
     """Per-event table: one row per decode event (prefill chunks included), atomically."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".replay-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise ConfigError(f"--csv {path}: cannot write here: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
+    with atomic_path(path, "--csv") as tmp:
+        with open(tmp, "w", newline="") as fh:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow(CSV_COLUMNS)
             for i, r in enumerate(report.records):
                 w.writerow([i, r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
                             r.read_bytes, r.resident_bytes])
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def summary_json(report: ReplayReport) -> dict:

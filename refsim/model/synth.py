@@ -13,7 +13,6 @@ All writes are atomic: a temporary file in the target directory, then ``os.repla
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -22,6 +21,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import quantize
 
 from refsim.errors import ConfigError
+from refsim.fileio import atomic_path
 from refsim.model import k_quantize
 
 QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K", "mixed")
@@ -218,10 +218,7 @@ def _add_metadata(w: gguf.GGUFWriter, arch: str, c: Mapping[str, Any], nextn: bo
 
 def _atomic_write(path: str | os.PathLike, arch: str, fill: Callable[[gguf.GGUFWriter], None], data: bool) -> str:
     path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=".gguf.tmp", dir=d)
-    os.close(fd)
-    try:
+    with atomic_path(path, "--out", suffix=".gguf.tmp") as tmp:
         w = gguf.GGUFWriter(tmp, arch)
         fill(w)
         w.write_header_to_file()
@@ -231,11 +228,6 @@ def _atomic_write(path: str | os.PathLike, arch: str, fill: Callable[[gguf.GGUFW
         else:
             w.write_ti_data_to_file()
         w.close()
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 

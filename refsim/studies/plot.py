@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 
 from refsim import MIB
 from refsim.errors import ConfigError
+from refsim.fileio import atomic_path
 
 INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
 
@@ -23,18 +22,8 @@ def _pyplot():
 
 def _save(fig, path: str) -> None:
     """Save ``fig`` as PNG to ``path`` atomically (temp file in the same folder + rename)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=folder)
-    except OSError as exc:
-        raise ConfigError(f"--plot {path}: cannot write here: {exc.strerror}") from None
-    os.close(fd)
-    try:
+    with atomic_path(path, "--plot", suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def plot_sweep(result, path: str, title: str = "") -> None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 
 from refsim import MIB
@@ -23,6 +21,7 @@ from refsim.cache.mrc import lru_curve
 from refsim.cache.policy import POLICIES, get_policy, replay_policy
 from refsim.cache.summary import CacheSummary
 from refsim.errors import ConfigError
+from refsim.fileio import atomic_path
 
 CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
 """The engine's replay-curve columns (route-replay.py ``--csv``)."""
@@ -151,21 +150,12 @@ def write_sweep_csv(path: str, result: SweepResult) -> None:
     ConfigError
         Naming ``--csv`` and the path if the folder cannot be written.
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".sweep-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise ConfigError(f"--csv {path}: cannot write here: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
+    with atomic_path(path, "--csv") as tmp:
+        with open(tmp, "w", newline="") as fh:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow(CSV_COLUMNS)
             for r in result.rows:
                 w.writerow(r.csv_fields())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def format_table(result: SweepResult) -> list[str]:

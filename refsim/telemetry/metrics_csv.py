@@ -25,11 +25,11 @@ rows carry 0; every row of the group carries ``mtp_batch`` = tokens the decode c
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, fields
 
 from refsim import MIB, __version__
 from refsim.errors import ConfigError
+from refsim.fileio import write_text_atomic
 from refsim.telemetry.constants import METRICS_COLUMNS, METRICS_MAGIC, SUMMARY_KEYS
 from refsim.telemetry.stats import RunStats
 
@@ -219,20 +219,4 @@ def write_metrics_csv(path, result, stats: RunStats | None = None,
     ConfigError
         If the folder cannot be written (names ``--csv`` and the path).
     """
-    text = format_metrics_csv(result, stats, preamble)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".metrics-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise ConfigError(f"--csv {path}: cannot write here: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomic(path, format_metrics_csv(result, stats, preamble), what="--csv")

@@ -10,13 +10,12 @@ counters. Weights are written as the shortest text that reads back to the same f
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from refsim.errors import TraceFormatError
 from refsim.events import DecodeEvent, DecodeKind
+from refsim.fileio import atomic_path
 from refsim.trace.format import TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
 
 
@@ -100,26 +99,13 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
 
     Raises
     ------
-    TraceFormatError
+    ConfigError
         If the folder cannot be written (names the path).
     """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".route-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot create a file here: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+    with atomic_path(path, "route trace") as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(format_header(header))
             for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
                 if ev.kind is DecodeKind.DRAFT:
                     continue
                 fh.write(format_event_rows(ev, res, chg))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -1,6 +1,5 @@
 """Properties of the LRU cache on random event streams, and a differential test vs a model."""
 
-import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -1,7 +1,6 @@
 """Exact byte accounting: a hand-worked small model and the Qwen3-30B-A3B-Q4_K_M twin vs the engine."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -2,7 +2,6 @@
 
 import struct
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from gguf import GGMLQuantizationType as Q

@@ -1,0 +1,58 @@
+"""Atomic file output: every file refsim writes appears complete or not at all.
+
+A run interrupted or failing midway never leaves a half-written trace, CSV, plot or model
+behind, and never clobbers an earlier good file (write to a temporary file in the destination's
+folder, then rename it over the destination; ``os.replace`` is atomic on POSIX and Windows).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from refsim.errors import ConfigError
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".tmp") -> Iterator[str]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` when the block succeeds.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Destination file.
+    what : str
+        How to name the destination in an error (a flag such as ``--csv``).
+    suffix : str
+        Suffix of the temporary file (some writers choose the format from it, e.g. ``.png``).
+
+    Raises
+    ------
+    ConfigError
+        If the destination's folder cannot be written (names ``what`` and the path).
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=suffix, dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write here: {exc.strerror}") from None
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, what: str = "output") -> None:
+    """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` atomically; see :func:`atomic_path`."""
+    with atomic_path(path, what) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
