@@ -109,11 +109,14 @@ def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
         return True
 
     def read_weights(t) -> np.ndarray:
-        k, n = int(t.ne[1]), int(t.ne[2])
-        nb1, nb2 = int(t.nb[1]), int(t.nb[2])
-        size = nb2 * (n - 1) + nb1 * k
+        # ffn_moe_weights_norm: [1, k, n_tokens] or [k, n_tokens]; returns (n_tokens, k)
+        if int(t.ne[0]) == 1:
+            k, n, sk, sn = int(t.ne[1]), int(t.ne[2]), int(t.nb[1]), int(t.nb[2])
+        else:
+            k, n, sk, sn = int(t.ne[0]), int(t.ne[1]), int(t.nb[0]), int(t.nb[1])
+        size = sn * (n - 1) + sk * k
         buf = (ctypes.c_char * size).from_address(t.data)
-        return np.ndarray((n, k), dtype=np.float32, buffer=buf, strides=(nb2, nb1)).copy()
+        return np.ndarray((n, k), dtype=np.float32, buffer=buf, strides=(sn, sk)).copy()
 
     L.llama_backend_init()
     mp = L.llama_model_default_params()
@@ -167,6 +170,7 @@ def _save(path: str, **arrays) -> None:
     os.close(fd)
     try:
         np.savez_compressed(tmp, **arrays)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -69,19 +69,28 @@ def block_amax_kernel(x, block, out):
 
 
 @njit(cache=True)
-def q8_0_kernel(x, amax, dh, out):
+def _round(v, tie):
+    # nearest integer; exact halves: tie 0 = to even (ggml), 1 = up, 2 = down
+    r = np.rint(v)
+    if tie != 0 and abs(v - np.floor(v) - 0.5) == 0:
+        r = np.floor(v) + 1 if tie == 1 else np.floor(v)
+    return r
+
+
+@njit(cache=True)
+def q8_0_kernel(x, amax, dh, out, tie=0):
     """Q8_0 round trip given per-block ``amax`` and the f16-rounded scale ``dh`` (float32)."""
     for p in range(x.shape[0]):
         for b in range(x.shape[1] // 32):
             a = amax[p, b]
             iden = np.float32(127.0) / a if a != 0 else np.float32(0.0)
             for j in range(32):
-                q = np.rint(np.float32(x[p, b * 32 + j] * iden))
+                q = _round(np.float32(x[p, b * 32 + j] * iden), tie)
                 out[p, b * 32 + j] = dh[p, b] * np.float32(q)
 
 
 @njit(cache=True)
-def q8_k_kernel(x, out):
+def q8_k_kernel(x, out, tie=0):
     """Q8_K round trip (``quantize_row_q8_K_ref`` then ``d * q``), rows of 256-blocks."""
     for p in range(x.shape[0]):
         for b in range(x.shape[1] // 256):
@@ -100,7 +109,7 @@ def q8_k_kernel(x, out):
             iscale = np.float32(np.float32(-127.0) / mx)
             d = np.float32(np.float32(1.0) / iscale)
             for j in range(256):
-                v = np.rint(np.float32(iscale * x[p, o + j]))
+                v = _round(np.float32(iscale * x[p, o + j]), tie)
                 if v > 127:
                     v = 127
                 out[p, o + j] = np.float32(d * np.float32(v))
@@ -113,7 +122,7 @@ def _bf16_round(x: np.ndarray) -> np.ndarray:
     return (r.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
-def quantize_activations(x: np.ndarray, kind: int) -> np.ndarray:
+def quantize_activations(x: np.ndarray, kind: int, tie: int = 0) -> np.ndarray:
     """Round-trip activation rows as ggml's CPU path would before a quantized product.
 
     Parameters
@@ -121,6 +130,11 @@ def quantize_activations(x: np.ndarray, kind: int) -> np.ndarray:
     x : (n_pos, n_cols) float32 ndarray
     kind : int
         ``ACT_NONE``, ``ACT_F16``, ``ACT_BF16``, ``ACT_Q8_0`` or ``ACT_Q8_K`` (see :func:`act_kind`).
+    tie : {0, 1, 2}, default 0
+        Exact halves of ``x * scale``: 0 rounds to even (ggml's rule), 1 up, 2 down. refsim's
+        activations differ from llama.cpp's in the last bits (its float32 sums), so a value refsim
+        computes as an exact half can fall on either side in llama.cpp; the oracle tests accept
+        either (docs/forward.md, "Activation near-ties").
 
     Returns
     -------
@@ -139,9 +153,9 @@ def quantize_activations(x: np.ndarray, kind: int) -> np.ndarray:
         amax = np.empty((x.shape[0], x.shape[1] // 32), dtype=np.float32)
         block_amax_kernel(x, 32, amax)
         d = (amax / np.float32(127.0)).astype(np.float32)
-        q8_0_kernel(x, amax, d.astype(np.float16).astype(np.float32), out)
+        q8_0_kernel(x, amax, d.astype(np.float16).astype(np.float32), out, tie)
     elif kind == ACT_Q8_K:
-        q8_k_kernel(x, out)
+        q8_k_kernel(x, out, tie)
     else:
         raise ValueError(f"unknown activation kind {kind}")
     return out

@@ -55,18 +55,25 @@ class Numerics:
     Parameters
     ----------
     mode : {'exact', 'ggml'}
+    act_tie : {'even', 'up', 'down'}, default 'even'
+        ``ggml`` mode: how an exact half in activation quantisation rounds ('even' is ggml's
+        rule; 'up'/'down' let a test see both sides of a tie llama.cpp's float32 sums may land
+        on either side of).
 
     Raises
     ------
     ConfigError
-        For any other mode.
+        For any other mode or tie rule.
     """
 
     mode: str = "exact"
+    act_tie: str = "even"
 
     def __post_init__(self) -> None:
         if self.mode not in NUMERICS:
             raise ConfigError(f"--numerics: expected one of {', '.join(NUMERICS)}, got {self.mode!r}")
+        if self.act_tie not in ("even", "up", "down"):
+            raise ConfigError(f"act_tie: expected even, up or down, got {self.act_tie!r}")
 
     @property
     def quantize_activations(self) -> bool:
@@ -228,7 +235,7 @@ def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
     n_pos, n_in = x.shape
     assert n_in == w.n_in, (n_in, w.n_in)
     if numerics.quantize_activations:
-        x = quantize_activations(x, act_kind(w.qtype))
+        x = quantize_activations(x, act_kind(w.qtype), ("even", "up", "down").index(numerics.act_tie))
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((n_pos, w.n_out), dtype=np.float32)
     if n_pos:

@@ -213,3 +213,14 @@ def test_fused_q4_0_single_vector_path_is_bit_identical_to_the_generic_path():
     both = linear(qw, x, EXACT)                      # n_vec = 2: decode rows, then dot8
     one = np.concatenate([linear(qw, x[i:i + 1], EXACT) for i in range(2)])  # fused
     assert np.array_equal(both, one)
+
+
+def test_activation_tie_rules():
+    # 2.5 and -45.5 are exact halves after scaling (amax 127 -> id 1): even / up / down
+    x = np.zeros((1, 32), np.float32)
+    x[0, :3] = [127.0, 2.5, -45.5]
+    assert quantize_activations(x, ACT_Q8_0, 0)[0, 1:3].tolist() == [2.0, -46.0]
+    assert quantize_activations(x, ACT_Q8_0, 1)[0, 1:3].tolist() == [3.0, -45.0]
+    assert quantize_activations(x, ACT_Q8_0, 2)[0, 1:3].tolist() == [2.0, -46.0]
+    with pytest.raises(ConfigError, match="act_tie"):
+        Numerics("ggml", "odd")
