@@ -144,8 +144,8 @@ def _dot8(w, x):
 
 
 _CHUNK = 16
-PARALLEL_MIN_ELEMENTS = 1 << 20
-"""Weights with at least this many elements (``n_out * n_in``) are split over threads; smaller
+PARALLEL_MIN_ELEMENTS = 1 << 23
+"""Weights with at least this many elements (``n_out * n_in``, 8 Mi) are split over threads; smaller
 products run on one thread (a thread launch costs more than they do). Results are identical."""
 
 
