@@ -51,6 +51,16 @@ def test_run_json_and_trace_replays_to_the_same_counters(builtin_cache, capsys, 
     assert rep["mib_per_token"] == run["mib_per_token"]
     assert rep["residency_rows"] > 0 and rep["residency_agree"] == rep["residency_rows"]
     assert csv.read_text().startswith("# bmoe_metrics")
+    # the last-layer rule as the engine's traces show it: the prefill routes the last layer only
+    # for the last prompt position; every decode routes every layer
+    from refsim.events import NOT_ROUTED, DecodeKind
+    from refsim.trace import read_trace
+    events = read_trace(trace).events
+    pre = events[0]
+    assert pre.kind is DecodeKind.PREFILL and pre.n_pos == len(run["prompt_tokens"])
+    assert (pre.routes[:-1, -1] == NOT_ROUTED).all() and (pre.routes[-1, -1] >= 0).all()
+    assert (pre.routes[:, :-1] >= 0).all()
+    assert all((e.routes >= 0).all() for e in events[1:])
 
 
 def test_run_ngram_generates_the_plain_greedy_tokens(builtin_cache, capsys):
