@@ -7,7 +7,9 @@ Engine rules (bmoe-engine.md §2; llama-cpp-notes.md §5.6, llama.cpp ``draft-mt
   **own routed experts**, at layer index ``n_layer`` of the streamed span ``n_layer + 1``.
 - **Begin** (after the prefill): the draft context processes the prompt at ``0..n_prompt-1``;
   row ``p`` carries the target's ``h_nextn`` of ``p - 1``; row 0 carries ``pending_h``, zero at
-  the start (refsim's reading of ``process()``; the oracle drives llama.cpp the same way).
+  the start (llama.cpp common/speculative.cpp ``common_speculative_impl_draft_mtp``: the
+  constructor fills ``pending_h`` with zeros and ``process()`` gives it to the first row; checked
+  against llama.cpp by tests/forward/test_qwen35moe_oracle.py).
   ``pending_h`` = the last prompt row's ``h``.
 - **Draft**: step 0 decodes ``tok`` at ``n_past`` with ``pending_h``; each step takes the top-1
   token and its probability ``p`` (softmax over the 10 best logits: the driver's top-k 10
