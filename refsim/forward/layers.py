@@ -216,6 +216,59 @@ def linear_kernel_parallel(kind, raw, n_cols, table, kvalues, x, out):
         _linear_rows(kind, raw, n_cols, table, kvalues, x, out, ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK), w)
 
 
+@njit(cache=True, parallel=True)
+def expert_pairs_kernel(kind, raw3, n_cols, table, kvalues, ids, x, out):
+    """``out[i, r] = dot8(decode(raw3[ids[i], r]), x[i])``: one vector per (expert, vector) pair,
+    rows of all pairs split over threads in chunks of 16. Each element is computed exactly as
+    :func:`linear_kernel` computes a one-vector product (same bits), in one parallel launch.
+
+    Parameters
+    ----------
+    raw3 : (n_expert, n_rows, row_bytes) uint8 ndarray
+    ids : (m,) int64 ndarray
+        Expert of each pair.
+    x : (m, n_cols) float32 ndarray
+    out : (m, n_rows) float32 ndarray
+    """
+    m = ids.shape[0]
+    n_rows = raw3.shape[1]
+    per = (n_rows + _CHUNK - 1) // _CHUNK
+    for job in prange(m * per):
+        i = job // per
+        ch = job - i * per
+        w = np.empty(n_cols, dtype=np.float32)
+        _linear_rows(kind, raw3[ids[i]], n_cols, table, kvalues, x[i:i + 1], out[i:i + 1],
+                     ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK), w)
+
+
+def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: np.ndarray,
+                  numerics: Numerics) -> np.ndarray:
+    """Per pair ``i``: ``W_{ids[i]} @ x[i]`` for a 3-D expert tensor, in one (threaded) call.
+
+    Parameters
+    ----------
+    raw3 : (n_expert, n_out, row_bytes) uint8 ndarray
+        Memory-mapped expert slices (only the slices in ``ids`` are read).
+    qtype : int
+    n_in : int
+    ids : (m,) int array
+    x : (m, n_in) float32 ndarray
+    numerics : Numerics
+
+    Returns
+    -------
+    (m, n_out) float32 ndarray
+        Bit-identical to ``linear(QWeight(raw3[ids[i]], qtype, n_in), x[i:i+1], numerics)``.
+    """
+    if numerics.quantize_activations:
+        x = quantize_activations(x, act_kind(qtype), ("even", "up", "down").index(numerics.act_tie))
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((x.shape[0], raw3.shape[1]), dtype=np.float32)
+    if x.shape[0]:
+        expert_pairs_kernel(int(qtype), raw3, n_in, F16_TO_F32, KVALUES, np.asarray(ids, dtype=np.int64), x, out)
+    return out
+
+
 def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
     """``y = W x`` for every row of ``x``.
 
@@ -659,7 +712,15 @@ def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: Expert
     active = np.ones(n_pos, dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
     y = np.zeros((n_pos, k, n_embd), dtype=np.float32)
     sel_ids = np.where(active[:, None], ids.astype(np.int64), -1)
-    for e in np.unique(sel_ids[sel_ids >= 0]):
+    if active.sum() == 1:
+        # one position (a plain decode): its k experts in one threaded call per projection
+        p = int(np.nonzero(active)[0][0])
+        e_ids = sel_ids[p]
+        xk = np.repeat(x[p:p + 1], k, axis=0)                                      # [k, n_embd]
+        g = expert_linear(experts.gate, experts.gate_type, n_embd, e_ids, xk, numerics)
+        u = expert_linear(experts.up, experts.up_type, n_embd, e_ids, xk, numerics)
+        y[p] = expert_linear(experts.down, experts.down_type, experts.n_ff_exp, e_ids, swiglu(g, u), numerics)
+    for e in (np.unique(sel_ids[sel_ids >= 0]) if active.sum() != 1 else ()):
         pp, ss = np.nonzero(sel_ids == e)
         gate, up, down = experts.expert(int(e))
         xe = x[pp]

@@ -224,3 +224,17 @@ def test_activation_tie_rules():
     assert quantize_activations(x, ACT_Q8_0, 2)[0, 1:3].tolist() == [2.0, -46.0]
     with pytest.raises(ConfigError, match="act_tie"):
         Numerics("ggml", "odd")
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.Q8_0, Q.Q4_0])
+def test_expert_linear_equals_one_linear_per_pair(qtype):
+    from refsim.forward.layers import expert_linear
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((3, 40, 64)).astype(np.float32)
+    raw3 = np.stack([_qweight(w[e], qtype).raw for e in range(3)])
+    ids = np.array([2, 0, 2])
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    for num in (EXACT, GGML):
+        got = expert_linear(raw3, int(qtype), 64, ids, x, num)
+        want = np.concatenate([linear(QWeight(raw3[e], int(qtype), 64), x[i:i + 1], num) for i, e in enumerate(ids)])
+        assert np.array_equal(got, want)
