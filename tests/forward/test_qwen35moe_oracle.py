@@ -159,8 +159,18 @@ def check_mtp_head_over_the_prompt_matches_llama_cpp(name, model, w, g):
 def check_mtp_loop_drafts_and_verifies_as_llama_cpp(name, model, w, g):
     """refsim's loop with the MTP source (engine order: accept before catch-up) against
     llama.cpp driven as common/speculative.cpp does (process the whole verify batch, then
-    seq_rm the rejected tail): same drafts, acceptances, verify logits and routes."""
+    seq_rm the rejected tail): same drafts, draft-step logits and head routes, acceptances,
+    verify logits and routes."""
     target, draft = mtp_source_for(model, SpecConfig(spec="mtp", draft_max=oracle.N_DRAFT), numerics=numerics(name, "loop"))
+    head_logits = []                 # logits of every draft-context decode, in DRAFT-event order
+    real_decode = draft._decode
+
+    def spy(tokens, positions, h_prev):
+        res, ev = real_decode(tokens, positions, h_prev)
+        head_logits.append(res.logits)
+        return res, ev
+
+    draft._decode = spy
     run = run_generation(target, draft, oracle.PROMPT, n_predict=4 * oracle.ROUNDS + 4, draft_max=oracle.N_DRAFT)
     verify = [i for i, e in enumerate(run.events) if e.kind == DecodeKind.VERIFY][:oracle.ROUNDS]
     assert len(verify) == oracle.ROUNDS
@@ -182,6 +192,9 @@ def check_mtp_loop_drafts_and_verifies_as_llama_cpp(name, model, w, g):
         steps = [e for e in run.events[i - oracle.N_DRAFT:i]]
         assert all(e.kind == DecodeKind.DRAFT and e.positions.size == 1 for e in steps)
         assert np.array_equal(np.stack([e.routes[0, n_layer] for e in steps]), g["loop_draft_routes"][r])
+        n_before = sum(e.kind == DecodeKind.DRAFT for e in run.events[:i - oracle.N_DRAFT])
+        got = np.concatenate(head_logits[n_before:n_before + oracle.N_DRAFT])
+        assert dmax(got, g["loop_draft_logits"][r]) <= TOL, f"{name} round {r}: draft-step logits"
     assert sum(g["loop_n_acc"]) == sum(run.events[i].accepted for i in verify)
 
 
