@@ -241,6 +241,14 @@ def expert_pairs_kernel(kind, raw3, n_cols, table, kvalues, ids, x, out):
                      ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK), w)
 
 
+@njit(cache=True)
+def expert_pairs_kernel_serial(kind, raw3, n_cols, table, kvalues, ids, x, out):
+    """:func:`expert_pairs_kernel` on one thread (for small products)."""
+    w = np.empty(n_cols, dtype=np.float32)
+    for i in range(ids.shape[0]):
+        _linear_rows(kind, raw3[ids[i]], n_cols, table, kvalues, x[i:i + 1], out[i:i + 1], 0, raw3.shape[1], w)
+
+
 def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: np.ndarray,
                   numerics: Numerics) -> np.ndarray:
     """Per pair ``i``: ``W_{ids[i]} @ x[i]`` for a 3-D expert tensor, in one (threaded) call.
@@ -265,7 +273,9 @@ def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: n
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], raw3.shape[1]), dtype=np.float32)
     if x.shape[0]:
-        expert_pairs_kernel(int(qtype), raw3, n_in, F16_TO_F32, KVALUES, np.asarray(ids, dtype=np.int64), x, out)
+        big = x.shape[0] * raw3.shape[1] * n_in >= PARALLEL_MIN_ELEMENTS
+        kernel = expert_pairs_kernel if big else expert_pairs_kernel_serial
+        kernel(int(qtype), raw3, n_in, F16_TO_F32, KVALUES, np.asarray(ids, dtype=np.int64), x, out)
     return out
 
 
