@@ -34,6 +34,8 @@ flash attention off, one ubatch per decode (shared/reference/oracle/README.md):
     ``llama_memory_seq_rm(mem, 0, P + keep, -1)`` for ``keep`` = 1, 2, 3, then a correction
     token; its logits against a fresh context fed ``prompt + batch[:keep] + [correction]`` in
     one batch. ``rb_fail_ok`` is ``seq_rm``'s answer for a 4-position rollback (> n_rs_seq).
+    ``rb_split_*``: the same with the batch fed as two decodes of 2 (:data:`RB_SPLIT`); the
+    fresh-run references are ``rb_fresh``.
 
 Routes everywhere are read through ``cb_eval`` on ``ffn_moe_topk-<il>`` (I32 ``[k, n_tokens]``);
 the MTP head's are at ``il = n_layer``.
@@ -89,6 +91,11 @@ RB_KEEP = (1, 2, 3)
 """Rollback experiment: batch tokens kept (rollback of 3, 2, 1 positions)."""
 
 RB_N_RS_SEQ = 3
+
+RB_SPLIT = [RB_BATCH[:2], RB_BATCH[2:]]
+"""Rollback behind the last batch: the same 4 tokens as two decodes of 2. llama.cpp writes
+snapshot slot ``s`` only for ``s <`` the last ubatch's tokens (``TAG_RECURRENT_ROLLBACK_SPLITS``),
+so removing 2 or 3 positions here reads stale SSM slots (``rb_split_*``)."""
 
 GOLDEN_RECIPES = {
     "F32": dict(arch="qwen35moe", quant="F32", nextn=True, seed=31),
@@ -279,6 +286,21 @@ def _worker(model: str, out: str, threads: int) -> None:
     L.llama_free(ctx)
     res.update(rb_keep=np.array(RB_KEEP), rb_ok=np.array(rb_ok), rb_logits=np.stack(rb_logits),
                rb_fresh=np.stack(rb_fresh))
+
+    # rollback behind the last batch: the batch fed as RB_SPLIT decodes
+    sp_logits, sp_fresh, sp_ok = [], [], []
+    for keep in RB_KEEP:
+        ctx = new_ctx(n_rs_seq=RB_N_RS_SEQ)
+        decode(ctx, PROMPT, 0)
+        n = P
+        for chunk in RB_SPLIT:
+            decode(ctx, chunk, n)
+            n += len(chunk)
+        ok = bool(L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, P + keep, -1))
+        sp_ok.append(ok)
+        sp_logits.append(decode(ctx, [RB_CORRECTION], P + keep)[0][0] if ok else np.full(n_vocab, np.nan))
+        L.llama_free(ctx)
+    res.update(rb_split_ok=np.array(sp_ok), rb_split_logits=np.stack(sp_logits))
     L.llama_model_free(mdl)
     for k, v in res.items():
         if v.dtype == np.float64:
@@ -328,7 +350,7 @@ def run_oracle(model: str, threads: int = 2, timeout_s: float = 300.0) -> dict:
         with np.load(out) as z:
             res.update({k: z[k] for k in z.files})
     res["meta"] = dict(res["meta"], prompt=PROMPT, n_draft=N_DRAFT, rounds=ROUNDS, rb_batch=RB_BATCH,
-                       rb_correction=RB_CORRECTION, rb_n_rs_seq=RB_N_RS_SEQ, mtp_row0="zeros (process())")
+                       rb_correction=RB_CORRECTION, rb_n_rs_seq=RB_N_RS_SEQ, rb_split=RB_SPLIT, mtp_row0="zeros (process())")
     return res
 
 
