@@ -18,16 +18,17 @@ Q8_0 activation rule (the same as :mod:`refsim.forward.actq`, which documents it
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from refsim.errors import ConfigError
 from refsim.kernels.registry import F16_TO_F32
 
 Q8_0_BLOCK = 32
 Q8_0_TYPE_SIZE = 34  # f16 scale + 32 int8
+_CHUNK = 256  # rows per parallel work item; each out[v, r] is computed by one thread in a fixed order
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def q8_0_q8_0_matmul_kernel(raw, wq, xq, xd, table, out):
     """out[v, r] = sum_b f16(raw[r, b].d) * xd[v, b] * sum_j wq[r, b*34+2+j] * xq[v, b*32+j].
 
@@ -47,20 +48,22 @@ def q8_0_q8_0_matmul_kernel(raw, wq, xq, xd, table, out):
     n_rows = raw.shape[0]
     n_vec = xq.shape[0]
     nb = xd.shape[1]
-    for r in range(n_rows):
-        rowu = raw[r]
-        row = wq[r]
-        for v in range(n_vec):
-            xv = xq[v]
-            s = 0.0
-            for b in range(nb):
-                o = b * 34 + 2
-                isum = 0
-                for j in range(32):
-                    isum += row[o + j] * xv[b * 32 + j]
-                dw = table[np.int64(rowu[o - 2]) | (np.int64(rowu[o - 1]) << 8)]
-                s += np.float64(dw) * np.float64(xd[v, b]) * np.float64(isum)
-            out[v, r] = np.float32(s)
+    n_chunks = (n_rows + _CHUNK - 1) // _CHUNK
+    for ch in prange(n_chunks):
+        for r in range(ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK)):
+            rowu = raw[r]
+            row = wq[r]
+            for v in range(n_vec):
+                xv = xq[v]
+                s = 0.0
+                for b in range(nb):
+                    o = b * 34 + 2
+                    isum = 0
+                    for j in range(32):
+                        isum += row[o + j] * xv[b * 32 + j]
+                    dw = table[np.int64(rowu[o - 2]) | (np.int64(rowu[o - 1]) << 8)]
+                    s += np.float64(dw) * np.float64(xd[v, b]) * np.float64(isum)
+                out[v, r] = np.float32(s)
 
 
 def quantize_q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
