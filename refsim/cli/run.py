@@ -12,7 +12,7 @@ import sys
 import time
 
 from refsim import MIB
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, RefsimError
 
 
 def _token_ids(text: str) -> list[int]:
@@ -60,13 +60,22 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _ids_text(model, ids, tokenizer=None) -> str:
+    """Text of generated ids when the file has an SPM vocabulary, else the ids in brackets."""
+    from refsim.model.tokenizer import Tokenizer
+    try:
+        return (tokenizer or Tokenizer.from_model(model)).decode(ids)
+    except RefsimError:
+        return "".join(f"[{int(i)}]" for i in ids)
+
+
 def run(args) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
     from refsim.forward import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
     from refsim.model import open_model
-    from refsim.model.tokenizer import detokenize, encode
+    from refsim.model.tokenizer import Tokenizer
     from refsim.spec import SpecConfig, draft_source_for, run_generation
     from refsim.telemetry import RunStats, summary_lines, write_metrics_csv
     from refsim.trace import TraceHeader
@@ -86,13 +95,15 @@ def run(args) -> int:
         target, source = ForwardTarget(model, args.numerics), draft_source_for(config)
     load_s = time.perf_counter() - t0
     spec = model.spec
+    tokenizer = None
     if args.prompt_tokens is not None:
         prompt = args.prompt_tokens
         if max(prompt) >= spec.n_vocab:
             raise ConfigError(f"--prompt-tokens: ids must be < n_vocab {spec.n_vocab}, got {max(prompt)}")
     else:
-        prompt = encode(model.metadata, "Hello world, this is a streaming test." if args.prompt is None
-                        else args.prompt, path)
+        text_in = "Hello world, this is a streaming test." if args.prompt is None else args.prompt
+        tokenizer = Tokenizer.from_model(model)
+        prompt = tokenizer.encode(text_in).tolist()
     expert_bytes = [model.expert_bytes(il) for il in range(target.n_layer)]  # + the MTP head with --mtp
     if args.cache_mb is not None:
         budget = ExpertCache.mib_to_bytes(args.cache_mb)
@@ -117,7 +128,7 @@ def run(args) -> int:
         result.write_trace(args.route_trace, header)
     if args.csv:
         write_metrics_csv(args.csv, result, stats)
-    text = detokenize(model.metadata, result.tokens.tolist())
+    text = _ids_text(model, result.tokens, tokenizer)
     out = {
         "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,
         "prompt_tokens": [int(t) for t in prompt], "tokens": result.tokens.tolist(), "text": text,

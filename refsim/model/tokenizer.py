@@ -1,12 +1,8 @@
-"""Tokenizers from a GGUF's own vocabulary.
+"""The tokenizer of a GGUF's own vocabulary.
 
-Two entry points:
-
-- :class:`Tokenizer` — the SPM tokenizer of a real ``tokenizer.ggml.model = 'llama'`` vocabulary
-  (Gemma-3-270M's 262144 pieces), agreeing with llama.cpp's ids (below).
-- :func:`encode` / :func:`detokenize` — the byte-level helpers ``refsim run --prompt`` uses on
-  the synthetic models (one ``<0xNN>`` token per UTF-8 byte; kept as they are so synthetic runs
-  keep their token ids).
+:class:`Tokenizer` is the SPM tokenizer of a ``tokenizer.ggml.model = 'llama'`` vocabulary —
+Gemma-3-270M's 262144 pieces, or the small vocabulary refsim's synthetic models carry —
+agreeing with llama.cpp's ids (below). ``refsim run --prompt`` uses it for every model.
 
 What llama.cpp does with an SPM vocabulary (``llama_vocab::impl::tokenize``, SPM branch, with
 ``parse_special = false`` as ``Llama.tokenize(..., special=False)``), and how :class:`Tokenizer`
@@ -51,81 +47,15 @@ Source: llama.cpp ``src/llama-vocab.cpp`` (``llm_tokenizer_spm_session``,
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from refsim.errors import ConfigError, ModelFormatError
+from refsim.errors import ModelFormatError
 
 _TOKENS = "tokenizer.ggml.tokens"
-
-
-def _byte_ids(tokens: Sequence[str]) -> dict[int, int]:
-    out = {}
-    for i, t in enumerate(tokens):
-        if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
-            try:
-                out[int(t[3:5], 16)] = i
-            except ValueError:
-                continue
-    return out
-
-
-def encode(metadata: Mapping[str, Any], text: str, path: str = "<gguf>") -> list[int]:
-    """Token ids of ``text``: BOS (if ``tokenizer.ggml.add_bos_token`` is not false and a BOS id
-    exists), then one ``<0xNN>`` token per UTF-8 byte.
-
-    Parameters
-    ----------
-    metadata : mapping
-        GGUF metadata (``Model.metadata``).
-    text : str
-    path : str
-        File name for messages.
-
-    Returns
-    -------
-    list of int
-
-    Raises
-    ------
-    ConfigError
-        The file has no vocabulary, or its vocabulary lacks a byte token that ``text`` needs.
-    """
-    tokens = metadata.get(_TOKENS)
-    if not tokens:
-        raise ConfigError(f"--prompt needs a vocabulary ({_TOKENS}) and {path} has none; use --prompt-tokens")
-    table = _byte_ids(tokens)
-    ids: list[int] = []
-    bos = metadata.get("tokenizer.ggml.bos_token_id")
-    if bos is not None and metadata.get("tokenizer.ggml.add_bos_token", True):
-        ids.append(int(bos))
-    for b in text.encode("utf-8"):
-        if b not in table:
-            raise ConfigError(f"--prompt: {path} has no byte token <0x{b:02X}> (needed by the text)")
-        ids.append(table[b])
-    return ids
-
-
-def detokenize(metadata: Mapping[str, Any], ids: Sequence[int]) -> str:
-    """Text of token ids: byte tokens become bytes (decoded as UTF-8, errors replaced), pieces
-    have ``\\u2581`` turned into a space, control tokens (``<s>``, ``</s>``, ``<unk>``) vanish.
-    Without a vocabulary, ids are shown as ``[id]``."""
-    tokens = metadata.get(_TOKENS)
-    if not tokens:
-        return "".join(f"[{i}]" for i in ids)
-    out = bytearray()
-    for i in ids:
-        t = tokens[i] if 0 <= i < len(tokens) else ""
-        if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
-            out.append(int(t[3:5], 16))
-        elif t in ("<s>", "</s>", "<unk>"):
-            continue
-        else:
-            out += t.replace("\u2581", " ").encode("utf-8")
-    return out.decode("utf-8", errors="replace")
 
 
 # --- the SPM tokenizer (real vocabularies) ------------------------------------------------------
@@ -333,7 +263,7 @@ class Tokenizer:
             tid = index.get(f"<0x{b:02X}>")
             if tid is None or types[tid] != BYTE:
                 raise ModelFormatError(f"{path}: no byte token <0x{b:02X}> (type {BYTE}) for byte fallback")
-        import sentencepiece as spm  # a test/real-model dependency: imported only when a tokenizer is built
+        import sentencepiece as spm  # imported here: only a tokenizer build needs it
         proto = sentencepiece_model_bytes(list(pieces), scores, types, unk_id, bos_id, eos_id, pad_id)
         sp = spm.SentencePieceProcessor(model_proto=proto)
         specials = sorted(((pieces[i], int(i)) for i in np.flatnonzero(types == USER_DEFINED)),

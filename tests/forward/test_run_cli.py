@@ -43,7 +43,16 @@ def test_run_json_and_trace_replays_to_the_same_counters(builtin_cache, capsys, 
     for key in ("prompt_tokens", "tokens", "decodes", "hit_pct_cum", "mib_per_token", "sim_tok_per_s", "min_margin"):
         assert key in run
     assert len(run["tokens"]) == 10 and run["decodes"] == 10 and run["prompt_tokens"][0] == 1
-    assert run["prompt_tokens"][1:] == [3 + b for b in b"Hello world, this is a streaming test."]
+    # the synthetic vocabulary: <unk> <s> </s>, 256 byte tokens <0xNN> (id 3 + byte), then
+    # pieces '▁a'..'▁z', '▁ab', ...: "Hello" has no piece, so it falls back to its bytes, and
+    # " world" starts with the piece '▁w' (id 259 + 22); the ids decode back to the text
+    from refsim.model import open_model
+    from refsim.model.tokenizer import Tokenizer
+    ids = run["prompt_tokens"]
+    assert ids[:7] == [1] + [3 + b for b in b"Hello"] + [259 + 22]
+    tok = Tokenizer.from_model(open_model(builtin_cache / "builtin-qwen3moe-v1.gguf"))
+    assert tok.decode(ids[1:]) == "Hello world, this is a streaming test."
+    assert len(ids) < 1 + len("Hello world, this is a streaming test.")  # pieces merged
     rep = _json(capsys, ["replay", str(trace), "--cache-mb", "2", "--json"])
     assert rep["hit_pct_cum"] == run["hit_pct_cum"]
     assert rep["hit_pct_decode"] == run["hit_pct_decode"]
