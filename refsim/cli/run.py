@@ -77,7 +77,7 @@ def run(args) -> int:
     from refsim.model import open_model
     from refsim.model.tokenizer import Tokenizer
     from refsim.spec import SpecConfig, draft_source_for, run_generation
-    from refsim.telemetry import RunStats, summary_lines, write_metrics_csv
+    from refsim.telemetry import MetricsPreamble, RunStats, summary_lines, write_metrics_csv
     from refsim.trace import TraceHeader
 
     builtin = args.model is None
@@ -127,7 +127,11 @@ def run(args) -> int:
                              dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)])
         result.write_trace(args.route_trace, header)
     if args.csv:
-        write_metrics_csv(args.csv, result, stats)
+        import numba
+        preamble = MetricsPreamble.for_run(
+            result, config, model=path, arch=spec.arch, threads=numba.get_num_threads(),
+            n_ubatch=args.ubatch)
+        write_metrics_csv(args.csv, result, stats, preamble)
     text = _ids_text(model, result.tokens, tokenizer)
     out = {
         "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,

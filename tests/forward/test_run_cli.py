@@ -97,3 +97,16 @@ def test_run_errors(builtin_cache, capsys, tmp_path):
         main(["run", "--prompt", "a", "--prompt-tokens", "1"])
     with pytest.raises(SystemExit):
         main(["run", "--prompt-tokens", "x,y"])
+
+
+def test_run_metrics_csv_preamble_names_the_model_and_the_flags(builtin_cache, capsys, tmp_path):
+    csv = tmp_path / "m.csv"
+    assert main(["run", "-n", "4", "--ngram", "--draft", "2", "--ngram-min-match", "2",
+                 "--cache-mb", "3", "--csv", str(csv)]) == 0
+    capsys.readouterr()
+    lines = csv.read_text().splitlines()
+    assert lines[0] == "# bmoe_metrics v2"
+    assert lines[2].startswith("# model=builtin-qwen3moe-v1.gguf arch=qwen3moe n_layer=4 n_expert=64 "
+                               "n_expert_used=4 ")
+    assert " cache_mb=3 " in lines[3]
+    assert lines[4].endswith("spec=ngram spec_draft_max=2 mtp_p_min=0 ngram_min_match=2")
