@@ -14,10 +14,13 @@ Q4_0, Q5_0, Q8_0, MXFP4                Q8_0                ``ACT_Q8_0``
 Q4_K, Q5_K, Q6_K                       Q8_K                ``ACT_Q8_K``
 =====================================  ==================  ==========================
 
-refsim emulates this by a *round trip*: ``x -> quantize -> dequantize`` (float32), then the
-ordinary float64-accumulated product. Products of two dequantized values are the same real
-numbers llama.cpp multiplies as integers times scales, so what is left is float32 rounding of
-its accumulation (about 1e-6 relative).
+For the Q8_0/Q8_K weight types refsim multiplies exactly as ggml does: the activation is
+quantized to int8 blocks (:func:`refsim.kernels.qdot.quantize_acts`) and each block's integer sum
+is scaled in float64 (:mod:`refsim.kernels.qdot`). :func:`quantize_activations` returns the
+*round trip* ``x -> quantize -> dequantize`` (float32) of the same quantizer, used before the
+float products (F16/BF16 weights) and by tests: a product of round-tripped values is the same
+real number llama.cpp computes as integers times scales, so what separates refsim from llama.cpp
+is llama.cpp's float32 rounding of its accumulation (about 1e-6 relative).
 
 Rules (source: ggml/src/ggml-cpu/arch/x86/quants.c ``quantize_row_q8_0`` (AVX2 path, the one a
 ``GGML_NATIVE`` x86 build runs) and ggml/src/ggml-quants.c ``quantize_row_q8_K_ref``):
@@ -35,7 +38,8 @@ Rules (source: ggml/src/ggml-cpu/arch/x86/quants.c ``quantize_row_q8_0`` (AVX2 p
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from refsim.kernels.qdot import quantize_acts
 
 ACT_NONE, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_K = 0, 1, 2, 3, 4
 
@@ -55,66 +59,6 @@ def act_kind(qtype: int) -> int:
     return _VEC_DOT[int(qtype)]
 
 
-@njit(cache=True)
-def block_amax_kernel(x, block, out):
-    """out[p, b] = max |x[p, b*block:(b+1)*block]| (float32)."""
-    for p in range(x.shape[0]):
-        for b in range(x.shape[1] // block):
-            amax = np.float32(0.0)
-            for j in range(block):
-                a = abs(x[p, b * block + j])
-                if a > amax:
-                    amax = a
-            out[p, b] = amax
-
-
-@njit(cache=True)
-def _round(v, tie):
-    # nearest integer; exact halves: tie 0 = to even (ggml), 1 = up, 2 = down
-    r = np.rint(v)
-    if tie != 0 and abs(v - np.floor(v) - 0.5) == 0:
-        r = np.floor(v) + 1 if tie == 1 else np.floor(v)
-    return r
-
-
-@njit(cache=True)
-def q8_0_kernel(x, amax, dh, out, tie=0):
-    """Q8_0 round trip given per-block ``amax`` and the f16-rounded scale ``dh`` (float32)."""
-    for p in range(x.shape[0]):
-        for b in range(x.shape[1] // 32):
-            a = amax[p, b]
-            iden = np.float32(127.0) / a if a != 0 else np.float32(0.0)
-            for j in range(32):
-                q = _round(np.float32(x[p, b * 32 + j] * iden), tie)
-                out[p, b * 32 + j] = dh[p, b] * np.float32(q)
-
-
-@njit(cache=True)
-def q8_k_kernel(x, out, tie=0):
-    """Q8_K round trip (``quantize_row_q8_K_ref`` then ``d * q``), rows of 256-blocks."""
-    for p in range(x.shape[0]):
-        for b in range(x.shape[1] // 256):
-            o = b * 256
-            amax = np.float32(0.0)
-            mx = np.float32(0.0)
-            for j in range(256):
-                a = abs(x[p, o + j])
-                if a > amax:
-                    amax = a
-                    mx = x[p, o + j]
-            if amax == 0:
-                for j in range(256):
-                    out[p, o + j] = np.float32(0.0)
-                continue
-            iscale = np.float32(np.float32(-127.0) / mx)
-            d = np.float32(np.float32(1.0) / iscale)
-            for j in range(256):
-                v = _round(np.float32(iscale * x[p, o + j]), tie)
-                if v > 127:
-                    v = 127
-                out[p, o + j] = np.float32(d * np.float32(v))
-
-
 def _bf16_round(x: np.ndarray) -> np.ndarray:
     u = x.view(np.uint32).astype(np.uint64)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
@@ -131,10 +75,11 @@ def quantize_activations(x: np.ndarray, kind: int, tie: int = 0) -> np.ndarray:
     kind : int
         ``ACT_NONE``, ``ACT_F16``, ``ACT_BF16``, ``ACT_Q8_0`` or ``ACT_Q8_K`` (see :func:`act_kind`).
     tie : {0, 1, 2}, default 0
-        Exact halves of ``x * scale``: 0 rounds to even (ggml's rule), 1 up, 2 down. refsim's
-        activations differ from llama.cpp's in the last bits (its float32 sums), so a value refsim
-        computes as an exact half can fall on either side in llama.cpp; the oracle tests accept
-        either (docs/forward.md, "Activation near-ties").
+        Halves of ``x * scale``: 0 rounds exact halves to even (ggml's rule); 1 / 2 round halves
+        and values one float32 ulp from a half up / down (:func:`refsim.kernels.qdot.round_tie`).
+        refsim's activations differ from llama.cpp's in the last bits (its float32 sums), so a value
+        refsim computes at or next to a half can fall on either side in llama.cpp; the oracle tests
+        accept either (docs/forward.md, "Activation near-ties").
 
     Returns
     -------
@@ -148,17 +93,11 @@ def quantize_activations(x: np.ndarray, kind: int, tie: int = 0) -> np.ndarray:
         return x.astype(np.float16).astype(np.float32)
     if kind == ACT_BF16:
         return _bf16_round(x)
-    out = np.empty_like(x)
     if kind == ACT_Q8_0:
-        amax = np.empty((x.shape[0], x.shape[1] // 32), dtype=np.float32)
-        block_amax_kernel(x, 32, amax)
-        d = (amax / np.float32(127.0)).astype(np.float32)
-        q8_0_kernel(x, amax, d.astype(np.float16).astype(np.float32), out, tie)
-    elif kind == ACT_Q8_K:
-        q8_k_kernel(x, out, tie)
-    else:
-        raise ValueError(f"unknown activation kind {kind}")
-    return out
+        return quantize_acts(x, 32, tie).dequantize()
+    if kind == ACT_Q8_K:
+        return quantize_acts(x, 256, tie).dequantize()
+    raise ValueError(f"unknown activation kind {kind}")
 
 
 __all__ = ["ACT_NONE", "ACT_F16", "ACT_BF16", "ACT_Q8_0", "ACT_Q8_K", "act_kind",

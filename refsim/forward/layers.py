@@ -17,10 +17,13 @@ property llama.cpp only approximates). The arithmetic, fixed for every block:
 Numerics modes (:class:`Numerics`):
 
 - ``exact``: the above, no activation quantisation; RoPE angles in float64.
-- ``ggml``: additionally round-trips every activation row through the weight type's
-  ``vec_dot_type`` before a product (:mod:`refsim.forward.actq`: Q8_0 for Q4_0/Q5_0/Q8_0/MXFP4
-  weights, Q8_K for K-quants), and computes RoPE angles as ggml does (float32, by repeated
-  multiplication). This is what makes refsim agree with llama.cpp to ~1e-6 instead of ~1e-2
+- ``ggml``: products with Q4_0/Q5_0/Q8_0/MXFP4 (Q8_0 activations) and Q4_K/Q5_K/Q6_K (Q8_K
+  activations) weights quantize the activation row to int8 blocks and sum each block's
+  ``q_w * q_x`` exactly in integers, then scale in float64 (:mod:`refsim.kernels.qdot`, as
+  llama.cpp's ``vec_dot`` functions; the value is the float64 product of the dequantized weight
+  and the round-tripped activation up to float64 rounding); F16/BF16 weights take the
+  activation's F16/BF16 round trip (:mod:`refsim.forward.actq`) and the float product above.
+  RoPE angles as ggml computes them (float32, by repeated multiplication). This is what makes refsim agree with llama.cpp to ~1e-6 instead of ~1e-2
   (shared/reference/oracle/README.md, "Numbers for test design").
 
 Dimension names: ``n_pos, n_embd, n_head, n_head_kv, head_dim, n_ff_exp, n_expert, k
@@ -39,6 +42,7 @@ from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
 from refsim.kernels import KERNELS, row_bytes
 from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
+from refsim.kernels.qdot import QDOT_TYPES, act_block, qdot_matmul, qdot_pairs, quantize_acts
 from refsim.kernels.registry import F16_TO_F32
 
 NUMERICS = ("exact", "ggml")
@@ -79,6 +83,11 @@ class Numerics:
     def quantize_activations(self) -> bool:
         """True in ``ggml`` mode: activations take the weight's ``vec_dot_type`` round trip."""
         return self.mode == "ggml"
+
+    @property
+    def tie_code(self) -> int:
+        """``act_tie`` as the kernels' code: 0 even, 1 up, 2 down."""
+        return ("even", "up", "down").index(self.act_tie)
 
     @property
     def rope_f32(self) -> bool:
@@ -268,8 +277,11 @@ def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: n
     (m, n_out) float32 ndarray
         Bit-identical to ``linear(QWeight(raw3[ids[i]], qtype, n_in), x[i:i+1], numerics)``.
     """
+    if numerics.quantize_activations and int(qtype) in QDOT_TYPES:
+        acts = quantize_acts(x, act_block(int(qtype)), numerics.tie_code)
+        return qdot_pairs(raw3, int(qtype), n_in, ids, acts)
     if numerics.quantize_activations:
-        x = quantize_activations(x, act_kind(qtype), ("even", "up", "down").index(numerics.act_tie))
+        x = quantize_activations(x, act_kind(qtype), numerics.tie_code)
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], raw3.shape[1]), dtype=np.float32)
     if x.shape[0]:
@@ -288,8 +300,9 @@ def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
         ``n_out`` rows of ``n_in`` elements.
     x : (n_pos, n_in) float32 ndarray
     numerics : Numerics
-        In ``ggml`` mode ``x`` is first round-tripped through the weight type's
-        ``vec_dot_type`` (:func:`refsim.forward.actq.act_kind`).
+        ``ggml`` mode: quantized weights multiply int8-quantized ``x`` by exact integer block
+        dots (:func:`refsim.kernels.qdot.qdot_matmul`); F16/BF16 weights multiply ``x``
+        round-tripped through F16/BF16 (:func:`refsim.forward.actq.act_kind`).
 
     Returns
     -------
@@ -297,8 +310,10 @@ def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
     """
     n_pos, n_in = x.shape
     assert n_in == w.n_in, (n_in, w.n_in)
+    if numerics.quantize_activations and w.qtype in QDOT_TYPES:
+        return qdot_matmul(w.raw, w.qtype, w.n_in, quantize_acts(x, act_block(w.qtype), numerics.tie_code))
     if numerics.quantize_activations:
-        x = quantize_activations(x, act_kind(w.qtype), ("even", "up", "down").index(numerics.act_tie))
+        x = quantize_activations(x, act_kind(w.qtype), numerics.tie_code)
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((n_pos, w.n_out), dtype=np.float32)
     if n_pos:

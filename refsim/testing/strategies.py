@@ -9,6 +9,8 @@
 - :func:`markov_scripts`, :func:`scripted_targets` — batch-invariant scripted targets, with
   or without routes and end-of-generation ids.
 - :func:`prompts` — prompt token lists.
+- :func:`quantized_weight_rows` — random rows of a quantized ggml type with finite block scales
+  (and some all-zero rows), for kernel tests.
 
 Shrinking: lists are built element by element (deleting a run of elements stays valid), and
 the simplest option is drawn first (hypothesis advice, how-to/strategies-that-shrink.rst).
@@ -116,3 +118,34 @@ def decode_splits(draw, n_vocab: int = 300, max_width: int = 9) -> tuple[list[in
         sizes.append(size)
         left -= size
     return tokens, sizes
+
+
+QUANT_SCALE_FIELDS = {2: (18, (0,)), 6: (22, (0,)), 8: (34, (0,)), 12: (144, (0, 2)), 13: (176, (0, 2)),
+                      14: (210, (208,)), 39: (17, ())}
+"""ggml type id -> (block bytes, byte offsets of the block's f16 scales) for :func:`quantized_weight_rows`."""
+
+
+@st.composite
+def quantized_weight_rows(draw, qtype: int, max_rows: int = 5, max_blocks: int = 3):
+    """``(raw, n_cols)``: ``(n_rows, row_bytes)`` uint8 rows of ggml type ``qtype`` (a key of
+    :data:`QUANT_SCALE_FIELDS`) with random quants, f16 scales in ``±[2^-12, 4)`` (MXFP4: exponents
+    118..137), so products stay finite; some rows all-zero. ``n_cols`` is 1..max_blocks blocks
+    (32 elements, 256 for K-quants)."""
+    import numpy as np
+
+    from refsim.kernels import KERNELS
+    k = next(v for t, v in KERNELS.items() if int(t) == qtype)
+    size, scales = QUANT_SCALE_FIELDS[qtype]
+    n_blocks = draw(st.integers(1, max_blocks))
+    n_rows = draw(st.integers(1, max_rows))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    raw = rng.integers(0, 256, (n_rows, n_blocks * size), dtype=np.uint8)
+    blocks = raw.reshape(n_rows, n_blocks, size)
+    for o in scales:
+        h = (rng.uniform(1, 2, (n_rows, n_blocks)) * 2.0 ** rng.integers(-12, 2, (n_rows, n_blocks))
+             * rng.choice([-1, 1], (n_rows, n_blocks))).astype(np.float16)
+        blocks[:, :, o:o + 2] = h.view(np.uint8).reshape(n_rows, n_blocks, 2)
+    if qtype == 39:
+        blocks[:, :, 0] = rng.integers(118, 138, (n_rows, n_blocks))
+    raw[draw(st.lists(st.integers(0, n_rows - 1), max_size=1))] = 0
+    return raw, n_blocks * k.block_size
