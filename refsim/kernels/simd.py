@@ -108,11 +108,11 @@ def _dot_nib16x2(typingctx, a, ao, bias, b, bo):
         raw = _load(context, builder, signature.args[0], args[0], args[1], 16)
         lo = builder.and_(raw, ir.Constant(ir.VectorType(_I8, 16), [15] * 16))
         hi = builder.lshr(raw, ir.Constant(ir.VectorType(_I8, 16), [4] * 16))
-        q = builder.zext(builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32)))),
-                         ir.VectorType(_I32, 32))
-        q = builder.sub(q, _splat(builder, args[2], _I32, 32))
+        q = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+        # q - bias in int8 (|q - bias| <= 16), then widened: LLVM sees 16-bit products (vpmaddwd)
+        q = builder.sub(q, _splat(builder, builder.trunc(args[2], _I8), _I8, 32))
         wb = _load(context, builder, signature.args[3], args[3], args[4], 32)
-        return _dot(builder, q, wb, 32)
+        return _dot(builder, builder.sext(q, ir.VectorType(_I32, 32)), wb, 32)
     return sig, codegen
 
 
@@ -138,10 +138,11 @@ def _dot_field32(typingctx, a, ao, shift, mask, b, bo):
     sig = types.int32(a, types.intp, types.int32, types.int32, b, types.intp)
 
     def codegen(context, builder, signature, args):
-        raw = builder.zext(_load(context, builder, signature.args[0], args[0], args[1], 32), ir.VectorType(_I32, 32))
-        q = builder.and_(builder.lshr(raw, _splat(builder, args[2], _I32, 32)), _splat(builder, args[3], _I32, 32))
+        raw = _load(context, builder, signature.args[0], args[0], args[1], 32)
+        q = builder.lshr(raw, _splat(builder, builder.trunc(args[2], _I8), _I8, 32))
+        q = builder.and_(q, _splat(builder, builder.trunc(args[3], _I8), _I8, 32))
         wb = _load(context, builder, signature.args[4], args[4], args[5], 32)
-        return _dot(builder, q, wb, 32)
+        return _dot(builder, builder.zext(q, ir.VectorType(_I32, 32)), wb, 32)
     return sig, codegen
 
 
@@ -192,14 +193,14 @@ def _dot_q6x16(typingctx, a, lo, lshift, ho, hshift, b, bo):
     sig = types.int32(a, types.intp, types.int32, types.intp, types.int32, b, types.intp)
 
     def codegen(context, builder, signature, args):
-        v32 = ir.VectorType(_I32, 16)
-        ql = builder.zext(_load(context, builder, signature.args[0], args[0], args[1], 16), v32)
-        qh = builder.zext(_load(context, builder, signature.args[0], args[0], args[3], 16), v32)
-        ql = builder.and_(builder.lshr(ql, _splat(builder, args[2], _I32, 16)), ir.Constant(v32, [15] * 16))
-        qh = builder.and_(builder.lshr(qh, _splat(builder, args[4], _I32, 16)), ir.Constant(v32, [3] * 16))
-        q = builder.sub(builder.or_(ql, builder.shl(qh, ir.Constant(v32, [4] * 16))), ir.Constant(v32, [32] * 16))
+        v8 = ir.VectorType(_I8, 16)
+        ql = _load(context, builder, signature.args[0], args[0], args[1], 16)
+        qh = _load(context, builder, signature.args[0], args[0], args[3], 16)
+        ql = builder.and_(builder.lshr(ql, _splat(builder, builder.trunc(args[2], _I8), _I8, 16)), ir.Constant(v8, [15] * 16))
+        qh = builder.and_(builder.lshr(qh, _splat(builder, builder.trunc(args[4], _I8), _I8, 16)), ir.Constant(v8, [3] * 16))
+        q = builder.sub(builder.or_(ql, builder.shl(qh, ir.Constant(v8, [4] * 16))), ir.Constant(v8, [32] * 16))
         wb = _load(context, builder, signature.args[5], args[5], args[6], 16)
-        return _dot(builder, q, wb, 16)
+        return _dot(builder, builder.sext(q, ir.VectorType(_I32, 16)), wb, 16)
     return sig, codegen
 
 
