@@ -2,12 +2,16 @@
 """Decode speed of refsim's reference pass against llama.cpp on the same synthetic model.
 
     python benchmarks/forward.py [--quant Q4_0] [--tokens 16] [--threads 2] [--n-expert 128] [--rounds 3]
+                                 [--numerics exact,ggml]
 
 The model has Qwen3-30B-A3B's widths with 1/8 of its layers (``QWEN3_30B_A3B_EIGHTH``: n_embd
 2048, 32/4 heads of 128, 128 experts top-8 of width 768, 6 layers, vocab 1024), written once
 under ``$REFSIM_CACHE`` (or ~/.cache/refsim). Both engines decode the same prompt then
 ``--tokens`` single-token steps with the same thread count, each in its own child process (so
-each peak RSS is its own). Printed: tok/s of each and their ratio (measured in this run), the
+each peak RSS is its own); refsim runs once per numerics mode per round (``exact``: float64
+accumulation; ``ggml``: llama.cpp's integer block products). Printed: tok/s of each (every
+sample, best and median, with the load average around the runs) and the ratios (measured in
+this run, best/best and median/median), the
 bytes of weights one decode step touches (dense + k routed expert slices per layer + the
 output matrix + one embedding row) and the DRAM bandwidth those bytes at that speed imply, and
 refsim's peak RSS split into file-backed (the mapped GGUF) and anonymous memory: anonymous
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -70,9 +75,9 @@ def child_llama(path: str, n_tokens: int, threads: int) -> dict:
     return dict(tok_s=n_tokens / dt, **_mem())
 
 
-def _run_child(kind: str, args) -> dict | None:
+def _run_child(kind: str, args, numerics: str) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
-           "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", args.numerics]
+           "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
     if p.returncode != 0:
         print(f"{kind}: failed ({p.returncode}): {p.stderr.strip().splitlines()[-1:] }", file=sys.stderr)
@@ -96,8 +101,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-expert", type=int, default=128, help="experts per layer (default 128 = Qwen3-30B-A3B)")
-    ap.add_argument("--numerics", default="exact")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each; the best is kept")
+    ap.add_argument("--numerics", default="exact,ggml", help="refsim numerics modes, comma-separated (default both)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each engine (best and median printed)")
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -130,31 +135,42 @@ def main() -> int:
     have_llama = importlib.util.find_spec("llama_cpp") is not None
     if not have_llama:
         print("llama.cpp: llama_cpp not importable (install refsim[oracle]); no baseline this run")
-    # alternate the two, --rounds times, and keep each one's best: a shared machine's load then
-    # hits both alike (every sample is printed)
-    refs, llamas = [], []
+    # alternate the engines, --rounds times, and keep each one's best and median: a shared machine's
+    # load then hits all alike (every sample is printed, with the load average before and after)
+    modes = [m.strip() for m in args.numerics.split(",") if m.strip()]
+    samples: dict[str, list[dict]] = {m: [] for m in modes}
+    samples["llama.cpp"] = []
+    load0 = os.getloadavg()
     for _ in range(args.rounds):
-        r = _run_child("refsim", args)
-        if r:
-            refs.append(r)
-        if have_llama:
-            r = _run_child("llama", args)
+        for m in modes:
+            r = _run_child("refsim", args, m)
             if r:
-                llamas.append(r)
-    ref = max(refs, key=lambda r: r["tok_s"]) if refs else None
-    llama = max(llamas, key=lambda r: r["tok_s"]) if llamas else None
-    print("samples tok/s: refsim " + " ".join(f"{r['tok_s']:.2f}" for r in refs)
-          + ("; llama.cpp " + " ".join(f"{r['tok_s']:.2f}" for r in llamas) if llamas else ""))
-    if ref:
-        print(f"refsim ({args.numerics}): {ref['tok_s']:.2f} tok/s -> {touched * ref['tok_s'] / 1e9:.2f} GB/s of "
-              f"weights; peak RSS {ref['VmHWM'] / MIB:.0f} MiB (now: file-backed {ref['RssFile'] / MIB:.0f} MiB, "
-              f"anonymous {ref['RssAnon'] / MIB:.0f} MiB; file {size / MIB:.0f} MiB)")
-    if llama:
-        print(f"llama.cpp: {llama['tok_s']:.2f} tok/s -> {touched * llama['tok_s'] / 1e9:.2f} GB/s of weights; "
-              f"peak RSS {llama['VmHWM'] / MIB:.0f} MiB")
-    if ref and llama:
-        print(f"ratio refsim / llama.cpp (best of {args.rounds} each): {ref['tok_s'] / llama['tok_s']:.3f} "
-              f"(target >= 0.5)")
+                samples[m].append(r)
+        if have_llama:
+            r = _run_child("llama", args, "")
+            if r:
+                samples["llama.cpp"].append(r)
+    load1 = os.getloadavg()
+    print(f"load average (1 min) before {load0[0]:.2f}, after {load1[0]:.2f} on {os.cpu_count()} cores")
+    stats = {}
+    for name, rs in samples.items():
+        if not rs:
+            continue
+        tps = sorted(r["tok_s"] for r in rs)
+        best = max(rs, key=lambda r: r["tok_s"])
+        stats[name] = (tps[-1], statistics.median(tps))
+        label = f"refsim ({name})" if name in modes else name
+        print(f"{label}: samples {' '.join(f'{t:.2f}' for t in (r['tok_s'] for r in rs))} tok/s; best {tps[-1]:.2f}, "
+              f"median {stats[name][1]:.2f} -> {touched * tps[-1] / 1e9:.2f} / {touched * stats[name][1] / 1e9:.2f} "
+              f"GB/s of weights; peak RSS {best['VmHWM'] / MIB:.0f} MiB"
+              + (f" (file-backed {best['RssFile'] / MIB:.0f} MiB, anonymous {best['RssAnon'] / MIB:.0f} MiB; "
+                 f"file {size / MIB:.0f} MiB)" if name in modes else ""))
+    if "llama.cpp" in stats:
+        lb, lm = stats["llama.cpp"]
+        for m in modes:
+            if m in stats:
+                print(f"ratio refsim ({m}) / llama.cpp: best/best {stats[m][0] / lb:.3f}, median/median "
+                      f"{stats[m][1] / lm:.3f} (target >= 0.5)")
     return 0
 
 

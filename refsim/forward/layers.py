@@ -44,6 +44,7 @@ from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.qdot import QDOT_TYPES, act_block, qdot_matmul, qdot_pairs, quantize_acts
 from refsim.kernels.registry import F16_TO_F32
+from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
 
 NUMERICS = ("exact", "ggml")
 """Values of ``--numerics``."""
@@ -158,41 +159,51 @@ PARALLEL_MIN_ELEMENTS = 1 << 23
 products run on one thread (a thread launch costs more than they do). Results are identical."""
 
 
-@njit(cache=True)
-def _dot8_q4_0(row, n_cols, table, x):
-    """:func:`_dot8` of a Q4_0 row with ``x`` without a decode buffer: the same float32 weights
-    (``d * (q - 8)``) added to the same partial sums in the same order, so bit-identical."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    for b in range(n_cols // 32):
-        o = b * 18
-        d = table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
-        c = b * 32
-        for half in range(2):          # elements 0..15 (low nibbles), then 16..31 (high nibbles)
-            sh = 4 * half
-            for jj in range(0, 16, 8):
-                q = row[o + 2 + jj:o + 10 + jj]
-                cc = c + 16 * half + jj
-                s0 += np.float64(d * np.float32(((np.int64(q[0]) >> sh) & 15) - 8)) * np.float64(x[cc])
-                s1 += np.float64(d * np.float32(((np.int64(q[1]) >> sh) & 15) - 8)) * np.float64(x[cc + 1])
-                s2 += np.float64(d * np.float32(((np.int64(q[2]) >> sh) & 15) - 8)) * np.float64(x[cc + 2])
-                s3 += np.float64(d * np.float32(((np.int64(q[3]) >> sh) & 15) - 8)) * np.float64(x[cc + 3])
-                s4 += np.float64(d * np.float32(((np.int64(q[4]) >> sh) & 15) - 8)) * np.float64(x[cc + 4])
-                s5 += np.float64(d * np.float32(((np.int64(q[5]) >> sh) & 15) - 8)) * np.float64(x[cc + 5])
-                s6 += np.float64(d * np.float32(((np.int64(q[6]) >> sh) & 15) - 8)) * np.float64(x[cc + 6])
-                s7 += np.float64(d * np.float32(((np.int64(q[7]) >> sh) & 15) - 8)) * np.float64(x[cc + 7])
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+@njit(cache=True, inline="always")
+def _sum8(acc):
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 
 
 @njit(cache=True)
-def _linear_rows(kind, raw, n_cols, table, kvalues, x, out, r0, r1, w):
-    if kind == 2 and x.shape[0] == 1:  # Q4_0, one vector: fused decode + dot (same bits)
+def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
+    """Rows ``r0..r1-1`` of :func:`linear_kernel` with ``x64 = float64(x)``: the :func:`_dot8`
+    accumulation done 8 lanes at a time by :mod:`refsim.kernels.simd` (``acc8_*``; bit-identical).
+    Q4_0 and Q8_0 blocks are decoded in registers; other types row by row into ``w``."""
+    n_vec = x64.shape[0]
+    z = 0.0
+    if kind == 2:      # Q4_0: d * (q - 8)
         for r in range(r0, r1):
-            out[0, r] = np.float32(_dot8_q4_0(raw[r], n_cols, table, x[0]))
-        return
-    for r in range(r0, r1):
-        decode_row(kind, raw[r], n_cols, table, kvalues, w)
-        for v in range(x.shape[0]):
-            out[v, r] = np.float32(_dot8(w, x[v]))
+            row = raw[r]
+            for v in range(n_vec):
+                xv = x64[v]
+                acc = (z, z, z, z, z, z, z, z)
+                for b in range(n_cols // 32):
+                    o = b * 18
+                    d = table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
+                    acc = acc8_q4_0(acc, row, o + 2, d, xv, b * 32)
+                out[v, r] = np.float32(_sum8(acc))
+    elif kind == 8:    # Q8_0: d * q
+        rawi = raw.view(np.int8)
+        for r in range(r0, r1):
+            row = raw[r]
+            rowi = rawi[r]
+            for v in range(n_vec):
+                xv = x64[v]
+                acc = (z, z, z, z, z, z, z, z)
+                for b in range(n_cols // 32):
+                    o = b * 34
+                    d = table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
+                    acc = acc8_q8_0(acc, rowi, o + 2, d, xv, b * 32)
+                out[v, r] = np.float32(_sum8(acc))
+    else:
+        for r in range(r0, r1):
+            decode_row(kind, raw[r], n_cols, table, kvalues, w)
+            for v in range(n_vec):
+                xv = x64[v]
+                acc = (z, z, z, z, z, z, z, z)
+                for c in range(0, n_cols, 8):
+                    acc = acc8_f32(acc, w, c, xv, c)
+                out[v, r] = np.float32(_sum8(acc))
 
 
 @njit(cache=True)
@@ -211,7 +222,7 @@ def linear_kernel(kind, raw, n_cols, table, kvalues, x, out):
         Written in place.
     """
     w = np.empty(n_cols, dtype=np.float32)
-    _linear_rows(kind, raw, n_cols, table, kvalues, x, out, 0, raw.shape[0], w)
+    _linear_rows(kind, raw, n_cols, table, kvalues, x.astype(np.float64), out, 0, raw.shape[0], w)
 
 
 @njit(cache=True, parallel=True)
@@ -220,9 +231,10 @@ def linear_kernel_parallel(kind, raw, n_cols, table, kvalues, x, out):
     still computed by one thread in the same order, so results are bit-identical."""
     n_rows = raw.shape[0]
     n_chunks = (n_rows + _CHUNK - 1) // _CHUNK
+    x64 = x.astype(np.float64)
     for ch in prange(n_chunks):
         w = np.empty(n_cols, dtype=np.float32)
-        _linear_rows(kind, raw, n_cols, table, kvalues, x, out, ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK), w)
+        _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK), w)
 
 
 @njit(cache=True, parallel=True)
@@ -242,11 +254,12 @@ def expert_pairs_kernel(kind, raw3, n_cols, table, kvalues, ids, x, out):
     m = ids.shape[0]
     n_rows = raw3.shape[1]
     per = (n_rows + _CHUNK - 1) // _CHUNK
+    x64 = x.astype(np.float64)
     for job in prange(m * per):
         i = job // per
         ch = job - i * per
         w = np.empty(n_cols, dtype=np.float32)
-        _linear_rows(kind, raw3[ids[i]], n_cols, table, kvalues, x[i:i + 1], out[i:i + 1],
+        _linear_rows(kind, raw3[ids[i]], n_cols, table, kvalues, x64[i:i + 1], out[i:i + 1],
                      ch * _CHUNK, min(n_rows, (ch + 1) * _CHUNK), w)
 
 
@@ -254,8 +267,9 @@ def expert_pairs_kernel(kind, raw3, n_cols, table, kvalues, ids, x, out):
 def expert_pairs_kernel_serial(kind, raw3, n_cols, table, kvalues, ids, x, out):
     """:func:`expert_pairs_kernel` on one thread (for small products)."""
     w = np.empty(n_cols, dtype=np.float32)
+    x64 = x.astype(np.float64)
     for i in range(ids.shape[0]):
-        _linear_rows(kind, raw3[ids[i]], n_cols, table, kvalues, x[i:i + 1], out[i:i + 1], 0, raw3.shape[1], w)
+        _linear_rows(kind, raw3[ids[i]], n_cols, table, kvalues, x64[i:i + 1], out[i:i + 1], 0, raw3.shape[1], w)
 
 
 def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: np.ndarray,

@@ -217,4 +217,130 @@ def _ov_dot_q6x16(a, lo, lshift, ho, hshift, b, bo):
     return lambda a, lo, lshift, ho, hshift, b, bo: _dot_q6x16(a, lo, np.int32(lshift), ho, np.int32(hshift), b, bo)
 
 
-__all__ = ["dot_i8x32", "dot_i8x16", "dot_nib16x2", "dot_field32", "dot_bits32", "dot_q6x16"]
+# --- float64 accumulation of float32 products into 8 lanes (the ``exact`` mode's dot) ------------
+#
+# ``acc[k] += float64(w[c]) * float64(x[c])`` for the 8 consecutive elements ``c = c0 + k``: lane k
+# is the partial sum of the elements ``c % 8 == k``, exactly the scalar loop of
+# :func:`refsim.forward.layers._dot8`, so the results are bit-identical (each lane's adds happen in
+# the same order; a float32 x float32 product is exact in float64, so a fused multiply-add could not
+# change it either).
+
+_F64X8 = types.UniTuple(types.float64, 8)
+
+
+def _acc_in(builder, acc):
+    v = ir.Constant(ir.VectorType(ir.DoubleType(), 8), ir.Undefined)
+    for k in range(8):
+        v = builder.insert_element(v, builder.extract_value(acc, k), ir.Constant(_I32, k))
+    return v
+
+
+def _acc_out(context, builder, v):
+    out = context.get_constant_undef(_F64X8)
+    for k in range(8):
+        out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, k)), k)
+    return out
+
+
+def _load_f64x8(context, builder, arrty, arr, off):
+    ary = context.make_array(arrty)(context, builder, arr)
+    ptr = builder.gep(ary.data, [off])
+    return builder.load(builder.bitcast(ptr, ir.VectorType(ir.DoubleType(), 8).as_pointer()), align=8)
+
+
+def _fma8(builder, acc, w_f32x8, x_f64x8):
+    return builder.fadd(acc, builder.fmul(builder.fpext(w_f32x8, ir.VectorType(ir.DoubleType(), 8)), x_f64x8))
+
+
+@intrinsic
+def _acc8_f32(typingctx, acc, w, wo, x, xo):
+    if not (isinstance(w, types.Array) and w.dtype == types.float32 and w.layout == "C"
+            and isinstance(x, types.Array) and x.dtype == types.float64 and x.layout == "C"):
+        raise TypingError(f"acc8_f32: expected C-contiguous float32 w and float64 x, got {w}, {x}")
+    sig = _F64X8(_F64X8, w, types.intp, x, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[1])(context, builder, args[1])
+        ptr = builder.gep(ary.data, [args[2]])
+        wv = builder.load(builder.bitcast(ptr, ir.VectorType(ir.FloatType(), 8).as_pointer()), align=4)
+        xv = _load_f64x8(context, builder, signature.args[3], args[3], args[4])
+        return _acc_out(context, builder, _fma8(builder, _acc_in(builder, args[0]), wv, xv))
+    return sig, codegen
+
+
+def acc8_f32(acc, w, wo, x, xo):
+    """``acc[k] + float64(w[wo+k]) * x[xo+k]`` for ``k < 8`` (``w`` float32, ``x`` float64): 8-tuple."""
+    return tuple(float(acc[k] + np.float64(w[wo + k]) * np.float64(x[xo + k])) for k in range(8))
+
+
+@overload(acc8_f32, inline="always")
+def _ov_acc8_f32(acc, w, wo, x, xo):
+    return lambda acc, w, wo, x, xo: _acc8_f32(acc, w, wo, x, xo)
+
+
+def _make_acc8_block(kind: str):
+    """A 32-element block decoded to float32 ``d * q`` in registers, then 4 steps of :func:`acc8_f32`."""
+    @intrinsic
+    def _impl(typingctx, acc, a, ao, d, x, xo):
+        _check8("acc8_" + kind, a)
+        sig = _F64X8(_F64X8, a, types.intp, types.float32, x, types.intp)
+
+        def codegen(context, builder, signature, args):
+            if kind == "q4_0":
+                raw = _load(context, builder, signature.args[1], args[1], args[2], 16)
+                lo = builder.and_(raw, ir.Constant(ir.VectorType(_I8, 16), [15] * 16))
+                hi = builder.lshr(raw, ir.Constant(ir.VectorType(_I8, 16), [4] * 16))
+                q = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+                q = builder.sub(q, ir.Constant(ir.VectorType(_I8, 32), [8] * 32))
+            else:  # q8_0
+                q = _load(context, builder, signature.args[1], args[1], args[2], 32)
+            qf = builder.sitofp(q, ir.VectorType(ir.FloatType(), 32))
+            w = builder.fmul(_splat(builder, args[3], ir.FloatType(), 32), qf)      # float32 d * q, as the decoder
+            v = _acc_in(builder, args[0])
+            for g in range(4):
+                wg = builder.shuffle_vector(w, w, ir.Constant(ir.VectorType(_I32, 8), list(range(8 * g, 8 * g + 8))))
+                off = builder.add(args[5], ir.Constant(args[5].type, 8 * g))
+                v = _fma8(builder, v, wg, _load_f64x8(context, builder, signature.args[4], args[4], off))
+            return _acc_out(context, builder, v)
+        return sig, codegen
+    return _impl
+
+
+_acc8_q4_0 = _make_acc8_block("q4_0")
+_acc8_q8_0 = _make_acc8_block("q8_0")
+
+
+def _acc8_python(acc, w, x, xo):
+    acc = list(acc)
+    for c in range(32):
+        acc[c % 8] = float(acc[c % 8] + np.float64(w[c]) * np.float64(x[xo + c]))
+    return tuple(acc)
+
+
+def acc8_q4_0(acc, a, ao, d, x, xo):
+    """A Q4_0 block's 16 nibble bytes at ``a[ao:]`` decoded as float32 ``d * (q - 8)`` (elements 0..15
+    low nibbles, 16..31 high), accumulated as four :func:`acc8_f32` steps against ``x[xo:xo+32]``."""
+    q = a[ao:ao + 16].astype(np.int64)
+    w = np.float32(d) * np.concatenate([(q & 15) - 8, (q >> 4) - 8]).astype(np.float32)
+    return _acc8_python(acc, w, x, xo)
+
+
+def acc8_q8_0(acc, a, ao, d, x, xo):
+    """A Q8_0 block's 32 int8 at ``a[ao:]`` (``a`` int8) decoded as float32 ``d * q``, accumulated as
+    four :func:`acc8_f32` steps against ``x[xo:xo+32]``."""
+    w = np.float32(d) * a[ao:ao + 32].astype(np.float32)
+    return _acc8_python(acc, w, x, xo)
+
+
+@overload(acc8_q4_0, inline="always")
+def _ov_acc8_q4_0(acc, a, ao, d, x, xo):
+    return lambda acc, a, ao, d, x, xo: _acc8_q4_0(acc, a, ao, np.float32(d), x, xo)
+
+
+@overload(acc8_q8_0, inline="always")
+def _ov_acc8_q8_0(acc, a, ao, d, x, xo):
+    return lambda acc, a, ao, d, x, xo: _acc8_q8_0(acc, a, ao, np.float32(d), x, xo)
+
+
+__all__ = ["dot_i8x32", "dot_i8x16", "dot_nib16x2", "dot_field32", "dot_bits32", "dot_q6x16", "acc8_f32",
+           "acc8_q4_0", "acc8_q8_0"]

@@ -238,3 +238,35 @@ def test_expert_linear_equals_one_linear_per_pair(qtype):
         got = expert_linear(raw3, int(qtype), 64, ids, x, num)
         want = np.concatenate([linear(QWeight(raw3[e], int(qtype), 64), x[i:i + 1], num) for i, e in enumerate(ids)])
         assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.MXFP4, Q.Q4_K, Q.Q5_K, Q.Q6_K],
+                         ids=lambda t: t.name)
+def test_exact_linear_is_the_scalar_dot8_of_the_decoded_rows(qtype):
+    # the 8-lane vector accumulation (refsim/kernels/simd.py acc8_*) is bit-identical to the scalar
+    # reference _dot8 (element c into partial sum c % 8) for every type, 1 and 3 vectors
+    from refsim.forward.layers import _dot8
+    from refsim.kernels import KERNELS
+    k = KERNELS[qtype]
+    n = 512
+    rng = np.random.default_rng(int(qtype))
+    if qtype in (Q.F32, Q.F16, Q.BF16):
+        w = rng.standard_normal((7, n)).astype(np.float32)
+        raw = w.view(np.uint8) if qtype == Q.F32 else (w.astype(np.float16).view(np.uint8) if qtype == Q.F16
+                                                          else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))
+    else:
+        from refsim.testing.strategies import QUANT_SCALE_FIELDS
+        raw = rng.integers(0, 256, (7, k.row_bytes(n)), dtype=np.uint8)
+        size, offs = QUANT_SCALE_FIELDS[int(qtype)]   # finite scales at each block's scale offsets
+        blocks = raw.reshape(7, -1, size)
+        for o in offs:
+            blocks[:, :, o:o + 2] = np.array([0.01], np.float16).view(np.uint8)
+        if qtype == Q.MXFP4:
+            blocks[:, :, 0] = 125
+    raw = np.ascontiguousarray(raw)
+    qw = QWeight(raw, int(qtype), n)
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    wd = dequantize_rows(raw, qtype, n)
+    want = np.array([[np.float32(_dot8(wd[r], x[v])) for r in range(7)] for v in range(3)], dtype=np.float32)
+    assert np.array_equal(linear(qw, x, EXACT), want)
+    assert np.array_equal(linear(qw, x[1:2], EXACT), want[1:2])
