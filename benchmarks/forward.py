@@ -29,6 +29,9 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV0 = dict(os.environ)
+"""The environment before refsim is imported (which sets OMP_WAIT_POLICY=PASSIVE if unset): what the
+llama.cpp child gets, so llama.cpp runs as its users run it."""
 PROMPT = [1, 5, 77, 123, 42, 299, 7, 260]
 
 
@@ -43,10 +46,11 @@ def _mem() -> dict:
 
 
 def child_refsim(path: str, n_tokens: int, threads: int, numerics: str) -> dict:
-    import numba
     import numpy as np
+
+    from refsim.forward import ForwardTarget   # before Numba starts its threads (refsim.kernels sets OMP_WAIT_POLICY)
+    import numba
     numba.set_num_threads(threads)
-    from refsim.forward import ForwardTarget
     t = ForwardTarget(path, numerics)
     t.prefill(np.array(PROMPT))          # also compiles / loads the Numba cache
     t.decode(np.array([PROMPT[-1]]), np.array([len(PROMPT)]))
@@ -78,7 +82,7 @@ def child_llama(path: str, n_tokens: int, threads: int) -> dict:
 def _run_child(kind: str, args, numerics: str) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
            "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV0, OMP_NUM_THREADS=str(args.threads)))
     if p.returncode != 0:
         print(f"{kind}: failed ({p.returncode}): {p.stderr.strip().splitlines()[-1:] }", file=sys.stderr)
         return None
