@@ -28,20 +28,29 @@ event every position but the last carries ``NOT_ROUTED`` at the last layer
 class DecodeKind(IntEnum):
     """What kind of graph an event is. Values are stable; they may be written to files.
 
-    ``PREFILL`` is trace phase 0; the other three are trace phase 1 (decode).
-    ``DRAFT`` is a decode of the MTP draft context (drafting or catch-up): its reads are the
-    head's own routing in the flash split, and the engine never writes it to a route trace.
+    ``PREFILL`` and ``DRAFT_PREFILL`` are prefill (trace phase 0); the others are decodes
+    (phase 1). ``DRAFT`` is a decode of the MTP draft context during generation (drafting or
+    catch-up): its reads are the head's own routing in the flash split. ``DRAFT_PREFILL`` is
+    the draft context's pass over the prompt: its lookups count in the cumulative hit rate and
+    its reads, like all prefill reads, stay out of ``read_MiB`` (bmoe-engine.md §2 "Prefill",
+    §3.7). The engine never writes draft-context rows to a route trace (§4.5).
     """
 
     PREFILL = 0
     PLAIN = 1
     VERIFY = 2
     DRAFT = 3
+    DRAFT_PREFILL = 4
 
     @property
     def phase(self) -> int:
         """Route-trace ``phase`` column: 0 for prefill, 1 for every decode kind."""
-        return 0 if self is DecodeKind.PREFILL else 1
+        return 0 if self in (DecodeKind.PREFILL, DecodeKind.DRAFT_PREFILL) else 1
+
+    @property
+    def draft_context(self) -> bool:
+        """True for the MTP draft context's graphs (never written to route traces)."""
+        return self in (DecodeKind.DRAFT, DecodeKind.DRAFT_PREFILL)
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,3 +157,7 @@ def confirmed_tokens(event: DecodeEvent) -> int:
     if event.kind is DecodeKind.VERIFY:
         return 1 + (event.accepted or 0)
     return 0
+
+
+N_KINDS = len(DecodeKind)
+"""Number of decode kinds: the length of every per-kind counter array."""

@@ -20,9 +20,8 @@ import numpy as np
 from refsim import MIB
 from refsim.cache.lru import NIL, lru_apply_event
 from refsim.errors import ConfigError
-from refsim.events import DecodeEvent, DecodeKind
+from refsim.events import N_KINDS, DecodeEvent, DecodeKind
 
-_N_KINDS = len(DecodeKind)
 
 
 @dataclass(frozen=True)
@@ -62,13 +61,14 @@ class EventRecord:
 class CacheStats:
     """Lifetime counters of an :class:`ExpertCache`, split by :class:`DecodeKind`.
 
-    Arrays are indexed by ``DecodeKind`` value (0 prefill, 1 plain, 2 verify, 3 draft).
+    Arrays are indexed by ``DecodeKind`` value (0 prefill, 1 plain, 2 verify, 3 draft,
+    4 draft-context prefill).
     """
 
-    lookups: np.ndarray = field(default_factory=lambda: np.zeros(_N_KINDS, np.int64))
-    hits: np.ndarray = field(default_factory=lambda: np.zeros(_N_KINDS, np.int64))
-    read_bytes: np.ndarray = field(default_factory=lambda: np.zeros(_N_KINDS, np.int64))
-    events: np.ndarray = field(default_factory=lambda: np.zeros(_N_KINDS, np.int64))
+    lookups: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    hits: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    read_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    events: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     evictions: int = 0
     rereads: int = 0
     resident_bytes: int = 0

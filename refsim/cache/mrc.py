@@ -33,6 +33,7 @@ import numpy as np
 from refsim.cache.batches import NEVER, BatchTrace
 from refsim.cache.policy import PolicyResult
 from refsim.errors import ConfigError
+from refsim.events import N_KINDS
 
 
 @nb.njit(cache=True)
@@ -115,7 +116,7 @@ def _distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
             last[key] = t
     if bucket:
         for j in range(1, m):
-            for q in range(4):
+            for q in range(hits.shape[1]):
                 hits[j, q] += hits[j - 1, q]
                 hit_bytes[j, q] += hit_bytes[j - 1, q]
     return n_look
@@ -144,7 +145,7 @@ def stack_distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_
     """
     n = keys.size
     dist, kind, size = np.empty(n, np.int64), np.empty(n, np.int8), np.empty(n, np.int64)
-    z1, z2 = np.zeros((1, 4), np.int64), np.zeros(4, np.int64)
+    z1, z2 = np.zeros((1, N_KINDS), np.int64), np.zeros(N_KINDS, np.int64)
     n_look = _distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                         dist, kind, size, np.zeros(1, np.int64), z1, z1.copy(), z2, z2.copy(),
                         False)
@@ -183,10 +184,10 @@ def lru_curve(batches: BatchTrace, budgets_bytes) -> list[PolicyResult]:
     order = np.argsort(b, kind="stable")
     sb = b[order]
     bt = batches
-    hits = np.zeros((sb.size, 4), np.int64)
-    hit_bytes = np.zeros((sb.size, 4), np.int64)
-    lookups = np.zeros(4, np.int64)
-    look_bytes = np.zeros(4, np.int64)
+    hits = np.zeros((sb.size, N_KINDS), np.int64)
+    hit_bytes = np.zeros((sb.size, N_KINDS), np.int64)
+    lookups = np.zeros(N_KINDS, np.int64)
+    look_bytes = np.zeros(N_KINDS, np.int64)
     e = np.zeros(0, np.int64)
     _distances(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
                bt.n_expert, e, e.astype(np.int8), e, sb, hits, hit_bytes, lookups, look_bytes,
@@ -240,9 +241,9 @@ class LruCurve:
         """Counters at one budget (bytes > 0), exact."""
         b = int(_budgets([budget_bytes])[0])
         n_hit = int(np.searchsorted(self.dist, b, side="right"))
-        lookups = np.bincount(self.kind, minlength=4).astype(np.int64)[:4]
-        hits = np.bincount(self.kind[:n_hit], minlength=4).astype(np.int64)[:4]
-        tot = np.bincount(self.kind, weights=self.size, minlength=4)[:4]
-        hit_b = np.bincount(self.kind[:n_hit], weights=self.size[:n_hit], minlength=4)[:4]
+        lookups = np.bincount(self.kind, minlength=N_KINDS).astype(np.int64)[:N_KINDS]
+        hits = np.bincount(self.kind[:n_hit], minlength=N_KINDS).astype(np.int64)[:N_KINDS]
+        tot = np.bincount(self.kind, weights=self.size, minlength=N_KINDS)[:N_KINDS]
+        hit_b = np.bincount(self.kind[:n_hit], weights=self.size[:n_hit], minlength=N_KINDS)[:N_KINDS]
         read = np.rint(tot - hit_b).astype(np.int64)
         return PolicyResult("lru", b, lookups, hits, read, -1, -1, self.tokens)

@@ -32,6 +32,7 @@ from refsim.cache.batches import BatchTrace
 from refsim.cache.expert_cache import CacheStats
 from refsim.cache.summary import CacheSummary
 from refsim.errors import ConfigError
+from refsim.events import N_KINDS
 
 POLICIES: dict[str, type["Policy"]] = {}
 """Registered policies by name, in registration order (the sweep's default order)."""
@@ -197,7 +198,7 @@ def reference_replay(batches: BatchTrace, policy: Policy, budget_bytes: int) -> 
     eb = [int(x) for x in batches.expert_bytes]
     n_expert, n_layer = batches.n_expert, batches.n_layer
     share = budget // n_layer
-    lookups, hits, read = (np.zeros(4, np.int64) for _ in range(3))
+    lookups, hits, read = (np.zeros(N_KINDS, np.int64) for _ in range(3))
     resident: dict[int, None] = {}              # insertion order = residency order
     layer_res = [0] * n_layer
     res_bytes = evictions = clock = 0
@@ -256,7 +257,8 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     ConfigError
         If the policy is unknown or the budget is not a positive integer.
     """
-    from refsim.cache.policy_kernel import (KIND_LRU, N_COUNTERS, lru_kernel, replay_kernel)
+    from refsim.cache.policy_kernel import (KIND_LRU, N_COUNTERS, OUT_EVICT, OUT_HITS, OUT_READ,
+                                            OUT_RESIDENT, OUT_WORDS, lru_kernel, replay_kernel)
 
     if isinstance(policy, str):
         policy = get_policy(policy)
@@ -275,8 +277,9 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
             replay_kernel(policy.kernel, policy.partitioned, bt.keys, bt.batch_start,
                           bt.batch_layer, bt.batch_kind, bt.next_use, bt.expert_bytes,
                           bt.n_expert, budget, words, out)
-            if out[14] >= 0:
+            if out[OUT_WORDS] >= 0:
                 break
             words = policy.fast_args(n_words=2 * max(words.size, 1024))["words"]
-    return PolicyResult(policy.name, budget, out[0:4].copy(), out[4:8].copy(),
-                        out[8:12].copy(), int(out[12]), int(out[13]), batches.tokens)
+    return PolicyResult(policy.name, budget, out[:OUT_HITS].copy(), out[OUT_HITS:OUT_READ].copy(),
+                        out[OUT_READ:OUT_EVICT].copy(), int(out[OUT_EVICT]), int(out[OUT_RESIDENT]),
+                        batches.tokens)

@@ -27,12 +27,17 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from refsim.events import N_KINDS
+
 KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
 
-N_COUNTERS = 15
-"""Layout of the ``out`` counters: ``[0:4]`` lookups per DecodeKind, ``[4:8]`` hits,
-``[8:12]`` read bytes, ``[12]`` evictions, ``[13]`` resident bytes at the end,
-``[14]`` random words consumed (-1 = the word pool ran out; call again with more)."""
+NK = N_KINDS
+OUT_HITS, OUT_READ = NK, 2 * NK
+OUT_EVICT, OUT_RESIDENT, OUT_WORDS = 3 * NK, 3 * NK + 1, 3 * NK + 2
+N_COUNTERS = 3 * NK + 3
+"""Layout of the ``out`` counters (NK = number of DecodeKinds): ``[0:NK]`` lookups per kind,
+``[NK:2NK]`` hits, ``[2NK:3NK]`` read bytes, ``[3NK]`` evictions, ``[3NK+1]`` resident bytes
+at the end, ``[3NK+2]`` random words consumed (-1 = the word pool ran out; call again)."""
 
 
 @nb.njit(cache=True)
@@ -106,14 +111,14 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
                 out[kd] += 1
                 count[key] += 1
                 if resident[key]:
-                    out[4 + kd] += 1
+                    out[OUT_HITS + kd] += 1
                 else:
                     resident[key] = True
                     order[n_res] = key
                     n_res += 1
                     res_bytes += eb
                     layer_res[il] += eb
-                    out[8 + kd] += eb
+                    out[OUT_READ + kd] += eb
             stamp[key] = clock
             nuse[key] = next_use[i]
         while True:                                # evict after the batch
@@ -156,7 +161,7 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
             if kind == KIND_RANDOM:
                 r, wpos = _randbelow(n_c, words, wpos)
                 if r < 0:
-                    out[14] = -1
+                    out[OUT_WORDS] = -1
                     return
                 bj = cand[r]
                 best = order[bj]
@@ -167,9 +172,9 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
             sz = expert_bytes[best // n_expert]
             res_bytes -= sz
             layer_res[best // n_expert] -= sz
-            out[12] += 1
-    out[13] = res_bytes
-    out[14] = wpos
+            out[OUT_EVICT] += 1
+    out[OUT_RESIDENT] = res_bytes
+    out[OUT_WORDS] = wpos
 
 
 @nb.njit(cache=True)
@@ -199,11 +204,11 @@ def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
                 touched[key] = b
                 out[kd] += 1
                 if resident[key]:
-                    out[4 + kd] += 1
+                    out[OUT_HITS + kd] += 1
                 else:
                     resident[key] = True
                     res_bytes += eb
-                    out[8 + kd] += eb
+                    out[OUT_READ + kd] += eb
             stamp[key] = i
         while res_bytes > budget_bytes and front < hi:
             key = keys[front]
@@ -214,6 +219,6 @@ def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
                 break                              # the tail is the batch's own: stop
             resident[key] = False
             res_bytes -= expert_bytes[key // n_expert]
-            out[12] += 1
+            out[OUT_EVICT] += 1
             front += 1
-    out[13] = res_bytes
+    out[OUT_RESIDENT] = res_bytes

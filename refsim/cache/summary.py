@@ -57,7 +57,7 @@ class CacheSummary:
                    t_bytes: int) -> "CacheSummary":
         """Derive the summary; ``tokens`` = confirmed tokens, ``t_bytes`` = one token cycle."""
         dec = TARGET_DECODE_KINDS
-        pre = (DecodeKind.PREFILL,)
+        pre = (DecodeKind.PREFILL, DecodeKind.DRAFT_PREFILL)
         drf = (DecodeKind.DRAFT,)
         lookups, hits = stats.total("lookups"), stats.total("hits")
         d_look, d_hits = stats.total("lookups", dec), stats.total("hits", dec)

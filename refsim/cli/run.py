@@ -167,4 +167,8 @@ def run(args) -> int:
     if args.route_trace:
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
               f"{budget / MIB:.10g})", file=sys.stderr)
+        if config.spec == "mtp":
+            print("route trace: the MTP draft context's routings are not in it (the engine's format "
+                  "omits them), so its replay differs from this run by the head's lookups and reads",
+                  file=sys.stderr)
     return 0

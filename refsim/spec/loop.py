@@ -172,7 +172,7 @@ class RunResult:
         if self.cache is None or any(r is None for r in self.records):
             raise ConfigError("a route trace needs a run with an expert cache (--cache-mb)")
         traced = [(e, r) for e, r in zip(self.events, self.records)
-                  if e.kind is not DecodeKind.DRAFT]
+                  if not e.kind.draft_context]
         write_trace(path, header, [e for e, _ in traced], [r.residency for _, r in traced],
                     [r.charged_bytes for _, r in traced])
 

@@ -187,7 +187,7 @@ class MtpDraft:
         self.began = False
         self.n_mtp_decodes = 0
 
-    def _decode(self, tokens, positions, h_prev) -> tuple:
+    def _decode(self, tokens, positions, h_prev, kind=DecodeKind.DRAFT) -> tuple:
         t = self.target
         res = self._Q.mtp_decode(t.inner.weights, self.kv, tokens, positions, h_prev, t.inner.numerics)
         self.n_mtp_decodes += 1
@@ -195,14 +195,14 @@ class MtpDraft:
         routes = np.full((n_pos, t.n_layer, k), NOT_ROUTED, np.int16)
         weights = np.full((n_pos, t.n_layer, k), np.nan, np.float32)
         routes[:, -1], weights[:, -1] = res.routes, res.weights
-        ev = DecodeEvent(kind=DecodeKind.DRAFT, positions=np.asarray(positions, np.int64), routes=routes,
+        ev = DecodeEvent(kind=kind, positions=np.asarray(positions, np.int64), routes=routes,
                          weights=weights, tokens=np.asarray(tokens, np.int32))
         return res, ev
 
-    def _process(self, tokens, positions, h_rows) -> DecodeEvent:
-        """Draft-context decode of target-confirmed rows (begin and catch-up)."""
+    def _process(self, tokens, positions, h_rows, kind=DecodeKind.DRAFT) -> DecodeEvent:
+        """Draft-context decode of target-confirmed rows (begin: ``DRAFT_PREFILL``; catch-up)."""
         h_prev = np.concatenate([self.pending_h[None, :], h_rows[:-1]], axis=0) if len(tokens) else h_rows
-        _, ev = self._decode(tokens, positions, h_prev)
+        _, ev = self._decode(tokens, positions, h_prev, kind)
         self.pending_h = h_rows[-1].copy()
         return ev
 
@@ -210,7 +210,7 @@ class MtpDraft:
         """Process the prompt after the target's prefill (call once)."""
         self.began = True
         t = self.target
-        return (self._process(t.last_tokens, t.last_positions, t.last.h_nextn),)
+        return (self._process(t.last_tokens, t.last_positions, t.last.h_nextn, DecodeKind.DRAFT_PREFILL),)
 
     def draft(self, ctx: np.ndarray, last: int, n_past: int, n_max: int) -> Draft:
         events: list[DecodeEvent] = []

@@ -100,7 +100,8 @@ class RunStats:
             has_cache=cache is not None,
             lookups=st.total("lookups") if st else 0, hits=st.total("hits") if st else 0,
             read_bytes=sum(s.read_bytes for s in steps),
-            prefill_read_bytes=st.total("read_bytes", (DecodeKind.PREFILL,)) if st else 0,
+            prefill_read_bytes=st.total("read_bytes", (DecodeKind.PREFILL, DecodeKind.DRAFT_PREFILL))
+            if st else 0,
             resident_bytes=st.resident_bytes if st else 0,
             budget_bytes=cache.budget_bytes if cache is not None else 0,
             evictions=st.evictions if st else 0, rereads=st.rereads if st else 0,

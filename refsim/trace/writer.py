@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from refsim.events import DecodeEvent, DecodeKind
+from refsim.events import DecodeEvent
 from refsim.fileio import atomic_path
 from refsim.trace.format import TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
 
@@ -55,7 +55,7 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     ValueError
         For a ``DRAFT`` event or mismatched shapes.
     """
-    if event.kind is DecodeKind.DRAFT:
+    if event.kind.draft_context:
         raise ValueError("draft-context decodes are not written to route traces")
     if residency.shape != event.routes.shape or charged_bytes.shape != event.routes.shape:
         raise ValueError("residency/charged_bytes must have the routes' shape")
@@ -106,6 +106,6 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(format_header(header))
             for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
-                if ev.kind is DecodeKind.DRAFT:
+                if ev.kind.draft_context:
                     continue
                 fh.write(format_event_rows(ev, res, chg))

@@ -100,9 +100,9 @@ def test_kinds_are_counted_apart():
     c.apply(ev([[[1]]], pos0=2))
     c.apply(ev([[[1]], [[3]]], kind=DecodeKind.VERIFY, pos0=3))
     st = c.stats
-    assert st.lookups.tolist() == [2, 1, 2, 0]
-    assert st.hits.tolist() == [0, 1, 1, 0]
-    assert st.read_bytes.tolist() == [20, 0, 10, 0]
+    assert st.lookups.tolist() == [2, 1, 2, 0, 0]
+    assert st.hits.tolist() == [0, 1, 1, 0, 0]
+    assert st.read_bytes.tolist() == [20, 0, 10, 0, 0]
 
 
 @pytest.mark.parametrize("budget", [0, -5, 1.5])

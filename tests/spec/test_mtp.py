@@ -53,10 +53,12 @@ def test_events_and_engine_order(hybrid):
     r = run_generation(tgt, src, PROMPT, 8, cache=_cache(hybrid), draft_max=3)
     n_layer = hybrid.spec.n_layer
     kinds = [e.kind for e in r.events]
-    assert kinds[0] is DecodeKind.PREFILL and kinds[1] is DecodeKind.DRAFT      # begin after prefill
+    # begin after prefill: the draft context's pass over the prompt is prefill (its reads stay
+    # out of read_MiB, its lookups count in the cumulative hit rate)
+    assert kinds[0] is DecodeKind.PREFILL and kinds[1] is DecodeKind.DRAFT_PREFILL
     np.testing.assert_array_equal(r.events[1].positions, np.arange(len(PROMPT)))
     for e in r.events:
-        if e.kind is DecodeKind.DRAFT:         # the head's own experts, at index n_layer only
+        if e.kind.draft_context:               # the head's own experts, at index n_layer only
             assert (e.routes[:, :n_layer] == -1).all() and (e.routes[:, n_layer] >= 0).all()
         else:                                  # target decodes never route the head
             assert (e.routes[:, n_layer] == -1).all()
