@@ -86,25 +86,18 @@ def round_tie(v, tie):
 
 
 @njit(cache=True)
-def _q8_0_kernel(x, amax, tie, q):
+def _q8_0_kernel(x, tie, q, amax):
     for p in range(x.shape[0]):
         for b in range(x.shape[1] // 32):
-            a = amax[p, b]
+            a = np.float32(0.0)
+            for j in range(32):
+                v = abs(x[p, b * 32 + j])
+                if v > a:
+                    a = v
+            amax[p, b] = a
             iden = np.float32(127.0) / a if a != 0 else np.float32(0.0)
             for j in range(32):
                 q[p, b * 32 + j] = np.int8(round_tie(np.float32(x[p, b * 32 + j] * iden), tie))
-
-
-@njit(cache=True)
-def _amax_kernel(x, block, out):
-    for p in range(x.shape[0]):
-        for b in range(x.shape[1] // block):
-            amax = np.float32(0.0)
-            for j in range(block):
-                a = abs(x[p, b * block + j])
-                if a > amax:
-                    amax = a
-            out[p, b] = amax
 
 
 @njit(cache=True)
@@ -191,9 +184,8 @@ def quantize_acts(x: np.ndarray, block: int, tie: int = 0) -> QActs:
     q = np.empty((n_vec, n_cols), dtype=np.int8)
     if block == 32:
         amax = np.empty((n_vec, n_cols // 32), dtype=np.float32)
-        _amax_kernel(x, 32, amax)
+        _q8_0_kernel(x, int(tie), q, amax)
         d = (amax / np.float32(127.0)).astype(np.float32).astype(np.float16).astype(np.float32)
-        _q8_0_kernel(x, amax, int(tie), q)
         return QActs(q, d, np.zeros((n_vec, 1), dtype=np.int32), 32)
     d = np.empty((n_vec, n_cols // 256), dtype=np.float32)
     bsum = np.empty((n_vec, n_cols // 32), dtype=np.int32)
@@ -449,9 +441,16 @@ def act_block(qtype: int) -> int:
     raise ConfigError(f"qdot: ggml type {qtype} has no integer product (supported ids: {QDOT_TYPES})")
 
 
+_BLOCK_BYTES = {Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34), MXFP4: (32, 17), Q4_K: (256, 144), Q5_K: (256, 176),
+                Q6_K: (256, 210)}
+"""ggml type id -> (elements, bytes) per block (``gguf.GGML_QUANT_SIZES``; tests/kernels check they agree)."""
+
+
 def _check_rows(raw: np.ndarray, qtype: int, n_cols: int, ndim: int) -> np.ndarray:
-    from refsim.kernels import row_bytes
-    rb = row_bytes(qtype, n_cols)
+    block, size = _BLOCK_BYTES[qtype]
+    if n_cols <= 0 or n_cols % block:
+        raise ConfigError(f"qdot: n_cols {n_cols} is not a positive multiple of ggml type {qtype}'s block {block}")
+    rb = n_cols // block * size
     raw = np.asarray(raw)
     if raw.ndim != ndim or raw.dtype != np.uint8 or raw.shape[-1] != rb:
         raise ConfigError(f"qdot: rows have shape {raw.shape} {raw.dtype}; ggml type {qtype} rows of {n_cols} "

@@ -242,3 +242,12 @@ def test_bad_inputs_raise_config_errors():
         quantize_acts(np.ones((1, 40), np.float32), 32)
     with pytest.raises(ConfigError, match="expert ids"):
         qdot_pairs(np.zeros((2, 3, 18), np.uint8), int(Q.Q4_0), 32, [2], acts)
+
+
+def test_block_table_agrees_with_gguf():
+    from gguf import GGML_QUANT_SIZES
+
+    from refsim.kernels.qdot import _BLOCK_BYTES
+    assert set(_BLOCK_BYTES) == set(QDOT_TYPES)
+    for t, bs in _BLOCK_BYTES.items():
+        assert GGML_QUANT_SIZES[Q(t)] == bs
