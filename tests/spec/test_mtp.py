@@ -154,3 +154,20 @@ def test_load_rejections(hybrid, tmp_path):
     q3 = open_model(write_synthetic(tmp_path / "q3.gguf", "qwen3moe"))
     with pytest.raises(ConfigError, match="only for qwen35moe"):
         MtpTarget(q3)
+
+
+def test_one_mib_per_token_figure(hybrid):
+    """The cache summary and the engine-format telemetry count the same decode reads: the draft
+    context's prompt pass is prefill for both (its lookups are in the cumulative hit rate)."""
+    from refsim.cache import CacheSummary
+    from refsim.telemetry import RunStats
+    tgt, src = mtp_source_for(hybrid, SpecConfig.from_flags(mtp=True, draft=3))
+    cache = _cache(hybrid)
+    r = run_generation(tgt, src, PROMPT, 8, cache=cache, draft_max=3)
+    stats = RunStats.from_run(r)
+    s = CacheSummary.from_stats(cache.stats, cache.budget_bytes, r.n_gen, 1)
+    assert s.decode_read_bytes == stats.read_bytes
+    assert s.draft_read_bytes == stats.draft_read_bytes
+    pre = [rec for e, rec in zip(r.events, r.records) if e.kind is DecodeKind.DRAFT_PREFILL]
+    assert len(pre) == 1 and s.prefill_read_bytes == stats.prefill_read_bytes
+    assert s.prefill_lookups == sum(rec.lookups for e, rec in zip(r.events, r.records) if e.phase == 0)
