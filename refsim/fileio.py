@@ -15,6 +15,12 @@ from contextlib import contextmanager
 from refsim.errors import ConfigError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".tmp") -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` when the block succeeds.
@@ -34,6 +40,8 @@ def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".t
         If the destination's folder cannot be written (names ``what`` and the path).
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ConfigError(f"{what} {path}: is a folder; expected a file name")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=suffix, dir=folder)
@@ -42,6 +50,7 @@ def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".t
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -30,3 +30,12 @@ def test_unwritable_folder_names_the_flag_and_path(tmp_path):
     target = tmp_path / "no" / "such" / "dir" / "x.csv"
     with pytest.raises(ConfigError, match=r"--csv .*x\.csv: cannot write here"):
         write_text_atomic(target, "x", what="--csv")
+
+
+def test_written_files_get_the_usual_mode(tmp_path):
+    import os
+    p = tmp_path / "m.txt"
+    write_text_atomic(p, "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (p.stat().st_mode & 0o777) == (0o666 & ~mask)

@@ -81,6 +81,9 @@ class CacheStats:
         return int(sum(arr[int(k)] for k in kinds))
 
 
+MAX_CACHE_MIB = 1 << 40
+"""Largest ``--cache-mb`` accepted: 2**40 MiB = 1 EiB (byte counts stay far inside int64)."""
+
 TARGET_DECODE_KINDS = (DecodeKind.PLAIN, DecodeKind.VERIFY)
 """Target-model decodes after prefill (the engine's 'decode' phase, trace phase 1)."""
 
@@ -201,4 +204,9 @@ class ExpertCache:
                 from None
         if not (value > 0 and np.isfinite(value)):
             raise ConfigError(f"--cache-mb: expected a positive number of MiB, got {cache_mb!r}")
+        if value > MAX_CACHE_MIB:
+            raise ConfigError(f"--cache-mb: {cache_mb!r} MiB is more than {MAX_CACHE_MIB} MiB (1 EiB), "
+                              f"the largest budget refsim counts")
+        if int(value * MIB) < 1:
+            raise ConfigError(f"--cache-mb: {cache_mb!r} MiB is less than one byte")
         return int(value * MIB)

@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print(f"refsim {args.command}: interrupted (outputs not completed were not written)",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

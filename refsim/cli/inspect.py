@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from refsim.errors import ConfigError
+
 import json
 
 from refsim import MIB
@@ -23,6 +25,8 @@ def summary(path: str, k: int | None = None) -> dict:
     m = open_model(path)
     s, b = m.spec, m.bytes
     k = s.n_expert_used if k is None else k
+    if s.n_expert and k > s.n_expert:
+        raise ConfigError(f"-k/--n-expert-used {k}: {path} has only n_expert={s.n_expert}")
     return {
         "path": m.path, "arch": s.arch, "has_data": m.has_data,
         "n_layer": s.n_layer, "n_layer_all": s.n_layer_all, "nextn_predict_layers": s.nextn_predict_layers,

@@ -79,8 +79,9 @@ def run(args) -> int:
     report = replay_trace(trace, budget)
     if budget < report.summary.t_bytes:
         print(f"refsim replay: warning: budget {budget / MIB:.1f} MiB is below one token cycle "
-              f"T = {report.summary.t_mib:.1f} MiB: a global LRU evicts exactly what the next "
-              f"layers need (hit rate collapses to 0)", file=sys.stderr)
+              f"T = {report.summary.t_mib:.1f} MiB: a global LRU evicts what the next layers "
+              f"need, and its hit rate collapses toward 0 (exactly 0 once the budget is short "
+              f"of T by more than a few entries; docs/cache-studies.md)", file=sys.stderr)
     if args.csv:
         write_event_csv(args.csv, report)
     if args.json:

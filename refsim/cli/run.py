@@ -88,6 +88,10 @@ def run(args) -> int:
                                    ngram_min_match=args.ngram_min_match, mtp_p_min=args.mtp_p_min)
     t0 = time.perf_counter()
     model = open_model(path)
+    if not model.spec.n_expert:
+        raise ConfigError(f"MODEL {path}: {model.spec.arch} is dense (no routed experts); refsim run "
+                          f"simulates the expert cache of MoE models (qwen3moe, qwen35moe). For the "
+                          f"dense Gemma-3 pass see examples/ngram_real_text.py")
     if config.spec == "mtp":
         from refsim.spec.mtp import mtp_source_for
         target, source = mtp_source_for(model, config, args.numerics, args.ubatch)
@@ -154,7 +158,9 @@ def run(args) -> int:
     print(f"memory: kv {led.kv_bytes / MIB:.2f} MiB, recurrent {led.recurrent_bytes / MIB:.2f} MiB "
           f"(1 + n_rs_seq {led.n_rs_seq} slots), draft context {(led.draft_kv_bytes + led.draft_buffer_bytes) / MIB:.2f} "
           f"MiB; speculation takes {led.speculation_bytes / MIB:.2f} MiB (refsim memory for the auto budget)")
-    print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}: {text!r}")
+    stop = (f" (stopped at an end-of-generation token before -n {args.n_predict})"
+            if result.eog and result.n_gen < args.n_predict else "")
+    print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}{stop}: {text!r}")
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from refsim.errors import ConfigError
+
 from refsim import MIB
 from refsim.cache.batches import BatchTrace
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
@@ -30,6 +32,8 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     budgets = parse_budgets_mib(args.cache_mb)
+    if args.policy is not None and not args.policy.strip(", "):
+        raise ConfigError(f"--policy: empty list; expected names from {','.join(known_policies())}")
     policies = ([x.strip() for x in args.policy.split(",") if x.strip()] if args.policy
                 else known_policies())
     trace = read_trace(args.trace)

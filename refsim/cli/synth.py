@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+
 from refsim.model.synth import QUANTS
+
+
+def _seed(text: str) -> int:
+    """``--seed`` validator: an integer in 0..2**32-1 (NumPy's seed range), quoting a bad value."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer in 0..4294967295, got {text!r}")
+    return value
 
 
 def add_parser(subparsers) -> None:
@@ -10,7 +23,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--arch", choices=("qwen3moe", "qwen35moe"), required=True)
     p.add_argument("--nextn", action="store_true", help="qwen35moe: add the nextn/MTP block")
     p.add_argument("--quant", choices=QUANTS, default="F32", help="weight type (default F32; mixed = Q4_K_M-like)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed, 0..2^32-1 (default 0)")
     p.add_argument("--out", required=True, help="output .gguf path (written atomically)")
     p.set_defaults(func=run)
 

