@@ -8,7 +8,9 @@ The model has Qwen3-30B-A3B's widths with 1/8 of its layers (``QWEN3_30B_A3B_EIG
 2048, 32/4 heads of 128, 128 experts top-8 of width 768, 6 layers, vocab 1024), written once
 under ``$REFSIM_CACHE`` (or ~/.cache/refsim). Both engines decode the same prompt then
 ``--tokens`` single-token steps with the same thread count, each in its own child process (so
-each peak RSS is its own); refsim runs once per numerics mode per round (``exact``: float64
+each peak RSS is its own); before the timed steps refsim prefaults its weight mappings
+(``MADV_POPULATE_READ``, as llama.cpp reads the whole file at load; ``--cold`` leaves them to be
+paged in during the steps); refsim runs once per numerics mode per round (``exact``: float64
 accumulation; ``ggml``: llama.cpp's integer block products). Printed: tok/s of each (every
 sample, best and median, with the load average around the runs) and the ratios (measured in
 this run, best/best and median/median), the
@@ -45,13 +47,51 @@ def _mem() -> dict:
     return out
 
 
-def child_refsim(path: str, n_tokens: int, threads: int, numerics: str) -> dict:
+MADV_POPULATE_READ = 22  # Linux >= 5.14: fill the page tables of a mapping (reads the pages into the page cache)
+
+
+def _mappings(obj, seen: dict) -> dict:
+    """Every ``mmap`` under a weights object (dataclasses, tuples, numpy.memmap views), by id."""
+    import dataclasses
+
+    import numpy as np
+    if isinstance(obj, np.ndarray):
+        b = obj
+        while b is not None and not hasattr(b, "_mmap"):
+            b = b.base
+        if b is not None and b._mmap is not None:
+            seen[id(b._mmap)] = b._mmap
+    elif dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            _mappings(getattr(obj, f.name), seen)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _mappings(x, seen)
+    return seen
+
+
+def prefault(weights) -> int:
+    """Populate the page tables of every tensor mapping of ``weights`` (``MADV_POPULATE_READ``)
+    before the timed steps, as llama.cpp reads the whole file at load; returns the bytes advised
+    (0 where the kernel refuses). File-backed RSS becomes the file; anonymous memory is unchanged."""
+    total = 0
+    for mm in _mappings(weights, {}).values():
+        try:
+            mm.madvise(MADV_POPULATE_READ)
+            total += len(mm)
+        except OSError:
+            pass
+    return total
+
+
+def child_refsim(path: str, n_tokens: int, threads: int, numerics: str, cold: bool = False) -> dict:
     import numpy as np
 
     from refsim.forward import ForwardTarget   # before Numba starts its threads (refsim.kernels sets OMP_WAIT_POLICY)
     import numba
     numba.set_num_threads(threads)
     t = ForwardTarget(path, numerics)
+    advised = 0 if cold else prefault(t.weights)
     t.prefill(np.array(PROMPT))          # also compiles / loads the Numba cache
     t.decode(np.array([PROMPT[-1]]), np.array([len(PROMPT)]))
     tok, pos = 11, len(PROMPT) + 1
@@ -60,7 +100,7 @@ def child_refsim(path: str, n_tokens: int, threads: int, numerics: str) -> dict:
         out = t.decode(np.array([tok]), np.array([pos]))
         tok, pos = int(out.argmax()[0]), pos + 1
     dt = time.perf_counter() - t0
-    return dict(tok_s=n_tokens / dt, **_mem())
+    return dict(tok_s=n_tokens / dt, prefaulted=advised, **_mem())
 
 
 def child_llama(path: str, n_tokens: int, threads: int) -> dict:
@@ -81,7 +121,8 @@ def child_llama(path: str, n_tokens: int, threads: int) -> dict:
 
 def _run_child(kind: str, args, numerics: str) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
-           "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"]
+           "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"] \
+        + (["--cold"] if args.cold else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV0, OMP_NUM_THREADS=str(args.threads)))
     if p.returncode != 0:
         print(f"{kind}: failed ({p.returncode}): {p.stderr.strip().splitlines()[-1:] }", file=sys.stderr)
@@ -107,11 +148,13 @@ def main() -> int:
     ap.add_argument("--n-expert", type=int, default=128, help="experts per layer (default 128 = Qwen3-30B-A3B)")
     ap.add_argument("--numerics", default="exact,ggml", help="refsim numerics modes, comma-separated (default both)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each engine (best and median printed)")
+    ap.add_argument("--cold", action="store_true",
+                    help="do not prefault refsim's weight mappings: experts are paged in during the timed steps")
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        res = child_refsim(args.model, args.tokens, args.threads, args.numerics) if args.child == "refsim" \
+        res = child_refsim(args.model, args.tokens, args.threads, args.numerics, args.cold) if args.child == "refsim" \
             else child_llama(args.model, args.tokens, args.threads)
         print(json.dumps(res))
         return 0
@@ -135,6 +178,8 @@ def main() -> int:
           f"threads {args.threads}, {args.tokens} timed decode steps")
     print(f"weights touched per token: {touched / MIB:.2f} MiB "
           f"(dense + {model.spec.n_expert_used} expert slices x {model.spec.n_layer} layers + output)")
+    print("refsim's weight mappings: " + ("paged in during the timed steps (--cold)" if args.cold else
+          "prefaulted before the timed steps (MADV_POPULATE_READ), as llama.cpp reads the file at load"))
     import importlib.util
     have_llama = importlib.util.find_spec("llama_cpp") is not None
     if not have_llama:
