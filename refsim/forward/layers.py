@@ -42,7 +42,7 @@ from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
 from refsim.kernels import KERNELS, row_bytes
 from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
-from refsim.kernels.qdot import QDOT_TYPES, act_block, qdot_matmul, qdot_pairs, quantize_acts
+from refsim.kernels.qdot import QDOT_TYPES, QActs, act_block, qdot_matmul, qdot_pairs, quantize_acts
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
 
@@ -195,6 +195,15 @@ def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
                     d = table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
                     acc = acc8_q8_0(acc, rowi, o + 2, d, xv, b * 32)
                 out[v, r] = np.float32(_sum8(acc))
+    elif kind == 0:    # F32: the row's bytes are the weights
+        for r in range(r0, r1):
+            wr = raw[r].view(np.float32)
+            for v in range(n_vec):
+                xv = x64[v]
+                acc = (z, z, z, z, z, z, z, z)
+                for c in range(0, n_cols, 8):
+                    acc = acc8_f32(acc, wr, c, xv, c)
+                out[v, r] = np.float32(_sum8(acc))
     else:
         for r in range(r0, r1):
             decode_row(kind, raw[r], n_cols, table, kvalues, w)
@@ -273,7 +282,7 @@ def expert_pairs_kernel_serial(kind, raw3, n_cols, table, kvalues, ids, x, out):
 
 
 def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: np.ndarray,
-                  numerics: Numerics) -> np.ndarray:
+                  numerics: Numerics, acts: QActs | None = None) -> np.ndarray:
     """Per pair ``i``: ``W_{ids[i]} @ x[i]`` for a 3-D expert tensor, in one (threaded) call.
 
     Parameters
@@ -285,6 +294,9 @@ def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: n
     ids : (m,) int array
     x : (m, n_in) float32 ndarray
     numerics : Numerics
+    acts : QActs, optional
+        ``ggml`` mode with a quantized ``qtype``: ``x`` already quantized to ``act_block(qtype)``
+        (``quantize_acts(x, ...)``, e.g. shared by ``gate`` and ``up``); ``x`` is then not read.
 
     Returns
     -------
@@ -292,7 +304,8 @@ def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: n
         Bit-identical to ``linear(QWeight(raw3[ids[i]], qtype, n_in), x[i:i+1], numerics)``.
     """
     if numerics.quantize_activations and int(qtype) in QDOT_TYPES:
-        acts = quantize_acts(x, act_block(int(qtype)), numerics.tie_code)
+        if acts is None:
+            acts = quantize_acts(x, act_block(int(qtype)), numerics.tie_code)
         return qdot_pairs(raw3, int(qtype), n_in, ids, acts)
     if numerics.quantize_activations:
         x = quantize_activations(x, act_kind(qtype), numerics.tie_code)
@@ -756,8 +769,14 @@ def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: Expert
         p = int(np.nonzero(active)[0][0])
         e_ids = sel_ids[p]
         xk = np.repeat(x[p:p + 1], k, axis=0)                                      # [k, n_embd]
-        g = expert_linear(experts.gate, experts.gate_type, n_embd, e_ids, xk, numerics)
-        u = expert_linear(experts.up, experts.up_type, n_embd, e_ids, xk, numerics)
+        acts = None
+        if (numerics.quantize_activations and experts.gate_type in QDOT_TYPES and experts.up_type in QDOT_TYPES
+                and act_block(experts.gate_type) == act_block(experts.up_type)):
+            # x quantized once for gate and up (row by row, so the k copies are k equal rows)
+            a1 = quantize_acts(x[p:p + 1], act_block(experts.gate_type), numerics.tie_code)
+            acts = QActs(np.repeat(a1.q, k, 0), np.repeat(a1.d, k, 0), np.repeat(a1.bsum, k, 0), a1.block)
+        g = expert_linear(experts.gate, experts.gate_type, n_embd, e_ids, xk, numerics, acts)
+        u = expert_linear(experts.up, experts.up_type, n_embd, e_ids, xk, numerics, acts)
         y[p] = expert_linear(experts.down, experts.down_type, experts.n_ff_exp, e_ids, swiglu(g, u), numerics)
     for e in (np.unique(sel_ids[sel_ids >= 0]) if active.sum() != 1 else ()):
         pp, ss = np.nonzero(sel_ids == e)

@@ -421,8 +421,8 @@ def qdot_pairs_kernel_parallel(kind, raw3, rawi3, n_cols, ids, xq, xd, xs, table
 
 # --- Python entry points -----------------------------------------------------------------------
 
-PARALLEL_MIN_ELEMENTS = 1 << 21
-"""Products of at least this many weight elements (``n_vec * n_rows * n_cols``, 2 Mi) are split over
+PARALLEL_MIN_ELEMENTS = 1 << 20
+"""Products of at least this many weight elements (``n_vec * n_rows * n_cols``, 1 Mi) are split over
 threads; smaller ones run on one thread. Results are identical either way."""
 
 

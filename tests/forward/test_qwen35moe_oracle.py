@@ -172,9 +172,10 @@ def check_mtp_loop_drafts_and_verifies_as_llama_cpp(name, model, w, g):
     head_logits = []                 # logits of every draft-context decode, in DRAFT-event order
     real_decode = draft._decode
 
-    def spy(tokens, positions, h_prev):
-        res, ev = real_decode(tokens, positions, h_prev)
-        head_logits.append(res.logits)
+    def spy(tokens, positions, h_prev, kind=DecodeKind.DRAFT):
+        res, ev = real_decode(tokens, positions, h_prev, kind)
+        if kind == DecodeKind.DRAFT:             # the draft context's prompt pass is DRAFT_PREFILL
+            head_logits.append(res.logits)
         return res, ev
 
     draft._decode = spy
