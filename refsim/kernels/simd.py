@@ -1,12 +1,15 @@
-"""Exact integer block dot products written as LLVM vector code (the inner loops of :mod:`refsim.kernels.qdot`).
+"""Block dot products written as LLVM vector code: exact integer block dots (the inner loops of
+:mod:`refsim.kernels.qdot`, ``ggml`` mode) and the 8-lane float64 accumulation of the ``exact``
+mode (``acc8_*``, the inner loops of :func:`refsim.forward.layers.linear`).
 
 Numba runs LLVM with the SLP vectorizer off and fully unrolls a loop of constant length 32 before
 the loop vectorizer sees it, so a block dot ``sum_j w_j * x_j`` over 32 int8 values compiles to 32
 scalar multiply-adds (~1.7 ns per element measured here). Each function below is one such block
 dot written directly as LLVM vector IR (load ``<32 x i8>``, widen, multiply, ``llvm.vector.reduce.add``);
 LLVM lowers it to the machine's SIMD (on x86 AVX2: ``vpmovsx``/``vpmaddwd``; ~0.12-0.25 ns per
-element). Every sum is an **exact** int32 (at most 32 products of magnitude <= 127 * 255), so the
-order in which the hardware adds the lanes cannot change the result.
+element). Every integer sum is an **exact** int32 (at most 32 products of magnitude <= 127 * 255),
+so the order in which the hardware adds the lanes cannot change the result; the ``acc8_*``
+functions keep 8 separate float64 lanes, each added in element order (see their section).
 
 Each function is a plain Python function (used as-is when ``NUMBA_DISABLE_JIT=1`` and by the tests
 as the reference) with a Numba ``overload`` that calls the vector intrinsic in compiled code.
