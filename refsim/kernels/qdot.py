@@ -10,7 +10,8 @@ dequantizing a weight:
 weight      term added per block ``b`` (``isum`` exact in int32/int64; one float64 rounding per ``*``)
 ==========  ===========================================================================================
 Q8_0        ``(f64(d_w) * f64(d_x)) * isum``, ``isum = sum_j q_j x_j`` over 32 (``q`` int8)
-Q4_0        the same with ``q = nibble - 8``
+Q4_0        the same with ``q = nibble - 8``, summed as ``sum_j nibble_j x_j - 8 bsum`` (``bsum`` = sum of
+            the block's ``x``; ggml's AVX2 ``vpmaddubsw`` form)
 Q5_0        the same with ``q = (nibble | high_bit << 4) - 16``
 MXFP4       ``(2^(e-128) * f64(d_x)) * isum`` with ``q`` = the doubled e2m1 value (ggml ``kvalues_mxfp4``)
 Q4_K, Q5_K  ``(f64(d) * f64(d_x)) * sum_s sc_s isum_s - (f64(dmin) * f64(d_x)) * sum_s m_s bsum_s`` over
@@ -47,7 +48,7 @@ from numba import njit, prange
 
 from refsim.errors import ConfigError
 from refsim.kernels.registry import F16_TO_F32
-from refsim.kernels.simd import dot_bits32, dot_field32, dot_i8x32, dot_nib16x2, dot_q6x16
+from refsim.kernels.simd import dot_bits32, dot_field32, dot_i8x32, dot_nib16x2, dot_nibu16x2, dot_q6x16
 
 # ggml type ids (gguf.GGMLQuantizationType values)
 Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 = 2, 6, 8, 12, 13, 14, 39
@@ -86,7 +87,7 @@ def round_tie(v, tie):
 
 
 @njit(cache=True)
-def _q8_0_kernel(x, tie, q, amax):
+def _q8_0_kernel(x, tie, q, amax, bsum):
     for p in range(x.shape[0]):
         for b in range(x.shape[1] // 32):
             a = np.float32(0.0)
@@ -96,8 +97,12 @@ def _q8_0_kernel(x, tie, q, amax):
                     a = v
             amax[p, b] = a
             iden = np.float32(127.0) / a if a != 0 else np.float32(0.0)
+            t = 0
             for j in range(32):
-                q[p, b * 32 + j] = np.int8(round_tie(np.float32(x[p, b * 32 + j] * iden), tie))
+                v = np.int8(round_tie(np.float32(x[p, b * 32 + j] * iden), tie))
+                q[p, b * 32 + j] = v
+                t += np.int64(v)
+            bsum[p, b] = t
 
 
 @njit(cache=True)
@@ -139,7 +144,7 @@ class QActs:
     d : (n_vec, n_cols // block) float32 ndarray
         Block scales (Q8_0: values of f16, block 32; Q8_K: float32, block 256).
     bsum : (n_vec, n_cols // 32) int32 ndarray
-        Q8_K: sum of ``q`` over each 32 (the K-quant mins' term); Q8_0: zeros of shape (n_vec, 1).
+        Sum of ``q`` over each 32 (the K-quant mins' term; Q4_0's ``- 8 * bsum``).
     block : int
         32 (Q8_0) or 256 (Q8_K).
     """
@@ -184,9 +189,10 @@ def quantize_acts(x: np.ndarray, block: int, tie: int = 0) -> QActs:
     q = np.empty((n_vec, n_cols), dtype=np.int8)
     if block == 32:
         amax = np.empty((n_vec, n_cols // 32), dtype=np.float32)
-        _q8_0_kernel(x, int(tie), q, amax)
+        bsum = np.empty((n_vec, n_cols // 32), dtype=np.int32)
+        _q8_0_kernel(x, int(tie), q, amax, bsum)
         d = (amax / np.float32(127.0)).astype(np.float32).astype(np.float16).astype(np.float32)
-        return QActs(q, d, np.zeros((n_vec, 1), dtype=np.int32), 32)
+        return QActs(q, d, bsum, 32)
     d = np.empty((n_vec, n_cols // 256), dtype=np.float32)
     bsum = np.empty((n_vec, n_cols // 32), dtype=np.int32)
     _q8_k_kernel(x, int(tie), q, d, bsum)
@@ -217,7 +223,8 @@ def _row_q4_0(row, rowi, n_cols, xq, xd, xs, table, scratch):
     s = 0.0
     for b in range(n_cols // 32):
         o = b * 18
-        s += (_half(row, o, table) * np.float64(xd[b])) * np.float64(dot_nib16x2(row, o + 2, 8, xq, b * 32))
+        isum = np.int64(dot_nibu16x2(row, o + 2, xq, b * 32)) - 8 * np.int64(xs[b])
+        s += (_half(row, o, table) * np.float64(xd[b])) * np.float64(isum)
     return s
 
 

@@ -132,6 +132,65 @@ def _ov_dot_nib16x2(a, ao, bias, b, bo):
     return lambda a, ao, bias, b, bo: _dot_nib16x2(a, ao, np.int32(bias), b, bo)
 
 
+# --- unsigned Q4_0 nibbles (16 bytes -> 32 values 0..15) ---------------------------------------
+
+def _avx2() -> bool:
+    """True when Numba compiles for this host and the host has AVX2 (x86 ``vpmaddubsw`` exists)."""
+    from numba import config
+    if config.CPU_NAME or config.CPU_FEATURES:
+        return False
+    try:
+        import llvmlite.binding as llvm
+        return bool(llvm.get_host_cpu_features().get("avx2", False))
+    except Exception:           # pragma: no cover - non-x86 or an llvmlite without the query
+        return False
+
+
+AVX2 = _avx2()
+"""Whether :func:`dot_nibu16x2` uses the x86 ``vpmaddubsw``/``vpmaddwd`` pair (else generic vector code;
+the result is the same exact integer)."""
+
+
+@intrinsic
+def _dot_nibu16x2(typingctx, a, ao, b, bo):
+    _check8("dot_nibu16x2", a)
+    _check8("dot_nibu16x2", b)
+    sig = types.int32(a, types.intp, b, types.intp)
+
+    def codegen(context, builder, signature, args):
+        v8 = ir.VectorType(_I8, 16)
+        raw = _load(context, builder, signature.args[0], args[0], args[1], 16)
+        lo = builder.and_(raw, ir.Constant(v8, [15] * 16))
+        hi = builder.and_(builder.lshr(raw, ir.Constant(v8, [4] * 16)), ir.Constant(v8, [15] * 16))
+        q = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+        wb = _load(context, builder, signature.args[2], args[2], args[3], 32)
+        if not AVX2:
+            return _dot(builder, builder.zext(q, ir.VectorType(_I32, 32)), wb, 32)
+        # u8 x s8 pairs summed to i16 (|sum| <= 2 * 15 * 128: no saturation), then pairs of i16 to i32
+        v16 = ir.VectorType(ir.IntType(16), 16)
+        ub = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [ir.VectorType(_I8, 32)] * 2),
+                                            "llvm.x86.avx2.pmadd.ub.sw")
+        wd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(_I32, 8), [v16, v16]),
+                                            "llvm.x86.avx2.pmadd.wd")
+        p32 = builder.call(wd, [builder.call(ub, [q, wb]), ir.Constant(v16, [1] * 16)])
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [ir.VectorType(_I32, 8)]),
+                                            "llvm.vector.reduce.add.v8i32")
+        return builder.call(fn, [p32])
+    return sig, codegen
+
+
+def dot_nibu16x2(a, ao, b, bo):
+    """Unsigned Q4_0 nibbles: ``sum_{j<16} (a[ao+j] & 15) b[bo+j] + (a[ao+j] >> 4) b[bo+16+j]`` with
+    ``a`` uint8: int (Q4_0's ``q - 8`` is this minus ``8 * sum(b[bo:bo+32])``, as llama.cpp's AVX2 path)."""
+    q = a[ao:ao + 16].astype(np.int64)
+    return int(np.dot(np.concatenate([q & 15, q >> 4]), b[bo:bo + 32].astype(np.int64)))
+
+
+@overload(dot_nibu16x2, inline="always")
+def _ov_dot_nibu16x2(a, ao, b, bo):
+    return lambda a, ao, b, bo: _dot_nibu16x2(a, ao, b, bo)
+
+
 # --- a bit field of 32 bytes (K-quant nibbles and high bits) ---------------------------------
 
 @intrinsic
@@ -345,5 +404,5 @@ def _ov_acc8_q8_0(acc, a, ao, d, x, xo):
     return lambda acc, a, ao, d, x, xo: _acc8_q8_0(acc, a, ao, np.float32(d), x, xo)
 
 
-__all__ = ["dot_i8x32", "dot_i8x16", "dot_nib16x2", "dot_field32", "dot_bits32", "dot_q6x16", "acc8_f32",
+__all__ = ["AVX2", "dot_i8x32", "dot_i8x16", "dot_nib16x2", "dot_nibu16x2", "dot_field32", "dot_bits32", "dot_q6x16", "acc8_f32",
            "acc8_q4_0", "acc8_q8_0"]

@@ -251,3 +251,16 @@ def test_block_table_agrees_with_gguf():
     assert set(_BLOCK_BYTES) == set(QDOT_TYPES)
     for t, bs in _BLOCK_BYTES.items():
         assert GGML_QUANT_SIZES[Q(t)] == bs
+
+
+def test_unsigned_nibble_dot_same_on_the_avx2_and_generic_paths(monkeypatch):
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, 40, dtype=np.uint8)
+    b = rng.integers(-128, 128, 40).astype(np.int8)
+    want = simd.dot_nibu16x2(a, 3, b, 5)
+    q = a[3:19].astype(int)
+    assert want == int(np.concatenate([q & 15, q >> 4]) @ b[5:37].astype(int))
+    for flag in sorted({False, simd.AVX2}):
+        monkeypatch.setattr(simd, "AVX2", flag)           # read when the intrinsic is compiled
+        f = njit(lambda a, b: simd.dot_nibu16x2(a, 3, b, 5))
+        assert f(a, b) == want, f"AVX2={flag}"
