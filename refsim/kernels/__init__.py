@@ -19,7 +19,7 @@ import os
 # 61 ms passive, 77 ms on one thread). Read by libgomp when Numba first starts its thread pool.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np  # noqa: E402
+import numpy as np
 from gguf import GGMLQuantizationType
 
 from refsim.errors import ConfigError

@@ -48,7 +48,14 @@ from numba import njit, prange
 
 from refsim.errors import ConfigError
 from refsim.kernels.registry import F16_TO_F32
-from refsim.kernels.simd import dot_bits32, dot_field32, dot_i8x32, dot_nib16x2, dot_nibu16x2, dot_q6x16
+from refsim.kernels.simd import (
+    dot_bits32,
+    dot_field32,
+    dot_i8x32,
+    dot_nib16x2,
+    dot_nibu16x2,
+    dot_q6x16,
+)
 
 # ggml type ids (gguf.GGMLQuantizationType values)
 Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 = 2, 6, 8, 12, 13, 14, 39
@@ -541,5 +548,15 @@ def qdot_pairs(raw3: np.ndarray, qtype: int, n_cols: int, ids: np.ndarray, acts:
     return out
 
 
-__all__ = ["QActs", "quantize_acts", "qdot_matmul", "qdot_pairs", "act_block", "QDOT_TYPES", "Q8_0_WEIGHTS",
-           "Q8_K_WEIGHTS", "PARALLEL_MIN_ELEMENTS", "CHUNK"]
+__all__ = [
+    "CHUNK",
+    "PARALLEL_MIN_ELEMENTS",
+    "Q8_0_WEIGHTS",
+    "Q8_K_WEIGHTS",
+    "QDOT_TYPES",
+    "QActs",
+    "act_block",
+    "qdot_matmul",
+    "qdot_pairs",
+    "quantize_acts",
+]

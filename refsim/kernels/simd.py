@@ -142,7 +142,7 @@ def _avx2() -> bool:
     try:
         import llvmlite.binding as llvm
         return bool(llvm.get_host_cpu_features().get("avx2", False))
-    except Exception:           # pragma: no cover - non-x86 or an llvmlite without the query
+    except (AttributeError, RuntimeError):   # pragma: no cover - an llvmlite without the query
         return False
 
 
@@ -404,5 +404,16 @@ def _ov_acc8_q8_0(acc, a, ao, d, x, xo):
     return lambda acc, a, ao, d, x, xo: _acc8_q8_0(acc, a, ao, np.float32(d), x, xo)
 
 
-__all__ = ["AVX2", "dot_i8x32", "dot_i8x16", "dot_nib16x2", "dot_nibu16x2", "dot_field32", "dot_bits32", "dot_q6x16", "acc8_f32",
-           "acc8_q4_0", "acc8_q8_0"]
+__all__ = [
+    "AVX2",
+    "acc8_f32",
+    "acc8_q4_0",
+    "acc8_q8_0",
+    "dot_bits32",
+    "dot_field32",
+    "dot_i8x16",
+    "dot_i8x32",
+    "dot_nib16x2",
+    "dot_nibu16x2",
+    "dot_q6x16",
+]

@@ -7,14 +7,23 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numba import njit
 
 from refsim.errors import ConfigError
 from refsim.forward.actq import act_kind, quantize_activations
 from refsim.kernels import simd
-from refsim.kernels.qdot import (QDOT_TYPES, act_block, qdot_kernel, qdot_kernel_parallel, qdot_matmul, qdot_pairs,
-                                 quantize_acts, round_tie)
+from refsim.kernels.qdot import (
+    QDOT_TYPES,
+    act_block,
+    qdot_kernel,
+    qdot_kernel_parallel,
+    qdot_matmul,
+    qdot_pairs,
+    quantize_acts,
+    round_tie,
+)
 from refsim.kernels.registry import F16_TO_F32
 from refsim.testing.strategies import quantized_weight_rows
 
