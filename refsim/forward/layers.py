@@ -42,7 +42,8 @@ from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
 from refsim.kernels import KERNELS, row_bytes
 from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
-from refsim.kernels.qdot import QDOT_TYPES, QActs, act_block, qdot_matmul, qdot_pairs, quantize_acts
+from refsim.kernels.qdot import (CHUNK as QCHUNK, QDOT_TYPES, QActs, _qdot_rows, act_block, qdot_matmul, qdot_pairs,
+                                 quantize_acts, quantize_acts_into)
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
 
@@ -118,6 +119,7 @@ class QWeight:
         if self.raw.ndim != 2 or self.raw.shape[1] != row_bytes(self.qtype, self.n_in):
             raise ConfigError(f"weight rows of shape {self.raw.shape} do not hold {self.n_in} "
                               f"elements of ggml type {self.qtype}")
+        object.__setattr__(self, "_i8", self.raw.view(np.int8))   # the int8 view the integer products read
 
     @property
     def n_out(self) -> int:
@@ -420,6 +422,13 @@ def _rope_neox_kernel(x, pos, n_rot, theta_scale32, inv_freq64, f32, out):
                 out[p, h, i] = x[p, h, i]
 
 
+def _rope_tables(n_rot: int, freq_base: float) -> tuple[np.float32, np.ndarray]:
+    half = n_rot // 2
+    theta_scale32 = np.float32(np.power(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
+    inv_freq64 = np.power(float(freq_base), -2.0 * np.arange(half, dtype=np.float64) / n_rot)
+    return theta_scale32, inv_freq64
+
+
 def rope_neox(x: np.ndarray, positions: np.ndarray, n_rot: int, freq_base: float,
               numerics: Numerics) -> np.ndarray:
     """NEOX rotary embedding: rotate the pairs ``(x[i], x[i + n_rot/2])`` by ``pos * base^(-2i/n_rot)``.
@@ -450,13 +459,80 @@ def rope_neox(x: np.ndarray, positions: np.ndarray, n_rot: int, freq_base: float
     n_pos, n_heads, head_dim = x.shape
     if n_rot % 2 or not 0 < n_rot <= head_dim:
         raise ConfigError(f"rope: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
-    half = n_rot // 2
-    theta_scale32 = np.float32(np.power(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
-    inv_freq64 = np.power(float(freq_base), -2.0 * np.arange(half, dtype=np.float64) / n_rot)
+    theta_scale32, inv_freq64 = _rope_tables(n_rot, freq_base)
     out = np.empty_like(x, dtype=np.float32)
     _rope_neox_kernel(np.ascontiguousarray(x, dtype=np.float32), np.asarray(positions, dtype=np.int64),
                       n_rot, theta_scale32, inv_freq64, numerics.rope_f32, out)
     return out
+
+
+@njit(cache=True, parallel=True)
+def _qkv_one_kernel(qkind, kkind, vkind, qraw, qrawi, kraw, krawi, vraw, vrawi, n_embd, h, attn_norm, q_norm, k_norm,
+                    eps, ablock, tie, table, pos, n_rot, ts32, inv64, rope_f32, a, qo, ko, vo):
+    """:func:`qkv_one`'s work in one call (one position, ``ggml`` mode): ``a = rms_norm(h) * attn_norm``
+    quantized once, the q, k and v products split over threads in chunks of rows, q and k normed
+    per head and rotated. The kernels are those the unfused path calls, so the bits are the same."""
+    _rms_norm_kernel(h, attn_norm, eps, a)
+    xq = np.empty((1, n_embd), dtype=np.int8)
+    xd = np.empty((1, n_embd // ablock), dtype=np.float32)
+    xs = np.empty((1, n_embd // 32), dtype=np.int32)
+    quantize_acts_into(a, ablock, tie, xq, xd, xs)
+    n_q, n_k, n_v = qraw.shape[0], kraw.shape[0], vraw.shape[0]
+    c_q = (n_q + QCHUNK - 1) // QCHUNK
+    c_k = (n_k + QCHUNK - 1) // QCHUNK
+    c_v = (n_v + QCHUNK - 1) // QCHUNK
+    ql = np.empty((1, n_q), dtype=np.float32)
+    kl = np.empty((1, n_k), dtype=np.float32)
+    for job in prange(c_q + c_k + c_v):
+        if job < c_q:
+            r0 = job * QCHUNK
+            _qdot_rows(qkind, qraw, qrawi, n_embd, xq, xd, xs, table, ql, r0, min(n_q, r0 + QCHUNK))
+        elif job < c_q + c_k:
+            r0 = (job - c_q) * QCHUNK
+            _qdot_rows(kkind, kraw, krawi, n_embd, xq, xd, xs, table, kl, r0, min(n_k, r0 + QCHUNK))
+        else:
+            r0 = (job - c_q - c_k) * QCHUNK
+            _qdot_rows(vkind, vraw, vrawi, n_embd, xq, xd, xs, table, vo, r0, min(n_v, r0 + QCHUNK))
+    hd = q_norm.shape[0]
+    qn = np.empty((n_q // hd, hd), dtype=np.float32)
+    _rms_norm_kernel(ql.reshape(n_q // hd, hd), q_norm, eps, qn)
+    _rope_neox_kernel(qn.reshape(1, n_q // hd, hd), pos, n_rot, ts32, inv64, rope_f32, qo)
+    kn = np.empty((n_k // hd, hd), dtype=np.float32)
+    _rms_norm_kernel(kl.reshape(n_k // hd, hd), k_norm, eps, kn)
+    _rope_neox_kernel(kn.reshape(1, n_k // hd, hd), pos, n_rot, ts32, inv64, rope_f32, ko)
+
+
+def qkv_one(h: np.ndarray, attn_norm: np.ndarray, wq: QWeight, wk: QWeight, wv: QWeight, q_norm: np.ndarray,
+            k_norm: np.ndarray, eps: float, positions: np.ndarray, n_rot: int, freq_base: float, n_head: int,
+            n_head_kv: int, head_dim_v: int, numerics: Numerics):
+    """A qwen3-style attention input for one position in ``ggml`` mode, in one Numba call.
+
+    Returns ``(a, q, k, v)`` exactly as ``a = rms_norm(h, attn_norm)``, ``q = rope_neox(rms_norm(
+    linear(wq, a), q_norm))``, ``k`` likewise, ``v = linear(wv, a)`` compute them (shapes
+    ``(1, n_embd)``, ``(1, n_head, hd)``, ``(1, n_head_kv, hd)``, ``(1, n_head_kv, head_dim_v)``), or
+    ``None`` when the fused path does not apply (several positions, ``exact`` mode, weight types
+    without an integer product or with different activation blocks): the caller then runs the
+    blocks one by one.
+    """
+    if not (numerics.quantize_activations and h.shape[0] == 1 and h.dtype == np.float32
+            and wq.qtype in QDOT_TYPES and wk.qtype in QDOT_TYPES and wv.qtype in QDOT_TYPES):
+        return None
+    ablock = act_block(wq.qtype)
+    n_embd = h.shape[1]
+    hd = q_norm.shape[0]
+    if (act_block(wk.qtype) != ablock or act_block(wv.qtype) != ablock or wq.n_in != n_embd or wk.n_in != n_embd
+            or wv.n_in != n_embd or wq.n_out != n_head * hd or wk.n_out != n_head_kv * hd or k_norm.shape[0] != hd
+            or wv.n_out != n_head_kv * head_dim_v or n_rot % 2 or not 0 < n_rot <= hd):
+        return None
+    ts32, inv64 = _rope_tables(n_rot, freq_base)
+    a = np.empty((1, n_embd), dtype=np.float32)
+    q = np.empty((1, n_head, hd), dtype=np.float32)
+    k = np.empty((1, n_head_kv, hd), dtype=np.float32)
+    v = np.empty((1, n_head_kv * head_dim_v), dtype=np.float32)
+    _qkv_one_kernel(wq.qtype, wk.qtype, wv.qtype, wq.raw, wq._i8, wk.raw, wk._i8, wv.raw, wv._i8, n_embd,
+                    np.ascontiguousarray(h), attn_norm, q_norm, k_norm, np.float32(eps), ablock, numerics.tie_code,
+                    F16_TO_F32, positions, n_rot, ts32, inv64, numerics.rope_f32, a, q, k, v)
+    return a, q, k, v.reshape(1, n_head_kv, head_dim_v)
 
 
 @njit(cache=True)
@@ -723,10 +799,74 @@ class ExpertWeights:
     n_embd: int
     n_ff_exp: int
 
+    def __post_init__(self) -> None:
+        # precomputed once per layer for the fused one-position ggml path (:func:`_moe_one_kernel`)
+        fused = (all(t in QDOT_TYPES for t in (self.gate_type, self.up_type, self.down_type))
+                 and act_block(self.gate_type) == act_block(self.up_type)
+                 and self.gate.ndim == self.up.ndim == self.down.ndim == 3
+                 and self.gate.dtype == self.up.dtype == self.down.dtype == np.uint8
+                 and self.gate.shape[:2] == self.up.shape[:2] == (self.down.shape[0], self.n_ff_exp)
+                 and self.down.shape[1] == self.n_embd
+                 and self.gate.shape[2] == row_bytes(self.gate_type, self.n_embd)
+                 and self.up.shape[2] == row_bytes(self.up_type, self.n_embd)
+                 and self.down.shape[2] == row_bytes(self.down_type, self.n_ff_exp)
+                 and all(a.flags.c_contiguous for a in (self.gate, self.up, self.down)))
+        object.__setattr__(self, "_fused", (self.gate, self.gate.view(np.int8), self.up, self.up.view(np.int8),
+                                            self.down, self.down.view(np.int8), act_block(self.gate_type),
+                                            act_block(self.down_type)) if fused else None)
+
     def expert(self, e: int) -> tuple[QWeight, QWeight, QWeight]:
         """``(gate, up, down)`` of expert ``e``: views of its slices only."""
         return (QWeight(self.gate[e], self.gate_type, self.n_embd), QWeight(self.up[e], self.up_type, self.n_embd),
                 QWeight(self.down[e], self.down_type, self.n_ff_exp))
+
+
+@njit(cache=True, parallel=True)
+def _moe_one_kernel(gkind, ukind, dkind, g3, gi3, u3, ui3, d3, di3, n_embd, n_ff, ids, wts, x, tie, ablock,
+                    dblock, table, out):
+    """:func:`moe_ffn` of one position in ``ggml`` mode, in one call: ``x`` (1, n_embd) quantized once
+    for gate and up, the 2 k gate/up products split over threads in chunks of rows, SwiGLU, the k
+    hidden rows quantized for down, the k down products, the weighted sum in slot order. Every step
+    is the function the unfused path calls (``_qdot_rows``, ``quantize_acts``' kernels,
+    ``_swiglu_kernel``), so the bits are the same."""
+    k = ids.shape[0]
+    xq = np.empty((1, n_embd), dtype=np.int8)
+    xd = np.empty((1, n_embd // ablock), dtype=np.float32)
+    xs = np.empty((1, n_embd // 32), dtype=np.int32)
+    quantize_acts_into(x, ablock, tie, xq, xd, xs)
+    g = np.empty((k, n_ff), dtype=np.float32)
+    u = np.empty((k, n_ff), dtype=np.float32)
+    per = (n_ff + QCHUNK - 1) // QCHUNK
+    for job in prange(2 * k * per):
+        which = job // (k * per)
+        rest = job - which * k * per
+        i = rest // per
+        r0 = (rest - i * per) * QCHUNK
+        r1 = min(n_ff, r0 + QCHUNK)
+        e = ids[i]
+        if which == 0:
+            _qdot_rows(gkind, g3[e], gi3[e], n_embd, xq, xd, xs, table, g[i:i + 1], r0, r1)
+        else:
+            _qdot_rows(ukind, u3[e], ui3[e], n_embd, xq, xd, xs, table, u[i:i + 1], r0, r1)
+    h = np.empty((k, n_ff), dtype=np.float32)
+    _swiglu_kernel(g, u, h)
+    hq = np.empty((k, n_ff), dtype=np.int8)
+    hd = np.empty((k, n_ff // dblock), dtype=np.float32)
+    hs = np.empty((k, n_ff // 32), dtype=np.int32)
+    quantize_acts_into(h, dblock, tie, hq, hd, hs)
+    y = np.empty((k, n_embd), dtype=np.float32)
+    perd = (n_embd + QCHUNK - 1) // QCHUNK
+    for job in prange(k * perd):
+        i = job // perd
+        r0 = (job - i * perd) * QCHUNK
+        r1 = min(n_embd, r0 + QCHUNK)
+        e = ids[i]
+        _qdot_rows(dkind, d3[e], di3[e], n_ff, hq[i:i + 1], hd[i:i + 1], hs[i:i + 1], table, y[i:i + 1], r0, r1)
+    for c in range(n_embd):
+        acc = np.float32(y[0, c] * wts[0])
+        for s in range(1, k):
+            acc = np.float32(acc + np.float32(y[s, c] * wts[s]))
+        out[0, c] = acc
 
 
 def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: ExpertWeights,
@@ -761,6 +901,18 @@ def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: Expert
     n_pos, n_embd = x.shape
     k = ids.shape[1]
     assert ids.shape == weights.shape == (n_pos, k) and n_embd == experts.n_embd
+    fz = experts._fused
+    if (fz is not None and n_pos == 1 and rows is None and numerics.quantize_activations
+            and weights.dtype == np.float32):
+        # a plain decode in ggml mode: the whole block in one Numba call (same arithmetic as below)
+        e_ids = ids[0].astype(np.int64)
+        if e_ids.min() < 0 or e_ids.max() >= fz[0].shape[0]:
+            raise ConfigError(f"moe: expert ids must be in 0..{fz[0].shape[0] - 1}, got {e_ids.min()}..{e_ids.max()}")
+        out = np.empty((1, n_embd), dtype=np.float32)
+        _moe_one_kernel(experts.gate_type, experts.up_type, experts.down_type, fz[0], fz[1], fz[2], fz[3], fz[4],
+                        fz[5], n_embd, experts.n_ff_exp, e_ids, np.ascontiguousarray(weights[0], dtype=np.float32),
+                        np.ascontiguousarray(x, dtype=np.float32), numerics.tie_code, fz[6], fz[7], F16_TO_F32, out)
+        return out
     active = np.ones(n_pos, dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
     y = np.zeros((n_pos, k, n_embd), dtype=np.float32)
     sel_ids = np.where(active[:, None], ids.astype(np.int64), -1)
@@ -806,5 +958,5 @@ def logit_margin(logits: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["NUMERICS", "Numerics", "QWeight", "ExpertWeights", "linear", "rms_norm", "rope_neox",
-           "attention", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
+           "attention", "qkv_one", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
            "ACT_NONE", "KERNELS"]

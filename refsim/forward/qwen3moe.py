@@ -41,7 +41,7 @@ from refsim.errors import ConfigError, ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
 from refsim.forward.layers import (ExpertWeights, Numerics, QWeight, attention, linear, logit_margin,
-                                   moe_ffn, rms_norm, rope_neox, route_topk)
+                                   moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, ModelSpec
 
@@ -206,13 +206,19 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
 
     h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
     for il, L in enumerate(weights.layers):
-        a = rms_norm(h, L.attn_norm, eps)
-        t("attn_norm", il, a)
-        q = linear(L.attn_q, a, numerics).reshape(n_pos, H, hd)                  # [n_pos, n_head, head_dim]
-        kk = linear(L.attn_k, a, numerics).reshape(n_pos, KV, hd)                # [n_pos, n_head_kv, head_dim]
-        v = linear(L.attn_v, a, numerics).reshape(n_pos, KV, s.head_dim_v)
-        q = rope_neox(rms_norm(q, L.attn_q_norm, eps), positions, s.n_rot, s.rope_freq_base, numerics)
-        kk = rope_neox(rms_norm(kk, L.attn_k_norm, eps), positions, s.n_rot, s.rope_freq_base, numerics)
+        fused = qkv_one(h, L.attn_norm, L.attn_q, L.attn_k, L.attn_v, L.attn_q_norm, L.attn_k_norm, eps, positions,
+                        s.n_rot, s.rope_freq_base, H, KV, s.head_dim_v, numerics)   # one position, ggml mode
+        if fused is not None:
+            a, q, kk, v = fused
+            t("attn_norm", il, a)
+        else:
+            a = rms_norm(h, L.attn_norm, eps)
+            t("attn_norm", il, a)
+            q = linear(L.attn_q, a, numerics).reshape(n_pos, H, hd)              # [n_pos, n_head, head_dim]
+            kk = linear(L.attn_k, a, numerics).reshape(n_pos, KV, hd)            # [n_pos, n_head_kv, head_dim]
+            v = linear(L.attn_v, a, numerics).reshape(n_pos, KV, s.head_dim_v)
+            q = rope_neox(rms_norm(q, L.attn_q_norm, eps), positions, s.n_rot, s.rope_freq_base, numerics)
+            kk = rope_neox(rms_norm(kk, L.attn_k_norm, eps), positions, s.n_rot, s.rope_freq_base, numerics)
         t("Qcur", il, q)
         t("Kcur", il, kk)
         t("Vcur", il, v)

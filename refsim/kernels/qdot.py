@@ -141,6 +141,33 @@ def _q8_k_kernel(x, tie, q, d, bsum):
             bsum[p, s] = t
 
 
+@njit(cache=True)
+def f16_round(v):
+    """``float32(float16(v))`` for a float32 ``v``: round to nearest half, ties to even (NumPy's
+    ``astype(np.float16)``), overflow to ``inf``; in float64, where every step is exact."""
+    a = abs(np.float64(v))
+    if a != a or a == 0.0 or a == np.inf:
+        return np.float32(v)
+    e = math.frexp(a)[1]                          # a in [2^(e-1), 2^e)
+    ulp = math.ldexp(1.0, max(e - 11, -24))       # 11 significant bits; subnormal halves below 2^-14
+    r = np.rint(a / ulp) * ulp
+    if r > 65504.0:
+        r = np.inf
+    return np.float32(r if v >= 0 else -r)
+
+
+@njit(cache=True)
+def quantize_acts_into(x, block, tie, q, d, bsum):
+    """:func:`quantize_acts` inside Numba, into preallocated ``q``, ``d``, ``bsum`` (same bits)."""
+    if block == 32:
+        _q8_0_kernel(x, tie, q, d, bsum)
+        for p in range(d.shape[0]):
+            for b in range(d.shape[1]):
+                d[p, b] = f16_round(np.float32(d[p, b] / np.float32(127.0)))
+    else:
+        _q8_k_kernel(x, tie, q, d, bsum)
+
+
 @dataclass(frozen=True)
 class QActs:
     """Activation rows quantized to a ``vec_dot_type``.
@@ -556,7 +583,9 @@ __all__ = [
     "QDOT_TYPES",
     "QActs",
     "act_block",
+    "f16_round",
     "qdot_matmul",
     "qdot_pairs",
     "quantize_acts",
+    "quantize_acts_into",
 ]
