@@ -146,7 +146,7 @@ def f16_round(v):
     """``float32(float16(v))`` for a float32 ``v``: round to nearest half, ties to even (NumPy's
     ``astype(np.float16)``), overflow to ``inf``; in float64, where every step is exact."""
     a = abs(np.float64(v))
-    if a != a or a == 0.0 or a == np.inf:
+    if math.isnan(a) or a == 0.0 or a == np.inf:
         return np.float32(v)
     e = math.frexp(a)[1]                          # a in [2^(e-1), 2^e)
     ulp = math.ldexp(1.0, max(e - 11, -24))       # 11 significant bits; subnormal halves below 2^-14
