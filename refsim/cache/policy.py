@@ -23,6 +23,7 @@ Keys are ``layer * n_expert + expert`` (ints), as in :class:`~refsim.cache.Exper
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,7 +39,7 @@ POLICIES: dict[str, type["Policy"]] = {}
 """Registered policies by name, in registration order (the sweep's default order)."""
 
 
-class Policy:
+class Policy(ABC):
     """Base of every cache policy: hooks called by the cache, plus the victim choice.
 
     Class keywords
@@ -103,9 +104,9 @@ class Policy:
     def on_evict(self, key: int) -> None:
         """``key`` was evicted."""
 
+    @abstractmethod
     def to_evict(self, candidates: list[int]) -> int:
         """The key to evict among ``candidates`` (non-empty, oldest-resident first)."""
-        raise NotImplementedError
 
     def fast_args(self) -> dict:
         """Extra inputs of the Numba fast path (built-in policies only)."""
