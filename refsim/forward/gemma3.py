@@ -59,7 +59,7 @@ from gguf import GGMLQuantizationType
 from refsim.errors import ConfigError, ModelFormatError
 from refsim.forward.kv import KVCache
 from refsim.forward.actq import act_kind, quantize_activations
-from refsim.forward.layers import (Numerics, QWeight, attention, geglu, linear, logit_margin, rms_norm,
+from refsim.forward.layers import (decode_inputs, Numerics, QWeight, attention, geglu, linear, logit_margin, rms_norm,
                                    rope_neox)
 from refsim.forward.result import DecodeResult
 from refsim.kernels.dense import f32_matmul
@@ -326,17 +326,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         Token ids out of range, non-contiguous positions, bad ``out_rows``.
     """
     s = weights.spec
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
     n_pos = tokens.size
-    if positions.size != n_pos or n_pos == 0:
-        raise ConfigError(f"decode: need as many positions ({positions.size}) as tokens ({n_pos}), at least one")
-    if tokens.min() < 0 or tokens.max() >= s.n_vocab:
-        raise ConfigError(f"decode: token ids must be in 0..{s.n_vocab - 1}, got {tokens.min()}..{tokens.max()}")
-    state.check_positions(positions)
-    rows = np.arange(n_pos, dtype=np.int64) if out_rows is None else np.unique(np.asarray(out_rows, dtype=np.int64))
-    if rows.size == 0 or rows.min() < 0 or rows.max() >= n_pos:
-        raise ConfigError(f"decode: out_rows must be a non-empty subset of 0..{n_pos - 1}")
     t = tap or (lambda name, il, a: None)
     H, KV, hd = s.n_head, s.n_head_kv, s.head_dim_k
     eps = s.rms_eps

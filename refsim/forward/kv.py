@@ -49,20 +49,6 @@ class KVCache:
         """KV bytes one position occupies over all layers (float32)."""
         return 4 * self.n_layer * self.n_head_kv * (self.head_dim_k + self.head_dim_v)
 
-    def check_positions(self, positions: np.ndarray) -> None:
-        """Require ``positions == n, n+1, ...``.
-
-        Raises
-        ------
-        ConfigError
-            Positions that do not continue the cache contiguously.
-        """
-        positions = np.asarray(positions, dtype=np.int64)
-        want = np.arange(self.n, self.n + positions.size, dtype=np.int64)
-        if not np.array_equal(positions, want):
-            raise ConfigError(f"decode positions {positions.tolist()[:8]} must continue the KV cache "
-                              f"contiguously from {self.n} (trim first to re-decode)")
-
     def _grow(self, need: int) -> None:
         cap = self.capacity
         if need <= cap:

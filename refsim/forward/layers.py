@@ -351,6 +351,48 @@ def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
     return out
 
 
+def decode_inputs(tokens, positions, n_vocab: int, n_past: int,
+                  out_rows=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validate a decode's inputs (every architecture's ``decode`` starts here).
+
+    Parameters
+    ----------
+    tokens, positions : (n_pos,) int array-like
+        Token ids and their absolute positions.
+    n_vocab : int
+    n_past : int
+        Positions already in the state: ``positions`` must be ``n_past, n_past + 1, ...``.
+    out_rows : (m,) int array-like, optional
+        Rows that produce logits (default: all).
+
+    Returns
+    -------
+    tokens, positions : (n_pos,) int64 ndarray
+    rows : (m,) int64 ndarray
+        Sorted unique output rows.
+
+    Raises
+    ------
+    ConfigError
+        No tokens, a length mismatch, an id outside ``0..n_vocab-1``, positions that do not
+        continue the state contiguously (trim first to re-decode), or bad ``out_rows``.
+    """
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    n_pos = tokens.size
+    if positions.size != n_pos or n_pos == 0:
+        raise ConfigError(f"decode: need as many positions ({positions.size}) as tokens ({n_pos}), at least one")
+    if tokens.min() < 0 or tokens.max() >= n_vocab:
+        raise ConfigError(f"decode: token ids must be in 0..{n_vocab - 1}, got {tokens.min()}..{tokens.max()}")
+    if not np.array_equal(positions, np.arange(n_past, n_past + n_pos)):
+        raise ConfigError(f"decode positions {positions.tolist()[:8]} must continue the KV cache contiguously from "
+                          f"{n_past} (trim first to re-decode)")
+    rows = np.arange(n_pos, dtype=np.int64) if out_rows is None else np.unique(np.asarray(out_rows, dtype=np.int64))
+    if rows.size == 0 or rows.min() < 0 or rows.max() >= n_pos:
+        raise ConfigError(f"decode: out_rows must be a non-empty subset of 0..{n_pos - 1}")
+    return tokens, positions, rows
+
+
 @njit(cache=True)
 def _rms_norm_kernel(x, w, eps, out):
     n = x.shape[1]

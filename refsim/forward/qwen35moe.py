@@ -56,7 +56,7 @@ from refsim.errors import ConfigError, ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.delta_net import gated_delta_net
 from refsim.forward.kv import KVCache
-from refsim.forward.layers import (ExpertWeights, Numerics, QWeight, attention, linear, logit_margin, moe_ffn,
+from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, linear, logit_margin, moe_ffn,
                                    rms_norm, rope_neox, route_topk, swiglu)
 from refsim.forward.qwen3moe import _experts, _qweight, _vector
 from refsim.forward.recurrent import HybridState, RecurrentState
@@ -399,19 +399,6 @@ def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap,
     return (routed + (sh * gate).astype(np.float32)).astype(np.float32), ids, w, m
 
 
-def _check(tokens, positions, n_vocab, start):
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
-    if positions.size != tokens.size or tokens.size == 0:
-        raise ConfigError(f"decode: need as many positions ({positions.size}) as tokens ({tokens.size}), at least one")
-    if tokens.min() < 0 or tokens.max() >= n_vocab:
-        raise ConfigError(f"decode: token ids must be in 0..{n_vocab - 1}, got {tokens.min()}..{tokens.max()}")
-    if not np.array_equal(positions, np.arange(start, start + tokens.size)):
-        raise ConfigError(f"decode positions {positions.tolist()[:8]} must continue the state contiguously from "
-                          f"{start} (trim first to re-decode)")
-    return tokens, positions
-
-
 def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
            tap: Tap | None = None) -> Qwen35DecodeResult:
@@ -442,11 +429,8 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
         Bad tokens, positions or ``out_rows``.
     """
     s = weights.spec
-    tokens, positions = _check(tokens, positions, s.n_vocab, state.n)
+    tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
     n_pos = tokens.size
-    rows = np.arange(n_pos, dtype=np.int64) if out_rows is None else np.unique(np.asarray(out_rows, dtype=np.int64))
-    if rows.size == 0 or rows.min() < 0 or rows.max() >= n_pos:
-        raise ConfigError(f"decode: out_rows must be a non-empty subset of 0..{n_pos - 1}")
     t = tap or (lambda name, il, a: None)
     k, eps = s.n_expert_used, s.rms_eps
     routes = np.full((n_pos, s.n_layer, k), NOT_ROUTED, dtype=np.int16)
@@ -509,7 +493,7 @@ def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.
     s, N = weights.spec, weights.nextn
     if N is None:
         raise ConfigError("the model has no nextn (MTP) block (nextn_predict_layers = 0)")
-    tokens, positions = _check(tokens, positions, s.n_vocab, kv.n)
+    tokens, positions, _ = decode_inputs(tokens, positions, s.n_vocab, kv.n)
     n_pos = tokens.size
     h_prev = np.asarray(h_prev, dtype=np.float32)
     if h_prev.shape != (n_pos, s.n_embd):

@@ -37,10 +37,10 @@ from typing import Callable
 
 import numpy as np
 
-from refsim.errors import ConfigError, ModelFormatError
+from refsim.errors import ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
-from refsim.forward.layers import (ExpertWeights, Numerics, QWeight, attention, linear, logit_margin,
+from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, linear, logit_margin,
                                    moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, ModelSpec
@@ -182,17 +182,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         Token ids out of range, non-contiguous positions, bad ``out_rows``.
     """
     s = weights.spec
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
     n_pos = tokens.size
-    if positions.size != n_pos or n_pos == 0:
-        raise ConfigError(f"decode: need as many positions ({positions.size}) as tokens ({n_pos}), at least one")
-    if tokens.min() < 0 or tokens.max() >= s.n_vocab:
-        raise ConfigError(f"decode: token ids must be in 0..{s.n_vocab - 1}, got {tokens.min()}..{tokens.max()}")
-    state.check_positions(positions)
-    rows = np.arange(n_pos, dtype=np.int64) if out_rows is None else np.unique(np.asarray(out_rows, dtype=np.int64))
-    if rows.size == 0 or rows.min() < 0 or rows.max() >= n_pos:
-        raise ConfigError(f"decode: out_rows must be a non-empty subset of 0..{n_pos - 1}")
     is_out = np.zeros(n_pos, dtype=bool)
     is_out[rows] = True
     t = tap or (lambda name, il, a: None)
