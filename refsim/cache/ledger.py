@@ -213,8 +213,8 @@ class MemoryLedger:
                 f"spec:      {m(self.speculation_bytes)}  (snapshots + draft context)"]
         if self.ram_bytes:
             out += [f"ram:       {m(self.ram_bytes)}  -> MemAvailable at cache init {m(self.avail_bytes).strip()}",
-                    f"cache-mb auto: {self.budget_bytes // MIB} MiB (floor {self.floor_mb:g} MiB, "
-                    f"ceil {self.ceil_mb:g} MiB)"]
+                    f"cache-mb auto: {self.budget_bytes / MIB:.1f} MiB (the preamble's cache_mb="
+                    f"{self.budget_bytes // MIB}; floor {self.floor_mb:g} MiB, ceil {self.ceil_mb:g} MiB)"]
         return out
 
 

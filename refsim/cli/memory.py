@@ -50,7 +50,9 @@ def run(args) -> int:
         print(line)
     if args.ram_mb and spec_on:
         diff = base.budget_bytes - led.budget_bytes
-        print(f"cache-mb auto without speculation: {base.budget_bytes // MIB} MiB; "
-              f"speculation takes {diff / MIB:.1f} MiB from the expert cache "
+        change = (f"speculation takes {diff / MIB:.1f} MiB from the expert cache" if diff >= 0 else
+                  f"the budget grows by {-diff / MIB:.1f} MiB: the cap is the streamed set, and --mtp "
+                  f"adds the head's experts to it")
+        print(f"cache-mb auto without speculation: {base.budget_bytes / MIB:.1f} MiB; {change} "
               f"(context items {led.speculation_bytes / MIB:.1f} MiB)")
     return 0
