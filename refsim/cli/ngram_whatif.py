@@ -46,7 +46,7 @@ def run(args) -> int:
         return 0
     print(f"stream: {stream.size} tokens, prompt {args.prompt_len}, generated "
           f"{stream.size - args.prompt_len}")
-    print(f"{'draft':>5} {'min':>4} {'accept':>8} {'drafted':>8} {'tok/dec':>8} {'decodes':>8}")
+    print(f"{'draft':>5} {'min':>4} {'accept':>8} {'coverage':>8} {'tok/dec':>8} {'decodes':>8}")
     for c in cells:
         print(f"{c.draft:>5} {c.min_match:>4} {c.acceptance_pct:>7.1f}% {c.coverage_pct:>7.1f}% "
               f"{c.tokens_per_decode:>8.2f} {c.decodes:>8}")
