@@ -47,6 +47,7 @@ import numpy as np
 from numba import njit, prange
 
 from refsim.errors import ConfigError
+from refsim.kernels.k_quants import _scale_min
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import (
     dot_bits32,
@@ -238,18 +239,6 @@ def quantize_acts(x: np.ndarray, block: int, tie: int = 0) -> QActs:
 @njit(cache=True)
 def _half(row, o, table):
     return np.float64(table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)])
-
-
-@njit(cache=True)
-def _scale_min(row, o, j):
-    """6-bit (scale, min) of sub-block j from the 12 scale bytes at ``row[o:o + 12]`` (as :mod:`k_quants`)."""
-    if j < 4:
-        sc = np.int64(row[o + j]) & 63
-        m = np.int64(row[o + 4 + j]) & 63
-    else:
-        sc = (np.int64(row[o + 4 + j]) & 15) | ((np.int64(row[o + j - 4]) >> 6) << 4)
-        m = (np.int64(row[o + 4 + j]) >> 4) | ((np.int64(row[o + j]) >> 6) << 4)
-    return sc, m
 
 
 @njit(cache=True, inline="always")
