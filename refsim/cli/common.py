@@ -53,15 +53,16 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
 
     Validate them with ``refsim.spec.SpecConfig.from_args(args)``, which raises ConfigError
     for the engine's rejections (``--draft`` outside 1..8, ``--ngram`` with ``--mtp``,
-    min-match outside 1..12, nonzero ``--mtp-p-min`` with ``--ngram``).
+    min-match outside 1..12, nonzero ``--mtp-p-min`` with ``--ngram``, a knob without a draft
+    source). The knobs default to ``None`` (= not given) so that check can tell.
     """
     g = parser.add_argument_group("speculation (greedy only)")
     g.add_argument("--ngram", action="store_true",
                    help="draft by n-gram prompt lookup (no model needed)")
     g.add_argument("--mtp", action="store_true", help="draft with the model's MTP head")
-    g.add_argument("--draft", type=int, default=3, metavar="N",
+    g.add_argument("--draft", type=int, default=None, metavar="N",
                    help="draft tokens per step, 1..8 (default 3)")
-    g.add_argument("--ngram-min-match", type=int, default=3, metavar="N",
+    g.add_argument("--ngram-min-match", type=int, default=None, metavar="N",
                    help="shortest suffix match that drafts, 1..12 (default 3)")
-    g.add_argument("--mtp-p-min", type=float, default=0.0, metavar="F",
+    g.add_argument("--mtp-p-min", type=float, default=None, metavar="F",
                    help="MTP only: stop drafting below this top-1 probability (default 0)")

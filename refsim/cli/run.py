@@ -26,7 +26,7 @@ def _token_ids(text: str) -> list[int]:
 
 
 def add_parser(sub) -> None:
-    from refsim.cli.common import positive_float, positive_int
+    from refsim.cli.common import add_spec_args, positive_float, positive_int
     from refsim.forward.builtin import BUILTIN_CACHE_MB
     p = sub.add_parser(
         "run", help="generate with the reference forward pass and count expert-cache traffic",
@@ -45,15 +45,9 @@ def add_parser(sub) -> None:
     p.add_argument("--numerics", choices=("exact", "ggml"), default="exact",
                    help="exact: float64-accumulated reference; ggml: llama.cpp CPU activation "
                         "quantisation (Q8_0/Q8_K)")
-    p.add_argument("--ngram", action="store_true", help="n-gram speculative decoding")
-    p.add_argument("--mtp", action="store_true", help="draft with the model's MTP (nextn) head (qwen35moe)")
-    p.add_argument("--mtp-p-min", type=float, default=0.0, metavar="F",
-                   help="MTP only: stop drafting below this top-1 probability (default 0)")
+    add_spec_args(p)
     p.add_argument("--ubatch", type=int, default=0, metavar="N",
                    help="ubatch (default 0 = n_batch); must hold the verify batch (--draft + 1)")
-    p.add_argument("--draft", type=positive_int, default=3, metavar="N", help="draft tokens per step (1..8)")
-    p.add_argument("--ngram-min-match", type=positive_int, default=3, metavar="N",
-                   help="shortest n-gram match that drafts")
     p.add_argument("--route-trace", metavar="OUT", help="write the run's route trace (route_trace v1)")
     p.add_argument("--csv", metavar="OUT", help="write the per-token metrics CSV (bmoe_metrics v2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -84,8 +78,7 @@ def run(args) -> int:
     path = builtin_model_path() if builtin else args.model
     if not builtin and not os.path.exists(path):
         raise ConfigError(f"MODEL {path}: no such file")
-    config = SpecConfig.from_flags(ngram=args.ngram, mtp=args.mtp, draft=args.draft,
-                                   ngram_min_match=args.ngram_min_match, mtp_p_min=args.mtp_p_min)
+    config = SpecConfig.from_args(args)
     t0 = time.perf_counter()
     model = open_model(path)
     if not model.spec.n_expert:

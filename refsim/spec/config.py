@@ -82,23 +82,37 @@ class SpecConfig:
 
     @classmethod
     def from_flags(cls, *, ngram: bool = False, mtp: bool = False,
-                   draft: int = DRAFT_MAX_DEFAULT,
-                   ngram_min_match: int = NGRAM_MIN_MATCH_DEFAULT, mtp_p_min: float = 0.0,
-                   temp: float = 0.0) -> "SpecConfig":
+                   draft: int | None = None, ngram_min_match: int | None = None,
+                   mtp_p_min: float | None = None, temp: float = 0.0) -> "SpecConfig":
         """Build from the engine's flags (``--ngram``, ``--mtp``, ``--draft``, ...).
+
+        ``None`` means the flag was not given (its default applies: ``--draft 3``,
+        ``--ngram-min-match 3``, ``--mtp-p-min 0``).
 
         Raises
         ------
         ConfigError
-            ``--ngram`` with ``--mtp`` ("two draft sources for the same verify loop"), and
-            every rejection of the constructor.
+            ``--ngram`` with ``--mtp`` ("two draft sources for the same verify loop"); a
+            speculation knob given without a draft source (``--draft`` or
+            ``--ngram-min-match`` without ``--ngram``/``--mtp``, ``--mtp-p-min`` without
+            ``--mtp``: the run would silently decode without speculating, a number the user
+            did not ask for); and every rejection of the constructor.
         """
         if ngram and mtp:
             raise ConfigError("--ngram with --mtp: two draft sources for the same verify "
                               "loop; choose one")
+        if not (ngram or mtp):
+            given = [f for f, v in (("--draft", draft), ("--ngram-min-match", ngram_min_match),
+                                    ("--mtp-p-min", mtp_p_min)) if v is not None]
+            if given:
+                raise ConfigError(f"{', '.join(given)} without a draft source: add --ngram or "
+                                  f"--mtp (without one the run does not speculate)")
         spec = SPEC_NGRAM if ngram else SPEC_MTP if mtp else SPEC_OFF
-        return cls(spec=spec, draft_max=draft, ngram_min_match=ngram_min_match,
-                   mtp_p_min=mtp_p_min, temp=temp)
+        return cls(spec=spec,
+                   draft_max=DRAFT_MAX_DEFAULT if draft is None else draft,
+                   ngram_min_match=(NGRAM_MIN_MATCH_DEFAULT if ngram_min_match is None
+                                    else ngram_min_match),
+                   mtp_p_min=0.0 if mtp_p_min is None else mtp_p_min, temp=temp)
 
     @classmethod
     def from_args(cls, args) -> "SpecConfig":

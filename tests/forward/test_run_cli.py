@@ -93,6 +93,10 @@ def test_run_errors(builtin_cache, capsys, tmp_path):
     assert "--prompt-tokens: ids must be < n_vocab 512" in capsys.readouterr().err
     assert main(["run", str(tmp_path / "missing.gguf")]) == 1
     assert "no such file" in capsys.readouterr().err
+    assert main(["run", "-n", "1", "--draft", "2"]) == 1     # no source: would not speculate
+    assert "--draft without a draft source: add --ngram or --mtp" in capsys.readouterr().err
+    assert main(["run", "-n", "1", "--ngram", "--draft", "9"]) == 1
+    assert "--draft: expected 1..8, got 9" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "--prompt", "a", "--prompt-tokens", "1"])
     with pytest.raises(SystemExit):

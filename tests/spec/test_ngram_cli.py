@@ -128,3 +128,8 @@ def test_spec_flags():
         _parse(["--ngram", "--ngram-min-match", "13"])
     with pytest.raises(ConfigError, match="MTP-only"):
         _parse(["--ngram", "--mtp-p-min", "0.2"])
+    for knob in (["--draft", "3"], ["--ngram-min-match", "5"], ["--mtp-p-min", "0.1"]):
+        with pytest.raises(ConfigError, match=rf"{knob[0]} without a draft source: add --ngram or --mtp"):
+            _parse(knob)                   # would decode without speculating, silently
+    c = _parse(["--mtp"])
+    assert (c.spec, c.draft_max, c.ngram_min_match, c.mtp_p_min) == ("mtp", 3, 3, 0.0)
