@@ -590,14 +590,30 @@ def _attention_kernel(q, kc, vc, pos, scale, window, out):
         for h in range(n_head):
             g = h // group
             mx = np.float32(-np.inf)
-            for j in range(j0, n_kv):
+            j = j0
+            while j + 4 <= n_kv:
+                # four keys at once: four independent sums, each in element order (same bits, 4x the ILP)
+                d0 = d1 = d2 = d3 = 0.0
+                for c in range(hd):
+                    qc = np.float64(q[p, h, c])
+                    d0 += np.float64(kc[j, g, c]) * qc
+                    d1 += np.float64(kc[j + 1, g, c]) * qc
+                    d2 += np.float64(kc[j + 2, g, c]) * qc
+                    d3 += np.float64(kc[j + 3, g, c]) * qc
+                s[j] = np.float32(np.float32(d0) * scale)
+                s[j + 1] = np.float32(np.float32(d1) * scale)
+                s[j + 2] = np.float32(np.float32(d2) * scale)
+                s[j + 3] = np.float32(np.float32(d3) * scale)
+                j += 4
+            while j < n_kv:
                 d = 0.0
                 for c in range(hd):
                     d += np.float64(kc[j, g, c]) * np.float64(q[p, h, c])
-                v = np.float32(np.float32(d) * scale)
-                s[j] = v
-                if v > mx:
-                    mx = v
+                s[j] = np.float32(np.float32(d) * scale)
+                j += 1
+            for j in range(j0, n_kv):
+                if s[j] > mx:
+                    mx = s[j]
             tot = 0.0
             for j in range(j0, n_kv):
                 e = np.float32(np.exp(np.float32(s[j] - mx)))
@@ -607,9 +623,22 @@ def _attention_kernel(q, kc, vc, pos, scale, window, out):
             for c in range(hd):
                 acc[c] = 0.0
             for j in range(j0, n_kv):
-                pj = np.float64(np.float32(s[j] * inv))
+                s[j] = np.float32(s[j] * inv)
+            j = j0
+            while j + 4 <= n_kv:
+                # four keys per pass over the row: acc[c] still takes p_j v_j in key order (same bits)
+                p0, p1, p2, p3 = np.float64(s[j]), np.float64(s[j + 1]), np.float64(s[j + 2]), np.float64(s[j + 3])
+                for c in range(hd):
+                    a = acc[c] + p0 * np.float64(vc[j, g, c])
+                    a = a + p1 * np.float64(vc[j + 1, g, c])
+                    a = a + p2 * np.float64(vc[j + 2, g, c])
+                    acc[c] = a + p3 * np.float64(vc[j + 3, g, c])
+                j += 4
+            while j < n_kv:
+                pj = np.float64(s[j])
                 for c in range(hd):
                     acc[c] += pj * np.float64(vc[j, g, c])
+                j += 1
             for c in range(hd):
                 out[p, h, c] = np.float32(acc[c])
 
@@ -737,6 +766,92 @@ def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.n
     _route_kernel(np.ascontiguousarray(logits, dtype=np.float32), k, ids, w, margin)
     return ids, w, margin
 
+
+@njit(cache=True, parallel=True)
+def _attn_route_one_kernel(q, kc, vc, pos, scale, okind, oraw, orawi, oblock, h, ffn_norm, eps, rkind, rraw, rrawi,
+                           rblock, k, tie, table, kvalues, o, h1, f, logits, ids, wts, margin):
+    """:func:`attn_route_one`'s work in one call: attention, ``o`` quantized once and the output
+    projection split over threads in chunks of rows, the residual, ``ffn_norm``, the router product
+    and top-k. Every step is the kernel the unfused path calls, so the bits are the same."""
+    n_head, hd = q.shape[1], q.shape[2]
+    n_embd = h.shape[1]
+    _attention_kernel(q, kc, vc, pos, scale, 0, o.reshape(1, n_head, hd))
+    n_in = n_head * hd
+    xq = np.empty((1, n_in), dtype=np.int8)
+    xd = np.empty((1, n_in // oblock), dtype=np.float32)
+    xs = np.empty((1, n_in // 32), dtype=np.int32)
+    quantize_acts_into(o, oblock, tie, xq, xd, xs)
+    y = np.empty((1, n_embd), dtype=np.float32)
+    for ch in prange((n_embd + QCHUNK - 1) // QCHUNK):
+        r0 = ch * QCHUNK
+        _qdot_rows(okind, oraw, orawi, n_in, xq, xd, xs, table, y, r0, min(n_embd, r0 + QCHUNK))
+    for c in range(n_embd):
+        h1[0, c] = h[0, c] + y[0, c]
+    _rms_norm_kernel(h1, ffn_norm, eps, f)
+    n_expert = rraw.shape[0]
+    if rkind == 0:      # F32 router (ggml multiplies it unquantized): linear_kernel's rows
+        w = np.empty(n_embd, dtype=np.float32)
+        _linear_rows(0, rraw, n_embd, table, kvalues, f.astype(np.float64), logits, 0, n_expert, w)
+    else:
+        fq = np.empty((1, n_embd), dtype=np.int8)
+        fd = np.empty((1, n_embd // rblock), dtype=np.float32)
+        fs = np.empty((1, n_embd // 32), dtype=np.int32)
+        quantize_acts_into(f, rblock, tie, fq, fd, fs)
+        _qdot_rows(rkind, rraw, rrawi, n_embd, fq, fd, fs, table, logits, 0, n_expert)
+    _route_kernel(logits, k, ids, wts, margin)
+
+
+def attn_route_one(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions: np.ndarray, wo: QWeight,
+                   h: np.ndarray, ffn_norm: np.ndarray, eps: float, router: QWeight, k: int, numerics: Numerics):
+    """One position's attention, output projection, residual, FFN norm and routing in one Numba call (``ggml`` mode).
+
+    Returns ``(o, h1, f, logits, ids, w, margin)`` exactly as ``o = attention(q, k_cache, v_cache,
+    positions)`` (reshaped ``(1, n_head * head_dim)``), ``h1 = h + linear(wo, o)``, ``f =
+    rms_norm(h1, ffn_norm, eps)``, ``logits = linear(router, f)`` and ``ids, w, margin =
+    route_topk(logits, k)`` compute them, or ``None`` when the fused path does not apply (several
+    positions, ``exact`` mode, an output projection without an integer product, a router that is
+    neither F32 nor has one, or shapes that do not chain): the caller then runs the blocks one by one.
+
+    Parameters
+    ----------
+    q : (1, n_head, head_dim) float32 ndarray
+    k_cache, v_cache : (n_kv, n_head_kv, head_dim) float32 ndarray
+        This position already appended (``n_kv = positions[0] + 1``).
+    positions : (1,) int64 ndarray
+    wo : QWeight
+        ``attn_output``, ``n_embd`` rows of ``n_head * head_dim``.
+    h : (1, n_embd) float32 ndarray
+        The residual stream before attention.
+    ffn_norm : (n_embd,) float32 ndarray
+    router : QWeight
+        ``ffn_gate_inp``, ``n_expert`` rows of ``n_embd``.
+    k : int
+        Experts used (``1..n_expert``).
+    """
+    if not (numerics.quantize_activations and q.ndim == 3 and q.shape[0] == 1 and h.shape[0] == 1
+            and wo.qtype in QDOT_TYPES and (router.qtype == 0 or router.qtype in QDOT_TYPES)):
+        return None
+    _, n_head, hd = q.shape
+    n_embd = h.shape[1]
+    n_kv = k_cache.shape[0]
+    if (k_cache.shape != v_cache.shape or k_cache.shape[2] != hd or n_head % k_cache.shape[1]
+            or wo.n_in != n_head * hd or wo.n_out != n_embd or ffn_norm.shape != (n_embd,) or router.n_in != n_embd
+            or not 1 <= k <= router.n_out or int(positions[0]) != n_kv - 1 or h.dtype != np.float32):
+        return None
+    n_expert = router.n_out
+    o = np.empty((1, n_head * hd), dtype=np.float32)
+    h1 = np.empty((1, n_embd), dtype=np.float32)
+    f = np.empty((1, n_embd), dtype=np.float32)
+    logits = np.empty((1, n_expert), dtype=np.float32)
+    ids = np.empty((1, k), dtype=np.int16)
+    w = np.empty((1, k), dtype=np.float32)
+    margin = np.empty(1, dtype=np.float32)
+    rblock = act_block(router.qtype) if router.qtype else 32
+    _attn_route_one_kernel(np.ascontiguousarray(q, dtype=np.float32), k_cache, v_cache, positions,
+                           np.float32(1.0 / np.sqrt(hd)), wo.qtype, wo.raw, wo._i8, act_block(wo.qtype),
+                           np.ascontiguousarray(h), ffn_norm, np.float32(eps), router.qtype, router.raw, router._i8, rblock,
+                           k, numerics.tie_code, F16_TO_F32, KVALUES, o, h1, f, logits, ids, w, margin)
+    return o, h1, f, logits, ids, w, margin
 
 @njit(cache=True)
 def _swiglu_kernel(g, u, out):
@@ -1000,5 +1115,5 @@ def logit_margin(logits: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["NUMERICS", "Numerics", "QWeight", "ExpertWeights", "linear", "rms_norm", "rope_neox",
-           "attention", "qkv_one", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
+           "attention", "qkv_one", "attn_route_one", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
            "ACT_NONE", "KERNELS"]

@@ -40,8 +40,8 @@ import numpy as np
 from refsim.errors import ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
-from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, linear, logit_margin,
-                                   moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
+from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
+                                   logit_margin, moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, ModelSpec
 
@@ -215,6 +215,21 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         t("Vcur", il, v)
         state.write(il, start, kk, v)
         kc, vc = state.view(il, start + n_pos)
+        one = attn_route_one(q, kc, vc, positions, L.attn_output, h, L.ffn_norm, eps, L.ffn_gate_inp, k,
+                             numerics)                                   # one position, ggml mode: one call
+        if one is not None:
+            o, h, f, logits_e, ids, w, m = one
+            for name, x in (("kqv_out", o), ("ffn_inp", h), ("ffn_norm", f), ("ffn_moe_logits", logits_e),
+                            ("ffn_moe_topk", ids), ("ffn_moe_weights_norm", w)):
+                t(name, il, x)
+            routes[0, il] = ids[0]
+            rweights[0, il] = w[0]
+            rmargin[0, il] = m[0]
+            moe = moe_ffn(f, ids, w, L.experts, numerics)                        # [1, n_embd]
+            t("ffn_moe_out", il, moe)
+            h = h + moe
+            t("l_out", il, h)
+            continue
         o = attention(q, kc, vc, positions).reshape(n_pos, H * s.head_dim_v)  # [n_pos, n_head*head_dim]
         t("kqv_out", il, o)
         h = h + linear(L.attn_output, o, numerics)                              # [n_pos, n_embd]

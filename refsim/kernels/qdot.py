@@ -56,6 +56,8 @@ from refsim.kernels.simd import (
     dot_nib16x2,
     dot_nibu16x2,
     dot_q6x16,
+    q4_0_rows4,
+    q8_0_rows4,
 )
 
 # ggml type ids (gguf.GGMLQuantizationType values)
@@ -364,6 +366,20 @@ def _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, r0, r1):
     # one loop per type, each with its row function inlined (a shared call costs ~1.7x here)
     scratch = np.empty(32, dtype=np.int8)
     n_vec = xq.shape[0]
+    if (kind == Q4_0 or kind == Q8_0) and raw.strides[1] == 1:
+        # four rows at a time (simd.q4_0_rows4: the same float64 sums as the row functions, bit for bit)
+        nb = n_cols // 32
+        r = r0
+        while r + 4 <= r1:
+            for v in range(n_vec):
+                if kind == Q4_0:
+                    s4 = q4_0_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                else:
+                    s4 = q8_0_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                for i in range(4):
+                    out[v, r + i] = np.float32(s4[i])
+            r += 4
+        r0 = r
     if kind == Q4_0:
         for r in range(r0, r1):
             for v in range(n_vec):

@@ -404,6 +404,219 @@ def _ov_acc8_q8_0(acc, a, ao, d, x, xo):
     return lambda acc, a, ao, d, x, xo: _acc8_q8_0(acc, a, ao, np.float32(d), x, xo)
 
 
+# --- four consecutive Q4_0 / Q8_0 rows against one quantized activation (the ``ggml`` mode's rows) ---
+#
+# :mod:`refsim.kernels.qdot` sums a row as ``s += (f64(d_w) * f64(d_x)) * f64(isum)`` block by block.
+# Done one row at a time, each block pays a horizontal reduction of its integer lanes and a scalar
+# float64 tail, and the hardware prefetcher, which stops at every 4 KiB page of the memory-mapped
+# file, leaves the loads waiting on DRAM. These functions walk four rows at once: the four blocks'
+# integer lanes are reduced together into one ``<4 x i32>`` (a transpose of partial sums; exact
+# integers, so the order is free), lane ``i`` of a ``<4 x double>`` accumulator is row ``i``'s ``s``
+# with the same float64 operations in the same block order (no fused multiply-add: LLVM contracts
+# only with fast-math flags, which these instructions do not carry; and every product here is exact
+# in float64 anyway), and each block step prefetches the same bytes of the next four rows
+# (``llvm.prefetch``, a hint that never faults). Measured on this repo's 2-core AMD EPYC host, one
+# thread, Q4_0 rows of 2048 from DRAM: 0.11-0.15 -> 0.065-0.075 ns per weight.
+
+def _f16c() -> bool:
+    """True when Numba compiles for this host and the host has F16C (``vcvtph2ps``)."""
+    from numba import config
+    if config.CPU_NAME or config.CPU_FEATURES:
+        return False
+    try:
+        import llvmlite.binding as llvm
+        return bool(llvm.get_host_cpu_features().get("f16c", False))
+    except (AttributeError, RuntimeError):   # pragma: no cover
+        return False
+
+
+F16C = AVX2 and _f16c()
+"""Whether :func:`q4_0_rows4` / :func:`q8_0_rows4` convert the rows' half scales with ``vcvtph2ps``
+(equal to the ``F16_TO_F32`` table for every half that is not a NaN) instead of the table."""
+
+_ROWS4 = {"q4_0": 18, "q8_0": 34}
+"""Bytes per 32-element block."""
+
+
+def _rows4_lanes(context, builder, kind, pa, offs, wb):
+    """Per row ``i`` at byte offset ``offs[i]`` (the block's start): its block's integer dot with the
+    activation block ``wb`` (``<32 x i8>``), as an ``<8 x i32>`` of partial sums (AVX2) or an i32."""
+    v8 = ir.VectorType(_I8, 16)
+    v16 = ir.VectorType(ir.IntType(16), 16)
+    out = []
+    for off in offs:
+        if kind == "q4_0":
+            raw = builder.load(builder.bitcast(builder.gep(pa, [builder.add(off, ir.Constant(off.type, 2))]),
+                                               v8.as_pointer()), align=1)
+            lo = builder.and_(raw, ir.Constant(v8, [15] * 16))
+            hi = builder.and_(builder.lshr(raw, ir.Constant(v8, [4] * 16)), ir.Constant(v8, [15] * 16))
+            q = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+            if not AVX2:
+                out.append(_dot(builder, builder.zext(q, ir.VectorType(_I32, 32)), wb, 32))
+                continue
+            ub = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [ir.VectorType(_I8, 32)] * 2),
+                                                "llvm.x86.avx2.pmadd.ub.sw")
+            pairs = builder.call(ub, [q, wb])        # u8 x s8 pairs to i16: |sum| <= 2 * 15 * 128, no saturation
+            wd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(_I32, 8), [v16, v16]),
+                                                "llvm.x86.avx2.pmadd.wd")
+            out.append(builder.call(wd, [pairs, ir.Constant(v16, [1] * 16)]))
+        else:   # q8_0: int8 x int8, widened to i16 first (exact for every int8, -128 included)
+            q = builder.load(builder.bitcast(builder.gep(pa, [builder.add(off, ir.Constant(off.type, 2))]),
+                                             ir.VectorType(_I8, 32).as_pointer()), align=1)
+            if not AVX2:
+                out.append(_dot(builder, builder.sext(q, ir.VectorType(_I32, 32)), wb, 32))
+                continue
+            wd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(_I32, 8), [v16, v16]),
+                                                "llvm.x86.avx2.pmadd.wd")
+            halves = []
+            for h in range(2):
+                sel = ir.Constant(ir.VectorType(_I32, 16), list(range(16 * h, 16 * h + 16)))
+                qa = builder.sext(builder.shuffle_vector(q, q, sel), v16)
+                xa = builder.sext(builder.shuffle_vector(wb, wb, sel), v16)
+                halves.append(builder.call(wd, [qa, xa]))
+            out.append(builder.add(halves[0], halves[1]))
+    return out
+
+
+def _sum_lanes4(builder, ps):
+    """Four ``<8 x i32>`` -> ``<4 x i32>`` whose lane ``i`` is the sum of ``ps[i]``'s lanes."""
+    v4 = ir.VectorType(_I32, 4)
+    qs = [builder.add(builder.shuffle_vector(p, p, ir.Constant(v4, [0, 1, 2, 3])),
+                      builder.shuffle_vector(p, p, ir.Constant(v4, [4, 5, 6, 7]))) for p in ps]
+
+    def pair(a, b):   # [a0+a2, b0+b2, a1+a3, b1+b3]
+        return builder.add(builder.shuffle_vector(a, b, ir.Constant(v4, [0, 4, 1, 5])),
+                           builder.shuffle_vector(a, b, ir.Constant(v4, [2, 6, 3, 7])))
+    t01, t23 = pair(qs[0], qs[1]), pair(qs[2], qs[3])
+    return builder.add(builder.shuffle_vector(t01, t23, ir.Constant(v4, [0, 1, 4, 5])),
+                       builder.shuffle_vector(t01, t23, ir.Constant(v4, [2, 3, 6, 7])))
+
+
+def _make_rows4(kind: str):
+    bsize = _ROWS4[kind]
+    d4 = ir.VectorType(ir.DoubleType(), 4)
+    ret = types.UniTuple(types.float64, 4)
+
+    @intrinsic
+    def _impl(typingctx, a, r, nb, xq, xd, xs, table):
+        if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint8):
+            raise TypingError(f"{kind}_rows4: expected 2-D uint8 rows, got {a}")
+        _check8(f"{kind}_rows4", xq)
+        for arr, dt in ((xd, types.float32), (xs, types.int32), (table, types.float32)):
+            if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and arr.dtype == dt):
+                raise TypingError(f"{kind}_rows4: expected a 1-D C-contiguous {dt} array, got {arr}")
+        sig = ret(a, types.intp, types.intp, xq, xd, xs, table)
+
+        def codegen(context, builder, signature, args):
+            a, r, nb, xq, xd, xs, table = args
+            ary = context.make_array(signature.args[0])(context, builder, a)
+            pa = ary.data
+            rb = builder.extract_value(ary.strides, 0)                   # bytes per row
+            px = context.make_array(signature.args[3])(context, builder, xq).data
+            pd = context.make_array(signature.args[4])(context, builder, xd).data
+            ps = context.make_array(signature.args[5])(context, builder, xs).data
+            pt = context.make_array(signature.args[6])(context, builder, table).data
+            base = builder.mul(r, rb)
+            rows = [builder.add(base, builder.mul(rb, ir.Constant(rb.type, i))) for i in range(4)]
+            ahead = builder.mul(rb, ir.Constant(rb.type, 4))
+            acc = cgutils.alloca_once_value(builder, ir.Constant(d4, [0.0] * 4))
+            pf = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0i8")
+            with cgutils.for_range(builder, nb) as loop:
+                b = loop.index
+                o = builder.mul(b, ir.Constant(b.type, bsize))
+                offs = [builder.add(row, o) for row in rows]
+                # the next four rows' bytes at the same pace (4 * bsize per step; two lines when that is > 64)
+                nxt = builder.add(builder.add(base, ahead), builder.mul(b, ir.Constant(b.type, 4 * bsize)))
+                for k in range(0, 4 * bsize, 64):
+                    builder.call(pf, [builder.gep(pa, [builder.add(nxt, ir.Constant(nxt.type, k))]),
+                                      ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+                wb = builder.load(builder.bitcast(builder.gep(px, [builder.mul(b, ir.Constant(b.type, 32))]),
+                                                  ir.VectorType(_I8, 32).as_pointer()), align=1)
+                lanes = _rows4_lanes(context, builder, kind, pa, offs, wb)
+                if AVX2:
+                    isum = _sum_lanes4(builder, lanes)
+                else:
+                    isum = ir.Constant(ir.VectorType(_I32, 4), ir.Undefined)
+                    for i, s in enumerate(lanes):
+                        isum = builder.insert_element(isum, s, ir.Constant(_I32, i))
+                if kind == "q4_0":   # q - 8: minus 8 * (sum of the activation block)
+                    xs8 = builder.mul(builder.load(builder.gep(ps, [b])), ir.Constant(_I32, 8))
+                    isum = builder.sub(isum, _splat(builder, xs8, _I32, 4))
+                if F16C:
+                    hv = ir.Constant(ir.VectorType(ir.IntType(16), 4), ir.Undefined)
+                    for i, off in enumerate(offs):
+                        h = builder.load(builder.bitcast(builder.gep(pa, [off]), ir.IntType(16).as_pointer()), align=1)
+                        hv = builder.insert_element(hv, h, ir.Constant(_I32, i))
+                    dw = builder.fpext(builder.bitcast(hv, ir.VectorType(ir.HalfType(), 4)), d4)
+                else:
+                    fv = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
+                    for i, off in enumerate(offs):
+                        lo = builder.zext(builder.load(builder.gep(pa, [off])), ir.IntType(64))
+                        hi = builder.zext(builder.load(builder.gep(pa, [builder.add(off, ir.Constant(off.type, 1))])),
+                                          ir.IntType(64))
+                        idx = builder.or_(lo, builder.shl(hi, ir.Constant(ir.IntType(64), 8)))
+                        fv = builder.insert_element(fv, builder.load(builder.gep(pt, [idx])), ir.Constant(_I32, i))
+                    dw = builder.fpext(fv, d4)
+                dx = builder.fpext(builder.load(builder.gep(pd, [b])), ir.DoubleType())
+                term = builder.fmul(builder.fmul(dw, _splat(builder, dx, ir.DoubleType(), 4)), builder.sitofp(isum, d4))
+                builder.store(builder.fadd(builder.load(acc), term), acc)
+            v = builder.load(acc)
+            out = context.get_constant_undef(ret)
+            for i in range(4):
+                out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, i)), i)
+            return out
+        return sig, codegen
+    return _impl
+
+
+_q4_0_rows4 = _make_rows4("q4_0")
+_q8_0_rows4 = _make_rows4("q8_0")
+
+
+def _rows4_python(kind, a, r, nb, xq, xd, xs, table):
+    out = []
+    bsize = _ROWS4[kind]
+    for i in range(4):
+        row = a[r + i]
+        s = 0.0
+        for b in range(nb):
+            o = b * bsize
+            dw = np.float64(table[int(row[o]) | (int(row[o + 1]) << 8)])
+            if kind == "q4_0":
+                isum = dot_nibu16x2(row, o + 2, xq, b * 32) - 8 * int(xs[b])
+            else:
+                isum = dot_i8x32(row.view(np.int8), o + 2, xq, b * 32)
+            s = float(np.float64(s) + (dw * np.float64(xd[b])) * np.float64(isum))
+        out.append(s)
+    return tuple(out)
+
+
+def q4_0_rows4(a, r, nb, xq, xd, xs, table):
+    """float64 dots of the Q4_0 rows ``a[r:r+4]`` (``nb`` blocks of 18 bytes) with one Q8_0 activation
+    (``xq`` int8, ``xd`` float32 block scales, ``xs`` int32 block sums): a 4-tuple, element ``i``
+    equal bit for bit to ``s = sum_b (f64(d_w) * f64(xd[b])) * f64(isum_b)`` added in block order,
+    ``isum_b = sum_j nibble_j xq_j - 8 xs[b]`` (:mod:`refsim.kernels.qdot`'s Q4_0 row). ``table`` is
+    the half -> float32 table. Reads 4 whole rows, which must each be contiguous (``a.strides[1] == 1``;
+    rows ``a.strides[0]`` bytes apart); prefetches the next 4 (past the end is harmless)."""
+    return _rows4_python("q4_0", a, r, nb, xq, xd, xs, table)
+
+
+def q8_0_rows4(a, r, nb, xq, xd, xs, table):
+    """:func:`q4_0_rows4` for Q8_0 rows (blocks of 34 bytes, ``isum_b = sum_j q_j xq_j``; ``xs`` unused)."""
+    return _rows4_python("q8_0", a, r, nb, xq, xd, xs, table)
+
+
+@overload(q4_0_rows4, inline="always")
+def _ov_q4_0_rows4(a, r, nb, xq, xd, xs, table):
+    return lambda a, r, nb, xq, xd, xs, table: _q4_0_rows4(a, r, nb, xq, xd, xs, table)
+
+
+@overload(q8_0_rows4, inline="always")
+def _ov_q8_0_rows4(a, r, nb, xq, xd, xs, table):
+    return lambda a, r, nb, xq, xd, xs, table: _q8_0_rows4(a, r, nb, xq, xd, xs, table)
+
+
 __all__ = [
     "AVX2",
     "acc8_f32",
@@ -416,4 +629,7 @@ __all__ = [
     "dot_nib16x2",
     "dot_nibu16x2",
     "dot_q6x16",
+    "F16C",
+    "q4_0_rows4",
+    "q8_0_rows4",
 ]

@@ -308,3 +308,55 @@ def test_f16_round_and_quantize_acts_into_match_numpy():
             quantize_acts_into(xs, block, tie, q, d, bs)
             assert np.array_equal(q, a.q) and np.array_equal(d.view(np.uint32), a.d.view(np.uint32))
             assert np.array_equal(bs, a.bsum)
+
+
+def _rows4_case(kind: str, n_rows: int, n_cols: int, seed: int):
+    """Rows of ``kind`` ('q4_0' | 'q8_0') with random bytes (int8 -128 included), finite half scales
+    (subnormal, zero and negative included), and one Q8_0 activation with a 127 in every block."""
+    rng = np.random.default_rng(seed)
+    bsize = simd._ROWS4[kind]
+    raw = rng.integers(0, 256, (n_rows, n_cols // 32 * bsize), dtype=np.uint8)
+    halves = np.array([0.5, -0.25, 6.1e-5, 3e-7, 0.0, -1.5e3, 0.0137], np.float16)
+    for b in range(n_cols // 32):
+        raw[:, b * bsize:b * bsize + 2] = rng.choice(halves, n_rows).view(np.uint8).reshape(n_rows, 2)
+    x = rng.normal(size=(1, n_cols)).astype(np.float32)
+    x[0, ::32] = 40.0                                     # the block maximum: q = 127
+    return raw, quantize_acts(x, 32)
+
+
+@pytest.mark.parametrize("kind", ["q4_0", "q8_0"])
+def test_four_row_dots_equal_the_one_row_functions(kind, monkeypatch):
+    # simd.q4_0_rows4 / q8_0_rows4 (four rows per pass, used by qdot for Q4_0/Q8_0 rows) give every row
+    # the same float64 sum, bit for bit, as the one-row functions: checked against the plain-Python twin,
+    # against qdot on one-row matrices (the one-row path), on the AVX2 and generic paths, with and without F16C
+    qtype = int(Q.Q4_0) if kind == "q4_0" else int(Q.Q8_0)
+    raw, acts = _rows4_case(kind, 8, 96, seed=5)
+    py = simd.q4_0_rows4 if kind == "q4_0" else simd.q8_0_rows4
+    want = np.array(py(raw, 4, 3, acts.q[0], acts.d[0], acts.bsum[0], F16_TO_F32))
+    one_row = np.array([qdot_matmul(raw[r:r + 1], qtype, 96, acts)[0, 0] for r in range(4, 8)])
+    assert np.array_equal(want.astype(np.float32), one_row)
+    for avx2 in sorted({False, simd.AVX2}):
+        for f16c in sorted({False, simd.F16C and avx2}):
+            monkeypatch.setattr(simd, "AVX2", avx2)       # read when the intrinsics are compiled
+            monkeypatch.setattr(simd, "F16C", f16c)
+            f = njit(lambda a, q, d, s, t: py(a, 4, 3, q, d, s, t))
+            got = np.array(f(raw, acts.q[0], acts.d[0], acts.bsum[0], F16_TO_F32))
+            assert np.array_equal(got.view(np.uint64), want.view(np.uint64)), f"AVX2={avx2} F16C={f16c}"
+    # and in qdot: 11 rows = two passes of four (the first prefetching the second) plus three single rows
+    raw, acts = _rows4_case(kind, 11, 2048, seed=6)
+    full = qdot_matmul(raw, qtype, 2048, acts)
+    single = np.concatenate([qdot_matmul(raw[r:r + 1], qtype, 2048, acts) for r in range(11)], axis=1)
+    assert np.array_equal(full.view(np.uint32), single.view(np.uint32))
+
+
+def test_four_row_q4_0_dot_by_hand():
+    # rows r = 0..3: d = 2^-r, every nibble r + 8 (q = r); activation: 127 at element 0, 1 at element 16
+    # (block max 127 -> d_x = 1); row r's dot is 2^-r * r * (127 + 1)
+    rows = [np.frombuffer(_h(2.0 ** -r) + bytes([(r + 8) * 17] * 16), np.uint8) for r in range(4)]
+    raw = np.stack(rows)
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0], x[0, 16] = 127, 1
+    acts = quantize_acts(x, 32)
+    want = [2.0 ** -r * r * 128 for r in range(4)]
+    assert list(simd.q4_0_rows4(raw, 0, 1, acts.q[0], acts.d[0], acts.bsum[0], F16_TO_F32)) == want
+    assert qdot_matmul(raw, int(Q.Q4_0), 32, acts)[0].tolist() == want
