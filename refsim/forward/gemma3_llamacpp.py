@@ -60,30 +60,41 @@ Q6K_TILED_MIN_ROWS = 8
 
 @dataclass(frozen=True)
 class Q0Weight:
-    """Q5_0 / Q8_0 weight as codes: ``q`` (n_out, n_in) int8 (element order), ``d`` (n_out, n_in/32) float32."""
+    """Q5_0 / Q8_0 weight as codes, :func:`refsim.kernels.ggml_cpu.interleave_q0` layout.
 
-    q: np.ndarray
+    ``w`` (n_groups, n_in, 16) int8, ``d`` (n_groups, n_in/32, 16) float32, ``n_out`` the real rows.
+    """
+
+    w: np.ndarray
     d: np.ndarray
+    n_out: int
 
 
 @dataclass(frozen=True)
 class Q4KWeight:
-    """Q4_K weight unpacked by :func:`refsim.kernels.ggml_cpu.unpack_q4_k`."""
+    """Q4_K weight unpacked by :func:`refsim.kernels.ggml_cpu.unpack_q4_k`, rows interleaved by 16
+    (:func:`refsim.kernels.ggml_cpu.interleave_rows`); ``n_out`` the real rows."""
 
     q: np.ndarray
     sc: np.ndarray
     mn: np.ndarray
     d: np.ndarray
     dmin: np.ndarray
+    n_out: int
 
 
 @dataclass(frozen=True)
 class Q6KWeight:
-    """Q6_K weight unpacked by :func:`refsim.kernels.ggml_cpu.unpack_q6_k`."""
+    """Q6_K weight: :func:`refsim.kernels.ggml_cpu.unpack_q6_k` output ``q``, ``sc``, ``d`` (the tiled
+    kernel's layout) and, for the vec_dot kernel, ``wq`` (:func:`refsim.kernels.ggml_cpu.q6k_lane_major`)
+    with ``sc_il``/``d_il`` (rows interleaved by 16)."""
 
     q: np.ndarray
     sc: np.ndarray
     d: np.ndarray
+    wq: np.ndarray
+    sc_il: np.ndarray
+    d_il: np.ndarray
 
 
 def _unpack(model: Model, name: str, n_in: int, n_out: int):
@@ -96,7 +107,7 @@ def _unpack(model: Model, name: str, n_in: int, n_out: int):
         q = np.empty((n_out, n_in), np.int8)
         d = np.empty((n_out, n_in // 32), np.float32)
         (K.unpack_q5_0 if t == Q.Q5_0 else K.unpack_q8_0)(raw, n_in, F16_TO_F32, q, d)
-        return Q0Weight(q, d)
+        return Q0Weight(*K.interleave_q0(q, d), n_out)
     if t == Q.Q4_K:
         if n_out % 8:
             raise ModelFormatError(f"{model.path}: {name}: Q4_K with {n_out} rows is not repacked by llama.cpp "
@@ -107,13 +118,14 @@ def _unpack(model: Model, name: str, n_in: int, n_out: int):
         d = np.empty((n_out, n_in // 256), np.float32)
         dmin = np.empty((n_out, n_in // 256), np.float32)
         K.unpack_q4_k(raw, n_in, F16_TO_F32, q, sc, mn, d, dmin)
-        return Q4KWeight(q, sc, mn, d, dmin)
+        il = K.interleave_rows
+        return Q4KWeight(il(q), il(sc), il(mn), il(d), il(dmin), n_out)
     if t == Q.Q6_K:
         q = np.empty((n_out, n_in), np.uint8)
         sc = np.empty((n_out, n_in // 16), np.int32)
         d = np.empty((n_out, n_in // 256), np.float32)
         K.unpack_q6_k(raw, n_in, F16_TO_F32, q, sc, d)
-        return Q6KWeight(q, sc, d)
+        return Q6KWeight(q, sc, d, K.q6k_lane_major(q, sc), K.interleave_rows(sc), K.interleave_rows(d))
     raise ModelFormatError(f"{model.path}: {name} is {Q(t).name}; the llamacpp numerics implement "
                            f"Q5_0, Q8_0, Q4_K and Q6_K block weights")
 
@@ -141,11 +153,15 @@ class LayerWeights:
 
 @dataclass(frozen=True)
 class Weights:
-    """gemma3 weights for the ``llamacpp`` numerics; ``token_embd`` stays the memory-mapped Q8_0 rows."""
+    """gemma3 weights for the ``llamacpp`` numerics.
+
+    ``token_embd`` stays the memory-mapped Q8_0 rows (embedding lookups); ``output`` is the same
+    tensor as codes for the tied output product (168 MB int8 + 21 MB scales for Gemma-3-270M).
+    """
 
     spec: ModelSpec
     token_embd: np.ndarray
-    token_embd_d: np.ndarray
+    output: Q0Weight
     output_norm: np.ndarray
     layers: tuple[LayerWeights, ...]
     embd_scale: np.float32
@@ -201,8 +217,9 @@ def load_weights(model: Model) -> Weights:
             post_ffw_norm=_vector(model, b + "post_ffw_norm.weight", D),
             window=s.sliding_window if local else 0,
             rope_base=base_swa if local else s.rope_freq_base))
-    te_raw = np.ascontiguousarray(model.raw("token_embd.weight"))
-    return Weights(spec=s, token_embd=te_raw, token_embd_d=K.q8_0_scales(te_raw, F16_TO_F32),
+    te_raw = model.raw("token_embd.weight")
+    output = Q0Weight(*K.interleave_q0(*K.q8_0_codes(te_raw, F16_TO_F32)), s.n_vocab)
+    return Weights(spec=s, token_embd=te_raw, output=output,
                    output_norm=_vector(model, "output_norm.weight", D), layers=tuple(layers),
                    embd_scale=np.float32(np.sqrt(np.float32(D))), eps=np.float32(s.rms_eps))
 
@@ -221,9 +238,9 @@ def matmul(w, x: np.ndarray) -> np.ndarray:
     n_pos = x.shape[0]
     if isinstance(w, Q0Weight):
         aq, ad = K.quantize_q8_0_rows(x)
-        out = np.empty((n_pos, w.q.shape[0]), np.float32)
-        K.q0_matmul(w.q, w.d, aq, ad, out)
-        return out
+        out = np.empty((n_pos, w.w.shape[0] * K.Q0_ROWS), np.float32)
+        K.q0_matmul(w.w, w.d, aq, ad, out)
+        return out[:, :w.n_out]
     if isinstance(w, Q4KWeight):
         n4 = n_pos - n_pos % 4
         aq = np.empty(x.shape, np.int8)
@@ -232,14 +249,21 @@ def matmul(w, x: np.ndarray) -> np.ndarray:
             aq[:n4], ad[:n4] = K.quantize_q8_k_rows(x[:n4], True)
         if n4 < n_pos:
             aq[n4:], ad[n4:] = K.quantize_q8_k_rows(x[n4:], False)
-        out = np.empty((n_pos, w.q.shape[0]), np.float32)
+        out = np.empty((n_pos, w.q.shape[0] * K.Q0_ROWS), np.float32)
         K.q4k_matmul(w.q, w.sc, w.mn, w.d, w.dmin, aq, ad, n4, out)
-        return out
+        return out[:, :w.n_out]
     if isinstance(w, Q6KWeight):
         aq, ad = K.quantize_q8_k_rows(x, False)
-        out = np.empty((n_pos, w.q.shape[0]), np.float32)
-        (K.q6k_matmul_tiled if n_pos >= Q6K_TILED_MIN_ROWS else K.q6k_matmul_vecdot)(w.q, w.sc, w.d, aq, ad, out)
-        return out
+        if n_pos >= Q6K_TILED_MIN_ROWS:
+            out = np.empty((n_pos, w.q.shape[0]), np.float32)
+            K.q6k_matmul_tiled(w.q, w.sc, w.d, aq, ad, out)
+            return out
+        n = x.shape[1]
+        order = (np.arange(n // K.QK_K)[:, None] * K.QK_K + K.Q6K_LANE_ORDER[None, :]).reshape(-1)
+        bsum = aq.astype(np.int32).reshape(n_pos, -1, 16).sum(axis=2).astype(np.int32)
+        out = np.empty((n_pos, w.wq.shape[0] * K.Q0_ROWS), np.float32)
+        K.q6k_matmul_vecdot(w.wq, w.sc_il, w.d_il, np.ascontiguousarray(aq[:, order].astype(np.int16)), bsum, ad, out)
+        return out[:, :w.q.shape[0]]
     raise TypeError(type(w))
 
 
@@ -346,10 +370,7 @@ def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, positions: np.ndarr
 
 def output_logits(weights: Weights, hn: np.ndarray) -> np.ndarray:
     """Tied output ``token_embd @ hn``: (n_out, n_embd) -> (n_out, n_vocab), Q8_0 x Q8_0 lanes."""
-    aq, ad = K.quantize_q8_0_rows(hn)
-    out = np.empty((hn.shape[0], weights.spec.n_vocab), np.float32)
-    K.q8_0_raw_matmul(weights.token_embd.view(np.int8), weights.token_embd_d, aq, ad, out)
-    return out
+    return matmul(weights.output, hn)
 
 
 def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,

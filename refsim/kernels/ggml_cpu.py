@@ -267,73 +267,95 @@ def unpack_q6_k(raw, n, table, q, sc, d):
 # products
 
 
-_CHUNK = 512
-"""Output rows per parallel work item (scratch arrays are allocated once per item, not per row)."""
+Q0_ROWS = 16
+"""Weight rows interleaved per group in :func:`interleave_q0` (one int32 AVX2 register pair per element)."""
 
 
-@njit(cache=True, inline="always")
-def _q0_row(w, wo, wstride, wd, a32, ad, p, nb, prod, acc):
-    """One output of :func:`q0_matmul`: weight codes ``w[wo + b*wstride + e]``, block scales ``wd[b]``."""
-    acc[:] = 0
-    for b in range(nb):
-        base = wo + b * wstride
-        for e in range(32):
-            prod[e] = np.int32(w[base + e]) * a32[p, b * 32 + e]
-        dd = np.float32(wd[b] * ad[p, b])
-        for l in range(8):
-            acc[l] = fma32(dd, np.float32(prod[4 * l] + prod[4 * l + 1] + prod[4 * l + 2] + prod[4 * l + 3]), acc[l])
-    return hsum8(acc)
+def interleave_q0(q: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Re-lay Q5_0/Q8_0 codes for :func:`q0_matmul`: rows in groups of :data:`Q0_ROWS`, element-major.
+
+    Parameters
+    ----------
+    q : (n_out, n) int8 — codes in element order ; d : (n_out, n/32) float32 — block scales
+
+    Returns
+    -------
+    w : (n_groups, n, Q0_ROWS) int8 — ``w[g, e, r] = q[g*Q0_ROWS + r, e]`` (rows past ``n_out`` are 0)
+    dg : (n_groups, n/32, Q0_ROWS) float32 — the scales the same way
+
+    Only the memory order changes (so that the compiler vectorizes over 16 rows); every output is
+    computed with the same operations in the same order.
+    """
+    n_out, n = q.shape
+    ng = -(-n_out // Q0_ROWS)
+    qp = np.zeros((ng * Q0_ROWS, n), np.int8)
+    qp[:n_out] = q
+    dp = np.zeros((ng * Q0_ROWS, d.shape[1]), np.float32)
+    dp[:n_out] = d
+    w = np.ascontiguousarray(qp.reshape(ng, Q0_ROWS, n).transpose(0, 2, 1))
+    dg = np.ascontiguousarray(dp.reshape(ng, Q0_ROWS, -1).transpose(0, 2, 1))
+    return w, dg
 
 
 @njit(cache=True, parallel=True)
-def q0_matmul(wq, wd, aq, ad, out):
+def q0_matmul(w, dg, aq, ad, out):
     """``out[p, o]`` = Q5_0/Q8_0 weight row ``o`` . Q8_0 activation row ``p``, in llama.cpp's lane order.
 
     Parameters
     ----------
-    wq : (n_out, n) int8 — weight codes (Q5_0: -16..15; Q8_0: -127..127), element order
-    wd : (n_out, n/32) float32 — weight block scales (f16 values)
+    w, dg : :func:`interleave_q0` of the weight codes (Q5_0: -16..15; Q8_0: -127..127) and scales
     aq : (n_pos, n) int8 ; ad : (n_pos, n/32) float32 — :func:`quantize_q8_0` of the activation
-    out : (n_pos, n_out) float32, written
+    out : (n_pos, n_groups * Q0_ROWS) float32, written (the caller drops the padding rows)
 
     Rule (quants.c ``ggml_vec_dot_q{5,8}_0_q8_0`` AVX2 and sgemm.cpp ``tinyBLAS_Q0_AVX``, identical
     per output): 8 float32 lanes; for each block ``b`` in order, ``dd = wd * ad`` (float32) and lane
-    ``l = fma(dd, float(sum of the products of elements 4l..4l+3), l)``; then :func:`hsum8`.
+    ``l = fma(dd, float(sum of the products of elements 4l..4l+3), l)``; then :func:`hsum8`
+    (written out below for the 16 rows of a group).
     """
-    n_out, n = wq.shape
+    ng, n, R = w.shape
     n_pos = aq.shape[0]
-    a32 = aq.astype(np.int32)
-    for c in prange((n_out + _CHUNK - 1) // _CHUNK):
-        prod = np.empty(32, np.int32)
-        acc = np.empty(8, np.float32)
-        for o in range(c * _CHUNK, min(n_out, (c + 1) * _CHUNK)):
-            for p in range(n_pos):
-                out[p, o] = _q0_row(wq[o], 0, 32, wd[o], a32, ad, p, n // 32, prod, acc)
+    nb = n // 32
+    a16 = aq.astype(np.int16)
+    for g in prange(ng):
+        s = np.empty(R, np.int32)
+        acc = np.empty((8, R), np.float32)   # [lane, row]
+        dd = np.empty(R, np.float32)
+        for p in range(n_pos):
+            acc[:, :] = 0
+            for b in range(nb):
+                for r in range(R):
+                    dd[r] = np.float32(dg[g, b, r] * ad[p, b])
+                for l in range(8):
+                    e = b * 32 + 4 * l
+                    a0 = a16[p, e]
+                    a1 = a16[p, e + 1]
+                    a2 = a16[p, e + 2]
+                    a3 = a16[p, e + 3]
+                    for r in range(R):
+                        s[r] = (np.int32(np.int16(w[g, e, r]) * a0) + np.int32(np.int16(w[g, e + 1, r]) * a1)
+                                + np.int32(np.int16(w[g, e + 2, r]) * a2) + np.int32(np.int16(w[g, e + 3, r]) * a3))
+                    for r in range(R):
+                        acc[l, r] = fma32(dd[r], np.float32(s[r]), acc[l, r])
+            for r in range(R):
+                out[p, g * R + r] = np.float32(
+                    np.float32(np.float32(acc[4, r] + acc[0, r]) + np.float32(acc[6, r] + acc[2, r]))
+                    + np.float32(np.float32(acc[5, r] + acc[1, r]) + np.float32(acc[7, r] + acc[3, r])))
 
 
-@njit(cache=True, parallel=True)
-def q8_0_raw_matmul(rawi, wd, aq, ad, out):
-    """:func:`q0_matmul` reading Q8_0 weight rows in place (the 262144-row tied output, never unpacked).
-
-    rawi : (n_out, n/32*34) int8 — the Q8_0 row bytes (block: f16 d, 32 int8 codes) viewed as int8;
-    wd : (n_out, n/32) float32 — the blocks' ``d`` (:func:`q8_0_scales`); aq, ad : Q8_0 activation;
-    out : (n_pos, n_out) float32, written.
-    """
-    n_out = rawi.shape[0]
-    n_pos, n = aq.shape
-    a32 = aq.astype(np.int32)
-    for c in prange((n_out + _CHUNK - 1) // _CHUNK):
-        prod = np.empty(32, np.int32)
-        acc = np.empty(8, np.float32)
-        for o in range(c * _CHUNK, min(n_out, (c + 1) * _CHUNK)):
-            for p in range(n_pos):
-                out[p, o] = _q0_row(rawi[o], 2, 34, wd[o], a32, ad, p, n // 32, prod, acc)
-
-
-def q8_0_scales(raw: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """The f16 block scales of Q8_0 rows ``raw`` (n_rows, n/32*34) uint8 as (n_rows, n/32) float32."""
+def q8_0_codes(raw: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q8_0 rows ``raw`` (n_rows, n/32*34) uint8 -> codes (n_rows, n) int8 and scales (n_rows, n/32) float32."""
     blocks = raw.reshape(raw.shape[0], -1, 34)
-    return np.ascontiguousarray(table[blocks[:, :, 0].astype(np.int64) | (blocks[:, :, 1].astype(np.int64) << 8)])
+    d = table[blocks[:, :, 0].astype(np.int64) | (blocks[:, :, 1].astype(np.int64) << 8)]
+    return blocks[:, :, 2:].view(np.int8).reshape(raw.shape[0], -1), d
+
+
+def interleave_rows(a: np.ndarray) -> np.ndarray:
+    """``(n_out, m)`` -> ``(n_groups, m, Q0_ROWS)`` with ``out[g, i, r] = a[g*Q0_ROWS + r, i]`` (zero-padded rows)."""
+    n_out, m = a.shape
+    ng = -(-n_out // Q0_ROWS)
+    ap = np.zeros((ng * Q0_ROWS, m), a.dtype)
+    ap[:n_out] = a
+    return np.ascontiguousarray(ap.reshape(ng, Q0_ROWS, m).transpose(0, 2, 1))
 
 
 @njit(cache=True, parallel=True)
@@ -342,12 +364,14 @@ def q4k_matmul(q, sc, mn, d, dmin, aq, ad, n_gemm, out):
 
     Parameters
     ----------
-    q, sc, mn, d, dmin : from :func:`unpack_q4_k` (weight ``(n_out, n)``)
+    q, sc, mn, d, dmin : :func:`unpack_q4_k` output, each through :func:`interleave_rows`
+        (``q`` (n_groups, n, 16) uint8; ``sc``/``mn`` (n_groups, n/32, 16) int32;
+        ``d``/``dmin`` (n_groups, n/256, 16) float32)
     aq : (n_pos, n) int8 ; ad : (n_pos, n/256) float32 — :func:`quantize_q8_k` of the activation
     n_gemm : int
         Rows ``p < n_gemm`` (a multiple of 4) go through ``ggml_gemm_q4_K_8x8_q8_K``, the rest
         through ``ggml_gemv_q4_K_8x8_q8_K`` (repack.cpp ``forward_mul_mat_one_chunk``).
-    out : (n_pos, n_out) float32, written
+    out : (n_pos, n_groups * 16) float32, written
 
     Rule per output, with exact integers per sub-block ``j``: ``i_j = sc_j * sum(q * a)`` and
     ``m_j = mn_j * sum(a)``. gemv: per superblock ``b`` in order,
@@ -355,78 +379,112 @@ def q4k_matmul(q, sc, mn, d, dmin, aq, ad, n_gemm, out):
     gemm: the same but one fma per *pair* of sub-blocks (``j = 2s, 2s+1``, ``s < 4``), four per
     superblock. Result ``acc - accm``. (int16 stages hold at most 16 products of 15 x 128.)
     """
-    n_out, n = q.shape
+    ng, n, R = q.shape
     n_pos = aq.shape[0]
     nsb = n // QK_K
-    for o in prange(n_out):
+    a16 = aq.astype(np.int16)
+    for g in prange(ng):
+        s = np.empty(R, np.int32)
+        isum = np.empty(R, np.int32)
+        msum = np.empty(R, np.int32)
+        acc = np.empty(R, np.float32)
+        accm = np.empty(R, np.float32)
+        dd = np.empty(R, np.float32)
+        dm = np.empty(R, np.float32)
         for p in range(n_pos):
             pair = p < n_gemm
-            acc = np.float32(0.0)
-            accm = np.float32(0.0)
+            acc[:] = 0
+            accm[:] = 0
             for b in range(nsb):
-                dd = np.float32(d[o, b] * ad[p, b])
-                dm = np.float32(dmin[o, b] * ad[p, b])
-                isum = np.int32(0)
-                msum = np.int32(0)
+                for r in range(R):
+                    dd[r] = np.float32(d[g, b, r] * ad[p, b])
+                    dm[r] = np.float32(dmin[g, b, r] * ad[p, b])
+                isum[:] = 0
+                msum[:] = 0
                 for j in range(8):
                     e0 = b * QK_K + 32 * j
-                    dot = np.int32(0)
+                    s[:] = 0
                     asum = np.int32(0)
                     for t in range(32):
-                        a = np.int32(aq[p, e0 + t])
-                        dot += np.int32(q[o, e0 + t]) * a
-                        asum += a
-                    isum += sc[o, b * 8 + j] * dot
-                    msum += mn[o, b * 8 + j] * asum
+                        av = a16[p, e0 + t]
+                        asum += np.int32(av)
+                        for r in range(R):
+                            s[r] += np.int32(np.int16(q[g, e0 + t, r]) * av)
+                    for r in range(R):
+                        isum[r] += sc[g, b * 8 + j, r] * s[r]
+                        msum[r] += mn[g, b * 8 + j, r] * asum
                     if pair and j % 2 == 1:
-                        acc = fma32(np.float32(isum), dd, acc)
-                        accm = fma32(np.float32(msum), dm, accm)
-                        isum = np.int32(0)
-                        msum = np.int32(0)
+                        for r in range(R):
+                            acc[r] = fma32(np.float32(isum[r]), dd[r], acc[r])
+                            accm[r] = fma32(np.float32(msum[r]), dm[r], accm[r])
+                        isum[:] = 0
+                        msum[:] = 0
                 if not pair:
-                    acc = fma32(np.float32(isum), dd, acc)
-                    accm = fma32(np.float32(msum), dm, accm)
-            out[p, o] = np.float32(acc - accm)
+                    for r in range(R):
+                        acc[r] = fma32(np.float32(isum[r]), dd[r], acc[r])
+                        accm[r] = fma32(np.float32(msum[r]), dm[r], accm[r])
+            for r in range(R):
+                out[p, g * R + r] = np.float32(acc[r] - accm[r])
+
+
+Q6K_LANE_ORDER = np.array([128 * h + 32 * x + 4 * k + t for k in range(8) for h in range(2) for x in range(4)
+                           for t in range(4)], dtype=np.int64)
+"""Superblock element order that makes lane ``k`` of ``ggml_vec_dot_q6_K_q8_K`` 32 contiguous elements."""
+
+
+def q6k_lane_major(q: np.ndarray, sc: np.ndarray) -> np.ndarray:
+    """``sc * q`` of :func:`unpack_q6_k` output, superblocks reordered by :data:`Q6K_LANE_ORDER`, rows
+    interleaved (:func:`interleave_rows`): (n_groups, n, 16) int16 (|sc * q| <= 128 * 63)."""
+    n_out, n = q.shape
+    wq = (np.repeat(sc, 16, axis=1) * q.astype(np.int32)).astype(np.int16)
+    order = (np.arange(n // QK_K)[:, None] * QK_K + Q6K_LANE_ORDER[None, :]).reshape(-1)
+    return interleave_rows(wq[:, order])
 
 
 @njit(cache=True, parallel=True)
-def q6k_matmul_vecdot(q, sc, d, aq, ad, out):
-    """Q6_K x Q8_K as quants.c ``ggml_vec_dot_q6_K_q8_K`` (AVX2): the 1..7-row path.
+def q6k_matmul_vecdot(wq, sc, d, aq_lane, bsum, ad, out):
+    """Q6_K x Q8_K as quants.c ``ggml_vec_dot_q6_K_q8_K`` (AVX2): the path for fewer than 8 rows.
 
     Parameters
     ----------
-    q, sc, d : from :func:`unpack_q6_k` ; aq, ad : :func:`quantize_q8_k` (ref rule) of the activation
-    out : (n_pos, n_out) float32, written
+    wq : :func:`q6k_lane_major` of the weight ; sc : (n_groups, n/16, 16) int32 and
+    d : (n_groups, n/256, 16) float32 — :func:`unpack_q6_k`'s scales through :func:`interleave_rows`
+    aq_lane : (n_pos, n) int16 — the Q8_K activation codes in :data:`Q6K_LANE_ORDER`
+    bsum : (n_pos, n/16) int32 — sums of 16 consecutive activation codes (Q8_K ``bsums``)
+    ad : (n_pos, n/256) float32 ; out : (n_pos, n_groups * 16) float32, written
 
     Rule: 8 int32 lanes per superblock; lane ``k`` holds ``sum sc * q * a`` over the elements
-    ``128h + 32x + 4k + t`` (``h < 2``, ``x < 4``, ``t < 4``) minus ``32 * sum sc * a`` over elements
-    ``32k .. 32k+31`` (the ``q8sclsub`` term); ``acc_k = fma(ad_b * d_b, float(lane_k), acc_k)``;
+    ``128h + 32x + 4k + t`` (``h < 2``, ``x < 4``, ``t < 4``) minus ``32 * (sc_{2k} bsum_{2k} +
+    sc_{2k+1} bsum_{2k+1})`` (the ``q8sclsub`` term); ``acc_k = fma(ad_b * d_b, float(lane_k), acc_k)``;
     then :func:`hsum8`.
     """
-    n_out, n = q.shape
-    n_pos = aq.shape[0]
+    ng, n, R = wq.shape
+    n_pos = aq_lane.shape[0]
     nsb = n // QK_K
-    for o in prange(n_out):
-        acc = np.empty(8, np.float32)
+    for g in prange(ng):
+        s = np.empty(R, np.int32)
+        acc = np.empty((8, R), np.float32)
+        db = np.empty(R, np.float32)
         for p in range(n_pos):
-            acc[:] = 0
+            acc[:, :] = 0
             for b in range(nsb):
-                db = np.float32(ad[p, b] * d[o, b])
-                e0 = b * QK_K
+                for r in range(R):
+                    db[r] = np.float32(ad[p, b] * d[g, b, r])
                 for k in range(8):
-                    lane = np.int32(0)
-                    for h in range(2):
-                        for x in range(4):
-                            for t in range(4):
-                                e = e0 + 128 * h + 32 * x + 4 * k + t
-                                lane += sc[o, e // 16] * np.int32(q[o, e]) * np.int32(aq[p, e])
-                    sub = np.int32(0)
-                    for t in range(32):
-                        e = e0 + 32 * k + t
-                        sub += sc[o, e // 16] * np.int32(aq[p, e])
-                    lane -= 32 * sub
-                    acc[k] = fma32(db, np.float32(lane), acc[k])
-            out[p, o] = hsum8(acc)
+                    s[:] = 0
+                    e0 = b * QK_K + 32 * k
+                    for u in range(32):
+                        av = np.int32(aq_lane[p, e0 + u])
+                        for r in range(R):
+                            s[r] += np.int32(wq[g, e0 + u, r]) * av
+                    m0 = b * 16 + 2 * k
+                    for r in range(R):
+                        lane = s[r] - 32 * (sc[g, m0, r] * bsum[p, m0] + sc[g, m0 + 1, r] * bsum[p, m0 + 1])
+                        acc[k, r] = fma32(db[r], np.float32(lane), acc[k, r])
+            for r in range(R):
+                out[p, g * R + r] = np.float32(
+                    np.float32(np.float32(acc[4, r] + acc[0, r]) + np.float32(acc[6, r] + acc[2, r]))
+                    + np.float32(np.float32(acc[5, r] + acc[1, r]) + np.float32(acc[7, r] + acc[3, r])))
 
 
 @njit(cache=True, parallel=True)
@@ -456,19 +514,19 @@ def q6k_matmul_tiled(q, sc, d, aq, ad, out):
 
 
 @njit(cache=True, inline="always")
-def _vec_dot_f32(x, y, n):
-    """vec.cpp ``ggml_vec_dot_f32`` (AVX2): 4 x 8 lanes stepping 32, ``GGML_F32x8_REDUCE``, scalar tail."""
-    s = np.zeros((4, 8), np.float32)
+def _vec_dot_f32(x, y, n, s):
+    """vec.cpp ``ggml_vec_dot_f32`` (AVX2): 4 x 8 lanes stepping 32, ``GGML_F32x8_REDUCE``, scalar tail.
+
+    ``s`` is a (4, 8) float32 scratch array (overwritten).
+    """
+    s[:, :] = 0
     npart = n & ~31
     for i in range(0, npart, 32):
         for j in range(4):
             for l in range(8):
                 s[j, l] = fma32(x[i + 8 * j + l], y[i + 8 * j + l], s[j, l])
     for l in range(8):
-        s[0, l] = np.float32(s[0, l] + s[2, l])
-        s[1, l] = np.float32(s[1, l] + s[3, l])
-    for l in range(8):
-        s[0, l] = np.float32(s[0, l] + s[1, l])
+        s[0, l] = np.float32(np.float32(s[0, l] + s[2, l]) + np.float32(s[1, l] + s[3, l]))
     t0 = np.float32(s[0, 0] + s[0, 4])
     t1 = np.float32(s[0, 1] + s[0, 5])
     t2 = np.float32(s[0, 2] + s[0, 6])
@@ -481,11 +539,17 @@ def _vec_dot_f32(x, y, n):
 
 @njit(cache=True, parallel=True)
 def f32_vecdot_matmul(a, b, out):
-    """``out[j, i] = ggml_vec_dot_f32(a[i], b[j])``: a (m, n) float32, b (p, n) float32 -> (p, m)."""
+    """``out[j, i] = ggml_vec_dot_f32(a[i], b[j])``: a (m, n) float32, b (p, n) float32 -> (p, m).
+
+    (The scalar tail, ``n % 32`` elements, is never reached for Gemma-3: head_dim 256 and a KV
+    length padded to 256. It is written as the C code reads, ``sumf += x*y`` in float32; this
+    build might contract it into an fma, which is not checked.)
+    """
     m, n = a.shape
     for j in prange(b.shape[0]):
+        s = np.empty((4, 8), np.float32)
         for i in range(m):
-            out[j, i] = _vec_dot_f32(a[i], b[j], n)
+            out[j, i] = _vec_dot_f32(a[i], b[j], n, s)
 
 
 @njit(cache=True, parallel=True)
@@ -675,6 +739,7 @@ def quantize_q8_k_rows(x: np.ndarray, positive_ties: bool) -> tuple[np.ndarray, 
 
 
 __all__ = ["QK_K", "QK8_0", "fma32", "hsum8", "quantize_q8_0", "quantize_q8_k", "unpack_q5_0", "unpack_q8_0",
-           "unpack_q4_k", "unpack_q6_k", "q0_matmul", "q8_0_raw_matmul", "q8_0_scales", "q4k_matmul", "q6k_matmul_vecdot", "q6k_matmul_tiled",
+           "unpack_q4_k", "unpack_q6_k", "Q0_ROWS", "interleave_q0", "interleave_rows", "q0_matmul", "q8_0_codes", "q4k_matmul",
+           "Q6K_LANE_ORDER", "q6k_lane_major", "q6k_matmul_vecdot", "q6k_matmul_tiled",
            "f32_vecdot_matmul", "f32_tinyblas_matmul", "rms_norm", "v_expf", "soft_max_rows", "rope_neox", "gelu_f16_table",
            "quantize_q8_0_rows", "quantize_q8_k_rows"]
