@@ -33,12 +33,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from refsim.errors import ConfigError, ModelFormatError
+from refsim.errors import ModelFormatError
 from refsim.forward.gemma3 import ROPE_FREQ_BASE_SWA, ROPE_FREQ_BASE_SWA_KEY, is_local
 from refsim.forward.kv import KVCache
 from refsim.forward.layers import decode_inputs, logit_margin
@@ -280,7 +280,7 @@ def _libm():
     return ctypes.CDLL(ctypes.util.find_library("m"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def rope_cache(pos: int, n_rot: int, base: float) -> np.ndarray:
     """``(n_rot/2, 2)`` float32 ``(cos, sin)`` of ops.cpp ``ggml_rope_cache_init`` for position ``pos``.
 

@@ -104,8 +104,7 @@ def quantize_q8_0(x, qs, d):
             amax = np.float32(0.0)
             for j in range(QK8_0):
                 a = abs(x[r, b * QK8_0 + j])
-                if a > amax:
-                    amax = a
+                amax = max(amax, a)
             d[r, b] = np.float32(amax / np.float32(127.0))  # rounded to f16 by the caller (quantize_q8_0_rows)
             idv = np.float32(np.float32(127.0) / amax) if amax != 0 else np.float32(0.0)
             for j in range(QK8_0):
@@ -435,7 +434,7 @@ Q6K_LANE_ORDER = np.array([128 * h + 32 * x + 4 * k + t for k in range(8) for h 
 def q6k_lane_major(q: np.ndarray, sc: np.ndarray) -> np.ndarray:
     """``sc * q`` of :func:`unpack_q6_k` output, superblocks reordered by :data:`Q6K_LANE_ORDER`, rows
     interleaved (:func:`interleave_rows`): (n_groups, n, 16) int16 (|sc * q| <= 128 * 63)."""
-    n_out, n = q.shape
+    n = q.shape[1]
     wq = (np.repeat(sc, 16, axis=1) * q.astype(np.int32)).astype(np.int16)
     order = (np.arange(n // QK_K)[:, None] * QK_K + Q6K_LANE_ORDER[None, :]).reshape(-1)
     return interleave_rows(wq[:, order])
@@ -658,8 +657,7 @@ def soft_max_rows(x, mask, out):
         mx = np.float32(-np.inf)
         for i in range(n):
             w[i] = np.float32(x[r, i] + mask[r, i])
-            if w[i] > mx:
-                mx = w[i]
+            mx = max(mx, w[i])
         s = 0.0
         for g in range(0, n, 8):
             for l in range(8):
@@ -738,8 +736,34 @@ def quantize_q8_k_rows(x: np.ndarray, positive_ties: bool) -> tuple[np.ndarray, 
     return qs, d
 
 
-__all__ = ["QK_K", "QK8_0", "fma32", "hsum8", "quantize_q8_0", "quantize_q8_k", "unpack_q5_0", "unpack_q8_0",
-           "unpack_q4_k", "unpack_q6_k", "Q0_ROWS", "interleave_q0", "interleave_rows", "q0_matmul", "q8_0_codes", "q4k_matmul",
-           "Q6K_LANE_ORDER", "q6k_lane_major", "q6k_matmul_vecdot", "q6k_matmul_tiled",
-           "f32_vecdot_matmul", "f32_tinyblas_matmul", "rms_norm", "v_expf", "soft_max_rows", "rope_neox", "gelu_f16_table",
-           "quantize_q8_0_rows", "quantize_q8_k_rows"]
+__all__ = [
+    "Q0_ROWS",
+    "Q6K_LANE_ORDER",
+    "QK8_0",
+    "QK_K",
+    "f32_tinyblas_matmul",
+    "f32_vecdot_matmul",
+    "fma32",
+    "gelu_f16_table",
+    "hsum8",
+    "interleave_q0",
+    "interleave_rows",
+    "q0_matmul",
+    "q4k_matmul",
+    "q6k_lane_major",
+    "q6k_matmul_tiled",
+    "q6k_matmul_vecdot",
+    "q8_0_codes",
+    "quantize_q8_0",
+    "quantize_q8_0_rows",
+    "quantize_q8_k",
+    "quantize_q8_k_rows",
+    "rms_norm",
+    "rope_neox",
+    "soft_max_rows",
+    "unpack_q4_k",
+    "unpack_q5_0",
+    "unpack_q6_k",
+    "unpack_q8_0",
+    "v_expf",
+]

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from refsim.forward import gemma3, gemma3_llamacpp as G
+from refsim.forward import gemma3
+from refsim.forward import gemma3_llamacpp as G
 from refsim.kernels import ggml_cpu as K
 from refsim.model import open_model
 
