@@ -335,32 +335,36 @@ def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, positions: np.ndarr
     Parameters
     ----------
     q : (n_pos, n_head, hd) float32 — already scaled by ``1/sqrt(hd)``
-    kc, vc : (n_kv, hd) float32 — the cache rows ``0..n_kv-1`` (``n_kv`` padded to 256; unused rows
-        are masked, their values only meet a probability of exactly 0)
+    kc, vc : (n_kv, n_head_kv, hd) float32 — the cache rows ``0..n_kv-1``, ``n_kv`` a multiple of 256
+        (llama.cpp's padding; the rows past the last position are masked, so they only meet a
+        probability of exactly 0 and the padding does not change any bit)
     positions : (n_pos,) int64 ; window : 0 (global) or the sliding window
 
     Returns
     -------
     (n_pos, n_head * hd) float32
 
-    ``kq = ggml_vec_dot_f32(k_j, q)``, masked (``-inf`` for ``j > pos`` and, local layers,
-    ``pos - j >= window``), :func:`refsim.kernels.ggml_cpu.soft_max_rows`, then
-    ``V x softmax`` by tinyBLAS (``n_pos >= 2``) or ``ggml_vec_dot_f32`` (one row).
+    Per head ``h`` (KV head ``h // (n_head / n_head_kv)``): ``kq = ggml_vec_dot_f32(k_j, q)``, masked
+    (``-inf`` for ``j > pos`` and, local layers, ``pos - j >= window``),
+    :func:`refsim.kernels.ggml_cpu.soft_max_rows`, then ``V x softmax`` by tinyBLAS (``n_pos >= 2``)
+    or ``ggml_vec_dot_f32`` (one row).
     """
     n_pos, n_head, hd = q.shape
-    n_kv = kc.shape[0]
+    n_kv, n_head_kv = kc.shape[:2]
     j = np.arange(n_kv)
     p = positions[:, None]
     masked = j[None, :] > p
     if window:
         masked |= (p - j[None, :]) >= window
     mask = np.where(masked, np.float32(-np.inf), np.float32(0.0)).astype(np.float32)     # [n_pos, n_kv]
-    vt = np.ascontiguousarray(vc.T)                                                    # [hd, n_kv]
     out = np.empty((n_pos, n_head, hd), np.float32)
     kq = np.empty((n_pos, n_kv), np.float32)
     pr = np.empty((n_pos, n_kv), np.float32)
     for h in range(n_head):
-        K.f32_vecdot_matmul(kc, np.ascontiguousarray(q[:, h]), kq)
+        g = h // (n_head // n_head_kv)
+        kh = np.ascontiguousarray(kc[:, g])                                            # [n_kv, hd]
+        vt = np.ascontiguousarray(vc[:, g].T)                                          # [hd, n_kv]
+        K.f32_vecdot_matmul(kh, np.ascontiguousarray(q[:, h]), kq)
         K.soft_max_rows(kq, mask, pr)
         o = np.empty((n_pos, hd), np.float32)
         (K.f32_tinyblas_matmul if n_pos >= 2 else K.f32_vecdot_matmul)(vt, pr, o)
@@ -377,9 +381,13 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
            out_rows: np.ndarray | None = None, tap=None) -> DecodeResult:
     """Decode ``tokens`` at ``positions`` in one llama.cpp ``llama_decode`` (see the module docstring).
 
-    Parameters and result as :func:`refsim.forward.gemma3.decode` (``tap`` names likewise); all rows
-    go through every layer (as llama.cpp with ``logits_all``), ``out_rows`` only selects the rows
-    whose logits are computed (each logit is a function of its own row).
+    Parameters and result as :func:`refsim.forward.gemma3.decode`. All rows go through every layer
+    (as llama.cpp with ``logits_all``); ``out_rows`` only selects the rows whose logits are computed
+    (each logit is a function of its own row). ``tap(name, il, array)`` sees llama.cpp's names:
+    ``embd``, ``inp_scaled``, ``attn_norm``, ``Qcur_normed``, ``Kcur_normed``, ``Qcur``/``Kcur``
+    (after RoPE), ``Vcur``, ``kqv_out``, ``attn_post_norm``, ``sa_out``, ``ffn_norm``, ``ffn_gate``,
+    ``ffn_up``, ``ffn_geglu``, ``ffn_out``, ``ffn_post_norm``, ``l_out``, ``result_norm``,
+    ``result_output`` (tests/data/gemma3_llamacpp_tensors.json holds llama.cpp's digests of each).
     """
     s = weights.spec
     tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
@@ -388,8 +396,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     H, KVh, hd, eps = s.n_head, s.n_head_kv, s.head_dim_k, weights.eps
     start = state.n
     n_used = start + n_pos
-    n_kv = min(state.capacity if hasattr(state, "capacity") else n_used, max(KV_PAD, -(-n_used // KV_PAD) * KV_PAD))
-    n_kv = max(n_kv, n_used)
+    n_kv = -(-n_used // KV_PAD) * KV_PAD                                          # llama.cpp's padded KV length
+    kc = np.zeros((n_kv, KVh, hd), np.float32)                                    # cells past n_used: masked
+    vc = np.zeros((n_kv, KVh, hd), np.float32)
     scale_q = np.float32(1.0 / np.sqrt(np.float32(hd)))
 
     raw = weights.token_embd[tokens]
@@ -418,8 +427,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         t("Vcur", il, v)
         q = (q * scale_q).astype(np.float32)
         state.write(il, start, kk, v)
-        kc, vc = state.view(il, n_kv)
-        o = attention(q, kc[:, 0], vc[:, 0], positions, L.window)
+        kv_k, kv_v = state.view(il, n_used)
+        kc[:n_used], vc[:n_used] = kv_k, kv_v
+        o = attention(q, kc, vc, positions, L.window)
         t("kqv_out", il, o)
         o = matmul(L.attn_output, o)
         o = rms_norm(o, L.post_attention_norm, eps)
