@@ -25,7 +25,10 @@ What this depends on (checked by tests/forward/test_gemma3_bitexact.py; a differ
 build may differ): AVX2 + FMA + F16C kernels, no AVX512/VNNI; the CPU "repack" extra buffer on
 (Q4_K weights with ``n_out % 8 == 0`` repacked to ``q4_K_8x8``); llamafile sgemm on; the tiled
 K-quant path on (``GGML_CPU_TILED_MM`` unset); the KV cache F32 and padded to 256 cells; glibc's
-``cosf``/``sinf``/``powf`` for RoPE (called here through ctypes).
+``cosf``/``sinf``/``powf`` for RoPE and ``tanhf`` for the GELU table (called here through ctypes);
+GCC's fused multiply-add contraction of ``rotate_pairs`` and ``ggml_gelu_f32`` (found by comparing
+with llama.cpp's tensors and its GELU table; :mod:`refsim.kernels.ggml_cpu`). The thread count does
+not matter (llama.cpp with 1 and 2 threads gives the same bits).
 """
 
 from __future__ import annotations
