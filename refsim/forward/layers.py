@@ -32,6 +32,7 @@ Dimension names: ``n_pos, n_embd, n_head, n_head_kv, head_dim, n_ff_exp, n_exper
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,7 +120,9 @@ class QWeight:
         if self.raw.ndim != 2 or self.raw.shape[1] != row_bytes(self.qtype, self.n_in):
             raise ConfigError(f"weight rows of shape {self.raw.shape} do not hold {self.n_in} "
                               f"elements of ggml type {self.qtype}")
-        object.__setattr__(self, "_i8", self.raw.view(np.int8))   # the int8 view the integer products read
+        # plain-ndarray views for the fused kernels (Numba types a numpy.memmap argument ~6x slower than an ndarray)
+        object.__setattr__(self, "_u8", np.asarray(self.raw))
+        object.__setattr__(self, "_i8", self._u8.view(np.int8))   # the int8 view the integer products read
 
     @property
     def n_out(self) -> int:
@@ -464,7 +467,9 @@ def _rope_neox_kernel(x, pos, n_rot, theta_scale32, inv_freq64, f32, out):
                 out[p, h, i] = x[p, h, i]
 
 
+@functools.lru_cache(maxsize=64)
 def _rope_tables(n_rot: int, freq_base: float) -> tuple[np.float32, np.ndarray]:
+    # cached per (n_rot, freq_base): every layer of every decode asks for the same tables (read only)
     half = n_rot // 2
     theta_scale32 = np.float32(np.power(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
     inv_freq64 = np.power(float(freq_base), -2.0 * np.arange(half, dtype=np.float64) / n_rot)
@@ -571,76 +576,94 @@ def qkv_one(h: np.ndarray, attn_norm: np.ndarray, wq: QWeight, wk: QWeight, wv: 
     q = np.empty((1, n_head, hd), dtype=np.float32)
     k = np.empty((1, n_head_kv, hd), dtype=np.float32)
     v = np.empty((1, n_head_kv * head_dim_v), dtype=np.float32)
-    _qkv_one_kernel(wq.qtype, wk.qtype, wv.qtype, wq.raw, wq._i8, wk.raw, wk._i8, wv.raw, wv._i8, n_embd,
+    _qkv_one_kernel(wq.qtype, wk.qtype, wv.qtype, wq._u8, wq._i8, wk._u8, wk._i8, wv._u8, wv._i8, n_embd,
                     np.ascontiguousarray(h), attn_norm, q_norm, k_norm, np.float32(eps), ablock, numerics.tie_code,
                     F16_TO_F32, positions, n_rot, ts32, inv64, numerics.rope_f32, a, q, k, v)
     return a, q, k, v.reshape(1, n_head_kv, head_dim_v)
 
 
 @njit(cache=True)
+def _attention_head(q, kc, vc, p, h, n_kv, j0, scale, s, acc, out):
+    """Head ``h`` of query ``p`` over keys ``j0..n_kv-1`` (``s``: float32 scratch of ``n_kv``,
+    ``acc``: float64 scratch of ``head_dim``)."""
+    hd = q.shape[2]
+    group = q.shape[1] // kc.shape[1]
+    g = h // group
+    mx = np.float32(-np.inf)
+    j = j0
+    while j + 4 <= n_kv:
+        # four keys at once: four independent sums, each in element order (same bits, 4x the ILP)
+        d0 = d1 = d2 = d3 = 0.0
+        for c in range(hd):
+            qc = np.float64(q[p, h, c])
+            d0 += np.float64(kc[j, g, c]) * qc
+            d1 += np.float64(kc[j + 1, g, c]) * qc
+            d2 += np.float64(kc[j + 2, g, c]) * qc
+            d3 += np.float64(kc[j + 3, g, c]) * qc
+        s[j] = np.float32(np.float32(d0) * scale)
+        s[j + 1] = np.float32(np.float32(d1) * scale)
+        s[j + 2] = np.float32(np.float32(d2) * scale)
+        s[j + 3] = np.float32(np.float32(d3) * scale)
+        j += 4
+    while j < n_kv:
+        d = 0.0
+        for c in range(hd):
+            d += np.float64(kc[j, g, c]) * np.float64(q[p, h, c])
+        s[j] = np.float32(np.float32(d) * scale)
+        j += 1
+    for j in range(j0, n_kv):
+        if s[j] > mx:
+            mx = s[j]
+    tot = 0.0
+    for j in range(j0, n_kv):
+        e = np.float32(np.exp(np.float32(s[j] - mx)))
+        s[j] = e
+        tot += np.float64(e)
+    inv = np.float32(1.0 / tot)
+    for c in range(hd):
+        acc[c] = 0.0
+    for j in range(j0, n_kv):
+        s[j] = np.float32(s[j] * inv)
+    j = j0
+    while j + 4 <= n_kv:
+        # four keys per pass over the row: acc[c] still takes p_j v_j in key order (same bits)
+        p0, p1, p2, p3 = np.float64(s[j]), np.float64(s[j + 1]), np.float64(s[j + 2]), np.float64(s[j + 3])
+        for c in range(hd):
+            a = acc[c] + p0 * np.float64(vc[j, g, c])
+            a = a + p1 * np.float64(vc[j + 1, g, c])
+            a = a + p2 * np.float64(vc[j + 2, g, c])
+            acc[c] = a + p3 * np.float64(vc[j + 3, g, c])
+        j += 4
+    while j < n_kv:
+        pj = np.float64(s[j])
+        for c in range(hd):
+            acc[c] += pj * np.float64(vc[j, g, c])
+        j += 1
+    for c in range(hd):
+        out[p, h, c] = np.float32(acc[c])
+
+
+@njit(cache=True)
 def _attention_kernel(q, kc, vc, pos, scale, window, out):
     n_pos, n_head, hd = q.shape
-    n_head_kv = kc.shape[1]
-    group = n_head // n_head_kv
     s = np.empty(kc.shape[0], dtype=np.float32)
     acc = np.empty(hd, dtype=np.float64)
     for p in range(n_pos):
         n_kv = pos[p] + 1
         j0 = max(0, n_kv - window) if window > 0 else 0
         for h in range(n_head):
-            g = h // group
-            mx = np.float32(-np.inf)
-            j = j0
-            while j + 4 <= n_kv:
-                # four keys at once: four independent sums, each in element order (same bits, 4x the ILP)
-                d0 = d1 = d2 = d3 = 0.0
-                for c in range(hd):
-                    qc = np.float64(q[p, h, c])
-                    d0 += np.float64(kc[j, g, c]) * qc
-                    d1 += np.float64(kc[j + 1, g, c]) * qc
-                    d2 += np.float64(kc[j + 2, g, c]) * qc
-                    d3 += np.float64(kc[j + 3, g, c]) * qc
-                s[j] = np.float32(np.float32(d0) * scale)
-                s[j + 1] = np.float32(np.float32(d1) * scale)
-                s[j + 2] = np.float32(np.float32(d2) * scale)
-                s[j + 3] = np.float32(np.float32(d3) * scale)
-                j += 4
-            while j < n_kv:
-                d = 0.0
-                for c in range(hd):
-                    d += np.float64(kc[j, g, c]) * np.float64(q[p, h, c])
-                s[j] = np.float32(np.float32(d) * scale)
-                j += 1
-            for j in range(j0, n_kv):
-                if s[j] > mx:
-                    mx = s[j]
-            tot = 0.0
-            for j in range(j0, n_kv):
-                e = np.float32(np.exp(np.float32(s[j] - mx)))
-                s[j] = e
-                tot += np.float64(e)
-            inv = np.float32(1.0 / tot)
-            for c in range(hd):
-                acc[c] = 0.0
-            for j in range(j0, n_kv):
-                s[j] = np.float32(s[j] * inv)
-            j = j0
-            while j + 4 <= n_kv:
-                # four keys per pass over the row: acc[c] still takes p_j v_j in key order (same bits)
-                p0, p1, p2, p3 = np.float64(s[j]), np.float64(s[j + 1]), np.float64(s[j + 2]), np.float64(s[j + 3])
-                for c in range(hd):
-                    a = acc[c] + p0 * np.float64(vc[j, g, c])
-                    a = a + p1 * np.float64(vc[j + 1, g, c])
-                    a = a + p2 * np.float64(vc[j + 2, g, c])
-                    acc[c] = a + p3 * np.float64(vc[j + 3, g, c])
-                j += 4
-            while j < n_kv:
-                pj = np.float64(s[j])
-                for c in range(hd):
-                    acc[c] += pj * np.float64(vc[j, g, c])
-                j += 1
-            for c in range(hd):
-                out[p, h, c] = np.float32(acc[c])
+            _attention_head(q, kc, vc, p, h, n_kv, j0, scale, s, acc, out)
+
+
+@njit(cache=True, parallel=True)
+def _attention_one_parallel(q, kc, vc, pos, scale, window, out):
+    """:func:`_attention_kernel` for one position with the heads split over threads (same bits)."""
+    n_kv = pos[0] + 1
+    j0 = max(0, n_kv - window) if window > 0 else 0
+    for h in prange(q.shape[1]):
+        s = np.empty(n_kv, dtype=np.float32)
+        acc = np.empty(q.shape[2], dtype=np.float64)
+        _attention_head(q, kc, vc, 0, h, n_kv, j0, scale, s, acc, out)
 
 
 def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions: np.ndarray,
@@ -770,12 +793,18 @@ def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.n
 @njit(cache=True, parallel=True)
 def _attn_route_one_kernel(q, kc, vc, pos, scale, okind, oraw, orawi, oblock, h, ffn_norm, eps, rkind, rraw, rrawi,
                            rblock, k, tie, table, kvalues, o, h1, f, logits, ids, wts, margin):
-    """:func:`attn_route_one`'s work in one call: attention, ``o`` quantized once and the output
-    projection split over threads in chunks of rows, the residual, ``ffn_norm``, the router product
-    and top-k. Every step is the kernel the unfused path calls, so the bits are the same."""
+    """:func:`attn_route_one`'s work in one call: attention (heads split over threads), ``o`` quantized
+    once and the output projection split over threads in chunks of rows, the residual, ``ffn_norm``,
+    the router product (rows split over threads) and top-k. Every step is the kernel the unfused path
+    calls, so the bits are the same."""
     n_head, hd = q.shape[1], q.shape[2]
     n_embd = h.shape[1]
-    _attention_kernel(q, kc, vc, pos, scale, 0, o.reshape(1, n_head, hd))
+    n_kv = pos[0] + 1
+    o3 = o.reshape(1, n_head, hd)
+    for head in prange(n_head):
+        s = np.empty(n_kv, dtype=np.float32)
+        acc = np.empty(hd, dtype=np.float64)
+        _attention_head(q, kc, vc, 0, head, n_kv, 0, scale, s, acc, o3)
     n_in = n_head * hd
     xq = np.empty((1, n_in), dtype=np.int8)
     xd = np.empty((1, n_in // oblock), dtype=np.float32)
@@ -789,15 +818,20 @@ def _attn_route_one_kernel(q, kc, vc, pos, scale, okind, oraw, orawi, oblock, h,
         h1[0, c] = h[0, c] + y[0, c]
     _rms_norm_kernel(h1, ffn_norm, eps, f)
     n_expert = rraw.shape[0]
-    if rkind == 0:      # F32 router (ggml multiplies it unquantized): linear_kernel's rows
-        w = np.empty(n_embd, dtype=np.float32)
-        _linear_rows(0, rraw, n_embd, table, kvalues, f.astype(np.float64), logits, 0, n_expert, w)
-    else:
-        fq = np.empty((1, n_embd), dtype=np.int8)
-        fd = np.empty((1, n_embd // rblock), dtype=np.float32)
-        fs = np.empty((1, n_embd // 32), dtype=np.int32)
+    f64 = f.astype(np.float64)
+    fq = np.empty((1, n_embd), dtype=np.int8)
+    fd = np.empty((1, n_embd // rblock), dtype=np.float32)
+    fs = np.empty((1, n_embd // 32), dtype=np.int32)
+    if rkind != 0:
         quantize_acts_into(f, rblock, tie, fq, fd, fs)
-        _qdot_rows(rkind, rraw, rrawi, n_embd, fq, fd, fs, table, logits, 0, n_expert)
+    for ch in prange((n_expert + QCHUNK - 1) // QCHUNK):
+        r0 = ch * QCHUNK
+        r1 = min(n_expert, r0 + QCHUNK)
+        if rkind == 0:      # F32 router (ggml multiplies it unquantized): linear_kernel's rows
+            w = np.empty(n_embd, dtype=np.float32)
+            _linear_rows(0, rraw, n_embd, table, kvalues, f64, logits, r0, r1, w)
+        else:
+            _qdot_rows(rkind, rraw, rrawi, n_embd, fq, fd, fs, table, logits, r0, r1)
     _route_kernel(logits, k, ids, wts, margin)
 
 
@@ -848,8 +882,8 @@ def attn_route_one(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, posi
     margin = np.empty(1, dtype=np.float32)
     rblock = act_block(router.qtype) if router.qtype else 32
     _attn_route_one_kernel(np.ascontiguousarray(q, dtype=np.float32), k_cache, v_cache, positions,
-                           np.float32(1.0 / np.sqrt(hd)), wo.qtype, wo.raw, wo._i8, act_block(wo.qtype),
-                           np.ascontiguousarray(h), ffn_norm, np.float32(eps), router.qtype, router.raw, router._i8, rblock,
+                           np.float32(1.0 / np.sqrt(hd)), wo.qtype, wo._u8, wo._i8, act_block(wo.qtype),
+                           np.ascontiguousarray(h), ffn_norm, np.float32(eps), router.qtype, router._u8, router._i8, rblock,
                            k, numerics.tie_code, F16_TO_F32, KVALUES, o, h1, f, logits, ids, w, margin)
     return o, h1, f, logits, ids, w, margin
 
@@ -968,9 +1002,9 @@ class ExpertWeights:
                  and self.up.shape[2] == row_bytes(self.up_type, self.n_embd)
                  and self.down.shape[2] == row_bytes(self.down_type, self.n_ff_exp)
                  and all(a.flags.c_contiguous for a in (self.gate, self.up, self.down)))
-        object.__setattr__(self, "_fused", (self.gate, self.gate.view(np.int8), self.up, self.up.view(np.int8),
-                                            self.down, self.down.view(np.int8), act_block(self.gate_type),
-                                            act_block(self.down_type)) if fused else None)
+        g, u, d = (np.asarray(a) for a in (self.gate, self.up, self.down))     # plain ndarrays (see QWeight)
+        object.__setattr__(self, "_fused", (g, g.view(np.int8), u, u.view(np.int8), d, d.view(np.int8),
+                                            act_block(self.gate_type), act_block(self.down_type)) if fused else None)
 
     def expert(self, e: int) -> tuple[QWeight, QWeight, QWeight]:
         """``(gate, up, down)`` of expert ``e``: views of its slices only."""

@@ -346,3 +346,48 @@ def test_fused_one_position_qkv_is_bit_identical_to_the_unfused_blocks(types, ti
         for got, want in ((a, a2), (q, q2), (k, k2), (v, v2)):
             assert got.shape == want.shape and np.array_equal(got, want)
     assert qkv_one(h, norms[0], *ws, norms[1], norms[2], eps, positions, hd, 1e6, H, KV, hd, EXACT) is None
+
+
+@pytest.mark.parametrize("wo_type,router_type", [(Q.Q4_0, Q.F32), (Q.Q8_0, Q.Q4_0), (Q.Q4_K, Q.Q6_K), (Q.MXFP4, Q.Q8_0)],
+                         ids=lambda t: t.name)
+@pytest.mark.parametrize("tie", ["even", "down"])
+def test_fused_one_position_attention_and_routing_are_bit_identical_to_the_unfused_blocks(wo_type, router_type, tie):
+    # ggml mode, one position: attn_route_one (attention, wo, residual, ffn_norm, router, top-k in one call,
+    # heads and rows split over threads) gives the blocks' own bits
+    from refsim.forward.layers import attn_route_one, route_topk
+    from refsim.kernels import KERNELS
+    from refsim.testing.strategies import QUANT_SCALE_FIELDS
+    rng = np.random.default_rng(int(wo_type) * 100 + int(router_type))
+    n_embd, H, KV, hd, n_expert, k = 512, 4, 2, 64, 21, 3
+
+    def weight(t, rows, cols):
+        if t == Q.F32:
+            return QWeight(rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint8), int(t), cols)
+        raw = rng.integers(0, 256, (rows, KERNELS[t].row_bytes(cols)), dtype=np.uint8)
+        size, offs = QUANT_SCALE_FIELDS[int(t)]
+        blocks = raw.reshape(rows, -1, size)
+        for o in offs:
+            blocks[..., o:o + 2] = (rng.uniform(0.5, 1, blocks.shape[:2]) * 2.0 ** -6).astype(np.float16).view(
+                np.uint8).reshape(*blocks.shape[:2], 2)
+        if t == Q.MXFP4:
+            blocks[..., 0] = rng.integers(118, 126, blocks.shape[:2])
+        return QWeight(raw, int(t), cols)
+    wo, router = weight(wo_type, n_embd, H * hd), weight(router_type, n_expert, n_embd)
+    ffn_norm = rng.uniform(0.5, 1.5, n_embd).astype(np.float32)
+    num = Numerics("ggml", tie)
+    for n_kv in (1, 6, 37):
+        q = rng.standard_normal((1, H, hd)).astype(np.float32)
+        kc = rng.standard_normal((n_kv, KV, hd)).astype(np.float32)
+        vc = rng.standard_normal((n_kv, KV, hd)).astype(np.float32)
+        h = rng.standard_normal((1, n_embd)).astype(np.float32)
+        positions = np.array([n_kv - 1], np.int64)
+        got = attn_route_one(q, kc, vc, positions, wo, h, ffn_norm, 1e-6, router, k, num)
+        o = attention(q, kc, vc, positions).reshape(1, H * hd)
+        h1 = h + linear(wo, o, num)
+        f = rms_norm(h1, ffn_norm, 1e-6)
+        logits = linear(router, f, num)
+        want = (o, h1, f, logits) + route_topk(logits, k)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w)
+    assert attn_route_one(q, kc, vc, positions, wo, h, ffn_norm, 1e-6, router, k, EXACT) is None
+    assert attn_route_one(q, kc[:-1], vc[:-1], positions, wo, h, ffn_norm, 1e-6, router, k, num) is None
