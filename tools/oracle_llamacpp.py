@@ -68,55 +68,27 @@ def tensor_digest(path: str) -> str:
 # worker (runs inside the child process; imports llama_cpp)
 
 def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
-    import ctypes
-
     import llama_cpp as L
 
-    class GgmlTensor(ctypes.Structure):  # ggml/include/ggml.h: GGML_MAX_DIMS 4, GGML_MAX_SRC 10, GGML_MAX_NAME 64
-        _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
-                    ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4),
-                    ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16), ("flags", ctypes.c_int32),
-                    ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t),
-                    ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64), ("extra", ctypes.c_void_p),
-                    ("padding", ctypes.c_char * 8)]
+    from refsim.testing.ggml_tensor import (GGML_TYPE_F32, GGML_TYPE_I32, read_tensor,
+                                            tensor_at, tensor_name)
 
-    GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
     captured: dict[str, np.ndarray] = {}
-
-    def read(t, dtype) -> np.ndarray:
-        ne0, ne1 = int(t.ne[0]), int(t.ne[1]) * int(t.ne[2])
-        nb0, nb1 = int(t.nb[0]), int(t.nb[1]) if t.ne[1] > 1 else int(t.nb[2])
-        if t.ne[1] > 1 and t.ne[2] > 1:
-            raise RuntimeError(f"unexpected 3-D node {t.name}")
-        size = nb1 * (ne1 - 1) + nb0 * ne0
-        buf = (ctypes.c_char * size).from_address(t.data)
-        return np.ndarray((ne1, ne0), dtype=dtype, buffer=buf, strides=(nb1, nb0)).copy()
 
     @L.ggml_backend_sched_eval_callback
     def cb(t_ptr, ask, _user):
-        t = ctypes.cast(t_ptr, ctypes.POINTER(GgmlTensor)).contents
-        name = t.name.decode(errors="replace")
+        t = tensor_at(t_ptr)
+        name = tensor_name(t)
         want = name.startswith("ffn_moe_topk-") or name.startswith("ffn_moe_weights_norm-")
         if ask:
             return want
-        if want:
-            if name.startswith("ffn_moe_topk-") and t.type == GGML_TYPE_I32:
-                captured[name] = read(t, np.int32)
-            elif t.type == GGML_TYPE_F32:
-                # weights_norm is [1, k, n_tokens]: rows of k per token
-                w = read_weights(t)
-                captured[name] = w
+        if name.startswith("ffn_moe_topk-") and t.type == GGML_TYPE_I32:
+            captured[name] = read_tensor(t, np.int32).reshape(-1, int(t.ne[0]))   # (n_tokens, k)
+        elif want and t.type == GGML_TYPE_F32:
+            # weights_norm is [1, k, n_tokens] (or [k, n_tokens]): rows of k per token
+            k = int(t.ne[1]) if int(t.ne[0]) == 1 else int(t.ne[0])
+            captured[name] = read_tensor(t, np.float32).reshape(-1, k)
         return True
-
-    def read_weights(t) -> np.ndarray:
-        # ffn_moe_weights_norm: [1, k, n_tokens] or [k, n_tokens]; returns (n_tokens, k)
-        if int(t.ne[0]) == 1:
-            k, n, sk, sn = int(t.ne[1]), int(t.ne[2]), int(t.nb[1]), int(t.nb[2])
-        else:
-            k, n, sk, sn = int(t.ne[0]), int(t.ne[1]), int(t.nb[0]), int(t.nb[1])
-        size = sn * (n - 1) + sk * k
-        buf = (ctypes.c_char * size).from_address(t.data)
-        return np.ndarray((n, k), dtype=np.float32, buffer=buf, strides=(sn, sk)).copy()
 
     L.llama_backend_init()
     mp = L.llama_model_default_params()

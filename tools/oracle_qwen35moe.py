@@ -114,30 +114,21 @@ kept for its activation near-tie (tests/forward/test_qwen35moe_oracle.py, ``KNOW
 # worker (child process; imports llama_cpp)
 
 def _worker(model: str, out: str, threads: int) -> None:
-    import ctypes
-
     import llama_cpp as L
     from llama_cpp import llama_cpp_ext as X
 
-    class GgmlTensor(ctypes.Structure):  # ggml/include/ggml.h (GGML_MAX_DIMS 4, GGML_MAX_SRC 10, GGML_MAX_NAME 64)
-        _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-                    ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-                    ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
-                    ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
-                    ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
+    from refsim.testing.ggml_tensor import GGML_TYPE_I32, read_tensor, tensor_at, tensor_name
 
     topk: dict[int, np.ndarray] = {}
 
     @L.ggml_backend_sched_eval_callback
     def cb(t_ptr, ask, _user):
-        t = ctypes.cast(t_ptr, ctypes.POINTER(GgmlTensor)).contents
-        name = t.name.decode(errors="replace")
+        t = tensor_at(t_ptr)
+        name = tensor_name(t)
         if not name.startswith("ffn_moe_topk-"):
             return not ask
-        if not ask and t.type == 26:  # GGML_TYPE_I32 [k, n_tokens], a strided view
-            k, n, s0, s1 = int(t.ne[0]), int(t.ne[1]), int(t.nb[0]), int(t.nb[1])
-            buf = (ctypes.c_char * (s1 * (n - 1) + s0 * k)).from_address(t.data)
-            topk[int(name.rsplit("-", 1)[1])] = np.ndarray((n, k), np.int32, buf, strides=(s1, s0)).copy()
+        if not ask and t.type == GGML_TYPE_I32:  # [k, n_tokens], a strided view
+            topk[int(name.rsplit("-", 1)[1])] = read_tensor(t, np.int32).reshape(-1, int(t.ne[0]))
         return True
 
     L.llama_backend_init()
