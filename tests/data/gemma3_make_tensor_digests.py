@@ -21,13 +21,14 @@ an ordinary run (the greedy goldens, made without a callback, agree).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
 import sys
 
 import numpy as np
+
+from refsim.testing.ggml_tensor import GGML_TYPE_F32, read_tensor, tensor_at, tensor_name
 
 SEQUENCES = [
     # 6-token prompt: Q6_K by vec_dot (< 8 rows), Q4_K by gemm (4 rows) + gemv (2 rows)
@@ -53,23 +54,6 @@ def entry(a: np.ndarray) -> str:
     return f"{a.size // a.shape[-1]}x{a.shape[-1]}:{digest(a)}"
 
 
-class _Tensor(ctypes.Structure):  # ggml/include/ggml.h (GGML_MAX_DIMS 4, GGML_MAX_SRC 10, GGML_MAX_NAME 64)
-    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
-                ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4),
-                ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16), ("flags", ctypes.c_int32),
-                ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t),
-                ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64), ("extra", ctypes.c_void_p),
-                ("padding", ctypes.c_char * 8)]
-
-
-def _read(t: _Tensor) -> np.ndarray:
-    ne = [int(t.ne[i]) for i in range(4)]
-    nb = [int(t.nb[i]) for i in range(4)]
-    size = sum((ne[i] - 1) * nb[i] for i in range(4)) + 4
-    buf = (ctypes.c_char * size).from_address(t.data)
-    return np.ndarray(ne[::-1], dtype=np.float32, buffer=buf, strides=nb[::-1]).copy()
-
-
 def main(path: str) -> None:
     import llama_cpp as L
 
@@ -80,11 +64,11 @@ def main(path: str) -> None:
     def cb(t_ptr, ask, _user):
         if ask:
             return True
-        t = ctypes.cast(t_ptr, ctypes.POINTER(_Tensor)).contents
-        name = t.name.decode(errors="replace")
+        t = tensor_at(t_ptr)
+        name = tensor_name(t)
         base = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].isdigit() else name
-        if t.type == 0 and base in wanted:
-            current[name] = _read(t)  # the last node of a name wins (Qcur/Kcur: after RoPE)
+        if t.type == GGML_TYPE_F32 and base in wanted:
+            current[name] = read_tensor(t, np.float32)  # the last node of a name wins (Qcur/Kcur: after RoPE)
         return True
 
     L.llama_backend_init()
