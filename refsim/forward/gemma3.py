@@ -49,7 +49,9 @@ at once gives bit-identical logits to N one-position decodes.
 A third numerics, ``llamacpp`` (:mod:`refsim.forward.gemma3_llamacpp`), reproduces llama.cpp's CPU
 arithmetic bit for bit, summation order included, and is therefore *not* batch-invariant (llama.cpp
 is not): ``load_weights(model, numerics="llamacpp")`` returns its weights, and :func:`decode` given
-them runs that pass (its ``numerics`` argument is then ignored).
+them runs that pass (its ``numerics`` argument is then ignored). Its KV cache is F32 by default;
+``new_state(spec, kv_type="f16")`` gives llama.cpp's default F16 cache (the oracle README's run),
+which only that pass implements.
 """
 
 from __future__ import annotations
@@ -289,9 +291,23 @@ def load_weights(model: Model, numerics: str = "exact"):
                    embd_scale=np.float32(np.sqrt(np.float32(D))))
 
 
-def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
-    """An empty KV cache for ``spec`` (every layer has attention)."""
-    return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
+def new_state(spec: ModelSpec, capacity: int = 256, kv_type: str = "f32") -> KVCache:
+    """An empty KV cache for ``spec`` (every layer has attention).
+
+    ``kv_type="f32"`` (default): a float32 :class:`~refsim.forward.kv.KVCache`, for every numerics.
+    ``"f16"``: :class:`refsim.forward.gemma3_llamacpp.LlamaKVCache` storing K and V rounded to half
+    precision, as llama.cpp's default ``type_k = type_v = F16`` — for the ``llamacpp`` numerics only
+    (:func:`decode` with other weights raises).
+
+    Raises
+    ------
+    ConfigError
+        ``kv_type`` not ``"f32"`` or ``"f16"``.
+    """
+    if kv_type == "f32":
+        return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
+    from refsim.forward import gemma3_llamacpp
+    return gemma3_llamacpp.new_state(spec, capacity, kv_type)
 
 
 def output_logits(weights: Weights, hn: np.ndarray, numerics: Numerics) -> np.ndarray:
@@ -318,7 +334,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     weights : Weights or refsim.forward.gemma3_llamacpp.Weights
         The latter (``load_weights(model, "llamacpp")``) runs :func:`refsim.forward.gemma3_llamacpp.decode`.
     state : KVCache
-        Holds positions ``0..state.n-1``; advanced by ``n_pos`` on return.
+        Holds positions ``0..state.n-1``; advanced by ``n_pos`` on return. An F16 cache
+        (``new_state(spec, kv_type="f16")``) needs the ``llamacpp`` weights.
     tokens : (n_pos,) int array
         Token ids in ``0..n_vocab-1``.
     positions : (n_pos,) int64 array
@@ -339,11 +356,15 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     Raises
     ------
     ConfigError
-        Token ids out of range, non-contiguous positions, bad ``out_rows``.
+        Token ids out of range, non-contiguous positions, bad ``out_rows``, an F16 cache with
+        float weights.
     """
     if not isinstance(weights, Weights):  # load_weights(model, "llamacpp")
         from refsim.forward import gemma3_llamacpp
         return gemma3_llamacpp.decode(weights, state, tokens, positions, out_rows=out_rows, tap=tap)
+    if getattr(state, "kv_type", "f32") != "f32":
+        raise ConfigError(f"a {state.kv_type} KV cache is implemented in the llamacpp numerics only "
+                          f"(gemma3.load_weights(model, 'llamacpp'))")
     s = weights.spec
     tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
     n_pos = tokens.size

@@ -3,8 +3,15 @@
 The same graph as :mod:`refsim.forward.gemma3` (llama.cpp src/models/gemma3.cpp), with every op
 computed as llama.cpp's x86 CPU backend computes it (:mod:`refsim.kernels.ggml_cpu` documents each
 kernel, its source and the lane order). On the real Gemma-3-270M Q4_K_M this returns the same
-float32 bits as llama.cpp (llama-cpp-python 0.3.36, AVX2/FMA build, F32 KV cache, flash attention
-off) for every named tensor and for the logits, so free-running greedy decoding gives the same ids.
+float32 bits as llama.cpp (llama-cpp-python 0.3.36, AVX2/FMA build, flash attention off) for every
+named tensor and for the logits, so free-running greedy decoding gives the same ids — with an F32
+KV cache (``new_state(spec)``) or with llama.cpp's default F16 one (``new_state(spec, kv_type="f16")``,
+the settings of the oracle README's run).
+
+The KV type is a property of the cache, as ``type_k``/``type_v`` are of a llama.cpp context:
+:class:`LlamaKVCache` stores K and V rounded to F16 (:func:`refsim.kernels.ggml_cpu.round_f16`) and
+:func:`decode` then also rounds the scaled Q and the softmax rows to F16 before their products and
+runs ``K x Q`` of a multi-row decode through tinyBLAS (:func:`attention`).
 
 **Not batch-invariant**, on purpose: llama.cpp is not. The kernel, and with it the float32 rounding,
 depends on the number of rows decoded together (``n_pos``):
@@ -15,7 +22,7 @@ depends on the number of rows decoded together (``n_pos``):
 - Q6_K (the other ``ffn_down``): ``n_pos >= 8`` runs the tiled kernel (one float32 fma per
   superblock), fewer rows ``ggml_vec_dot_q6_K_q8_K`` (8 lanes);
 - attention ``V x softmax``: ``n_pos >= 2`` runs llamafile's tinyBLAS (8 lanes), one row
-  ``ggml_vec_dot_f32`` (32 lanes in 4 accumulators).
+  ``ggml_vec_dot_f32`` (32 lanes in 4 accumulators); with an F16 cache ``K x Q`` as well.
 
 So decoding a prompt in one call and then one token per call (as llama-cpp-python's ``eval`` does)
 reproduces llama.cpp run that way; decoding the same tokens split differently gives (slightly)
@@ -24,7 +31,8 @@ different logits, exactly as llama.cpp would.
 What this depends on (checked by tests/forward/test_gemma3_bitexact.py; a different llama.cpp
 build may differ): AVX2 + FMA + F16C kernels, no AVX512/VNNI; the CPU "repack" extra buffer on
 (Q4_K weights with ``n_out % 8 == 0`` repacked to ``q4_K_8x8``); llamafile sgemm on; the tiled
-K-quant path on (``GGML_CPU_TILED_MM`` unset); the KV cache F32 and padded to 256 cells; glibc's
+K-quant path on (``GGML_CPU_TILED_MM`` unset); the KV cache F32 or F16 and padded to 256 cells;
+F16C half conversions (round to nearest even); glibc's
 ``cosf``/``sinf``/``powf`` for RoPE and ``tanhf`` for the GELU table (called here through ctypes);
 GCC's fused multiply-add contraction of ``rotate_pairs`` and ``ggml_gelu_f32`` (found by comparing
 with llama.cpp's tensors and its GELU table; :mod:`refsim.kernels.ggml_cpu`). The thread count does
@@ -41,7 +49,7 @@ from functools import cache, lru_cache
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from refsim.errors import ModelFormatError
+from refsim.errors import ConfigError, ModelFormatError
 from refsim.forward.gemma3 import ROPE_FREQ_BASE_SWA, ROPE_FREQ_BASE_SWA_KEY, is_local
 from refsim.forward.kv import KVCache
 from refsim.forward.layers import decode_inputs, logit_margin
@@ -55,6 +63,10 @@ KV_PAD = 256
 
 Q6K_TILED_MIN_ROWS = 8
 """Rows from which a Q6_K product runs the tiled kernel (tiled/tiled.cpp ``ggml_tiled_min_batch``)."""
+
+KV_TYPES = ("f32", "f16")
+"""KV cache types the ``llamacpp`` numerics implement (llama.cpp ``type_k = type_v``; ``"f16"`` is
+llama.cpp's and llama-cpp-python's default, ``"f32"`` the setting of refsim's other goldens)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -227,9 +239,52 @@ def load_weights(model: Model) -> Weights:
                    embd_scale=np.float32(np.sqrt(np.float32(D))), eps=np.float32(s.rms_eps))
 
 
-def new_state(spec: ModelSpec, capacity: int = 512) -> KVCache:
-    """An empty KV cache (F32, like llama.cpp's with ``type_k = type_v = F32``)."""
-    return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
+class LlamaKVCache(KVCache):
+    """:class:`refsim.forward.kv.KVCache` holding what a llama.cpp cache of ``type_k = type_v = kv_type`` holds.
+
+    Parameters
+    ----------
+    n_layer, n_head_kv, head_dim_k, head_dim_v, capacity : as :class:`~refsim.forward.kv.KVCache`
+    kv_type : {"f32", "f16"}, default "f32"
+        ``"f16"``: :meth:`write` rounds K and V to half precision as llama.cpp's ``ggml_set_rows``
+        into an F16 cache does (:func:`refsim.kernels.ggml_cpu.round_f16`). The rows are still
+        kept in float32 arrays (every half is exactly a float32), so :meth:`view` returns float32
+        ``(n, n_head_kv, head_dim)`` arrays in both types; :func:`decode` reads ``kv_type`` to run
+        the F16 kernels.
+
+    Raises
+    ------
+    ConfigError
+        ``kv_type`` not in :data:`KV_TYPES`.
+    """
+
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim_k: int, head_dim_v: int, capacity: int = 512,
+                 kv_type: str = "f32"):
+        if kv_type not in KV_TYPES:
+            raise ConfigError(f"kv_type {kv_type!r}: the llamacpp numerics implement {', '.join(KV_TYPES)}")
+        super().__init__(n_layer, n_head_kv, head_dim_k, head_dim_v, capacity)
+        self.kv_type = kv_type
+
+    def bytes_per_token(self) -> int:
+        """KV bytes one position occupies over all layers in llama.cpp's cache (4 per F32, 2 per F16)."""
+        return (2 if self.kv_type == "f16" else 4) * self.n_layer * self.n_head_kv * (self.head_dim_k + self.head_dim_v)
+
+    def write(self, il: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
+        """:meth:`KVCache.write` of ``k``, ``v`` (float32), rounded to F16 first if ``kv_type == "f16"``."""
+        if self.kv_type == "f16":
+            k, v = K.round_f16(k), K.round_f16(v)
+        super().write(il, start, k, v)
+
+
+def new_state(spec: ModelSpec, capacity: int = 512, kv_type: str = "f32") -> LlamaKVCache:
+    """An empty :class:`LlamaKVCache` of ``kv_type`` (``"f32"``, or ``"f16"`` = llama.cpp's default).
+
+    Raises
+    ------
+    ConfigError
+        ``kv_type`` not in :data:`KV_TYPES`.
+    """
+    return LlamaKVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity, kv_type)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -332,8 +387,9 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return np.where(gate <= np.float32(-10.0), np.float32(0.0), y).astype(np.float32)
 
 
-def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, positions: np.ndarray, window: int) -> np.ndarray:
-    """Non-flash attention of llama.cpp (llama-graph.cpp ``build_attn_mha``) on an F32 cache.
+def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, positions: np.ndarray, window: int,
+              kv_type: str = "f32") -> np.ndarray:
+    """Non-flash attention of llama.cpp (llama-graph.cpp ``build_attn_mha``) on an F32 or F16 cache.
 
     Parameters
     ----------
@@ -342,6 +398,7 @@ def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, positions: np.ndarr
         (llama.cpp's padding; the rows past the last position are masked, so they only meet a
         probability of exactly 0 and the padding does not change any bit)
     positions : (n_pos,) int64 ; window : 0 (global) or the sliding window
+    kv_type : "f32" or "f16" — the cache's type; for "f16" ``kc``/``vc`` hold F16 values already
 
     Returns
     -------
@@ -351,6 +408,13 @@ def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, positions: np.ndarr
     (``-inf`` for ``j > pos`` and, local layers, ``pos - j >= window``),
     :func:`refsim.kernels.ggml_cpu.soft_max_rows`, then ``V x softmax`` by tinyBLAS (``n_pos >= 2``)
     or ``ggml_vec_dot_f32`` (one row).
+
+    F16 cache (ggml-cpu.c ``ggml_compute_forward_mul_mat`` with an F16 ``src0``): ``q`` and the
+    softmax rows are first rounded to F16 (the conversion of ``src1`` to ``vec_dot_type``); then
+    ``K x Q`` runs tinyBLAS for ``n_pos >= 2`` (the converted Q is contiguous, so the second
+    ``llamafile_sgemm`` call takes it) and ``ggml_vec_dot_f16`` for one row, ``V x softmax`` as in
+    F32. Both F16 kernels compute as their F32 twins on the widened halves
+    (:mod:`refsim.kernels.ggml_cpu`, module docstring).
     """
     n_pos, n_head, hd = q.shape
     n_kv, n_head_kv = kc.shape[:2]
@@ -363,14 +427,20 @@ def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, positions: np.ndarr
     out = np.empty((n_pos, n_head, hd), np.float32)
     kq = np.empty((n_pos, n_kv), np.float32)
     pr = np.empty((n_pos, n_kv), np.float32)
+    f16 = kv_type == "f16"
+    sgemm = K.f32_tinyblas_matmul if n_pos >= 2 else K.f32_vecdot_matmul
     for h in range(n_head):
         g = h // (n_head // n_head_kv)
         kh = np.ascontiguousarray(kc[:, g])                                            # [n_kv, hd]
         vt = np.ascontiguousarray(vc[:, g].T)                                          # [hd, n_kv]
-        K.f32_vecdot_matmul(kh, np.ascontiguousarray(q[:, h]), kq)
+        qh = np.ascontiguousarray(q[:, h])                                             # [n_pos, hd]
+        if f16:
+            sgemm(kh, K.round_f16(qh), kq)
+        else:
+            K.f32_vecdot_matmul(kh, qh, kq)
         K.soft_max_rows(kq, mask, pr)
         o = np.empty((n_pos, hd), np.float32)
-        (K.f32_tinyblas_matmul if n_pos >= 2 else K.f32_vecdot_matmul)(vt, pr, o)
+        sgemm(vt, K.round_f16(pr) if f16 else pr, o)
         out[:, h] = o
     return out.reshape(n_pos, n_head * hd)
 
@@ -384,7 +454,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
            out_rows: np.ndarray | None = None, tap=None) -> DecodeResult:
     """Decode ``tokens`` at ``positions`` in one llama.cpp ``llama_decode`` (see the module docstring).
 
-    Parameters and result as :func:`refsim.forward.gemma3.decode`. All rows go through every layer
+    Parameters and result as :func:`refsim.forward.gemma3.decode`; ``state`` is a :func:`new_state`
+    (its ``kv_type`` picks the F32 or F16 attention; a plain ``KVCache`` is F32). All rows go through every layer
     (as llama.cpp with ``logits_all``); ``out_rows`` only selects the rows whose logits are computed
     (each logit is a function of its own row). ``tap(name, il, array)`` sees llama.cpp's names:
     ``embd``, ``inp_scaled``, ``attn_norm``, ``Qcur_normed``, ``Kcur_normed``, ``Qcur``/``Kcur``
@@ -397,6 +468,7 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     n_pos = tokens.size
     t = tap or (lambda name, il, a: None)
     H, KVh, hd, eps = s.n_head, s.n_head_kv, s.head_dim_k, weights.eps
+    kv_type = getattr(state, "kv_type", "f32")                                   # a plain KVCache is F32
     start = state.n
     n_used = start + n_pos
     n_kv = -(-n_used // KV_PAD) * KV_PAD                                          # llama.cpp's padded KV length
@@ -432,7 +504,7 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         state.write(il, start, kk, v)
         kv_k, kv_v = state.view(il, n_used)
         kc[:n_used], vc[:n_used] = kv_k, kv_v
-        o = attention(q, kc, vc, positions, L.window)
+        o = attention(q, kc, vc, positions, L.window, kv_type)
         t("kqv_out", il, o)
         o = matmul(L.attn_output, o)
         o = rms_norm(o, L.post_attention_norm, eps)

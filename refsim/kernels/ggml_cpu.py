@@ -27,7 +27,24 @@ F32 K x Q        ``ggml_vec_dot_f32`` (Q is permuted, so   ``ggml_vec_dot_f32``:
                  never sgemm): :func:`f32_vecdot_matmul`
 F32 V x softmax  sgemm ``tinyBLAS<8, __m256>``:             ``ggml_vec_dot_f32``
                  :func:`f32_tinyblas_matmul`
+F16 K x Q        Q to F16 (:func:`round_f16`), then       Q to F16, then vec.cpp ``ggml_vec_dot_f16``
+                 sgemm ``tinyBLAS<8, __m256>`` on          = :func:`f32_vecdot_matmul` of the
+                 halves (the F16 copy of Q is              widened halves
+                 contiguous): :func:`f32_tinyblas_matmul`
+F16 V x softmax  softmax rows to F16, then sgemm on        softmax row to F16, then
+                 halves: :func:`f32_tinyblas_matmul`       ``ggml_vec_dot_f16``
 ===============  =====================================  ==========================================
+
+F16 KV cache (llama.cpp's default ``type_k = type_v = F16``): the cache holds ``round_f16(K)`` and
+``round_f16(V)``; ``ggml_compute_forward_mul_mat`` (ggml-cpu.c) converts the F32 ``src1`` (the
+scaled Q, the softmax rows) to the ``vec_dot_type`` of F16, which is F16, before either kernel.
+Widening a half to float32 (``_mm256_cvtph_ps``) is exact, and on this build (AVX2 without
+AVX512-FP16) both F16 kernels multiply and add in float32 lanes exactly as their F32 twins
+(``GGML_F16_VEC`` is ``GGML_F32Cx8``, ``GGML_F16_VEC_REDUCE`` is ``GGML_F32x8_REDUCE``; tinyBLAS'
+``load<__m256>(const ggml_fp16_t *)`` widens, then the same ``madd``/``hsum``), so the F16 path is
+the F32 kernels applied to F16-rounded operands — with one difference of dispatch: for ``n >= 2``
+rows ``K x Q`` now takes sgemm (the F32 path cannot, because the permuted Q is not contiguous;
+the F16 copy is).
 
 Every integer part of a product is exact in any order (it is checked below that no int16 stage
 saturates for these formats), so a kernel here computes the integer of each float32 *lane*
@@ -718,6 +735,19 @@ def gelu_f16_table(tanhf) -> np.ndarray:
         return g.astype(np.float16).astype(np.float32)
 
 
+def round_f16(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded to half precision and widened back: float32, same shape.
+
+    The conversion of ggml-cpu.c ``ggml_cpu_fp32_to_fp16`` on an F16C build (``_mm256_cvtps_ph(x, 0)``
+    for 8 at a time, ``_cvtss_sh(x, 0)`` for the tail): round to nearest even, subnormal halves kept,
+    ``|x| >= 65520`` to ``inf``. NumPy's float32 -> float16 cast follows the same IEEE rule. Used
+    where llama.cpp writes the F16 KV cache (``ggml_set_rows``) and converts ``src1`` of an F16
+    ``mul_mat``.
+    """
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
 def quantize_q8_0_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`quantize_q8_0` of ``(n_rows, n)`` float32 -> ``(qs int8 (n_rows, n), d float32 (n_rows, n/32))``."""
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -760,6 +790,7 @@ __all__ = [
     "quantize_q8_k_rows",
     "rms_norm",
     "rope_neox",
+    "round_f16",
     "soft_max_rows",
     "unpack_q4_k",
     "unpack_q5_0",

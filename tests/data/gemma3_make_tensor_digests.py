@@ -7,7 +7,8 @@ Run once where llama-cpp-python is installed (it is not a test dependency)::
 For each sequence of :data:`SEQUENCES` it decodes the prompt as one batch, then each continuation
 token alone (as llama-cpp-python's ``eval`` and tests/data/gemma3_make_goldens.py do), with the
 settings of the goldens (n_ctx 512, n_batch = n_ubatch 512, 2 threads, F32 KV cache, flash
-attention off, every row an output). A ``cb_eval`` callback reads every float32 node; for the names
+attention off, every row an output) -> ``sequences``; then once more with llama.cpp's default F16
+KV cache (``type_k = type_v = F16``, the oracle README's setting) -> ``kv_f16.sequences``. A ``cb_eval`` callback reads every float32 node; for the names
 refsim's gemma3 ``tap`` emits (``attn_norm-<il>``, ``Qcur-<il>``, ...; the last node of that name in
 the decode, i.e. ``Qcur``/``Kcur`` after RoPE) it records ``rows x cols:digest`` (:func:`entry`; the
 digest is of the float32 bytes in row-major order, ggml ``ne[0]`` fastest), and each decode's logits.
@@ -54,6 +55,38 @@ def entry(a: np.ndarray) -> str:
     return f"{a.size // a.shape[-1]}x{a.shape[-1]}:{digest(a)}"
 
 
+GGML_TYPE_F16 = 1
+"""ggml ``type_k``/``type_v`` id of F16 (F32 is 0)."""
+
+
+def run_sequences(L, model, cp, kv_type: int, n_vocab: int, current: dict) -> list:
+    """Decode every sequence of :data:`SEQUENCES` in a fresh context with ``type_k = type_v = kv_type``."""
+    cp.type_k = cp.type_v = kv_type
+    sequences = []
+    for seq in SEQUENCES:
+        ctx = L.llama_init_from_model(model, cp)
+        calls = []
+        p = 0
+        for toks in [seq["prompt"]] + [[t] for t in seq["cont"]]:
+            current.clear()
+            b = L.llama_batch_init(len(toks), 0, 1)
+            for i, tok in enumerate(toks):
+                b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, p + i, 1, True
+                b.seq_id[i][0] = 0
+            b.n_tokens = len(toks)
+            if L.llama_decode(ctx, b) != 0:
+                raise SystemExit("llama_decode failed")
+            logits = np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
+                               for i in range(len(toks))])
+            L.llama_batch_free(b)
+            tensors = {k: entry(v) for k, v in sorted(current.items())}
+            calls.append({"tokens": toks, "pos0": p, "tensors": tensors, "logits": entry(logits)})
+            p += len(toks)
+        L.llama_free(ctx)
+        sequences.append({"prompt": seq["prompt"], "cont": seq["cont"], "calls": calls})
+    return sequences
+
+
 def main(path: str) -> None:
     import llama_cpp as L
 
@@ -76,34 +109,15 @@ def main(path: str) -> None:
     cp = L.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = 512, 512, 512
     cp.n_threads = cp.n_threads_batch = 2
-    cp.type_k = cp.type_v = 0  # F32
     cp.flash_attn_type = 0     # disabled
     cp.cb_eval, cp.cb_eval_user_data = cb, None
     n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
     out = {"llama_cpp_python": L.__version__, "model": os.path.basename(path),
            "settings": "n_ctx=512, n_batch=n_ubatch=512, n_threads=2, F32 KV, flash_attn off, all rows output",
-           "system_info": L.llama_print_system_info().decode().strip(), "sequences": []}
-    for seq in SEQUENCES:
-        ctx = L.llama_init_from_model(model, cp)
-        calls = []
-        p = 0
-        for toks in [seq["prompt"]] + [[t] for t in seq["cont"]]:
-            current.clear()
-            b = L.llama_batch_init(len(toks), 0, 1)
-            for i, tok in enumerate(toks):
-                b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, p + i, 1, True
-                b.seq_id[i][0] = 0
-            b.n_tokens = len(toks)
-            if L.llama_decode(ctx, b) != 0:
-                raise SystemExit("llama_decode failed")
-            logits = np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
-                               for i in range(len(toks))])
-            L.llama_batch_free(b)
-            tensors = {k: entry(v) for k, v in sorted(current.items())}
-            calls.append({"tokens": toks, "pos0": p, "tensors": tensors, "logits": entry(logits)})
-            p += len(toks)
-        L.llama_free(ctx)
-        out["sequences"].append({"prompt": seq["prompt"], "cont": seq["cont"], "calls": calls})
+           "system_info": L.llama_print_system_info().decode().strip(),
+           "sequences": run_sequences(L, model, cp, 0, n_vocab, current),
+           "kv_f16": {"settings": "as above with type_k=type_v=F16 (llama.cpp's default)",
+                      "sequences": run_sequences(L, model, cp, GGML_TYPE_F16, n_vocab, current)}}
     L.llama_model_free(model)
     dst = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gemma3_llamacpp_tensors.json")
     with open(dst + ".tmp", "w", encoding="utf-8") as f:

@@ -1,15 +1,18 @@
 """gemma3 ``llamacpp`` numerics: llama.cpp's CPU arithmetic bit for bit (issue #8).
 
-Goldens (both made with llama-cpp-python 0.3.36 on this AVX2/FMA/F16C machine, F32 KV cache,
-flash attention off, prompt decoded as one batch, then one token per decode):
+Goldens (both made with llama-cpp-python 0.3.36 on this AVX2/FMA/F16C machine, flash attention
+off, prompt decoded as one batch, then one token per decode):
 
 - tests/data/gemma3_llamacpp_tensors.json (tests/data/gemma3_make_tensor_digests.py): a digest of
   every named tensor of every layer (``attn_norm``, ``Qcur`` after RoPE, ``kqv_out``, ``ffn_geglu``,
   ``l_out``, ...) and of the logits, for a 6-token and a 17-token prompt and the one-token decodes
   after them — the two prompts take the different kernels (Q6_K vec_dot vs tiled, Q4_K gemm+gemv);
+  once with an F32 KV cache (``sequences``) and once with llama.cpp's default F16 one (``kv_f16``);
 - tests/data/gemma3_llamacpp.json (tests/data/gemma3_make_goldens.py): 64 greedy ids for five
-  prompts. Free-running refsim must produce the same 5 x 64 ids (no tolerance, no near-tie escape:
-  compare tests/forward/test_gemma3_llamacpp.py, which accepts near-ties in the ``ggml`` numerics).
+  prompts (F32 KV). Free-running refsim must produce the same 5 x 64 ids (no tolerance, no near-tie
+  escape: compare tests/forward/test_gemma3_llamacpp.py, which accepts near-ties in the ``ggml``
+  numerics); and ``france_default``, the oracle README §3 run (``Llama()`` defaults: F16 KV): its
+  top-5 and 20 greedy ids, which refsim reproduces free-running with an F16 cache.
 
 The real model is a test dependency (the ``test`` extra): these tests fail, not skip, without it.
 """
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from refsim.errors import ConfigError
 from refsim.forward import gemma3
 from refsim.forward import gemma3_llamacpp as G
 from refsim.kernels import ggml_cpu as K
@@ -101,6 +105,42 @@ def test_gelu_table_is_llamacpps():
     assert G.gelu_table()[np.float16(-1.8173828).view(np.uint16)] == np.float32(-0.06286621)
 
 
+def test_f16_cache_rounds_to_nearest_even():
+    # halves near 1 are 2^-10 apart: 1 + 2^-11 ties to 1 (even), 1 + 3*2^-11 ties to 1 + 2^-9 (even);
+    # 65520 is the first value that rounds to inf; F32 keeps every value
+    x = np.array([1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 65519.0, 65520.0, 2.0 ** -24, 2.0 ** -26], np.float32)
+    want = np.array([1.0, 1 + 2.0 ** -9, 65504.0, np.inf, 2.0 ** -24, 0.0], np.float32)
+    assert np.array_equal(K.round_f16(x), want)
+    kv = G.LlamaKVCache(1, 1, 6, 6, 4, kv_type="f16")
+    kv.write(0, 0, x.reshape(1, 1, 6), -x.reshape(1, 1, 6))
+    k, v = kv.view(0, 1)
+    assert np.array_equal(k[0, 0], want) and np.array_equal(v[0, 0], -want)
+    assert kv.bytes_per_token() == 2 * 12 and G.LlamaKVCache(1, 1, 6, 6).bytes_per_token() == 4 * 12
+    with pytest.raises(ConfigError, match="q8_0"):
+        G.LlamaKVCache(1, 1, 6, 6, kv_type="q8_0")
+
+
+def test_f16_attention_takes_sgemm_for_several_rows():
+    # one query against key 0 = zeros (score 0) and key 1 whose products with q are, per element,
+    # 2^24, 1, -2^24, 1 (k = 2048, 1, -2048, 1; q = 8192, 1, 8192, 1: all exact halves).
+    # ggml_vec_dot_f16 (one row, and every F32 K x Q) sums (2^24 + 1) + (-2^24 + 1) = 1;
+    # tinyBLAS (F16, two rows) hsum gives (2^24 - 2^24) + (1 + 1) = 2. V = (0; 1), so the output is
+    # softmax p_1 = e^s / (1 + e^s) rounded to F16: s = 1 -> 0.7310 (1497/2048), s = 2 -> 0.8809 (1804/2048)
+    hd, n_kv = 32, 8
+    kc = np.zeros((n_kv, 1, hd), np.float32)
+    kc[1, 0, :4] = [2048.0, 1.0, -2048.0, 1.0]
+    vc = np.zeros((n_kv, 1, hd), np.float32)
+    vc[1, 0, 0] = 1.0
+    q = np.zeros((2, 1, hd), np.float32)
+    q[:, 0, :4] = [8192.0, 1.0, 8192.0, 1.0]
+    p1, p2 = np.float32(1497 / 2048), np.float32(1804 / 2048)
+    one = G.attention(q[:1], kc, vc, np.array([1]), 0, "f16")
+    two = G.attention(q, kc, vc, np.array([1, 1]), 0, "f16")
+    two32 = G.attention(q, kc, vc, np.array([1, 1]), 0, "f32")
+    assert one[0, 0] == p1 and two[0, 0] == two[1, 0] == p2
+    assert two32[0, 0] != p2 and abs(two32[0, 0] - 0.7310586) < 1e-6   # F32: vec_dot, softmax not rounded
+
+
 # --------------------------------------------------------------------------------------------
 # the real model against llama.cpp
 
@@ -110,11 +150,12 @@ def _entry(a: np.ndarray) -> str:
     return f"{a.size // a.shape[-1]}x{a.shape[-1]}:" + hashlib.sha256(a.tobytes()).hexdigest()[:20]
 
 
-def test_every_named_tensor_is_bit_identical(weights, model):
+@pytest.mark.parametrize("kv_type", ["f32", "f16"])
+def test_every_named_tensor_is_bit_identical(weights, model, kv_type):
     gold = json.loads((DATA / "gemma3_llamacpp_tensors.json").read_text(encoding="utf-8"))
     assert gold["llama_cpp_python"] == "0.3.36"
-    for seq in gold["sequences"]:
-        st = G.new_state(model.spec)
+    for seq in (gold["sequences"] if kv_type == "f32" else gold["kv_f16"]["sequences"]):
+        st = G.new_state(model.spec, kv_type=kv_type)
         for call in seq["calls"]:
             got: dict[str, str] = {}
             order: list[str] = []
@@ -155,3 +196,25 @@ def test_dispatch_through_gemma3(weights, model):
     res = gemma3.decode(weights, gemma3.new_state(model.spec), ids, np.arange(len(ids)), out_rows=[len(ids) - 1])
     top5 = np.argsort(-res.logits[0], kind="stable")[:5]
     assert [(int(i), float(res.logits[0, i])) for i in top5] == [(i, v) for i, v in gold["top5"]]
+
+
+def test_readme_run_free_running_with_f16_kv(weights, model):
+    # oracle README §3: Llama(n_ctx=512, logits_all=True, n_threads=2) defaults = F16 KV, flash
+    # attention off; prompt in one eval, then one token per eval. Same top-5 (ids and float32
+    # logits, to the last bit) and the same 20 greedy ids, free-running. (With an F32 cache
+    # llama.cpp's own run differs from README at step 5.)
+    gold = json.loads((DATA / "gemma3_llamacpp.json").read_text(encoding="utf-8"))["france_default"]
+    ids = gold["prompt_ids"]
+    assert ids == [2, 818, 5279, 529, 7001, 563] and "F16 KV" in gold["settings"]
+    st = gemma3.new_state(model.spec, kv_type="f16")        # through gemma3: the public entry points
+    assert isinstance(st, G.LlamaKVCache) and st.kv_type == "f16"
+    res = gemma3.decode(weights, st, np.array(ids), np.arange(len(ids)), out_rows=[len(ids) - 1])
+    top5 = np.argsort(-res.logits[0], kind="stable")[:5]
+    assert [int(i) for i in top5] == [506, 496, 9079, 886, 3224]          # the, a, Paris, one, known
+    assert [(int(i), float(res.logits[0, i])) for i in top5] == [(i, v) for i, v in gold["top5"]]
+    gen = [int(res.argmax[0])]
+    for i in range(19):
+        res = gemma3.decode(weights, st, np.array([gen[-1]]), np.array([len(ids) + i]))
+        gen.append(int(res.argmax[0]))
+    assert gen == [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207, 528, 7001, 236761,
+                   1030, 563, 506, 5279] == gold["greedy"]
