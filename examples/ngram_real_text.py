@@ -118,13 +118,17 @@ def run_cells(target: ForwardTarget, prompt: np.ndarray, n_predict: int, per_dec
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=256, help="greedy tokens per cell (default 256)")
-    ap.add_argument("--numerics", default="ggml", choices=("exact", "ggml"))
+    ap.add_argument("--numerics", default="ggml", choices=("exact", "ggml", "llamacpp"),
+                    help="llamacpp = llama.cpp's arithmetic bit for bit (not batch-invariant: a "
+                         "verify decode may round differently from a plain one, as in the engine)")
+    ap.add_argument("--kv-type", default="f32", choices=("f32", "f16"),
+                    help="KV cache type (f16 = llama.cpp's default; llamacpp numerics only)")
     ap.add_argument("--prompts", default="prose,copy", help="comma list of: " + ", ".join(PROMPTS))
     args = ap.parse_args(argv)
     model = open_model(gemma3_270m_path())
     tok = Tokenizer.from_model(model)
     t0 = time.perf_counter()
-    target = ForwardTarget(model, numerics=args.numerics, capacity=1024)
+    target = ForwardTarget(model, numerics=args.numerics, capacity=1024, kv_type=args.kv_type)
     print(f"# Gemma-3-270M Q4_K_M ({model.path}); numerics={args.numerics}; load {time.perf_counter() - t0:.1f} s; "
           f"-n {args.n}; dense bytes/decode {dense_bytes_per_decode(model)}")
     per_decode = dense_bytes_per_decode(model)

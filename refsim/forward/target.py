@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from refsim.errors import ConfigError
+from refsim.forward.gemma3 import LLAMACPP
 from refsim.forward.layers import Numerics
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, open_model
@@ -25,9 +26,15 @@ class ForwardTarget:
     Parameters
     ----------
     model : refsim.model.Model or path
-    numerics : {'exact', 'ggml'} or Numerics, default 'exact'
+    numerics : {'exact', 'ggml', 'llamacpp'} or Numerics, default 'exact'
+        ``'llamacpp'`` (gemma3 only): llama.cpp's x86 CPU arithmetic bit for bit
+        (:mod:`refsim.forward.gemma3_llamacpp`), as llama.cpp runs with ``logits_all``: every
+        row goes through every layer. Not batch-invariant (llama.cpp is not), so a speculative
+        run may legitimately differ from plain greedy, as the engine's does.
     capacity : int, default 256
         Initial KV rows (grows as needed).
+    kv_type : {'f32', 'f16'}, default 'f32'
+        KV cache element type; ``'f16'`` (llama.cpp's default) only with ``numerics='llamacpp'``.
 
     Attributes
     ----------
@@ -44,9 +51,13 @@ class ForwardTarget:
     ------
     ModelFormatError
         Unsupported arch or a file without tensor data.
+    ConfigError
+        ``numerics='llamacpp'`` on another arch than gemma3, ``kv_type='f16'`` without it, or an
+        unknown numerics / kv_type.
     """
 
-    def __init__(self, model: Model | str | os.PathLike, numerics: str | Numerics = "exact", capacity: int = 256):
+    def __init__(self, model: Model | str | os.PathLike, numerics: str | Numerics = "exact", capacity: int = 256,
+                 kv_type: str = "f32"):
         from refsim.forward import ARCHS
         self.model = model if isinstance(model, Model) else open_model(model)
         spec = self.model.spec
@@ -55,9 +66,22 @@ class ForwardTarget:
             raise ModelFormatError(f"{self.model.path}: no forward pass for arch {spec.arch!r} "
                                    f"(available: {', '.join(ARCHS)})")
         self.arch = ARCHS[spec.arch]
-        self.numerics = numerics if isinstance(numerics, Numerics) else Numerics(numerics)
-        self.weights = self.arch.load_weights(self.model)
-        self.state = self.arch.new_state(spec, capacity)
+        if numerics == LLAMACPP:
+            if spec.arch != "gemma3":
+                raise ConfigError(f"--numerics {LLAMACPP}: implemented for gemma3 only "
+                                  f"(refsim.forward.gemma3_llamacpp); {spec.arch} runs exact or ggml")
+            from refsim.forward import gemma3_llamacpp
+            self.numerics = Numerics("exact")      # not read: the llamacpp pass has its own arithmetic
+            self.weights = gemma3_llamacpp.load_weights(self.model)
+            self.state = gemma3_llamacpp.new_state(spec, capacity, kv_type)
+        else:
+            if kv_type != "f32":
+                raise ConfigError(f"kv_type {kv_type!r}: only the {LLAMACPP} numerics (gemma3) model an "
+                                  f"F16 KV cache; exact and ggml keep K and V in float32")
+            self.numerics = numerics if isinstance(numerics, Numerics) else Numerics(numerics)
+            self.weights = self.arch.load_weights(self.model)
+            self.state = self.arch.new_state(spec, capacity)
+        self.numerics_name = LLAMACPP if numerics == LLAMACPP else self.numerics.mode
         self.n_layer = spec.n_layer
         self.n_expert = spec.n_expert
         self.n_expert_used = spec.n_expert_used

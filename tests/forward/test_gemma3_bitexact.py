@@ -218,3 +218,19 @@ def test_readme_run_free_running_with_f16_kv(weights, model):
         gen.append(int(res.argmax[0]))
     assert gen == [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207, 528, 7001, 236761,
                    1030, 563, 506, 5279] == gold["greedy"]
+
+
+def test_forward_target_runs_the_llamacpp_numerics(model, tiny_models):
+    # the speculative loop's Target: plain greedy through ForwardTarget(numerics="llamacpp",
+    # kv_type="f16") is README's run (prefill in one decode, then one token per decode)
+    from refsim.forward import ForwardTarget
+    from refsim.spec import run_generation
+    t = ForwardTarget(model, numerics="llamacpp", kv_type="f16")
+    assert t.numerics_name == "llamacpp" and isinstance(t.state, G.LlamaKVCache)
+    res = run_generation(t, None, np.array([2, 818, 5279, 529, 7001, 563]), 20)
+    assert res.tokens.tolist() == [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207,
+                                   528, 7001, 236761, 1030, 563, 506, 5279]
+    with pytest.raises(ConfigError, match="only the llamacpp numerics"):
+        ForwardTarget(model, numerics="ggml", kv_type="f16")
+    with pytest.raises(ConfigError, match="implemented for gemma3 only"):
+        ForwardTarget(tiny_models["F32"], numerics="llamacpp")       # a qwen3moe
