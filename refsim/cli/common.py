@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import tempfile
+
+from refsim.errors import ConfigError
 
 
 def positive_float(text: str) -> float:
@@ -27,8 +32,37 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonneg_float(text: str) -> float:
+    """``type=`` validator: a finite number >= 0 (``nan`` and ``inf`` are refused), quoting the
+    bad value. For MiB flags where 0 has a meaning (``--cache-floor-mb``, ``--cache-ceil-mb``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """``type=`` validator: an integer >= 0, quoting the bad value (``--ubatch``: 0 = default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+INT_RANGE_MAX = 10_000
+"""Most values one :func:`int_range` list may hold (a typo such as ``1..10000000000`` would
+otherwise build a list of that length before any range check runs)."""
+
+
 def int_range(text: str) -> list[int]:
-    """Parse ``"3"``, ``"1,2,5"`` or ``"1..8"`` into a list of ints (inclusive range)."""
+    """Parse ``"3"``, ``"1,2,5"`` or ``"1..8"`` into a list of ints (inclusive range), at most
+    :data:`INT_RANGE_MAX` values."""
     out: list[int] = []
     try:
         for part in text.split(","):
@@ -38,6 +72,9 @@ def int_range(text: str) -> list[int]:
                 a, b = int(lo), int(hi)
                 if b < a:
                     raise ValueError
+                if len(out) + b - a + 1 > INT_RANGE_MAX:
+                    raise argparse.ArgumentTypeError(
+                        f"expected at most {INT_RANGE_MAX} values, got {text!r}")
                 out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
@@ -66,3 +103,30 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
                    help="shortest suffix match that drafts, 1..12 (default 3)")
     g.add_argument("--mtp-p-min", type=float, default=None, metavar="F",
                    help="MTP only: stop drafting below this top-1 probability (default 0)")
+
+
+def check_output_path(path: str | None, flag: str) -> None:
+    """Fail before any work if ``path`` (the value of output flag ``flag``) cannot be written.
+
+    The same checks :func:`refsim.fileio.atomic_path` makes when the file is finally written
+    (not a folder; a temporary file can be created in its folder, i.e. the folder exists and is
+    writable), made up front so that a bad ``--csv``/``--plot``/``--route-trace`` costs nothing
+    and no other output of the command is written. ``None`` (flag not given) passes.
+
+    Raises
+    ------
+    ConfigError
+        ``"<flag> <path>: is a folder; expected a file name"`` or ``"<flag> <path>: cannot
+        write here: <reason>"`` (the messages of ``atomic_path``).
+    """
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise ConfigError(f"{flag} {path}: is a folder; expected a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=".check", dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write here: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(tmp)

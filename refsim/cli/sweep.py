@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from refsim.errors import ConfigError
-
 from refsim import MIB
 from refsim.cache.batches import BatchTrace
+from refsim.cli.common import check_output_path
+from refsim.errors import ConfigError
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, write_sweep_csv)
 from refsim.trace import read_trace
@@ -19,10 +19,11 @@ def add_parser(sub) -> None:
     p.add_argument("trace", help="route trace file (route_trace v1)")
     p.add_argument("--cache-mb", metavar="LIST",
                    default=",".join(str(b) for b in DEFAULT_BUDGETS_MIB),
-                   help="budgets in MiB: N,N,... or START:STOP:STEP (default: %(default)s)")
+                   help="budgets in MiB: N,N,... or START:STOP:STEP; a repeated budget is "
+                        "dropped (first kept) (default: %(default)s)")
     p.add_argument("--policy", metavar="LIST", default=None,
-                   help="policies, comma-separated (default: all: "
-                        f"{','.join(known_policies())})")
+                   help="policies, comma-separated; a repeated name is dropped (first kept) "
+                        f"(default: all: {','.join(known_policies())})")
     p.add_argument("--csv", metavar="OUT",
                    help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib to OUT")
     p.add_argument("--plot", metavar="OUT.png",
@@ -36,6 +37,11 @@ def run(args) -> int:
         raise ConfigError(f"--policy: empty list; expected names from {','.join(known_policies())}")
     policies = ([x.strip() for x in args.policy.split(",") if x.strip()] if args.policy
                 else known_policies())
+    check_output_path(args.csv, "--csv")
+    check_output_path(args.plot, "--plot")
+    if args.plot:
+        from refsim.studies.plot import require_matplotlib
+        require_matplotlib()  # before the sweep, not after it
     trace = read_trace(args.trace)
     h = trace.header
     batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)

@@ -10,6 +10,17 @@ from refsim.fileio import atomic_path
 INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
 
 
+def require_matplotlib() -> None:
+    """Import matplotlib now (call it before a long computation whose result is to be plotted).
+
+    Raises
+    ------
+    ConfigError
+        ``--plot: matplotlib is not installed; install it with: pip install 'refsim[plot]'``.
+    """
+    _pyplot()
+
+
 def _pyplot():
     try:
         import matplotlib

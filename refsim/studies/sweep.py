@@ -5,8 +5,9 @@ list of budgets and policies. The ``lru`` column comes from the one-pass exact c
 (:func:`refsim.cache.mrc.lru_curve`); every other policy is one replay per budget on its Numba
 fast path (:func:`refsim.cache.policy.replay_policy`). The CSV matches the engine's
 ``route-replay.py --csv`` (bmoe-engine.md §5): columns ``budget_mib,policy,hit_pct_cum,
-hit_pct_decode,read_mib`` formatted ``%.0f,%s,%.3f,%.3f,%.1f``, where ``read_mib`` includes
-prefill reads (CacheSummary.read_mib).
+hit_pct_decode,read_mib`` formatted ``%s,%s,%.3f,%.3f,%.1f``, where ``read_mib`` includes
+prefill reads (CacheSummary.read_mib) and the budget is printed as given (:func:`format_budget`;
+whole MiB print as integers, as the engine's ``%.0f`` does for its integer budgets).
 """
 
 from __future__ import annotations
@@ -27,8 +28,25 @@ from refsim.fileio import atomic_path
 CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
 """The engine's replay-curve columns (route-replay.py ``--csv``)."""
 
-CSV_FORMATS = ("{:.0f}", "{}", "{:.3f}", "{:.3f}", "{:.1f}")
-"""The engine's formats for :data:`CSV_COLUMNS` (``%.0f,%s,%.3f,%.3f,%.1f``)."""
+CSV_FORMATS = ("{}", "{}", "{:.3f}", "{:.3f}", "{:.1f}")
+"""Formats for :data:`CSV_COLUMNS`: the engine's ``%.3f,%.3f,%.1f`` for the numbers; the budget
+column is :func:`format_budget`'s text (the engine's ``%.0f`` rounded 100.4 and 100.6 MiB to
+"100" and "101", two rows that look like other budgets)."""
+
+
+def format_budget(mib: float) -> str:
+    """A budget in MiB as text, exactly as given: ``250.0`` -> ``"250"``, ``100.4`` ->
+    ``"100.4"``, ``0.001`` -> ``"0.001"``.
+
+    Whole numbers print without a fraction (so an integer-budget CSV is byte-identical to the
+    engine's ``%.0f``); others with up to 12 significant digits (``%.12g``), which is exact for
+    anything typed and drops the float noise of ``START:STOP:STEP`` ranges (0.1 + 0.2 prints as
+    ``0.3``; the budget in bytes is still ``int(mib * 2**20)`` of the float).
+    """
+    mib = float(mib)
+    if mib.is_integer() and abs(mib) < 1e15:
+        return str(int(mib))
+    return f"{mib:.12g}"
 
 DEFAULT_BUDGETS_MIB = (250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 """route-replay.py's default ``--budgets``."""
@@ -85,7 +103,7 @@ class SweepRow:
     def csv_fields(self) -> list[str]:
         """The engine-format CSV fields of this row."""
         s = self.summary
-        vals = (self.budget_mib, self.policy, s.hit_pct_cum, s.hit_pct_decode, s.read_mib)
+        vals = (format_budget(self.budget_mib), self.policy, s.hit_pct_cum, s.hit_pct_decode, s.read_mib)
         return [f.format(v) for f, v in zip(CSV_FORMATS, vals)]
 
 
@@ -117,9 +135,11 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
         The trace's layer batches (``BatchTrace.from_events``).
     budgets_mib : sequence of float
         Budgets in MiB (2**20 bytes); each becomes ``int(budget * 2**20)`` bytes, as
-        ``--cache-mb`` does (``ExpertCache.mib_to_bytes``).
+        ``--cache-mb`` does (``ExpertCache.mib_to_bytes``). A repeated value is dropped (the
+        first occurrence keeps its place), so every row is a distinct point.
     policies : sequence of str
-        Registered policy names (:data:`refsim.cache.policy.POLICIES`).
+        Registered policy names (:data:`refsim.cache.policy.POLICIES`); repeats are dropped
+        the same way.
     t_bytes : int
         One token cycle in bytes (``TraceHeader.token_cycle_bytes``), for the summaries.
 
@@ -134,6 +154,8 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
     """
     from refsim.cache.expert_cache import ExpertCache
 
+    budgets_mib = list(dict.fromkeys(float(b) for b in budgets_mib))
+    policies = list(dict.fromkeys(policies))
     if not budgets_mib:
         raise ConfigError("--cache-mb: no budget given")
     if not policies:
@@ -176,7 +198,7 @@ def format_table(result: SweepResult) -> list[str]:
              f"{'read_MiB':>10}  {'MiB/token':>9}"]
     for r in result.rows:
         s = r.summary
-        lines.append(f"{r.budget_mib:>10.0f}  {r.policy:<{w}}  {s.hit_pct_cum:>8.3f}  "
+        lines.append(f"{format_budget(r.budget_mib):>10}  {r.policy:<{w}}  {s.hit_pct_cum:>8.3f}  "
                      f"{s.hit_pct_decode:>8.3f}  {s.read_mib:>10.1f}  {s.mib_per_token:>9.2f}")
     return lines
 
@@ -189,4 +211,5 @@ def known_policies() -> list[str]:
 
 
 __all__ = ["sweep_budgets", "SweepResult", "SweepRow", "parse_budgets_mib", "write_sweep_csv",
+           "format_budget",
            "format_table", "known_policies", "CSV_COLUMNS", "DEFAULT_BUDGETS_MIB", "MIB"]

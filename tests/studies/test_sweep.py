@@ -35,8 +35,24 @@ def write_demo_trace(tmp_path):
     evs = synthetic_run_events(5, 30, 4, 16, 2, seed=3)
     path = tmp_path / "demo.route.csv"
     write_trace(path, h, evs, [np.zeros(e.routes.shape, np.int8) for e in evs],
-                [np.zeros(e.routes.shape, np.int64) for e in evs])
+                [_charged_all_miss(e, h.expert_bytes) for e in evs])
     return path
+
+
+def _charged_all_miss(ev, expert_bytes):
+    """The ``expert_bytes`` column of an all-miss residency record: the layer's entry size on
+    the first row of each expert in its layer batch (positions then slots), 0 elsewhere."""
+    import numpy as np
+
+    out = np.zeros(ev.routes.shape, np.int64)
+    for il in range(ev.routes.shape[1]):
+        seen = set()
+        for p in range(ev.routes.shape[0]):
+            for j, e in enumerate(ev.routes[p, il]):
+                if e >= 0 and int(e) not in seen:
+                    seen.add(int(e))
+                    out[p, il, j] = expert_bytes[il]
+    return out
 
 
 def test_cli_writes_the_engine_csv_and_a_table(tmp_path, capsys):
@@ -83,3 +99,66 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys, monkeypat
     assert main(["sweep", str(trace), "--cache-mb", "4", "--plot",
                  str(tmp_path / "x.png")]) == 1
     assert "pip install 'refsim[plot]'" in capsys.readouterr().err
+
+
+def test_budgets_print_as_given_in_the_table_and_the_csv(tmp_path, capsys):
+    # the engine's %.0f printed 100.4 and 100.6 as "100" and "101" and 0.001 as "0"
+    from refsim.studies.sweep import format_budget
+    assert [format_budget(v) for v in (250.0, 100.4, 100.6, 0.001, 1500.5, 0.1 + 0.2)] == \
+        ["250", "100.4", "100.6", "0.001", "1500.5", "0.3"]
+    trace = write_demo_trace(tmp_path)
+    out = tmp_path / "curve.csv"
+    assert main(["sweep", str(trace), "--cache-mb", "2.4,2.6,0.001,4", "--policy", "lru",
+                 "--csv", str(out)]) == 0
+    rows = list(csv.reader(open(out)))
+    assert [r[0] for r in rows[1:]] == ["2.4", "2.6", "0.001", "4"]
+    table = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()[-4:]]
+    assert table == ["2.4", "2.6", "0.001", "4"]
+
+
+def test_repeated_budgets_and_policies_are_dropped_first_kept(tmp_path, capsys):
+    trace = write_demo_trace(tmp_path)
+    out = tmp_path / "curve.csv"
+    assert main(["sweep", str(trace), "--cache-mb", "6,2,6.0,2", "--policy", "belady,lru,belady",
+                 "--csv", str(out)]) == 0
+    rows = list(csv.reader(open(out)))
+    assert [r[:2] for r in rows[1:]] == [["6", "belady"], ["6", "lru"], ["2", "belady"],
+                                         ["2", "lru"]]
+
+
+@pytest.mark.parametrize("flag", ["--csv", "--plot"])
+def test_a_bad_output_path_fails_before_the_sweep_and_writes_nothing(tmp_path, capsys, flag):
+    trace = write_demo_trace(tmp_path)
+    ok = tmp_path / "ok.csv"
+    other = "--plot" if flag == "--csv" else "--csv"
+    bad = str(tmp_path / "missing" / "x.out")
+    argv = ["sweep", str(trace), "--cache-mb", "4", flag, bad]
+    if other == "--csv":
+        argv += [other, str(ok)]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"{flag} {bad}: cannot write here" in err
+    assert not ok.exists()
+
+
+def test_missing_matplotlib_fails_before_the_sweep(tmp_path, capsys, monkeypatch):
+    import refsim.cli.sweep as cli_sweep
+    real_import = builtins.__import__
+
+    def no_mpl(name, *a, **kw):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(name)
+        return real_import(name, *a, **kw)
+
+    def must_not_run(*a, **kw):
+        raise AssertionError("the sweep ran before the matplotlib check")
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    monkeypatch.setattr(cli_sweep, "sweep_budgets", must_not_run)
+    trace = write_demo_trace(tmp_path)
+    assert main(["sweep", str(trace), "--cache-mb", "4", "--plot", str(tmp_path / "x.png"),
+                 "--csv", str(tmp_path / "ok.csv")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "pip install 'refsim[plot]'" in err
+    assert not (tmp_path / "ok.csv").exists()
