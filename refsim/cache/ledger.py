@@ -87,7 +87,7 @@ def auto_budget(avail_bytes: int, total_expert_bytes: int, dense_bytes: int = 0,
     Raises
     ------
     ConfigError
-        Negative sizes or an unknown ``dense_weights``.
+        Negative, ``nan`` or infinite sizes, or an unknown ``dense_weights``.
 
     Notes
     -----
@@ -105,8 +105,8 @@ def auto_budget(avail_bytes: int, total_expert_bytes: int, dense_bytes: int = 0,
         raise ConfigError(f"--dense-weights: expected one of {', '.join(DENSE_WEIGHTS)}, got {dense_weights!r}")
     for name, v in (("avail", avail_bytes), ("total_expert_bytes", total_expert_bytes), ("dense", dense_bytes),
                     ("--cache-floor-mb", floor_mb), ("--cache-ceil-mb", ceil_mb)):
-        if v < 0:
-            raise ConfigError(f"{name}: expected >= 0, got {v}")
+        if not v >= 0 or v == float("inf"):  # also refuses nan, which compares False
+            raise ConfigError(f"{name}: expected a finite number >= 0, got {v}")
     cap = min(int(ceil_mb * MIB), total_expert_bytes) if ceil_mb > 0 else total_expert_bytes
     min_budget = min(CACHE_MIN_MB * MIB, cap)
     avail = int(avail_bytes)
@@ -248,7 +248,8 @@ def memory_ledger(model, n_ctx: int, draft_max: int = 0, mtp: bool = False, ram_
     ------
     ConfigError
         ``n_ctx < 1``, ``draft_max`` outside 0..8, ``mtp`` without ``draft_max`` or on a
-        model without ``nextn_predict_layers``, negative ``ram_mb``.
+        model without ``nextn_predict_layers``; ``ram_mb``, ``floor_mb`` or ``ceil_mb``
+        negative, ``nan`` or infinite; negative ``n_ubatch``.
     """
     spec, mb = model.spec, model.bytes
     if n_ctx < 1:
@@ -259,8 +260,11 @@ def memory_ledger(model, n_ctx: int, draft_max: int = 0, mtp: bool = False, ram_
         raise ConfigError("--mtp needs --draft >= 1")
     if mtp and spec.nextn_predict_layers <= 0:
         raise ConfigError(f"--mtp: {model.path} has no nextn block (nextn_predict_layers = 0); use --ngram")
-    if ram_mb < 0:
-        raise ConfigError(f"--ram-mb: expected >= 0, got {ram_mb}")
+    for name, v in (("--ram-mb", ram_mb), ("--cache-floor-mb", floor_mb), ("--cache-ceil-mb", ceil_mb)):
+        if not v >= 0 or v == float("inf"):  # also refuses nan, which compares False
+            raise ConfigError(f"{name}: expected a finite number >= 0, got {v}")
+    if n_ubatch < 0:
+        raise ConfigError(f"--ubatch: expected >= 0 (0 = n_ctx), got {n_ubatch}")
     # llama.cpp forces n_rs_seq to 0 unless llm_arch_supports_rs_rollback (qwen35, qwen35moe)
     n_rs_seq = draft_max if spec.arch == "qwen35moe" else 0
     slot = mb.recurrent_bytes_per_seq

@@ -9,8 +9,11 @@ speculation takes from the expert cache. Logic: :mod:`refsim.cache.ledger`.
 from __future__ import annotations
 
 from refsim import MIB
-from refsim.cli.common import positive_int
+from refsim.cli.common import nonneg_float, nonneg_int, positive_float, positive_int
 from refsim.errors import ConfigError
+
+CTX_DEFAULT = 2048
+"""``--ctx`` when not given (clamped to the model's ``n_ctx_train``)."""
 
 
 def add_parser(subparsers) -> None:
@@ -18,41 +21,61 @@ def add_parser(subparsers) -> None:
                               description="Memory a run holds outside the expert cache, and the "
                                           "engine's --cache-mb auto budget with and without speculation.")
     p.add_argument("model", help="GGUF model (header-only files work)")
-    p.add_argument("--ctx", type=positive_int, default=2048, help="context length in tokens (default 2048)")
-    p.add_argument("--draft", type=positive_int, default=3, help="draft width 1..8 (default 3)")
+    p.add_argument("--ctx", type=positive_int, default=None,
+                   help="context length in tokens, 1..the model's n_ctx_train (default 2048, or "
+                        "n_ctx_train if smaller)")
+    p.add_argument("--draft", type=int, default=None,
+                   help="draft width 1..8 (default 3); needs --mtp or --ngram")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--mtp", action="store_true", help="MTP draft source (needs a nextn block)")
     src.add_argument("--ngram", action="store_true", help="n-gram draft source")
-    p.add_argument("--ram-mb", type=float, default=0.0, metavar="R",
-                   help="MiB available before the contexts are created; prints the auto budget")
-    p.add_argument("--ubatch", type=int, default=0, help="target ubatch (default 0 = --ctx)")
+    p.add_argument("--ram-mb", type=positive_float, default=None, metavar="R",
+                   help="MiB available before the contexts are created (> 0); prints the auto budget")
+    p.add_argument("--ubatch", type=nonneg_int, default=0,
+                   help="target ubatch (default 0 = --ctx); with speculation it must hold "
+                        "--draft + 1")
     p.add_argument("--dense-weights", choices=("mmap", "warm", "anon", "ahwb"), default="anon")
-    p.add_argument("--cache-floor-mb", type=float, default=1536.0, help="default 1536")
-    p.add_argument("--cache-ceil-mb", type=float, default=0.0, help="default 0 (no cap)")
+    p.add_argument("--cache-floor-mb", type=nonneg_float, default=1536.0, help="default 1536")
+    p.add_argument("--cache-ceil-mb", type=nonneg_float, default=0.0, help="default 0 (no cap)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    """Validate every flag, compute both ledgers and their budgets, then print (nothing is
+    printed when a check fails)."""
     from refsim.cache.ledger import memory_ledger
     from refsim.model import open_model
-    if args.draft > 8:
-        raise ConfigError(f"--draft: expected 1..8, got {args.draft}")
+    from refsim.spec import SpecConfig
+    # the engine's rules, as refsim run applies them: --draft 1..8, only with a draft source
+    config = SpecConfig.from_flags(ngram=args.ngram, mtp=args.mtp, draft=args.draft)
+    if config.enabled and 0 < args.ubatch < config.draft_max + 1:
+        raise ConfigError(f"--ubatch: expected 0 (= --ctx) or >= --draft + 1 = "
+                          f"{config.draft_max + 1} (the verify batch), got {args.ubatch}")
     model = open_model(args.model)
-    kw = dict(ram_mb=args.ram_mb, n_ubatch=args.ubatch, dense_weights=args.dense_weights,
+    n_ctx_train = model.spec.n_ctx_train
+    if args.ctx is None:
+        args.ctx = min(CTX_DEFAULT, n_ctx_train) if n_ctx_train > 0 else CTX_DEFAULT
+    elif n_ctx_train > 0 and args.ctx > n_ctx_train:
+        raise ConfigError(f"--ctx: expected 1..{n_ctx_train} (the model's n_ctx_train), "
+                          f"got {args.ctx}")
+    ram_mb = args.ram_mb or 0.0  # None = not given: no auto budget
+    kw = dict(ram_mb=ram_mb, n_ubatch=args.ubatch, dense_weights=args.dense_weights,
               floor_mb=args.cache_floor_mb, ceil_mb=args.cache_ceil_mb)
-    spec_on = args.mtp or args.ngram
+    spec_on = config.enabled
     base = memory_ledger(model, args.ctx, 0, False, **kw)
-    led = memory_ledger(model, args.ctx, args.draft if spec_on else 0, args.mtp, **kw)
-    src = "mtp" if args.mtp else "ngram" if args.ngram else "off"
+    led = memory_ledger(model, args.ctx, config.preamble_draft_max, args.mtp, **kw)
+    base_budget, led_budget = base.budget_bytes, led.budget_bytes  # validates floor/ceil
+    lines = led.lines()
+    src = config.spec
     print(f"# memory model={model.path} arch={model.spec.arch} n_ctx={args.ctx} spec={src} "
           f"draft_max={led.draft_max} n_rs_seq={led.n_rs_seq}")
-    for line in led.lines():
+    for line in lines:
         print(line)
-    if args.ram_mb and spec_on:
-        diff = base.budget_bytes - led.budget_bytes
+    if ram_mb and spec_on:
+        diff = base_budget - led_budget
         change = (f"speculation takes {diff / MIB:.1f} MiB from the expert cache" if diff >= 0 else
                   f"the budget grows by {-diff / MIB:.1f} MiB: the cap is the streamed set, and --mtp "
                   f"adds the head's experts to it")
-        print(f"cache-mb auto without speculation: {base.budget_bytes / MIB:.1f} MiB; {change} "
+        print(f"cache-mb auto without speculation: {base_budget / MIB:.1f} MiB; {change} "
               f"(context items {led.speculation_bytes / MIB:.1f} MiB)")
     return 0

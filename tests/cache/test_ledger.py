@@ -145,3 +145,55 @@ def test_cli_memory_errors(tmp_path, capsys):
     p = write_synthetic(tmp_path / "m.gguf", arch="qwen35moe")
     assert main(["memory", p, "--mtp"]) == 1
     assert "no nextn block" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kw, flag", [
+    (dict(ram_mb=float("nan")), "--ram-mb"), (dict(ram_mb=float("inf")), "--ram-mb"),
+    (dict(ram_mb=100, floor_mb=float("nan")), "--cache-floor-mb"),
+    (dict(ram_mb=100, ceil_mb=float("inf")), "--cache-ceil-mb"),
+    (dict(n_ubatch=-3), "--ubatch"),
+])
+def test_ledger_refuses_nan_inf_and_negative_inputs(twin, kw, flag):
+    # nan used to reach int(nan * MIB) (ValueError) and inf int(inf) (OverflowError)
+    with pytest.raises(ConfigError, match=flag):
+        memory_ledger(twin, 64, **kw)
+    with pytest.raises(ConfigError, match="--cache-floor-mb: expected a finite number >= 0"):
+        auto_budget(1, 1, floor_mb=float("nan"))
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--ram-mb", "nan"], "--ram-mb: expected a positive number, got 'nan'"),
+    (["--ram-mb", "inf"], "--ram-mb: expected a positive number, got 'inf'"),
+    (["--ram-mb", "0"], "--ram-mb: expected a positive number, got '0'"),
+    (["--ram-mb", "100", "--cache-ceil-mb", "inf"], "--cache-ceil-mb: expected a finite number >= 0"),
+    (["--ram-mb", "100", "--cache-floor-mb", "nan"], "--cache-floor-mb: expected a finite number >= 0"),
+    (["--ram-mb", "100", "--cache-floor-mb", "-5"], "--cache-floor-mb: expected a finite number >= 0"),
+    (["--ubatch", "-3"], "--ubatch: expected an integer >= 0, got '-3'"),
+])
+def test_cli_memory_bad_numbers_are_usage_errors(twin, capsys, argv, msg):
+    with pytest.raises(SystemExit) as exc:
+        main(["memory", twin.path] + argv)
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and msg in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--draft", "2"], "--draft without a draft source: add --ngram or --mtp"),
+    (["--ngram", "--draft", "9"], "--draft: expected 1..8, got 9"),
+    (["--ngram", "--draft", "8", "--ubatch", "4"], "--ubatch: expected 0 (= --ctx) or >= --draft + 1 = 9"),
+    (["--ctx", "99999999999999"], "--ctx: expected 1..262144 (the model's n_ctx_train), got 99999999999999"),
+])
+def test_cli_memory_refuses_what_run_refuses(twin, capsys, argv, msg):
+    assert main(["memory", twin.path] + argv) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"refsim memory: error: {msg}") and err.count("\n") == 1
+
+
+def test_cli_memory_ngram_default_draft_and_ctx_at_the_limit(twin, tmp_path, capsys):
+    assert main(["memory", twin.path, "--ngram", "--ctx", "262144", "--ubatch", "4"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith("n_ctx=262144 spec=ngram draft_max=3 n_rs_seq=3")
+    small = write_synthetic(tmp_path / "m.gguf", arch="qwen35moe")   # n_ctx_train 256
+    assert main(["memory", small]) == 0                               # default 2048 clamps
+    assert " n_ctx=256 spec=off draft_max=0 " in capsys.readouterr().out
