@@ -2,15 +2,19 @@
 
 Prints the draft the matcher proposes for a corpus (context + just-confirmed token) as
 comma-separated ids, or an empty line when it drafts nothing. A debugging aid over
-:data:`refsim.spec.peers.RULES`; values are the matcher's raw inputs (``--draft 0`` and
-``--max-match`` below ``--min-match`` are allowed, as in the engine's test vectors).
+:data:`refsim.spec.peers.RULES`. Flags follow the engine's load-time rules
+(:class:`refsim.spec.config.SpecConfig`): ``--draft`` 1..8, ``--min-match`` 1..``--max-match``
+(1..12 at the default 12), ``--max-match`` 1..64; a value the engine would refuse is refused
+here rather than answered with an empty or misleading draft.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from refsim.spec.constants import NGRAM_MATCH_LIMIT, NGRAM_MAX_MATCH, NGRAM_MIN_MATCH_DEFAULT
+from refsim.errors import ConfigError
+from refsim.spec.constants import (DRAFT_MAX_LIMIT, NGRAM_MATCH_LIMIT, NGRAM_MAX_MATCH,
+                                   NGRAM_MIN_MATCH_DEFAULT)
 from refsim.spec.peers import RULES
 
 
@@ -26,24 +30,17 @@ def _token_list(text: str) -> list[int]:
     return out
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _max_match(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= NGRAM_MATCH_LIMIT:
-        raise argparse.ArgumentTypeError(f"expected 1..{NGRAM_MATCH_LIMIT}, got {text!r}")
-    return value
+def _bounded(lo: int, hi: int):
+    """``type=`` validator factory: an integer in ``lo..hi``, quoting the bad value."""
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lo - 1
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected {lo}..{hi}, got {text!r}")
+        return value
+    return check
 
 
 def add_parser(sub) -> None:
@@ -54,12 +51,14 @@ def add_parser(sub) -> None:
                     "when it drafts nothing.")
     p.add_argument("--corpus", required=True, type=_token_list, metavar="IDS",
                    help="comma-separated token ids; the last is the just-confirmed token")
-    p.add_argument("--draft", type=_nonneg_int, default=3, metavar="N",
-                   help="most draft tokens (default 3)")
-    p.add_argument("--min-match", type=_nonneg_int, default=NGRAM_MIN_MATCH_DEFAULT,
-                   metavar="M", help="shortest match that drafts (default 3; for llama-simple "
-                             "the fixed n-gram size)")
-    p.add_argument("--max-match", type=_max_match, default=NGRAM_MAX_MATCH, metavar="K",
+    p.add_argument("--draft", type=_bounded(1, DRAFT_MAX_LIMIT), default=3, metavar="N",
+                   help=f"most draft tokens, 1..{DRAFT_MAX_LIMIT} (default 3)")
+    p.add_argument("--min-match", type=_bounded(1, NGRAM_MATCH_LIMIT),
+                   default=NGRAM_MIN_MATCH_DEFAULT, metavar="M",
+                   help="shortest match that drafts, 1..--max-match (default 3; for "
+                        "llama-simple the fixed n-gram size)")
+    p.add_argument("--max-match", type=_bounded(1, NGRAM_MATCH_LIMIT), default=NGRAM_MAX_MATCH,
+                   metavar="K",
                    help="match-length cap (default 12, the engine's fixed value)")
     p.add_argument("--rule", choices=list(RULES), default="engine",
                    help="matcher: the engine's (default), earliest occurrence (vLLM/HF), or "
@@ -68,6 +67,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    if args.min_match > args.max_match:
+        raise ConfigError(f"--min-match: expected 1..{args.max_match} (at most --max-match), "
+                          f"got {args.min_match}")
     draft = RULES[args.rule](args.corpus, args.draft, args.min_match, args.max_match)
     print(",".join(str(int(t)) for t in draft))
     return 0

@@ -117,31 +117,55 @@ def ngram_whatif(stream, prompt_len: int, drafts: Iterable[int], min_matches: It
     return [whatif_cell(s, prompt_len, d, m, max_match) for d in drafts for m in min_matches]
 
 
-def read_token_file(path) -> np.ndarray:
+TOKEN_ID_MAX = 2**31 - 1
+"""Largest token id: llama.cpp's ``llama_token`` is ``int32_t`` (include/llama.h)."""
+
+
+def read_token_file(path, flag: str = "--tokens") -> np.ndarray:
     """Token ids from a text file: integers separated by commas and/or whitespace.
+
+    Parameters
+    ----------
+    path : str or path-like
+        UTF-8 (or ASCII) text file.
+    flag : str, default ``"--tokens"``
+        The flag named in error messages.
 
     Returns
     -------
     (n,) int64 ndarray
+        Every id in ``0..TOKEN_ID_MAX`` (2**31 - 1, the int32 ``llama_token``).
 
     Raises
     ------
     ConfigError
-        Unreadable file, or a field that is not a non-negative integer (names file and line).
+        Naming ``flag`` and the file: missing or unreadable file, a folder, text that is not
+        UTF-8, a field that is not an ASCII integer in ``0..2**31-1`` (names the line), no ids.
     """
     path = os.fspath(path)
+    expected = "expected a text file of token ids separated by commas or whitespace"
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--tokens {path}: cannot read: {exc}") from None
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{flag} {path}: no such file; {expected}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{flag} {path}: is a folder; {expected}") from None
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot read ({exc.strerror}); {expected}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{flag} {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start}); {expected}") from None
     out: list[int] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         for field in line.replace(",", " ").split():
-            if not field.isdigit():
-                raise ConfigError(f"{path}:{lineno}: {field!r} is not a token id (expected a "
-                                  f"non-negative integer)")
+            # isascii: str.isdigit also accepts '²' and other digits int() refuses or reads
+            if not (field.isascii() and field.isdigit()) or int(field) > TOKEN_ID_MAX:
+                raise ConfigError(f"{flag} {path}:{lineno}: {field!r} is not a token id (expected "
+                                  f"an integer 0..{TOKEN_ID_MAX})")
             out.append(int(field))
     if not out:
-        raise ConfigError(f"{path}: no token ids found")
+        raise ConfigError(f"{flag} {path}: no token ids found; {expected}")
     return np.asarray(out, dtype=np.int64)

@@ -39,7 +39,10 @@ def test_ngram_max_match(capsys):
 
 @pytest.mark.parametrize("argv,msg", [
     (["--corpus", "1,x"], "expected comma-separated token ids"),
-    (["--corpus", "1,2", "--draft", "-1"], "expected an integer >= 0"),
+    (["--corpus", "1,2", "--draft", "-1"], "--draft: expected 1..8, got '-1'"),
+    (["--corpus", "1,2", "--draft", "0"], "--draft: expected 1..8, got '0'"),
+    (["--corpus", "1,2", "--draft", "99"], "--draft: expected 1..8, got '99'"),
+    (["--corpus", "1,2", "--min-match", "0"], "--min-match: expected 1..64, got '0'"),
     (["--corpus", "1,2", "--max-match", "65"], "expected 1..64"),
     (["--corpus", "1,2", "--rule", "vllm"], "invalid choice"),
 ])
@@ -48,6 +51,17 @@ def test_ngram_bad_flags(argv, msg, capsys):
         main(["ngram"] + argv)
     assert e.value.code == 2
     assert msg in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--min-match", "5", "--max-match", "2"], "--min-match: expected 1..2 (at most --max-match), got 5"),
+    (["--min-match", "13"], "--min-match: expected 1..12 (at most --max-match), got 13"),
+])
+def test_ngram_min_match_above_max_match_is_refused(argv, msg, capsys):
+    # the engine's rule (SpecConfig): 1 <= min-match <= max-match; it used to print an empty draft
+    assert main(["ngram", "--corpus", "1,2,3,1,2,3"] + argv) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"refsim ngram: error: {msg}\n"
 
 
 # --- what-if ---------------------------------------------------------------------------
@@ -106,6 +120,46 @@ def test_whatif_bad_input(tmp_path, capsys):
         ngram_whatif(read_token_file(path), 3, [1], [1])
     with pytest.raises(ConfigError, match=r"--draft: expected values in 1\.\.8, got 9"):
         ngram_whatif([1, 2, 3], 1, [9], [1])
+
+
+@pytest.mark.parametrize("content, msg", [
+    (b"1 2 99999999999999999999999\n", "toks.txt:1: '99999999999999999999999' is not a token id "
+                                       "(expected an integer 0..2147483647)"),
+    (b"1 2\n3 2147483648\n", "toks.txt:2: '2147483648' is not a token id"),
+    ("1 2 \u00b2\n".encode(), "toks.txt:1: '\u00b2' is not a token id"),   # '²'.isdigit() is True
+    (b"1 2 \xff 3\n", "toks.txt: not UTF-8 text (byte 0xff at offset 4); expected a text file "
+                       "of token ids separated by commas or whitespace"),
+    (b" , \n", "toks.txt: no token ids found; expected a text file"),
+])
+def test_whatif_token_file_errors_name_the_flag_and_file(tmp_path, capsys, content, msg):
+    # the 23-digit id used to raise OverflowError (np.asarray to int64), the bad byte a raw
+    # "'utf-8' codec can't decode" message
+    path = tmp_path / "toks.txt"
+    path.write_bytes(content)
+    assert main(["ngram-whatif", "--tokens", str(path), "--prompt-len", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("refsim ngram-whatif: error: --tokens ") and msg in err
+    assert err.count("\n") == 1
+
+
+def test_whatif_missing_token_file(tmp_path, capsys):
+    missing = tmp_path / "nope.txt"
+    assert main(["ngram-whatif", "--tokens", str(missing), "--prompt-len", "1"]) == 1
+    assert capsys.readouterr().err == (
+        f"refsim ngram-whatif: error: --tokens {missing}: no such file; expected a text file of "
+        f"token ids separated by commas or whitespace\n")
+    assert main(["ngram-whatif", "--tokens", str(tmp_path), "--prompt-len", "1"]) == 1
+    assert f"--tokens {tmp_path}: is a folder" in capsys.readouterr().err
+
+
+def test_whatif_huge_range_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "toks.txt"
+    path.write_text("1 2 3\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["ngram-whatif", "--tokens", str(path), "--prompt-len", "1",
+              "--draft", "1..100000000000"])
+    assert exc.value.code == 2
+    assert "--draft: expected at most 10000 values" in capsys.readouterr().err
 
 
 # --- spec flags ---------------------------------------------------------------------------
