@@ -26,7 +26,7 @@ def _token_ids(text: str) -> list[int]:
 
 
 def add_parser(sub) -> None:
-    from refsim.cli.common import add_spec_args, positive_float, positive_int
+    from refsim.cli.common import add_spec_args, nonneg_int, positive_int
     from refsim.forward.builtin import BUILTIN_CACHE_MB
     p = sub.add_parser(
         "run", help="generate with the reference forward pass and count expert-cache traffic",
@@ -38,16 +38,18 @@ def add_parser(sub) -> None:
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
     g.add_argument("--prompt-tokens", metavar="IDS", type=_token_ids, help="prompt token ids, e.g. 1,5,77")
     p.add_argument("-n", "--n-predict", type=positive_int, default=32, metavar="N",
-                   help="tokens to generate (default 32)")
-    p.add_argument("--cache-mb", type=positive_float, metavar="M",
+                   help="tokens to generate (default 32); prompt + N must fit the model's "
+                        "n_ctx_train")
+    p.add_argument("--cache-mb", metavar="M",
                    help=f"expert cache budget in MiB (2^20 bytes); default {BUILTIN_CACHE_MB:g} for the "
                         f"built-in model, else half of all expert bytes")
     p.add_argument("--numerics", choices=("exact", "ggml"), default="exact",
                    help="exact: float64-accumulated reference; ggml: llama.cpp CPU activation "
                         "quantisation (Q8_0/Q8_K)")
     add_spec_args(p)
-    p.add_argument("--ubatch", type=int, default=0, metavar="N",
-                   help="ubatch (default 0 = n_batch); must hold the verify batch (--draft + 1)")
+    p.add_argument("--ubatch", type=nonneg_int, default=0, metavar="N",
+                   help="ubatch (default 0 = n_batch); with --ngram or --mtp it must hold the "
+                        "verify batch (--draft + 1)")
     p.add_argument("--route-trace", metavar="OUT", help="write the run's route trace (route_trace v1)")
     p.add_argument("--csv", metavar="OUT", help="write the per-token metrics CSV (bmoe_metrics v2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -66,6 +68,7 @@ def _ids_text(model, ids, tokenizer=None) -> str:
 def run(args) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
+    from refsim.cli.common import check_output_path
     from refsim.forward import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
     from refsim.model import open_model
@@ -74,11 +77,18 @@ def run(args) -> int:
     from refsim.telemetry import MetricsPreamble, RunStats, summary_lines, write_metrics_csv
     from refsim.trace import TraceHeader
 
-    builtin = args.model is None
-    path = builtin_model_path() if builtin else args.model
-    if not builtin and not os.path.exists(path):
-        raise ConfigError(f"MODEL {path}: no such file")
+    # every flag and output path is checked before the model is built or opened
     config = SpecConfig.from_args(args)
+    if config.enabled and 0 < args.ubatch < config.draft_max + 1:
+        raise ConfigError(f"--ubatch: expected 0 (= n_batch) or >= --draft + 1 = "
+                          f"{config.draft_max + 1} (the verify batch), got {args.ubatch}")
+    budget = None if args.cache_mb is None else ExpertCache.mib_to_bytes(args.cache_mb)
+    check_output_path(args.route_trace, "--route-trace")
+    check_output_path(args.csv, "--csv")
+    builtin = args.model is None
+    if not builtin and not os.path.exists(args.model):
+        raise ConfigError(f"MODEL {args.model}: no such file")
+    path = builtin_model_path() if builtin else args.model
     t0 = time.perf_counter()
     model = open_model(path)
     if not model.spec.n_expert:
@@ -101,13 +111,17 @@ def run(args) -> int:
         text_in = "Hello world, this is a streaming test." if args.prompt is None else args.prompt
         tokenizer = Tokenizer.from_model(model)
         prompt = tokenizer.encode(text_in).tolist()
+    if len(prompt) + args.n_predict > spec.n_ctx_train:
+        room = spec.n_ctx_train - len(prompt)
+        fix = f"use -n <= {room}" if room >= 1 else "shorten the prompt"
+        raise ConfigError(f"-n {args.n_predict}: the prompt ({len(prompt)} tokens) + {args.n_predict} = "
+                          f"{len(prompt) + args.n_predict} tokens exceeds the model's n_ctx_train "
+                          f"{spec.n_ctx_train} (positions past it are outside what the model was "
+                          f"trained on); {fix}")
     expert_bytes = [model.expert_bytes(il) for il in range(target.n_layer)]  # + the MTP head with --mtp
-    if args.cache_mb is not None:
-        budget = ExpertCache.mib_to_bytes(args.cache_mb)
-    elif builtin:
-        budget = ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB)
-    else:
-        budget = sum(expert_bytes) * spec.n_expert // 2
+    if budget is None:  # no --cache-mb
+        budget = (ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB) if builtin
+                  else sum(expert_bytes) * spec.n_expert // 2)
     cache = ExpertCache(expert_bytes, spec.n_expert, budget)
     t1 = time.perf_counter()
     result = run_generation(target, source, prompt, args.n_predict, cache=cache,

@@ -114,3 +114,58 @@ def test_run_metrics_csv_preamble_names_the_model_and_the_flags(builtin_cache, c
                                "n_expert_used=4 ")
     assert " cache_mb=3 " in lines[3]
     assert lines[4].endswith("spec=ngram spec_draft_max=2 mtp_p_min=0 ngram_min_match=2")
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--cache-mb", "0"], "--cache-mb: expected a positive number of MiB, got '0'"),
+    (["--cache-mb", "lots"], "--cache-mb: expected a positive number of MiB, got 'lots'"),
+    (["--ngram", "--draft", "8", "--ubatch", "4"],
+     "--ubatch: expected 0 (= n_batch) or >= --draft + 1 = 9 (the verify batch), got 4"),
+    (["--ngram", "--ubatch", "3"], "--ubatch: expected 0 (= n_batch) or >= --draft + 1 = 4"),
+])
+def test_run_flag_errors_are_one_line_like_replay(builtin_cache, capsys, argv, msg):
+    # --cache-mb 0 was an argparse usage error (exit 2 + usage block); replay/sweep give exit 1
+    assert main(["run", "-n", "1"] + argv) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"refsim run: error: {msg}") and err.count("\n") == 1
+
+
+def test_run_rejects_a_negative_ubatch(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--ubatch", "-1"])
+    assert exc.value.code == 2
+    assert "--ubatch: expected an integer >= 0, got '-1'" in capsys.readouterr().err
+
+
+def test_run_checks_output_paths_before_generating(builtin_cache, capsys, tmp_path, monkeypatch):
+    import refsim.spec
+
+    def must_not_run(*a, **kw):
+        raise AssertionError("generation ran before the output paths were checked")
+
+    monkeypatch.setattr(refsim.spec, "run_generation", must_not_run)
+    ok = tmp_path / "ok.route.csv"
+    bad = tmp_path / "missing" / "m.csv"
+    assert main(["run", "-n", "2", "--route-trace", str(ok), "--csv", str(bad)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"refsim run: error: --csv {bad}: cannot write here: No such file or directory\n"
+    assert not ok.exists()
+    assert main(["run", "-n", "2", "--route-trace", str(tmp_path)]) == 1
+    assert f"--route-trace {tmp_path}: is a folder" in capsys.readouterr().err
+
+
+def test_run_refuses_to_generate_past_n_ctx_train(builtin_cache, capsys, monkeypatch):
+    import refsim.spec
+
+    def must_not_run(*a, **kw):
+        raise AssertionError("generation ran past n_ctx_train")
+
+    monkeypatch.setattr(refsim.spec, "run_generation", must_not_run)
+    prompt = ",".join(["1"] + ["70"] * 1019)                  # 1020 tokens; n_ctx_train 1024
+    assert main(["run", "-n", "50", "--prompt-tokens", prompt]) == 1
+    assert capsys.readouterr().err == (
+        "refsim run: error: -n 50: the prompt (1020 tokens) + 50 = 1070 tokens exceeds the model's "
+        "n_ctx_train 1024 (positions past it are outside what the model was trained on); "
+        "use -n <= 4\n")
+    assert main(["run", "-n", "1", "--prompt-tokens", ",".join(["70"] * 1024)]) == 1
+    assert capsys.readouterr().err.endswith("; shorten the prompt\n")
