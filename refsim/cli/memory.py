@@ -32,8 +32,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ram-mb", type=positive_float, default=None, metavar="R",
                    help="MiB available before the contexts are created (> 0); prints the auto budget")
     p.add_argument("--ubatch", type=nonneg_int, default=0,
-                   help="target ubatch (default 0 = --ctx); with speculation it must hold "
-                        "--draft + 1")
+                   help="target ubatch (default 0 = --ctx); with --ngram or --mtp it must "
+                        "hold the verify batch (--draft + 1)")
     p.add_argument("--dense-weights", choices=("mmap", "warm", "anon", "ahwb"), default="anon")
     p.add_argument("--cache-floor-mb", type=nonneg_float, default=1536.0, help="default 1536")
     p.add_argument("--cache-ceil-mb", type=nonneg_float, default=0.0, help="default 0 (no cap)")
