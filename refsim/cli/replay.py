@@ -6,8 +6,11 @@ import csv
 import json
 import sys
 
+import numpy as np
+
 from refsim import MIB
 from refsim.cache import ExpertCache
+from refsim.errors import ConfigError
 from refsim.fileio import atomic_path
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.trace import read_trace
@@ -68,14 +71,38 @@ def print_text(trace, report: ReplayReport) -> None:
     if report.residency_rows:
         print(f"residency: {report.residency_agree} of {report.residency_rows} rows agree with "
               f"the engine's record")
+        recorded = dict(h.extra).get("cache_mb")
+        if report.residency_agree < report.residency_rows and recorded is not None:
+            try:
+                same = float(recorded) * MIB == s.budget_bytes
+            except ValueError:
+                same = True
+            if not same:
+                print(f"  (the preamble says the trace was recorded at cache_mb={recorded}; at another "
+                      f"budget the residency is expected to differ)")
         for d in report.disagreements:
             print(f"  line {d.line}: step={d.step} layer={d.layer} slot={d.slot} "
                   f"expert={d.expert} recorded={d.recorded} replayed={d.replayed}")
+    silent = unrouted_layers(trace)
+    if silent:
+        print(f"note: layer(s) {', '.join(map(str, silent))} of the preamble route no row in the whole "
+              f"trace: an --mtp run's trace (the engine does not record the MTP head's draft routings), "
+              f"so this replay lacks the head's lookups and reads, and T counts the head's entries")
+
+
+def unrouted_layers(trace) -> list[int]:
+    """Layers of the preamble with no row in any event (the MTP head's layer of an ``--mtp`` trace)."""
+    seen = np.zeros(trace.header.n_layer, dtype=bool)
+    for ev in trace.events:
+        seen |= (ev.routes >= 0).any(axis=(0, 2))
+    return np.flatnonzero(~seen).tolist() if seen.any() else []
 
 
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
     trace = read_trace(args.trace)
+    if trace.n_rows == 0:
+        raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to replay)")
     report = replay_trace(trace, budget)
     if budget < report.summary.t_bytes:
         print(f"refsim replay: warning: budget {budget / MIB:.1f} MiB is below one token cycle "

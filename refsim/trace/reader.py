@@ -313,6 +313,8 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         bytes_list.append(chg)
         line_list.append(lines_arr)
 
+    _check_complete(path, events, line_list)
+    _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
     speculative = any(e.kind is DecodeKind.VERIFY for e in events)
     if not speculative and n_rows:
         keys = np.stack([turn, phase, step, layer, slot], axis=1)
@@ -335,6 +337,82 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     return RouteTrace(header=header, events=events, residency=res_list, charged_bytes=bytes_list,
                       line_numbers=line_list, path=path, has_dropped_column="dropped" in columns,
                       n_rows=n_rows, speculative=speculative)
+
+
+def _check_complete(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
+    """Every decode has its full set of rows (docs/trace-format.md, "Validation").
+
+    The format writes one row per routed slot, dropped slots included, so a routed (position,
+    layer) has all ``n_expert_used`` slots, and every position of a decode is routed in every
+    layer the trace routes at all (``L``, the union over its decodes; an ``--mtp`` trace omits the
+    head's layer everywhere). The one exception is llama.cpp's last-layer rule: a prefill chunk
+    routes its last layer of ``L`` for the prompt's final position only (or none). A file cut at a
+    row boundary, or with rows deleted, breaks one of these; without the check it would replay
+    to plausible but wrong counters.
+    """
+    routed_layers = np.zeros(0, dtype=np.int64)
+    for ev in events:
+        routed_layers = np.union1d(routed_layers, np.flatnonzero((ev.routes >= 0).any(axis=(0, 2))))
+    if routed_layers.size == 0:
+        return
+    last = int(routed_layers[-1])
+    for ev, ln in zip(events, lines):
+        present = ev.routes >= 0                                   # [n_pos, n_layer, k]
+        some = present.any(axis=2)
+        partial = some & ~present.all(axis=2)
+        if partial.any():
+            p, il = (int(v[0]) for v in np.nonzero(partial))
+            row = int(ln[p, il][present[p, il]].min())
+            have = np.flatnonzero(present[p, il]).tolist()
+            raise TraceFormatError(
+                f"{path}:{row}: layer {il} at step {int(ev.positions[p])} has rows for slots {have} "
+                f"only; expected all {present.shape[2]} slots (one row per routed slot; a deleted "
+                f"row or a truncated file?)")
+        need = routed_layers if ev.phase == 1 else routed_layers[routed_layers != last]
+        missing = ~some[:, need]
+        if missing.any():
+            p, j = (int(v[0]) for v in np.nonzero(missing))
+            first = int(ln[present].min())
+            raise TraceFormatError(
+                f"{path}:{first}: the {'decode' if ev.phase == 1 else 'prefill'} starting here has "
+                f"no rows for layer {int(need[j])} at step {int(ev.positions[p])}; expected every "
+                f"position in every layer the trace routes ({_span(routed_layers)}) (a file cut "
+                f"at a row boundary, or rows deleted?)")
+
+
+def _span(layers: np.ndarray) -> str:
+    lo, hi = int(layers[0]), int(layers[-1])
+    return f"layers {lo}..{hi}" if layers.size == hi - lo + 1 else f"layers {layers.tolist()}"
+
+
+def _check_charged(path: str, expert_bytes: np.ndarray, events: list[DecodeEvent],
+                   residency: list[np.ndarray], charged: list[np.ndarray],
+                   lines: list[np.ndarray]) -> None:
+    """The ``expert_bytes`` column is the preamble's entry size on the first miss row of an expert
+    in its layer batch and 0 on every other row (hits, repeats, dropped slots), bytes
+    (bmoe-engine.md §4, route trace; docs/trace-format.md)."""
+    for ev, res, chg, ln in zip(events, residency, charged, lines):
+        n_pos, n_layer, k = ev.routes.shape
+        lm = lambda a: a.transpose(1, 0, 2).reshape(-1)      # noqa: E731 - layer-major batch order
+        r, c, rs, rows = lm(ev.routes).astype(np.int64), lm(chg), lm(res), lm(ln)
+        layer = np.repeat(np.arange(n_layer), n_pos * k)
+        routed = r >= 0
+        looked_up = routed if ev.dropped is None else routed & ~lm(ev.dropped)
+        miss = (rs == 0) & looked_up
+        key = np.where(looked_up, layer * (int(r.max(initial=0)) + 1) + r, -1)
+        ids, first = np.unique(key, return_index=True)
+        first_miss = np.zeros(r.size, dtype=bool)
+        first = first[ids >= 0]
+        first_miss[first] = miss[first]
+        want = np.where(first_miss, expert_bytes[layer], 0)
+        bad = routed & (c != want)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            why = (f"layer {int(layer[j])}'s expert_bytes in the preamble, charged on the first miss "
+                   f"row of an expert in its layer batch" if first_miss[j] else
+                   "a hit, a repeat of the expert in its layer batch, or a dropped slot")
+            raise TraceFormatError(f"{path}:{int(rows[j])}: column 'expert_bytes' is {int(c[j])}, "
+                                   f"expected {int(want[j])} ({why})")
 
 
 def _infer_accepted(events: list[DecodeEvent]) -> None:

@@ -29,7 +29,8 @@ def test_good_file_reads(tmp_path):
 
 def test_ten_column_file_with_dropped(tmp_path):
     head = HEAD.replace("expert_bytes\n", "expert_bytes,dropped\n")
-    rows = "".join(r[:-1] + (",1\n" if i == 1 else ",0\n") for i, r in enumerate(ROWS.splitlines(True)))
+    rows = "".join((r[:-3] + ",0,1\n") if i == 1 else r[:-1] + ",0\n"   # a dropped slot charges 0
+                   for i, r in enumerate(ROWS.splitlines(True)))
     tr = read_trace(write(tmp_path, head + rows))
     assert tr.has_dropped_column
     assert tr.events[0].dropped[0, 0].tolist() == [False, True]
@@ -87,10 +88,59 @@ def test_duplicates_are_allowed_in_speculative_traces(tmp_path):
     for layer, ids in ((0, (1, 2)), (1, (3, 0))):
         for step in (5, 6):
             for slot in (0, 1):
-                rows.append(f"0,1,{step},{layer},{slot},{ids[slot]},0.5,0,0\n")
+                charged = (8, 4)[layer] if step == 5 else 0          # first miss row of the batch
+                rows.append(f"0,1,{step},{layer},{slot},{ids[slot]},0.5,0,{charged}\n")
     for layer, ids in ((0, (1, 2)), (1, (3, 0))):
         for slot in (0, 1):
             rows.append(f"0,1,6,{layer},{slot},{ids[slot]},0.5,1,0\n")
     tr = read_trace(write(tmp_path, HEAD + "".join(rows)))
     assert [e.kind.name for e in tr.events] == ["VERIFY", "PLAIN"]
     assert tr.events[0].positions.tolist() == [5, 6] and tr.events[0].accepted == 0
+
+
+# --- completeness and the expert_bytes column (a damaged file must not replay to numbers) -----
+
+TWO = ROWS + ("0,1,6,0,0,1,0.5,1,0\n"          # a second decode, all hits
+              "0,1,6,0,1,2,0.5,1,0\n"
+              "0,1,6,1,0,3,0.5,1,0\n"
+              "0,1,6,1,1,0,0.5,1,0\n")
+
+
+def test_two_decodes_read(tmp_path):
+    assert len(read_trace(write(tmp_path, HEAD + TWO)).events) == 2
+
+
+def test_deleted_row_is_named(tmp_path):
+    lines = TWO.splitlines(True)
+    with pytest.raises(TraceFormatError, match=r"bad.route.csv:12: layer 1 at step 6 has rows for slots \[0\] "
+                                               r"only; expected all 2 slots"):
+        read_trace(write(tmp_path, HEAD + "".join(lines[:7])))          # cut inside a layer
+
+
+def test_file_cut_at_a_layer_boundary_is_named(tmp_path):
+    lines = TWO.splitlines(True)
+    with pytest.raises(TraceFormatError, match=r"bad.route.csv:10: the decode starting here has no rows for "
+                                               r"layer 1 at step 6; expected every position in every layer "
+                                               r"the trace routes \(layers 0..1\)"):
+        read_trace(write(tmp_path, HEAD + "".join(lines[:6])))
+
+
+def test_prefill_last_layer_routes_the_final_position_only(tmp_path):
+    # llama.cpp's last-layer rule: layer 1 (the last) routes step 1 only; a decode follows
+    pre = ("0,0,0,0,0,1,0.5,0,8\n0,0,0,0,1,2,0.5,0,8\n0,0,1,0,0,1,0.5,0,0\n0,0,1,0,1,3,0.5,0,8\n"
+           "0,0,1,1,0,3,0.5,0,4\n0,0,1,1,1,0,0.5,0,4\n")
+    tr = read_trace(write(tmp_path, HEAD + pre + TWO.replace("0,1,5,", "0,1,2,").replace("0,1,6,", "0,1,3,")))
+    assert tr.events[0].routes[0, 1].tolist() == [-1, -1] and len(tr.events) == 3
+
+
+@pytest.mark.parametrize("row, value, want", [
+    (6, "12345", r"bad.route.csv:6: column 'expert_bytes' is 12345, expected 8 \(layer 0's expert_bytes"),
+    (10, "4", r"bad.route.csv:10: column 'expert_bytes' is 4, expected 0 \(a hit, a repeat"),
+])
+def test_expert_bytes_column_is_checked_against_the_preamble(tmp_path, row, value, want):
+    lines = (HEAD + TWO).splitlines(True)
+    f = lines[row - 1].rstrip("\n").split(",")
+    f[-1] = value
+    lines[row - 1] = ",".join(f) + "\n"
+    with pytest.raises(TraceFormatError, match=want):
+        read_trace(write(tmp_path, "".join(lines)))

@@ -1,0 +1,40 @@
+"""``refsim replay`` says what its numbers can and cannot mean: another budget than the recorded
+one, an --mtp trace without the head's draft routings, a trace without rows."""
+
+from pathlib import Path
+
+from refsim.cli import main
+
+DEMO = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+
+
+def test_recorded_budget_is_named_when_residency_differs(capsys):
+    assert main(["replay", str(DEMO), "--cache-mb", "256"]) == 0      # the recorded budget
+    out = capsys.readouterr().out
+    assert "2612 of 2612 rows agree" in out and "recorded at" not in out
+    assert main(["replay", str(DEMO), "--cache-mb", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "2156 of 2612 rows agree" in out
+    assert "the preamble says the trace was recorded at cache_mb=256" in out
+
+
+def test_a_layer_without_rows_is_named_as_the_mtp_head(tmp_path, capsys):
+    # the demo trace with a 9th preamble layer that no row routes: what an --mtp run writes
+    text = DEMO.read_text().split("\n")
+    text[1] = text[1].replace("n_layer=8", "n_layer=9")
+    last = max(i for i, line in enumerate(text) if line.startswith("# layer="))
+    text.insert(last + 1, "# layer=8 expert_bytes=1000 dense_bytes=0")
+    p = tmp_path / "mtp.route.csv"
+    p.write_text("\n".join(text))
+    assert main(["replay", str(p), "--cache-mb", "256"]) == 0
+    assert "note: layer(s) 8 of the preamble route no row in the whole trace: an --mtp run's trace" \
+        in capsys.readouterr().out
+
+
+def test_preamble_only_trace_is_an_error(tmp_path, capsys):
+    lines = DEMO.read_text().split("\n")
+    head = lines[:next(i for i, line in enumerate(lines) if line.startswith("turn,")) + 1]
+    p = tmp_path / "empty.route.csv"
+    p.write_text("\n".join(head) + "\n")
+    assert main(["replay", str(p), "--cache-mb", "256"]) == 1
+    assert "the trace has a preamble but no rows (nothing to replay)" in capsys.readouterr().err
