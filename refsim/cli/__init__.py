@@ -19,6 +19,15 @@ from refsim.errors import RefsimError
 COMMANDS = ["replay", "sweep", "union", "inspect", "synth", "run", "ngram", "ngram_whatif", "memory"]
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), or ``unknown`` when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("refsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def make_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every available subcommand."""
     parser = argparse.ArgumentParser(
@@ -26,6 +35,7 @@ def make_parser() -> argparse.ArgumentParser:
         description="Reference simulator of the streamed-MoE speculative decoding loop.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    parser.add_argument("--version", action="version", version=f"refsim {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:

@@ -38,3 +38,4 @@ def test_preamble_only_trace_is_an_error(tmp_path, capsys):
     p.write_text("\n".join(head) + "\n")
     assert main(["replay", str(p), "--cache-mb", "256"]) == 1
     assert "the trace has a preamble but no rows (nothing to replay)" in capsys.readouterr().err
+
