@@ -39,15 +39,8 @@ def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".t
     ConfigError
         If the destination's folder cannot be written (names ``what`` and the path).
     """
+    tmp = _temp_beside(os.fspath(path), what, suffix)
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise ConfigError(f"{what} {path}: is a folder; expected a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=suffix, dir=folder)
-    except OSError as exc:
-        raise ConfigError(f"{what} {path}: cannot write here: {exc.strerror}") from None
-    os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
@@ -58,6 +51,37 @@ def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".t
         except OSError:
             pass
         raise
+
+
+def _temp_beside(path: str, what: str, suffix: str) -> str:
+    """Create an empty temporary file in ``path``'s folder and return its name; ConfigError naming
+    ``what`` and ``path`` if ``path`` is a folder or its folder cannot be written."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{what} {path}: is a folder; expected a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=suffix, dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write here: {exc.strerror}") from None
+    os.close(fd)
+    return tmp
+
+
+def check_writable(path: str | os.PathLike | None, what: str = "output") -> None:
+    """Fail now, before any work, if :func:`atomic_path` would later refuse ``path``.
+
+    A command calls it for every output flag before computing, so that a bad ``--csv`` costs
+    nothing and no other output is written. ``None`` (flag not given) passes.
+
+    Raises
+    ------
+    ConfigError
+        The messages of :func:`atomic_path`: ``"<what> <path>: is a folder; expected a file name"``
+        or ``"<what> <path>: cannot write here: <reason>"``.
+    """
+    if path is None:
+        return
+    os.unlink(_temp_beside(os.fspath(path), what, ".check"))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, what: str = "output") -> None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import tempfile
 
-from refsim.errors import ConfigError
+from refsim.fileio import check_writable
 
 
 def positive_float(text: str) -> float:
@@ -106,27 +104,14 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
 
 
 def check_output_path(path: str | None, flag: str) -> None:
-    """Fail before any work if ``path`` (the value of output flag ``flag``) cannot be written.
-
-    The same checks :func:`refsim.fileio.atomic_path` makes when the file is finally written
-    (not a folder; a temporary file can be created in its folder, i.e. the folder exists and is
-    writable), made up front so that a bad ``--csv``/``--plot``/``--route-trace`` costs nothing
-    and no other output of the command is written. ``None`` (flag not given) passes.
+    """Fail before any work if output flag ``flag``'s ``path`` cannot be written
+    (:func:`refsim.fileio.check_writable`: the checks :func:`refsim.fileio.atomic_path` makes when
+    the file is finally written). ``None`` (flag not given) passes.
 
     Raises
     ------
     ConfigError
         ``"<flag> <path>: is a folder; expected a file name"`` or ``"<flag> <path>: cannot
-        write here: <reason>"`` (the messages of ``atomic_path``).
+        write here: <reason>"``.
     """
-    if path is None:
-        return
-    if os.path.isdir(path):
-        raise ConfigError(f"{flag} {path}: is a folder; expected a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=".check", dir=folder)
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot write here: {exc.strerror}") from None
-    os.close(fd)
-    os.unlink(tmp)
+    check_writable(path, flag)
