@@ -223,6 +223,50 @@ def _vector(model: Model, name: str, n: int) -> np.ndarray:
     return np.ascontiguousarray(model.dequantize(name).reshape(-1), dtype=np.float32)
 
 
+def build_layers(model: Model, layer_cls, matrix, vector) -> tuple:
+    """Every block's tensors (llama.cpp src/models/gemma3.cpp names), in the form a numerics wants.
+
+    Parameters
+    ----------
+    model : refsim.model.Model
+    layer_cls : type
+        Built with the fields of :class:`LayerWeights` (the ``llamacpp`` numerics have their own).
+    matrix : callable ``(model, name, n_in, n_out) -> weight``
+        Loads a ``[n_in -> n_out]`` projection (float32 here, quantized codes in ``llamacpp``).
+    vector : callable ``(model, name, n) -> (n,) float32 ndarray``
+        Loads a norm weight.
+
+    Returns
+    -------
+    tuple of ``layer_cls``, one per layer; local (sliding-window) layers get the window and the
+    ``rope.freq_base_swa`` base, global ones window 0 and ``rope.freq_base`` (:func:`is_local`).
+    """
+    s = model.spec
+    D, H, KV, hd, F = s.n_embd, s.n_head, s.n_head_kv, s.head_dim_k, s.n_ff
+    base_swa = float(np.asarray(model.metadata.get(ROPE_FREQ_BASE_SWA_KEY, ROPE_FREQ_BASE_SWA)).reshape(-1)[0])
+    layers = []
+    for il in range(s.n_layer):
+        b = f"blk.{il}."
+        local = is_local(il)
+        layers.append(layer_cls(
+            attn_norm=vector(model, b + "attn_norm.weight", D),
+            attn_q=matrix(model, b + "attn_q.weight", D, H * hd),
+            attn_k=matrix(model, b + "attn_k.weight", D, KV * hd),
+            attn_v=matrix(model, b + "attn_v.weight", D, KV * hd),
+            attn_output=matrix(model, b + "attn_output.weight", H * hd, D),
+            attn_q_norm=vector(model, b + "attn_q_norm.weight", hd),
+            attn_k_norm=vector(model, b + "attn_k_norm.weight", hd),
+            post_attention_norm=vector(model, b + "post_attention_norm.weight", D),
+            ffn_norm=vector(model, b + "ffn_norm.weight", D),
+            ffn_gate=matrix(model, b + "ffn_gate.weight", D, F),
+            ffn_up=matrix(model, b + "ffn_up.weight", D, F),
+            ffn_down=matrix(model, b + "ffn_down.weight", F, D),
+            post_ffw_norm=vector(model, b + "post_ffw_norm.weight", D),
+            window=s.sliding_window if local else 0,
+            rope_base=base_swa if local else s.rope_freq_base))
+    return tuple(layers)
+
+
 def load_weights(model: Model, numerics: str = "exact"):
     """Collect the weights of a gemma3 model (block matrices dequantized, ``token_embd`` mapped).
 
@@ -263,32 +307,10 @@ def load_weights(model: Model, numerics: str = "exact"):
                                f"not implemented")
     if "output.weight" in model.tensors:
         raise ModelFormatError(f"{model.path}: gemma3 with an untied output.weight is not supported")
-    D, H, KV, hd, F = s.n_embd, s.n_head, s.n_head_kv, s.head_dim_k, s.n_ff
-    md = model.metadata
-    base_swa = float(np.asarray(md.get(ROPE_FREQ_BASE_SWA_KEY, ROPE_FREQ_BASE_SWA)).reshape(-1)[0])
-    layers = []
-    for il in range(s.n_layer):
-        b = f"blk.{il}."
-        local = is_local(il)
-        layers.append(LayerWeights(
-            attn_norm=_vector(model, b + "attn_norm.weight", D),
-            attn_q=_dense(model, b + "attn_q.weight", D, H * hd),
-            attn_k=_dense(model, b + "attn_k.weight", D, KV * hd),
-            attn_v=_dense(model, b + "attn_v.weight", D, KV * hd),
-            attn_output=_dense(model, b + "attn_output.weight", H * hd, D),
-            attn_q_norm=_vector(model, b + "attn_q_norm.weight", hd),
-            attn_k_norm=_vector(model, b + "attn_k_norm.weight", hd),
-            post_attention_norm=_vector(model, b + "post_attention_norm.weight", D),
-            ffn_norm=_vector(model, b + "ffn_norm.weight", D),
-            ffn_gate=_dense(model, b + "ffn_gate.weight", D, F),
-            ffn_up=_dense(model, b + "ffn_up.weight", D, F),
-            ffn_down=_dense(model, b + "ffn_down.weight", F, D),
-            post_ffw_norm=_vector(model, b + "post_ffw_norm.weight", D),
-            window=s.sliding_window if local else 0,
-            rope_base=base_swa if local else s.rope_freq_base))
-    return Weights(spec=s, token_embd=_qweight(model, "token_embd.weight", D, s.n_vocab),
-                   output_norm=_vector(model, "output_norm.weight", D), layers=tuple(layers),
-                   embd_scale=np.float32(np.sqrt(np.float32(D))))
+    layers = build_layers(model, LayerWeights, _dense, _vector)
+    return Weights(spec=s, token_embd=_qweight(model, "token_embd.weight", s.n_embd, s.n_vocab),
+                   output_norm=_vector(model, "output_norm.weight", s.n_embd), layers=layers,
+                   embd_scale=np.float32(np.sqrt(np.float32(s.n_embd))))
 
 
 def new_state(spec: ModelSpec, capacity: int = 256, kv_type: str = "f32") -> KVCache:

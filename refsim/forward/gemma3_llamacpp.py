@@ -50,7 +50,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from refsim.errors import ConfigError, ModelFormatError
-from refsim.forward.gemma3 import ROPE_FREQ_BASE_SWA, ROPE_FREQ_BASE_SWA_KEY, is_local
+from refsim.forward.gemma3 import build_layers
 from refsim.forward.kv import KVCache
 from refsim.forward.layers import decode_inputs, logit_margin
 from refsim.forward.result import DecodeResult
@@ -210,33 +210,12 @@ def load_weights(model: Model) -> Weights:
     te = model.tensor("token_embd.weight")
     if int(te.ggml_type) != Q.Q8_0 or tuple(te.shape_gguf) != (s.n_embd, s.n_vocab):
         raise ModelFormatError(f"{model.path}: llamacpp numerics need a Q8_0 token_embd [{s.n_embd}, {s.n_vocab}]")
-    D, H, KV, hd, F = s.n_embd, s.n_head, s.n_head_kv, s.head_dim_k, s.n_ff
-    base_swa = float(np.asarray(model.metadata.get(ROPE_FREQ_BASE_SWA_KEY, ROPE_FREQ_BASE_SWA)).reshape(-1)[0])
-    layers = []
-    for il in range(s.n_layer):
-        b = f"blk.{il}."
-        local = is_local(il)
-        layers.append(LayerWeights(
-            attn_norm=_vector(model, b + "attn_norm.weight", D),
-            attn_q=_unpack(model, b + "attn_q.weight", D, H * hd),
-            attn_k=_unpack(model, b + "attn_k.weight", D, KV * hd),
-            attn_v=_unpack(model, b + "attn_v.weight", D, KV * hd),
-            attn_output=_unpack(model, b + "attn_output.weight", H * hd, D),
-            attn_q_norm=_vector(model, b + "attn_q_norm.weight", hd),
-            attn_k_norm=_vector(model, b + "attn_k_norm.weight", hd),
-            post_attention_norm=_vector(model, b + "post_attention_norm.weight", D),
-            ffn_norm=_vector(model, b + "ffn_norm.weight", D),
-            ffn_gate=_unpack(model, b + "ffn_gate.weight", D, F),
-            ffn_up=_unpack(model, b + "ffn_up.weight", D, F),
-            ffn_down=_unpack(model, b + "ffn_down.weight", F, D),
-            post_ffw_norm=_vector(model, b + "post_ffw_norm.weight", D),
-            window=s.sliding_window if local else 0,
-            rope_base=base_swa if local else s.rope_freq_base))
+    layers = build_layers(model, LayerWeights, _unpack, _vector)
     te_raw = model.raw("token_embd.weight")
     output = Q0Weight(*K.interleave_q0(*K.q8_0_codes(te_raw, F16_TO_F32)), s.n_vocab)
     return Weights(spec=s, token_embd=te_raw, output=output,
-                   output_norm=_vector(model, "output_norm.weight", D), layers=tuple(layers),
-                   embd_scale=np.float32(np.sqrt(np.float32(D))), eps=np.float32(s.rms_eps))
+                   output_norm=_vector(model, "output_norm.weight", s.n_embd), layers=layers,
+                   embd_scale=np.float32(np.sqrt(np.float32(s.n_embd))), eps=np.float32(s.rms_eps))
 
 
 class LlamaKVCache(KVCache):
