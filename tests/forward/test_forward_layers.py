@@ -14,6 +14,24 @@ from refsim.kernels import dequantize_rows
 EXACT, GGML = Numerics("exact"), Numerics("ggml")
 
 
+def random_qweight(rng, t, rows, cols):
+    """A ``[cols -> rows]`` QWeight of type ``t`` with random codes and small positive f16 scales
+    (random bytes there would make inf/nan scales); F32 weights are normal draws."""
+    from refsim.kernels import KERNELS
+    from refsim.testing.strategies import QUANT_SCALE_FIELDS
+    if t == Q.F32:
+        return QWeight(rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint8), int(t), cols)
+    raw = rng.integers(0, 256, (rows, KERNELS[t].row_bytes(cols)), dtype=np.uint8)
+    size, offs = QUANT_SCALE_FIELDS[int(t)]
+    blocks = raw.reshape(rows, -1, size)
+    for o in offs:
+        blocks[..., o:o + 2] = (rng.uniform(0.5, 1, blocks.shape[:2]) * 2.0 ** -6).astype(np.float16).view(
+            np.uint8).reshape(*blocks.shape[:2], 2)
+    if t == Q.MXFP4:
+        blocks[..., 0] = rng.integers(118, 126, blocks.shape[:2])
+    return QWeight(raw, int(t), cols)
+
+
 def test_numerics_rejects_unknown_mode():
     with pytest.raises(ConfigError, match="--numerics"):
         Numerics("fast")
@@ -317,21 +335,9 @@ def test_fused_one_position_moe_is_bit_identical_to_the_unfused_path(types, tie)
 @pytest.mark.parametrize("tie", ["even", "up"])
 def test_fused_one_position_qkv_is_bit_identical_to_the_unfused_blocks(types, tie):
     from refsim.forward.layers import qkv_one
-    from refsim.kernels import KERNELS
-    from refsim.testing.strategies import QUANT_SCALE_FIELDS
     rng = np.random.default_rng(7 + sum(int(t) for t in types))
     n_embd, H, KV, hd = 512, 4, 2, 64
-    ws = []
-    for t, rows in zip(types, (H * hd, KV * hd, KV * hd)):
-        raw = rng.integers(0, 256, (rows, KERNELS[t].row_bytes(n_embd)), dtype=np.uint8)
-        size, offs = QUANT_SCALE_FIELDS[int(t)]
-        blocks = raw.reshape(rows, -1, size)
-        for o in offs:
-            blocks[..., o:o + 2] = (rng.uniform(0.5, 1, blocks.shape[:2]) * 2.0 ** -6).astype(np.float16).view(
-                np.uint8).reshape(*blocks.shape[:2], 2)
-        if t == Q.MXFP4:
-            blocks[..., 0] = rng.integers(118, 126, blocks.shape[:2])
-        ws.append(QWeight(raw, int(t), n_embd))
+    ws = [random_qweight(rng, t, rows, n_embd) for t, rows in zip(types, (H * hd, KV * hd, KV * hd))]
     norms = [rng.uniform(0.5, 1.5, n).astype(np.float32) for n in (n_embd, hd, hd)]
     num = Numerics("ggml", tie)
     eps = 1e-6
@@ -355,24 +361,10 @@ def test_fused_one_position_attention_and_routing_are_bit_identical_to_the_unfus
     # ggml mode, one position: attn_route_one (attention, wo, residual, ffn_norm, router, top-k in one call,
     # heads and rows split over threads) gives the blocks' own bits
     from refsim.forward.layers import attn_route_one, route_topk
-    from refsim.kernels import KERNELS
-    from refsim.testing.strategies import QUANT_SCALE_FIELDS
     rng = np.random.default_rng(int(wo_type) * 100 + int(router_type))
     n_embd, H, KV, hd, n_expert, k = 512, 4, 2, 64, 21, 3
 
-    def weight(t, rows, cols):
-        if t == Q.F32:
-            return QWeight(rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint8), int(t), cols)
-        raw = rng.integers(0, 256, (rows, KERNELS[t].row_bytes(cols)), dtype=np.uint8)
-        size, offs = QUANT_SCALE_FIELDS[int(t)]
-        blocks = raw.reshape(rows, -1, size)
-        for o in offs:
-            blocks[..., o:o + 2] = (rng.uniform(0.5, 1, blocks.shape[:2]) * 2.0 ** -6).astype(np.float16).view(
-                np.uint8).reshape(*blocks.shape[:2], 2)
-        if t == Q.MXFP4:
-            blocks[..., 0] = rng.integers(118, 126, blocks.shape[:2])
-        return QWeight(raw, int(t), cols)
-    wo, router = weight(wo_type, n_embd, H * hd), weight(router_type, n_expert, n_embd)
+    wo, router = random_qweight(rng, wo_type, n_embd, H * hd), random_qweight(rng, router_type, n_expert, n_embd)
     ffn_norm = rng.uniform(0.5, 1.5, n_embd).astype(np.float32)
     num = Numerics("ggml", tie)
     for n_kv in (1, 6, 37):
