@@ -86,21 +86,6 @@ def test_plot_is_written(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".plot-")]
 
 
-def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys, monkeypatch):
-    real_import = builtins.__import__
-
-    def no_mpl(name, *a, **kw):
-        if name == "matplotlib" or name.startswith("matplotlib."):
-            raise ImportError(name)
-        return real_import(name, *a, **kw)
-
-    monkeypatch.setattr(builtins, "__import__", no_mpl)
-    trace = write_demo_trace(tmp_path)
-    assert main(["sweep", str(trace), "--cache-mb", "4", "--plot",
-                 str(tmp_path / "x.png")]) == 1
-    assert "pip install 'refsim[plot]'" in capsys.readouterr().err
-
-
 def test_budgets_print_as_given_in_the_table_and_the_csv(tmp_path, capsys):
     # the engine's %.0f printed 100.4 and 100.6 as "100" and "101" and 0.001 as "0"
     from refsim.studies.sweep import format_budget
