@@ -153,6 +153,7 @@ def run(args) -> int:
         "budget_bytes": budget, "t_bytes": t_bytes,
         "sim_tok_per_s": decode_tps, "sim_total_tok_per_s": sim_tps,
         "min_margin": getattr(target, "inner", target).min_margin, "load_s": load_s, "wall_s": wall_s,
+        "cache": summary.as_dict(),      # every counter, as `refsim replay --json` prints them
     }
     if args.json:
         print(json.dumps(out))
@@ -171,9 +172,15 @@ def run(args) -> int:
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)
+    head = ", the MTP head's draft lookups" if config.spec == "mtp" else ""
     print(f"cache: budget {budget / MIB:.2f} MiB, T (one token cycle) {t_bytes / MIB:.2f} MiB; "
-          f"{summary.hit_pct_cum:.1f}% hit cumulative, {summary.hit_pct_decode:.1f}% decode-only, "
-          f"{summary.mib_per_token:.3f} MiB/token")
+          f"{summary.hit_pct_cum:.1f}% hit cumulative (prefill{head} included), "
+          f"{summary.hit_pct_decode:.1f}% decode-only (the target's decodes), "
+          f"{summary.mib_per_token:.3f} MiB/token (decode reads / generated tokens)")
+    draft = f", MTP head {summary.draft_read_bytes / MIB:.2f}" if config.spec == "mtp" else ""
+    print(f"cache: {summary.lookups} lookups, {summary.hits} hits; read {summary.read_mib:.2f} MiB in all "
+          f"(prefill {summary.prefill_read_bytes / MIB:.2f}, decode {summary.decode_read_mib:.2f}{draft}); "
+          f"{summary.evictions} evictions, {summary.rereads} re-reads")
     print(f"simulator: {decode_tps:.2f} tok/s decode ({stats.decodes} decodes), "
           f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin "
           f"{getattr(target, 'inner', target).min_margin:.4g}")

@@ -59,6 +59,9 @@ def test_run_json_and_trace_replays_to_the_same_counters(builtin_cache, capsys, 
     assert rep["read_mib"] == run["read_mib"]
     assert rep["mib_per_token"] == run["mib_per_token"]
     assert rep["residency_rows"] > 0 and rep["residency_agree"] == rep["residency_rows"]
+    # run --json carries every cache counter under "cache", equal to the replay's, key for key
+    assert {k: rep[k] for k in run["cache"]} == run["cache"]
+    assert run["cache"]["lookups"] == run["cache"]["prefill_lookups"] + run["cache"]["decode_lookups"]
     assert csv.read_text().startswith("# bmoe_metrics")
     # the last-layer rule as the engine's traces show it: the prefill routes the last layer only
     # for the last prompt position; every decode routes every layer
