@@ -184,41 +184,46 @@ def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
     with ``KIND_LRU`` and as :class:`~refsim.cache.ExpertCache`), O(1) per occurrence.
 
     The recency order is kept as a log of occurrences (occurrence i writes its key at
-    ``log[i]`` and the key's stamp becomes i); an entry of the log is live while its key is
-    resident and still carries that stamp. The least recent resident key is the first live
-    entry from the front, so eviction advances a front pointer; nothing is ever unlinked.
+    ``log[i]`` = ``keys[i]`` and the key's stamp becomes i); an entry of the log is live while
+    its key is resident and still carries that stamp. The least recent resident key is the first
+    live entry from the front, so eviction advances a front pointer; nothing is ever unlinked.
+    The stamp also answers both batch questions: an occurrence is the key's first in batch ``b``
+    (a lookup) iff the key's stamp is below the batch's first occurrence index, and a live entry
+    belongs to the batch (protected) iff its stamp is at or above it. The lookup loop is
+    branch-free (hit/miss outcomes are data-dependent and would defeat the branch predictor).
     """
     n_keys = expert_bytes.size * n_expert
-    resident = np.zeros(n_keys, dtype=np.bool_)
-    touched = np.full(n_keys, -1, dtype=np.int64)
+    resident = np.zeros(n_keys, dtype=np.int64)          # 0/1
     stamp = np.full(n_keys, -1, dtype=np.int64)
     front = 0
     res_bytes = 0
     for b in range(batch_layer.size):
         kd = batch_kind[b]
         eb = expert_bytes[batch_layer[b]]
+        lo = batch_start[b]
         hi = batch_start[b + 1]
-        for i in range(batch_start[b], hi):
+        n_look = 0
+        n_hit = 0
+        for i in range(lo, hi):
             key = keys[i]
-            if touched[key] != b:
-                touched[key] = b
-                out[kd] += 1
-                if resident[key]:
-                    out[OUT_HITS + kd] += 1
-                else:
-                    resident[key] = True
-                    res_bytes += eb
-                    out[OUT_READ + kd] += eb
+            first = np.int64(stamp[key] < lo)              # first occurrence in the batch
+            n_look += first
+            n_hit += first & resident[key]
+            resident[key] = 1
             stamp[key] = i
+        miss_bytes = (n_look - n_hit) * eb
+        out[kd] += n_look
+        out[OUT_HITS + kd] += n_hit
+        out[OUT_READ + kd] += miss_bytes
+        res_bytes += miss_bytes
         while res_bytes > budget_bytes and front < hi:
             key = keys[front]
-            if stamp[key] != front or not resident[key]:
-                front += 1                         # a stale log entry
-                continue
-            if touched[key] == b:
-                break                              # the tail is the batch's own: stop
-            resident[key] = False
-            res_bytes -= expert_bytes[key // n_expert]
-            out[OUT_EVICT] += 1
+            s = stamp[key]
+            if s == front and resident[key] == 1:          # a live entry: the least recent
+                if s >= lo:
+                    break                                  # the tail is the batch's own: stop
+                resident[key] = 0
+                res_bytes -= expert_bytes[key // n_expert]
+                out[OUT_EVICT] += 1
             front += 1
     out[OUT_RESIDENT] = res_bytes
