@@ -115,3 +115,24 @@ def check_output_path(path: str | None, flag: str) -> None:
         write here: <reason>"``.
     """
     check_writable(path, flag)
+
+
+def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
+    """Warn on stderr (once) when budgets are below one token cycle T (bytes).
+
+    Below T a global LRU evicts, within one token, entries the next layers need, so the hit rate
+    collapses toward 0 (docs/cache-studies.md): a number the user may not expect. ``cmd`` names
+    the subcommand in the message.
+    """
+    import sys
+
+    from refsim import MIB
+    low = sorted({b for b in budgets_bytes if b < t_bytes})
+    if not low:
+        return
+    shown = ", ".join(f"{b / MIB:g}" for b in low[:5]) + (", ..." if len(low) > 5 else "")
+    what = f"budget {shown} MiB is" if len(low) == 1 else f"budgets {shown} MiB are"
+    print(f"refsim {cmd}: warning: {what} below one token cycle "
+          f"T = {t_bytes / MIB:.1f} MiB: a global LRU evicts what the next layers need, and its "
+          f"hit rate collapses toward 0 (exactly 0 once the budget is short of T by more than a "
+          f"few entries; docs/cache-studies.md)", file=sys.stderr)

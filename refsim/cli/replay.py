@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 
 import numpy as np
 
 from refsim import MIB
 from refsim.cache import ExpertCache
+from refsim.cli.common import warn_below_token_cycle
 from refsim.errors import ConfigError
 from refsim.fileio import atomic_path
 from refsim.studies.replay import ReplayReport, replay_trace
@@ -104,11 +104,7 @@ def run(args) -> int:
     if trace.n_rows == 0:
         raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to replay)")
     report = replay_trace(trace, budget)
-    if budget < report.summary.t_bytes:
-        print(f"refsim replay: warning: budget {budget / MIB:.1f} MiB is below one token cycle "
-              f"T = {report.summary.t_mib:.1f} MiB: a global LRU evicts what the next layers "
-              f"need, and its hit rate collapses toward 0 (exactly 0 once the budget is short "
-              f"of T by more than a few entries; docs/cache-studies.md)", file=sys.stderr)
+    warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv:
         write_event_csv(args.csv, report)
     if args.json:

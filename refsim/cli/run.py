@@ -68,7 +68,7 @@ def _ids_text(model, ids, tokenizer=None) -> str:
 def run(args) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
-    from refsim.cli.common import check_output_path
+    from refsim.cli.common import check_output_path, warn_below_token_cycle
     from refsim.forward import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
     from refsim.model import open_model
@@ -130,6 +130,7 @@ def run(args) -> int:
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
     t_bytes = model.t_bytes()
     summary = CacheSummary.from_stats(cache.stats, budget, result.n_gen, t_bytes)
+    warn_below_token_cycle("run", [budget], t_bytes)
     sim_tps = (result.n_gen + len(prompt)) / wall_s if wall_s > 0 else 0.0
     decode_tps = stats.tok_s
     if args.route_trace:

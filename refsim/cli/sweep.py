@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from refsim import MIB
+from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
-from refsim.cli.common import check_output_path
+from refsim.cli.common import check_output_path, warn_below_token_cycle
 from refsim.errors import ConfigError
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, write_sweep_csv)
@@ -46,6 +47,7 @@ def run(args) -> int:
     h = trace.header
     batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
     result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
+    warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], h.token_cycle_bytes)
     print(f"model: {h.model} arch={h.arch}")
     print(f"shape: {h.n_layer} layers, {h.n_expert} experts, top-{h.n_expert_used}, "
           f"{h.expert_bytes[0] / MIB:.2f} MiB/expert (layer 0)")

@@ -39,3 +39,14 @@ def test_preamble_only_trace_is_an_error(tmp_path, capsys):
     assert main(["replay", str(p), "--cache-mb", "256"]) == 1
     assert "the trace has a preamble but no rows (nothing to replay)" in capsys.readouterr().err
 
+
+
+def test_every_budget_command_warns_below_one_token_cycle(capsys, tmp_path):
+    # T of the demo trace = 85.6 MiB (8 layers x 4 slots x the layer's entry bytes)
+    assert main(["sweep", str(DEMO), "--cache-mb", "50,60,300", "--policy", "lru"]) == 0
+    err = capsys.readouterr().err
+    assert "refsim sweep: warning: budgets 50, 60 MiB are below one token cycle T = 85.6 MiB" in err
+    assert main(["replay", str(DEMO), "--cache-mb", "300"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["replay", str(DEMO), "--cache-mb", "80"]) == 0
+    assert "refsim replay: warning: budget 80 MiB is below one token cycle" in capsys.readouterr().err
