@@ -56,6 +56,8 @@ def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".t
 def _temp_beside(path: str, what: str, suffix: str) -> str:
     """Create an empty temporary file in ``path``'s folder and return its name; ConfigError naming
     ``what`` and ``path`` if ``path`` is a folder or its folder cannot be written."""
+    if path == "" or path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        raise ConfigError(f"{what} {path!r}: expected a file name")
     if os.path.isdir(path):
         raise ConfigError(f"{what} {path}: is a folder; expected a file name")
     folder = os.path.dirname(os.path.abspath(path))

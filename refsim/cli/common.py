@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
+from refsim.errors import ConfigError
 from refsim.fileio import check_writable
 
 
@@ -101,6 +103,40 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
                    help="shortest suffix match that drafts, 1..12 (default 3)")
     g.add_argument("--mtp-p-min", type=float, default=None, metavar="F",
                    help="MTP only: stop drafting below this top-1 probability (default 0)")
+
+
+def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
+    """Fail before any work if an output cannot be written or would overwrite an input or another
+    output (the same file by real path).
+
+    Parameters
+    ----------
+    outputs : dict of flag -> path or None
+        Output flags as given (``None`` = not given; ``""`` is refused).
+    inputs : dict of name -> path, optional
+        Files the command reads (``TRACE``, ``MODEL``, ...).
+
+    Raises
+    ------
+    ConfigError
+        From :func:`check_output_path`, or ``"--csv x: is also the TRACE input; expected another
+        file"`` / ``"--csv x and --route-trace x: the same file; expected two files"``.
+    """
+    given = {flag: path for flag, path in outputs.items() if path is not None}
+    for flag, path in given.items():
+        check_output_path(path, flag)
+    seen: dict[str, str] = {}
+    for name, path in (inputs or {}).items():
+        if path:
+            seen.setdefault(os.path.realpath(path), name)
+    for flag, path in given.items():
+        real = os.path.realpath(path)
+        if real in seen:
+            other = seen[real]
+            if other.startswith("--"):
+                raise ConfigError(f"{other} {path} and {flag} {path}: the same file; expected two files")
+            raise ConfigError(f"{flag} {path}: is also the {other} input; expected another file")
+        seen[real] = flag
 
 
 def check_output_path(path: str | None, flag: str) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cli.common import warn_below_token_cycle
+from refsim.cli.common import check_outputs, warn_below_token_cycle
 from refsim.errors import ConfigError
 from refsim.fileio import atomic_path
 from refsim.studies.replay import ReplayReport, replay_trace
@@ -100,12 +100,13 @@ def unrouted_layers(trace) -> list[int]:
 
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
+    check_outputs({"--csv": args.csv}, {"TRACE": args.trace})
     trace = read_trace(args.trace)
     if trace.n_rows == 0:
         raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to replay)")
     report = replay_trace(trace, budget)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
-    if args.csv:
+    if args.csv is not None:
         write_event_csv(args.csv, report)
     if args.json:
         print(json.dumps(summary_json(report)))

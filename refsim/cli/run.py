@@ -68,7 +68,7 @@ def _ids_text(model, ids, tokenizer=None) -> str:
 def run(args) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
-    from refsim.cli.common import check_output_path, warn_below_token_cycle
+    from refsim.cli.common import check_outputs, warn_below_token_cycle
     from refsim.forward import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
     from refsim.model import open_model
@@ -83,8 +83,7 @@ def run(args) -> int:
         raise ConfigError(f"--ubatch: expected 0 (= n_batch) or >= --draft + 1 = "
                           f"{config.draft_max + 1} (the verify batch), got {args.ubatch}")
     budget = None if args.cache_mb is None else ExpertCache.mib_to_bytes(args.cache_mb)
-    check_output_path(args.route_trace, "--route-trace")
-    check_output_path(args.csv, "--csv")
+    check_outputs({"--route-trace": args.route_trace, "--csv": args.csv}, {"MODEL": args.model})
     builtin = args.model is None
     if not builtin and not os.path.exists(args.model):
         raise ConfigError(f"MODEL {args.model}: no such file")
@@ -133,12 +132,12 @@ def run(args) -> int:
     warn_below_token_cycle("run", [budget], t_bytes)
     sim_tps = (result.n_gen + len(prompt)) / wall_s if wall_s > 0 else 0.0
     decode_tps = stats.tok_s
-    if args.route_trace:
+    if args.route_trace is not None:
         header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
                              n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
                              dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)])
         result.write_trace(args.route_trace, header)
-    if args.csv:
+    if args.csv is not None:
         import numba
         preamble = MetricsPreamble.for_run(
             result, config, model=path, arch=spec.arch, threads=numba.get_num_threads(),
@@ -185,7 +184,7 @@ def run(args) -> int:
     print(f"simulator: {decode_tps:.2f} tok/s decode ({stats.decodes} decodes), "
           f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin "
           f"{getattr(target, 'inner', target).min_margin:.4g}")
-    if args.route_trace:
+    if args.route_trace is not None:
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
               f"{budget / MIB:.10g})", file=sys.stderr)
         if config.spec == "mtp":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
-from refsim.cli.common import check_output_path, warn_below_token_cycle
+from refsim.cli.common import check_outputs, warn_below_token_cycle
 from refsim.errors import ConfigError
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, write_sweep_csv)
@@ -38,9 +38,8 @@ def run(args) -> int:
         raise ConfigError(f"--policy: empty list; expected names from {','.join(known_policies())}")
     policies = ([x.strip() for x in args.policy.split(",") if x.strip()] if args.policy
                 else known_policies())
-    check_output_path(args.csv, "--csv")
-    check_output_path(args.plot, "--plot")
-    if args.plot:
+    check_outputs({"--csv": args.csv, "--plot": args.plot}, {"TRACE": args.trace})
+    if args.plot is not None:
         from refsim.studies.plot import require_matplotlib
         require_matplotlib()  # before the sweep, not after it
     trace = read_trace(args.trace)
@@ -55,9 +54,9 @@ def run(args) -> int:
           f"{batches.tokens} decoded tokens); T = {h.token_cycle_bytes / MIB:.1f} MiB")
     for line in format_table(result):
         print(line)
-    if args.csv:
+    if args.csv is not None:
         write_sweep_csv(args.csv, result)
-    if args.plot:
+    if args.plot is not None:
         from refsim.studies.plot import plot_sweep
         plot_sweep(result, args.plot, title=f"{h.model.rsplit('/', 1)[-1]}: cache budget sweep")
     return 0

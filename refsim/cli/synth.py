@@ -29,7 +29,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from refsim.cli.common import check_outputs
     from refsim.model.synth import write_synthetic
+    check_outputs({"--out": args.out})
     path = write_synthetic(args.out, arch=args.arch, quant=args.quant, nextn=args.nextn, seed=args.seed)
     print(path)
     return 0
