@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, ModelFormatError
 from refsim.forward.gemma3 import LLAMACPP
 from refsim.forward.layers import Numerics
 from refsim.forward.result import DecodeResult
@@ -62,7 +62,6 @@ class ForwardTarget:
         self.model = model if isinstance(model, Model) else open_model(model)
         spec = self.model.spec
         if spec.arch not in ARCHS:
-            from refsim.errors import ModelFormatError
             raise ModelFormatError(f"{self.model.path}: no forward pass for arch {spec.arch!r} "
                                    f"(available: {', '.join(ARCHS)})")
         self.arch = ARCHS[spec.arch]
@@ -92,6 +91,14 @@ class ForwardTarget:
 
     def _run(self, tokens, positions, out_rows=None) -> DecodeResult:
         res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows)
+        bad = ~np.isfinite(res.logits)
+        if bad.any():
+            row, col = (int(v[0]) for v in np.nonzero(bad))
+            raise ModelFormatError(
+                f"{self.model.path}: decode {len(self.results)} produced a non-finite logit "
+                f"({float(res.logits[row, col])} at position {int(np.asarray(positions).reshape(-1)[res.out_rows[row]])}, "
+                f"token id {col}): the file's weights or metadata hold NaN/inf (refsim does not "
+                f"print tokens chosen from such logits)")
         self.results.append(res)
         if res.margin.size:
             self.min_margin = min(self.min_margin, float(res.margin.min()))

@@ -11,6 +11,7 @@ from a synthetic file and loading it in llama.cpp).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,6 +232,12 @@ class ModelSpec:
                 n_ff_shexp=get(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, n_ff))
         if arch == "gemma3":
             extra["sliding_window"] = get(Keys.Attention.SLIDING_WINDOW, 0)
+        rms_eps = get(Keys.Attention.LAYERNORM_RMS_EPS, kind=float)
+        rope_base = get(Keys.Rope.FREQ_BASE, 10000.0, kind=float)
+        for template, value in ((Keys.Attention.LAYERNORM_RMS_EPS, rms_eps), (Keys.Rope.FREQ_BASE, rope_base)):
+            if not (math.isfinite(value) and value > 0):   # NaN/inf here makes every logit NaN
+                raise ModelFormatError(f"{path}: key {template.format(arch=arch)} is {value!r}, "
+                                       f"expected a finite number > 0")
         return cls(
             arch=arch, n_layer=n_layer, n_layer_all=n_layer_all, n_embd=n_embd, n_head=n_head,
             n_head_kv=get(Keys.Attention.HEAD_COUNT_KV), head_dim_k=head_dim_k,
@@ -238,6 +245,5 @@ class ModelSpec:
             n_expert=get(Keys.LLM.EXPERT_COUNT, 0), n_expert_used=get(Keys.LLM.EXPERT_USED_COUNT, 0),
             n_ff_exp=get(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 0),
             n_ctx_train=get(Keys.LLM.CONTEXT_LENGTH), n_vocab=n_vocab,
-            rms_eps=get(Keys.Attention.LAYERNORM_RMS_EPS, kind=float),
-            rope_freq_base=get(Keys.Rope.FREQ_BASE, 10000.0, kind=float),
+            rms_eps=rms_eps, rope_freq_base=rope_base,
             n_rot=get(Keys.Rope.DIMENSION_COUNT, head_dim_k), **extra)
