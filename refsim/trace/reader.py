@@ -333,6 +333,7 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
                             f"{t} in a trace without speculative decodes; expected each routed "
                             f"slot once")
                     seen.add(t)
+    _check_positions(path, events, line_list)
     _infer_accepted(events)
     return RouteTrace(header=header, events=events, residency=res_list, charged_bytes=bytes_list,
                       line_numbers=line_list, path=path, has_dropped_column="dropped" in columns,
@@ -378,6 +379,45 @@ def _check_complete(path: str, events: list[DecodeEvent], lines: list[np.ndarray
                 f"no rows for layer {int(need[j])} at step {int(ev.positions[p])}; expected every "
                 f"position in every layer the trace routes ({_span(routed_layers)}) (a file cut "
                 f"at a row boundary, or rows deleted?)")
+
+
+def _check_positions(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
+    """Positions follow the loop (docs/trace-format.md, "Validation"): a position's top-k experts
+    are distinct; a decode's positions are consecutive; within a turn each prefill chunk or first
+    decode starts right after the previous chunk, and a decode starts after the previous decode's
+    first position and at most one past its last (the verify accepted 0..n_draft drafts). A missing
+    decode or chunk breaks one of these. (A trace may open with a decode: a decode-only excerpt is
+    a valid trace.)"""
+    def first_line(i: int) -> int:
+        ln, present = lines[i], events[i].routes >= 0
+        return int(ln[present].min())
+
+    for i, ev in enumerate(events):
+        r = np.sort(ev.routes.astype(np.int64), axis=2)
+        dup = (r[:, :, 1:] == r[:, :, :-1]) & (r[:, :, 1:] >= 0)
+        if dup.any():
+            p, il, _ = (int(v[0]) for v in np.nonzero(dup))
+            e = int(r[p, il, 1:][dup[p, il]][0])
+            row = int(lines[i][p, il][ev.routes[p, il] == e].max())
+            raise TraceFormatError(f"{path}:{row}: expert {e} routed twice at step {int(ev.positions[p])} "
+                                   f"layer {il}; expected the top-k experts of a position to be distinct")
+        if ev.n_pos > 1 and (np.diff(ev.positions) != 1).any():
+            raise TraceFormatError(f"{path}:{first_line(i)}: the decode starting here covers steps "
+                                   f"{ev.positions.tolist()}; expected consecutive positions")
+    for i in range(1, len(events)):
+        a, b = events[i - 1], events[i]
+        if a.turn != b.turn or (a.phase == 1 and b.phase == 0):
+            continue
+        start, lo, hi = int(b.positions[0]), int(a.positions[0]) + 1, int(a.positions[-1]) + 1
+        if a.phase == 0:
+            lo = hi                                     # after a prefill chunk: exactly next
+        if not lo <= start <= hi:
+            want = f"step {hi}" if lo == hi else f"a step in {lo}..{hi}"
+            raise TraceFormatError(
+                f"{path}:{first_line(i)}: {'a decode' if b.phase == 1 else 'a prefill chunk'} starts "
+                f"at step {start} after the {'decode' if a.phase == 1 else 'prefill'} of steps "
+                f"{int(a.positions[0])}..{int(a.positions[-1])}; expected {want} (a missing decode "
+                f"or chunk?)")
 
 
 def _span(layers: np.ndarray) -> str:

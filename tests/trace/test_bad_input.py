@@ -144,3 +144,31 @@ def test_expert_bytes_column_is_checked_against_the_preamble(tmp_path, row, valu
     lines[row - 1] = ",".join(f) + "\n"
     with pytest.raises(TraceFormatError, match=want):
         read_trace(write(tmp_path, "".join(lines)))
+
+
+def test_a_missing_decode_is_named(tmp_path):
+    # decodes at steps 5 and 7: step 6's decode was deleted
+    with pytest.raises(TraceFormatError, match=r"bad.route.csv:10: a decode starts at step 7 after the decode "
+                                               r"of steps 5..5; expected step 6 \(a missing decode or chunk\?\)"):
+        read_trace(write(tmp_path, HEAD + TWO.replace("0,1,6,", "0,1,7,")))
+
+
+def test_a_verify_decode_may_be_followed_anywhere_in_its_width(tmp_path):
+    # verify of 5,6 accepted its draft: the next decode starts at 7 (= 5 + 1 + 1)
+    rows = []
+    for layer, ids, eb in ((0, (1, 2), 8), (1, (3, 0), 4)):
+        for step in (5, 6):
+            for slot in (0, 1):
+                rows.append(f"0,1,{step},{layer},{slot},{ids[slot]},0.5,0,{eb if step == 5 else 0}\n")
+    rows += [r.replace("0,1,6,", "0,1,7,") for r in TWO.splitlines(True)[4:]]
+    tr = read_trace(write(tmp_path, HEAD + "".join(rows)))
+    assert [e.positions.tolist() for e in tr.events] == [[5, 6], [7]] and tr.events[0].accepted == 1
+    with pytest.raises(TraceFormatError, match=r"a decode starts at step 8 after the decode of steps 5..6; "
+                                               r"expected a step in 6..7"):
+        read_trace(write(tmp_path, HEAD + "".join(rows).replace("0,1,7,", "0,1,8,")))
+
+
+def test_an_expert_twice_in_one_positions_top_k_is_named(tmp_path):
+    with pytest.raises(TraceFormatError, match=r"bad.route.csv:7: expert 1 routed twice at step 5 layer 0; "
+                                               r"expected the top-k experts of a position to be distinct"):
+        read_trace(write(tmp_path, HEAD + ROWS.replace("0,1,5,0,1,2,0.5,0,8", "0,1,5,0,1,1,0.5,0,0")))
