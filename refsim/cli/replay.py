@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 
-import numpy as np
 
 from refsim import MIB
 from refsim.cache import ExpertCache
@@ -83,19 +82,11 @@ def print_text(trace, report: ReplayReport) -> None:
         for d in report.disagreements:
             print(f"  line {d.line}: step={d.step} layer={d.layer} slot={d.slot} "
                   f"expert={d.expert} recorded={d.recorded} replayed={d.replayed}")
-    silent = unrouted_layers(trace)
+    silent = trace.unrouted_layers
     if silent:
         print(f"note: layer(s) {', '.join(map(str, silent))} of the preamble route no row in the whole "
               f"trace: an --mtp run's trace (the engine does not record the MTP head's draft routings), "
               f"so this replay lacks the head's lookups and reads, and T counts the head's entries")
-
-
-def unrouted_layers(trace) -> list[int]:
-    """Layers of the preamble with no row in any event (the MTP head's layer of an ``--mtp`` trace)."""
-    seen = np.zeros(trace.header.n_layer, dtype=bool)
-    for ev in trace.events:
-        seen |= (ev.routes >= 0).any(axis=(0, 2))
-    return np.flatnonzero(~seen).tolist() if seen.any() else []
 
 
 def run(args) -> int:

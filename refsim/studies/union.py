@@ -159,6 +159,7 @@ def union_study(trace, windows, budget_bytes: int | None = None) -> list[UnionRo
                               f"(the trace's decode positions)")
         sizes = window_union_sizes(routes, h.n_expert, w, dropped)
         mib = (sizes * h.expert_bytes[None, :]).sum(axis=1) / MIB
+        sizes = np.delete(sizes, trace.unrouted_layers, axis=1)   # an --mtp trace's head layer
         row = dict(window=int(w), n_windows=int(sizes.shape[0]),
                    union_mean=float(sizes.mean()),
                    union_p50=float(np.percentile(sizes, 50)),

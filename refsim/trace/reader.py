@@ -61,6 +61,16 @@ class RouteTrace:
         """The phase-1 events."""
         return [e for e in self.events if e.phase == 1]
 
+    @property
+    def unrouted_layers(self) -> list[int]:
+        """Layers of the preamble that no row of the trace routes (the MTP head's layer of an
+        ``--mtp`` trace: the engine does not record the head's draft routings); [] for an empty
+        trace."""
+        seen = np.zeros(self.header.n_layer, dtype=bool)
+        for ev in self.events:
+            seen |= (ev.routes >= 0).any(axis=(0, 2))
+        return np.flatnonzero(~seen).tolist() if seen.any() else []
+
 
 def _kv_tokens(text: str) -> dict[str, str]:
     """``key=value`` tokens of a ``#`` preamble line; other tokens are ignored."""

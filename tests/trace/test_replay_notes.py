@@ -50,3 +50,21 @@ def test_every_budget_command_warns_below_one_token_cycle(capsys, tmp_path):
     assert "warning" not in capsys.readouterr().err
     assert main(["replay", str(DEMO), "--cache-mb", "80"]) == 0
     assert "refsim replay: warning: budget 80 MiB is below one token cycle" in capsys.readouterr().err
+
+
+def test_union_leaves_out_a_layer_without_rows(tmp_path):
+    # the demo trace (top-4) plus an unrouted 9th preamble layer, as an --mtp trace has: the
+    # w = 1 union is still exactly k = 4 per layer (it was 4 x 8/9 averaged over the empty layer)
+    from refsim.studies.union import union_study
+    from refsim.trace import read_trace
+    text = DEMO.read_text().split("\n")
+    text[1] = text[1].replace("n_layer=8", "n_layer=9")
+    last = max(i for i, line in enumerate(text) if line.startswith("# layer="))
+    text.insert(last + 1, "# layer=8 expert_bytes=1000 dense_bytes=0")
+    p = tmp_path / "mtp.route.csv"
+    p.write_text("\n".join(text))
+    trace = read_trace(p)
+    assert trace.unrouted_layers == [8] and read_trace(DEMO).unrouted_layers == []
+    (row,) = union_study(trace, [1])
+    assert row.union_mean == 4.0 and row.union_p50 == 4.0
+    assert row.union_mib_mean == union_study(read_trace(DEMO), [1])[0].union_mib_mean
