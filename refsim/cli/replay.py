@@ -68,8 +68,11 @@ def print_text(trace, report: ReplayReport) -> None:
     print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")
     if report.residency_rows:
+        n_bad = report.residency_rows - report.residency_agree
+        listed = (f"; the first {len(report.disagreements)} of the {n_bad} that differ:"
+                  if n_bad > len(report.disagreements) else ":" if n_bad else "")
         print(f"residency: {report.residency_agree} of {report.residency_rows} rows agree with "
-              f"the engine's record")
+              f"the engine's record{listed}")
         recorded = dict(h.extra).get("cache_mb")
         if report.residency_agree < report.residency_rows and recorded is not None:
             try:

@@ -135,7 +135,8 @@ def run(args) -> int:
     if args.route_trace is not None:
         header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
                              n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
-                             dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)])
+                             dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
+                             extra=(("cache_mb", f"{budget / MIB:.10g}"),))   # the recording budget
         result.write_trace(args.route_trace, header)
     if args.csv is not None:
         import numba

@@ -53,6 +53,7 @@ def test_run_json_and_trace_replays_to_the_same_counters(builtin_cache, capsys, 
     tok = Tokenizer.from_model(open_model(builtin_cache / "builtin-qwen3moe-v1.gguf"))
     assert tok.decode(ids[1:]) == "Hello world, this is a streaming test."
     assert len(ids) < 1 + len("Hello world, this is a streaming test.")  # pieces merged
+    assert trace.read_text().splitlines()[1].endswith(" cache_mb=2")   # the recording budget
     rep = _json(capsys, ["replay", str(trace), "--cache-mb", "2", "--json"])
     assert rep["hit_pct_cum"] == run["hit_pct_cum"]
     assert rep["hit_pct_decode"] == run["hit_pct_decode"]
