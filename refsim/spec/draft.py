@@ -100,6 +100,8 @@ class NgramDraft:
         self.max_match = int(max_match)
         self.rule = rule
         self._fn = ngram_draft_numba if rule == "engine" else RULES[rule]
+        if rule == "engine":      # compile (or load) the kernel now, so the first draft's time --
+            self._fn(np.zeros(2, np.int64), 1, 1, 1)   # the 'drafting costs' line -- is drafting only
 
     def draft(self, ctx: np.ndarray, last: int, n_past: int, n_max: int) -> Draft:
         corpus = np.append(np.asarray(ctx, dtype=np.int64), np.int64(last))
