@@ -34,7 +34,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ubatch", type=nonneg_int, default=0,
                    help="target ubatch (default 0 = --ctx); with --ngram or --mtp it must "
                         "hold the verify batch (--draft + 1)")
-    p.add_argument("--dense-weights", choices=("mmap", "warm", "anon", "ahwb"), default="anon")
+    p.add_argument("--dense-weights", choices=("mmap", "warm", "anon", "ahwb"), default="anon",
+                   help="how the engine holds the dense (non-expert) weights; anon and ahwb count "
+                        "against --ram-mb in the auto budget (default anon, the engine's; "
+                        "bmoe-engine.md §3.3-3.4)")
     p.add_argument("--cache-floor-mb", type=nonneg_float, default=1536.0, help="default 1536")
     p.add_argument("--cache-ceil-mb", type=nonneg_float, default=0.0, help="default 0 (no cap)")
     p.set_defaults(func=run)
