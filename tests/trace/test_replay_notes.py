@@ -8,6 +8,17 @@ from refsim.cli import main
 DEMO = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
 
 
+def with_unrouted_layer(tmp_path) -> Path:
+    """The demo trace with a 9th preamble layer that no row routes: what an --mtp run writes."""
+    text = DEMO.read_text().split("\n")
+    text[1] = text[1].replace("n_layer=8", "n_layer=9")
+    last = max(i for i, line in enumerate(text) if line.startswith("# layer="))
+    text.insert(last + 1, "# layer=8 expert_bytes=1000 dense_bytes=0")
+    p = tmp_path / "mtp.route.csv"
+    p.write_text("\n".join(text))
+    return p
+
+
 def test_recorded_budget_is_named_when_residency_differs(capsys):
     assert main(["replay", str(DEMO), "--cache-mb", "256"]) == 0      # the recorded budget
     out = capsys.readouterr().out
@@ -19,13 +30,7 @@ def test_recorded_budget_is_named_when_residency_differs(capsys):
 
 
 def test_a_layer_without_rows_is_named_as_the_mtp_head(tmp_path, capsys):
-    # the demo trace with a 9th preamble layer that no row routes: what an --mtp run writes
-    text = DEMO.read_text().split("\n")
-    text[1] = text[1].replace("n_layer=8", "n_layer=9")
-    last = max(i for i, line in enumerate(text) if line.startswith("# layer="))
-    text.insert(last + 1, "# layer=8 expert_bytes=1000 dense_bytes=0")
-    p = tmp_path / "mtp.route.csv"
-    p.write_text("\n".join(text))
+    p = with_unrouted_layer(tmp_path)
     assert main(["replay", str(p), "--cache-mb", "256"]) == 0
     assert "note: layer(s) 8 of the preamble route no row in the whole trace: an --mtp run's trace" \
         in capsys.readouterr().out
@@ -57,12 +62,7 @@ def test_union_leaves_out_a_layer_without_rows(tmp_path):
     # w = 1 union is still exactly k = 4 per layer (it was 4 x 8/9 averaged over the empty layer)
     from refsim.studies.union import union_study
     from refsim.trace import read_trace
-    text = DEMO.read_text().split("\n")
-    text[1] = text[1].replace("n_layer=8", "n_layer=9")
-    last = max(i for i, line in enumerate(text) if line.startswith("# layer="))
-    text.insert(last + 1, "# layer=8 expert_bytes=1000 dense_bytes=0")
-    p = tmp_path / "mtp.route.csv"
-    p.write_text("\n".join(text))
+    p = with_unrouted_layer(tmp_path)
     trace = read_trace(p)
     assert trace.unrouted_layers == [8] and read_trace(DEMO).unrouted_layers == []
     (row,) = union_study(trace, [1])
