@@ -137,17 +137,10 @@ def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
 
 
 def _save(path: str, **arrays) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".oracle-", suffix=".npz", dir=folder)
-    os.close(fd)
-    try:
+    """``np.savez_compressed`` to ``path`` atomically (refsim.fileio.atomic_path)."""
+    from refsim.fileio import atomic_path
+    with atomic_path(path, "--out", suffix=".npz") as tmp:
         np.savez_compressed(tmp, **arrays)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,21 +180,35 @@ def run_oracle(model: str, tokens: list[int], threads: int = 2, timeout_s: float
     OracleError
         If the child exits non-zero (e.g. a GGML_ASSERT abort), times out, or writes nothing.
     """
+    res = run_worker(os.path.abspath(__file__), model,
+                     ["--tokens", ",".join(str(t) for t in tokens), "--threads", str(threads)], timeout_s)
+    res["meta"] = json.loads(str(res["meta"]))
+    return res
+
+
+def run_worker(script: str, model: str, args: list[str], timeout_s: float) -> dict:
+    """Run ``script --worker MODEL --out OUT.npz *args`` in a child process; return OUT's arrays.
+
+    The child is where llama.cpp runs: a bad file can abort it (GGML_ASSERT) without taking the
+    caller down.
+
+    Raises
+    ------
+    OracleError
+        If the child exits non-zero, times out after ``timeout_s`` seconds, or writes nothing.
+    """
     with tempfile.TemporaryDirectory(prefix="refsim-oracle-") as d:
         out = os.path.join(d, "out.npz")
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", model, "--tokens",
-               ",".join(str(t) for t in tokens), "--out", out, "--threads", str(threads)]
+        cmd = [sys.executable, script, "--worker", model, "--out", out, *args]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
             raise OracleError(f"{model}: llama.cpp did not finish in {timeout_s:g} s") from None
         if proc.returncode != 0 or not os.path.exists(out):
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             raise OracleError(f"{model}: llama.cpp exited with code {proc.returncode}: {' | '.join(tail)}")
         with np.load(out) as z:
-            res = {k: z[k] for k in z.files}
-    res["meta"] = json.loads(str(res["meta"]))
-    return res
+            return {k: z[k] for k in z.files}
 
 
 def make_goldens(folder: str, threads: int = 2) -> list[str]:
@@ -234,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--make-goldens", metavar="DIR", help="regenerate the golden files into DIR")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    from refsim.errors import ConfigError
+    from refsim.fileio import check_writable
     tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
     if a.worker:
         _worker(a.model, tokens, a.out, a.threads)
@@ -249,12 +258,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not a.model or not a.out:
             ap.error("MODEL and --out are required (or --make-goldens DIR)")
+        check_writable(a.out, "--out")                 # before llama.cpp runs, not after
         res = run_oracle(a.model, tokens, a.threads)
         _save(a.out, tokens=res["tokens"], logits=res["logits"], routes=res["routes"], weights=res["weights"],
               meta=np.array(json.dumps(res["meta"])))
         print(f"{a.out}: logits {res['logits'].shape}, routes {res['routes'].shape}, "
               f"argmax {res['logits'].argmax(1).tolist()}")
-    except OracleError as exc:
+    except (OracleError, ConfigError) as exc:
         print(f"oracle_llamacpp: error: {exc}", file=sys.stderr)
         return 1
     return 0

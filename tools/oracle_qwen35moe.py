@@ -48,7 +48,6 @@ import importlib.util
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 
@@ -279,7 +278,7 @@ def _worker(model: str, out: str, threads: int) -> None:
                rb_fresh=np.stack(rb_fresh))
 
     # rollback behind the last batch: the batch fed as RB_SPLIT decodes
-    sp_logits, sp_fresh, sp_ok = [], [], []
+    sp_logits, sp_ok = [], []
     for keep in RB_KEEP:
         ctx = new_ctx(n_rs_seq=RB_N_RS_SEQ)
         decode(ctx, PROMPT, 0)
@@ -328,18 +327,7 @@ def run_oracle(model: str, threads: int = 2, timeout_s: float = 300.0) -> dict:
         If a child exits non-zero (e.g. a GGML_ASSERT abort), times out, or writes nothing.
     """
     res = base.run_oracle(model, GOLDEN_TOKENS, threads=threads, timeout_s=timeout_s)
-    with tempfile.TemporaryDirectory(prefix="refsim-oracle35-") as d:
-        out = os.path.join(d, "out.npz")
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", model, "--out", out, "--threads", str(threads)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise OracleError(f"{model}: llama.cpp did not finish in {timeout_s:g} s") from None
-        if proc.returncode != 0 or not os.path.exists(out):
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise OracleError(f"{model}: llama.cpp exited with code {proc.returncode}: {' | '.join(tail)}")
-        with np.load(out) as z:
-            res.update({k: z[k] for k in z.files})
+    res.update(base.run_worker(os.path.abspath(__file__), model, ["--threads", str(threads)], timeout_s))
     res["meta"] = dict(res["meta"], prompt=PROMPT, n_draft=N_DRAFT, rounds=ROUNDS, rb_batch=RB_BATCH,
                        rb_correction=RB_CORRECTION, rb_n_rs_seq=RB_N_RS_SEQ, rb_split=RB_SPLIT, mtp_row0="zeros (process())")
     return res
@@ -380,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="with --make-goldens: comma list of recipe names")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    from refsim.errors import ConfigError
+    from refsim.fileio import check_writable
     if a.worker:
         _worker(a.model, a.out, a.threads)
         return 0
@@ -395,13 +385,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not a.model or not a.out:
             ap.error("MODEL and --out are required (or --make-goldens DIR)")
+        check_writable(a.out, "--out")                 # before llama.cpp runs, not after
         res = run_oracle(a.model, a.threads)
         res["meta"]["command"] = shlex.join(["python", "tools/oracle_qwen35moe.py"] + list(argv or sys.argv[1:]))
         _save_result(a.out, res)
         print(f"{a.out}: trunk argmax {res['logits'].argmax(1).tolist()}; MTP drafts "
               f"{res['loop_drafts'].tolist()}, accepted {res['loop_n_acc'].tolist()}; rollback ok "
               f"{res['rb_ok'].tolist()}, over n_rs_seq: {bool(res['rb_fail_ok'])}")
-    except OracleError as exc:
+    except (OracleError, ConfigError) as exc:
         print(f"oracle_qwen35moe: error: {exc}", file=sys.stderr)
         return 1
     return 0
