@@ -74,6 +74,7 @@ def _greedy(llm, ids, n):
 
 
 def main(path: str) -> None:
+    from refsim.fileio import write_text_atomic
     import llama_cpp
     from llama_cpp import Llama
 
@@ -99,10 +100,7 @@ def main(path: str) -> None:
     out["france_default"] = {"settings": "Llama() defaults as in oracle/gemma_llama.py (F16 KV)",
                              "prompt_ids": list(map(int, ids)), "top5": top5, "greedy": gen}
     dst = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gemma3_llamacpp.json")
-    tmp = dst + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(out, f, ensure_ascii=False, indent=1)
-    os.replace(tmp, dst)
+    write_text_atomic(dst, json.dumps(out, ensure_ascii=False, indent=1))
     print(f"wrote {dst}")
 
 

@@ -29,6 +29,7 @@ import sys
 
 import numpy as np
 
+from refsim.fileio import write_text_atomic
 from refsim.testing.ggml_tensor import GGML_TYPE_F32, read_tensor, tensor_at, tensor_name
 
 SEQUENCES = [
@@ -120,9 +121,7 @@ def main(path: str) -> None:
                       "sequences": run_sequences(L, model, cp, GGML_TYPE_F16, n_vocab, current)}}
     L.llama_model_free(model)
     dst = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gemma3_llamacpp_tensors.json")
-    with open(dst + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1)
-    os.replace(dst + ".tmp", dst)
+    write_text_atomic(dst, json.dumps(out, indent=1))
     print(f"wrote {dst}")
 
 
