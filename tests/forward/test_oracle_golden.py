@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from refsim.forward import Numerics, qwen3moe
-from refsim.model import open_model, write_synthetic
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "tests" / "data" / "oracle"
@@ -35,22 +34,8 @@ NEAR_TIE = 1e-2
 
 
 @pytest.fixture(scope="module")
-def goldens(tmp_path_factory):
-    d = tmp_path_factory.mktemp("oracle-models")
-    out = {}
-    for name in NAMES:
-        f = GOLDEN_DIR / f"qwen3moe-{name}.npz"
-        assert f.exists(), f"missing golden {f}: run python tools/oracle_llamacpp.py --make-goldens {GOLDEN_DIR}"
-        with np.load(f) as z:
-            g = {k: z[k] for k in z.files}
-        recipe = json.loads(str(g["recipe"]))
-        assert recipe == oracle.GOLDEN_RECIPES[name], f"{f}: recipe changed; regenerate the goldens"
-        path = write_synthetic(d / f"{name}.gguf", **recipe)
-        digest = oracle.tensor_digest(path)
-        assert digest == str(g["digest"]), (f"{f}: the synthetic writer now makes different weights "
-                                            f"(tensor digest changed); regenerate the goldens")
-        out[name] = (open_model(path), g)
-    return out
+def goldens(golden_models):
+    return golden_models(oracle, "qwen3moe")
 
 
 def _refsim(model, tokens, mode, tie="even"):

@@ -78,22 +78,9 @@ def mode_for(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def goldens(tmp_path_factory):
-    d = tmp_path_factory.mktemp("oracle35-models")
-    out = {}
-    for name in NAMES:
-        f = GOLDEN_DIR / f"qwen35moe-{name}.npz"
-        assert f.exists(), f"missing golden {f}: run python tools/oracle_qwen35moe.py --make-goldens {GOLDEN_DIR}"
-        with np.load(f) as z:
-            g = {k: z[k] for k in z.files}
-        recipe = json.loads(str(g["recipe"]))
-        assert recipe == oracle.GOLDEN_RECIPES[name], f"{f}: recipe changed; regenerate the goldens"
-        path = write_synthetic(d / f"{name}.gguf", **recipe)
-        assert oracle.tensor_digest(path) == str(g["digest"]), (
-            f"{f}: the synthetic writer now makes different weights (tensor digest changed); regenerate the goldens")
-        model = open_model(path)
-        out[name] = (model, Q.load_weights(model), g)
-    return out
+def goldens(golden_models):
+    return {name: (model, Q.load_weights(model), g)
+            for name, (model, g) in golden_models(oracle, "qwen35moe").items()}
 
 
 def dmax(a, b) -> float:
