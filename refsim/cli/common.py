@@ -10,49 +10,36 @@ from refsim.errors import ConfigError
 from refsim.fileio import check_writable
 
 
+def _number(text: str, parse, ok, expected: str):
+    """``parse(text)`` if it parses and ``ok`` holds, else ArgumentTypeError quoting ``text``."""
+    try:
+        value = parse(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """``type=`` validator: a finite number > 0, quoting the bad value."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0 < v < math.inf, "a positive number")
 
 
 def positive_int(text: str) -> int:
     """``type=`` validator: an integer >= 1, quoting the bad value."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def nonneg_float(text: str) -> float:
     """``type=`` validator: a finite number >= 0 (``nan`` and ``inf`` are refused), quoting the
     bad value. For MiB flags where 0 has a meaning (``--cache-floor-mb``, ``--cache-ceil-mb``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 
 def nonneg_int(text: str) -> int:
     """``type=`` validator: an integer >= 0, quoting the bad value (``--ubatch``: 0 = default)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
 
 
 INT_RANGE_MAX = 10_000
