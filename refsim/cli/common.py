@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 
+from refsim import MIB
 from refsim.errors import ConfigError
 from refsim.fileio import check_writable
 
@@ -147,9 +149,6 @@ def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
     collapses toward 0 (docs/cache-studies.md): a number the user may not expect. ``cmd`` names
     the subcommand in the message.
     """
-    import sys
-
-    from refsim import MIB
     low = sorted({b for b in budgets_bytes if b < t_bytes})
     if not low:
         return

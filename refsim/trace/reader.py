@@ -66,9 +66,7 @@ class RouteTrace:
         """Layers of the preamble that no row of the trace routes (the MTP head's layer of an
         ``--mtp`` trace: the engine does not record the head's draft routings); [] for an empty
         trace."""
-        seen = np.zeros(self.header.n_layer, dtype=bool)
-        for ev in self.events:
-            seen |= (ev.routes >= 0).any(axis=(0, 2))
+        seen = _routed_layers(self.events, self.header.n_layer)
         return np.flatnonzero(~seen).tolist() if seen.any() else []
 
 
@@ -350,6 +348,14 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
                       n_rows=n_rows, speculative=speculative)
 
 
+def _routed_layers(events: list[DecodeEvent], n_layer: int) -> np.ndarray:
+    """(n_layer,) bool: the layers at least one row of ``events`` routes."""
+    seen = np.zeros(n_layer, dtype=bool)
+    for ev in events:
+        seen |= (ev.routes >= 0).any(axis=(0, 2))
+    return seen
+
+
 def _check_complete(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
     """Every decode has its full set of rows (docs/trace-format.md, "Validation").
 
@@ -361,9 +367,7 @@ def _check_complete(path: str, events: list[DecodeEvent], lines: list[np.ndarray
     row boundary, or with rows deleted, breaks one of these; without the check it would replay
     to plausible but wrong counters.
     """
-    routed_layers = np.zeros(0, dtype=np.int64)
-    for ev in events:
-        routed_layers = np.union1d(routed_layers, np.flatnonzero((ev.routes >= 0).any(axis=(0, 2))))
+    routed_layers = np.flatnonzero(_routed_layers(events, events[0].n_layer if events else 0))
     if routed_layers.size == 0:
         return
     last = int(routed_layers[-1])
