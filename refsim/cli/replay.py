@@ -75,10 +75,10 @@ def print_text(trace, report: ReplayReport) -> None:
               f"the engine's record{listed}")
         recorded = dict(h.extra).get("cache_mb")
         if report.residency_agree < report.residency_rows and recorded is not None:
-            try:
-                same = float(recorded) * MIB == s.budget_bytes
-            except ValueError:
-                same = True
+            try:       # the recorded budget converted as --cache-mb is (ExpertCache.mib_to_bytes)
+                same = ExpertCache.mib_to_bytes(float(recorded)) == s.budget_bytes
+            except (ValueError, ConfigError):
+                same = True                          # an unreadable cache_mb= says nothing
             if not same:
                 print(f"  (the preamble says the trace was recorded at cache_mb={recorded}; at another "
                       f"budget the residency is expected to differ)")
