@@ -8,8 +8,9 @@ import pytest
 from refsim.cli import main
 from refsim.model import open_model, qwen3_30b_a3b_q4_k_m_twin, write_synthetic
 from refsim.model.synth import use_more_bits
+from refsim.testing.shared import shared_path, skip_reason
 
-TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "real-traces" / "bmoe-qwen3-30b-a3b" / "qwen.route.csv"
+TRACE = shared_path("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")
 
 # Engine facts (bmoe-engine.md 3.1): Q6_K ffn_down_exps -> 3059712 B, Q4_K -> 2654208 B; attn_v follows
 # the same layers (Q6_K 860160 B vs Q4_K 589824 B), so dense_bytes is 11953152 or 11682816.
@@ -54,7 +55,7 @@ def test_twin_weight_access_is_refused(twin):
         twin.dequantize("output_norm.weight")
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="engine trace not present (../shared)")
+@pytest.mark.skipif(not TRACE.exists(), reason=skip_reason(TRACE))
 def test_twin_matches_engine_trace_preamble(twin):
     pairs = []
     with open(TRACE) as f:

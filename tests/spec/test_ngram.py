@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from refsim.spec import ngram_draft, ngram_draft_ctx, ngram_match
 from refsim.testing.strategies import corpora, ngram_params
+from refsim.testing.shared import shared_path, skip_reason
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "ngram_vectors.jsonl"
+VECTORS = shared_path("reference", "ngram_vectors.jsonl")
 
 
 def _vectors():
@@ -21,7 +22,7 @@ def _vectors():
     return [json.loads(line) for line in VECTORS.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.skipif(not VECTORS.exists(), reason="engine vectors not available")
+@pytest.mark.skipif(not VECTORS.exists(), reason=skip_reason(VECTORS))
 def test_there_are_17_vectors():
     assert len(_vectors()) == 17
 

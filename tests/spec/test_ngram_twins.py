@@ -9,11 +9,12 @@ from hypothesis import given, settings
 
 from refsim.spec import RULES, earliest_draft, llama_simple_draft, ngram_draft, ngram_draft_numba
 from refsim.testing.strategies import corpora, ngram_params
+from refsim.testing.shared import shared_path, skip_reason
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "ngram_vectors.jsonl"
+VECTORS = shared_path("reference", "ngram_vectors.jsonl")
 
 
-@pytest.mark.skipif(not VECTORS.exists(), reason="engine vectors not available")
+@pytest.mark.skipif(not VECTORS.exists(), reason=skip_reason(VECTORS))
 def test_numba_twin_passes_the_engine_vectors():
     for line in VECTORS.read_text().splitlines():
         v = json.loads(line)
