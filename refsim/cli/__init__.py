@@ -3,7 +3,10 @@
 Each module ``refsim/cli/<name>.py`` defines ``add_parser(subparsers)`` (which must call
 ``set_defaults(func=run)``) and ``run(args) -> int``. A subcommand maps flags onto one library
 call; logic lives in the library. ``main`` catches :class:`refsim.errors.RefsimError`, prints
-one line to stderr and returns 1, so a user mistake never shows a traceback.
+one line to stderr and returns 1, so a user mistake never shows a traceback; a
+:class:`refsim.errors.UsageError` (the command line alone is wrong) is reported as argparse
+reports its own (the usage, then ``refsim CMD: error: ...``) and returns 2 (docs/cli.md,
+"Conventions").
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import importlib
 import logging
 import sys
 
-from refsim.errors import RefsimError
+from refsim.errors import RefsimError, UsageError
 
 # Workflow order; each name is a module in this package.
 COMMANDS = ["replay", "sweep", "union", "inspect", "synth", "run", "ngram", "ngram_whatif", "memory"]
@@ -45,6 +48,12 @@ def make_parser() -> argparse.ArgumentParser:
                 continue  # subcommand not built yet
             raise
         module.add_parser(sub)
+    from refsim.cli.common import NUMBER_ARGUMENT
+    for p in (parser, *sub.choices.values()):
+        # "--cache-mb -inf" is the value -inf for the flag's validator, as "-1" is (argparse's
+        # own pattern knows only -1 and -1.5); no refsim flag looks like a negative number
+        p._negative_number_matcher = NUMBER_ARGUMENT
+        p.set_defaults(_parser=p)
     return parser
 
 
@@ -59,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        args._parser.print_usage(sys.stderr)
+        print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except RefsimError as exc:
         print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -10,7 +10,6 @@ accounting"), so its flash bytes are ``decodes * file_tensor_bytes``; ``--cache-
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -18,21 +17,11 @@ import sys
 import time
 
 from refsim import MIB
-from refsim.errors import ConfigError, RefsimError
-
-
-def _token_ids(text: str) -> list[int]:
-    try:
-        ids = [int(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected token ids like '1,5,77', got {text!r}") from None
-    if not ids or min(ids) < 0:
-        raise argparse.ArgumentTypeError(f"expected one or more token ids >= 0, got {text!r}")
-    return ids
+from refsim.errors import ConfigError, RefsimError, UsageError
 
 
 def add_parser(sub) -> None:
-    from refsim.cli.common import add_spec_args, nonneg_int, positive_int
+    from refsim.cli.common import add_spec_args, cache_mib, nonneg_int, positive_int, token_ids
     from refsim.forward.builtin import BUILTIN_CACHE_MB
     p = sub.add_parser(
         "run", help="generate with the reference forward pass and count expert-cache traffic",
@@ -42,11 +31,11 @@ def add_parser(sub) -> None:
     p.add_argument("model", nargs="?", help="GGUF model (default: the built-in synthetic qwen3moe)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
-    g.add_argument("--prompt-tokens", metavar="IDS", type=_token_ids, help="prompt token ids, e.g. 1,5,77")
+    g.add_argument("--prompt-tokens", metavar="IDS", type=token_ids, help="prompt token ids, e.g. 1,5,77")
     p.add_argument("-n", "--n-predict", type=positive_int, default=32, metavar="N",
                    help="tokens to generate (default 32); prompt + N must fit the model's "
                         "n_ctx_train")
-    p.add_argument("--cache-mb", metavar="M",
+    p.add_argument("--cache-mb", metavar="M", type=cache_mib,
                    help=f"expert cache budget in MiB (2^20 bytes); default {BUILTIN_CACHE_MB:g} for the "
                         f"built-in model, else half of all expert bytes (MoE models only: a dense "
                         f"model has no expert cache)")
@@ -86,7 +75,7 @@ def refuse_cache_flags(args, path: str, model) -> None:
            f"expert cache, every decode reads all {model.bytes.file_tensor_bytes / MIB:.2f} MiB "
            f"of its tensors")
     if args.cache_mb is not None:
-        raise ConfigError(f"--cache-mb {args.cache_mb}: {why}; drop --cache-mb")
+        raise ConfigError(f"--cache-mb {args.cache_mb:g}: {why}; drop --cache-mb")
     if args.route_trace is not None:
         raise ConfigError(f"--route-trace {args.route_trace}: {why}, and a route trace records "
                           f"expert routings; drop --route-trace (--csv writes the per-token metrics)")
@@ -176,8 +165,8 @@ def run(args) -> int:
     # every flag and output path is checked before the model is built or opened
     config = SpecConfig.from_args(args)
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
-        raise ConfigError(f"--ubatch: expected 0 (= n_batch) or >= --draft + 1 = "
-                          f"{config.draft_max + 1} (the verify batch), got {args.ubatch}")
+        raise UsageError(f"argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = "
+                         f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
     budget = None if args.cache_mb is None else ExpertCache.mib_to_bytes(args.cache_mb)
     check_outputs({"--route-trace": args.route_trace, "--csv": args.csv}, {"MODEL": args.model})
     builtin = args.model is None
