@@ -148,3 +148,17 @@ def test_what_an_input_refuses_is_exit_1(tmp_path, capsys):
     assert main(["replay", str(tmp_path / "missing.csv"), "--cache-mb", "8"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(" error: " in e and not e.startswith("usage") for e in err), err
+
+
+def test_the_documented_ranges_are_the_validators():
+    # docs/cli.md "Conventions" (generated from tools/make_cli_doc.py) states each range text
+    import importlib.util
+    from pathlib import Path
+    tool = Path(__file__).resolve().parents[2] / "tools" / "make_cli_doc.py"
+    spec = importlib.util.spec_from_file_location("make_cli_doc", tool)
+    doc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(doc)
+    for _, _, _, expected, _ in TABLE:
+        if not expected.startswith("N") and "(at most" not in expected:
+            assert expected in doc.CONVENTIONS, expected
+    assert doc.CONVENTIONS in doc.render()
