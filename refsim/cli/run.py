@@ -240,7 +240,7 @@ def run(args) -> int:
         "sim_tok_per_s": decode_tps, "sim_total_tok_per_s": sim_tps,
         "min_margin": getattr(target, "inner", target).min_margin, "load_s": load_s, "wall_s": wall_s,
         "cache": summary.as_dict(),      # every counter, as `refsim replay --json` prints them
-        **stop_fields(result),
+        "dense": False, **stop_fields(result),
     }
     if args.json:
         print(json.dumps(out))

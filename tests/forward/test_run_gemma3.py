@@ -58,7 +58,7 @@ def test_run_llamacpp_numerics_is_llamacpps_greedy(gemma, golden, capsys):
 
 
 @pytest.mark.slow
-def test_run_ngram_equals_plain_greedy_and_text_output(gemma, golden, capsys):
+def test_run_ngram_equals_plain_greedy_and_text_output(gemma, golden, capsys, tmp_path):
     # ggml numerics are batch-invariant (each row's activation is quantised on its own), so a
     # verify decode predicts what a plain one does and --ngram must not change the ids; this
     # prompt repeats itself ("the capital of the country. It is the capital of ..."), so the
@@ -70,8 +70,12 @@ def test_run_ngram_equals_plain_greedy_and_text_output(gemma, golden, capsys):
     assert plain["drafted"] == 0 and plain["decodes"] == 24
     assert spec["accepted"] > 0 and spec["decodes"] == 24 - spec["accepted"]
     assert spec["read_bytes"] == spec["decodes"] * DENSE_BYTES
-    assert main(base + ["-n", "4"]) == 0
+    csv = tmp_path / "m.csv"
+    assert main(base + ["-n", "4", "--csv", str(csv)]) == 0
     out = capsys.readouterr().out
+    lines = csv.read_text().splitlines()           # the metrics CSV of a run without a cache
+    assert lines[2].startswith("# model=gemma-3-270m-q4_k_m.gguf arch=gemma3 n_layer=18 n_expert=0 ")
+    assert lines[3].startswith("# moe_stream=0 cache_mb=0 ")
     assert "dense (n_expert=0)" in out and "no expert cache" in out
     assert f"every decode reads all {DENSE_BYTES} B = 235.16 MiB" in out
     assert "4 decodes read 940.66 MiB, 235.16 MiB/token" in out          # 4 * 246587904 / 2^20
