@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -78,7 +79,18 @@ draft_width = int_in(1, DRAFT_MAX_LIMIT)
 token_id = int_in(0, TOKEN_ID_MAX)
 """``type=`` validator of one token id: 0..2147483647 (``llama_token`` is ``int32_t``)."""
 
-MIB_RANGE = f"a number of MiB from 0 to 2^40 (1 EiB)"
+def positive_float(text: str) -> float:
+    """``type=`` validator: a finite number > 0 (for a flag that is not MiB; MiB flags take
+    :func:`positive_mib`, :func:`mib` or :func:`cache_mib`)."""
+    return _number(text, _strict_float, lambda v: 0 < v < math.inf, "a finite number > 0")
+
+
+def nonneg_float(text: str) -> float:
+    """``type=`` validator: a finite number >= 0 (not MiB; see :func:`mib`)."""
+    return _number(text, _strict_float, lambda v: 0 <= v < math.inf, "a finite number >= 0")
+
+
+MIB_RANGE = "a number of MiB from 0 to 2^40 (1 EiB)"
 """What the other MiB flags accept (``--cache-floor-mb``, ``--cache-ceil-mb``: 0 has a meaning)."""
 
 
