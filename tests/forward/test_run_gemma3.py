@@ -97,3 +97,17 @@ def test_llamacpp_numerics_refused_for_moe(tmp_path, capsys):
     path = write_synthetic(tmp_path / "m.gguf", "qwen3moe", "F32", seed=1)
     assert main(["run", str(path), "-n", "2", "--numerics", "llamacpp"]) == 1
     assert "--numerics llamacpp: implemented for gemma3 only" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_run_exact_numerics_follows_llamacpp_up_to_its_near_tie(gemma, golden, capsys):
+    # the float64-accumulated pass agrees with llama.cpp's greedy ids until step 5, where
+    # llama.cpp itself flips between its F16-KV and F32-KV runs ("of" 529 vs "." 236761:
+    # france_default's greedy vs generate[0]'s), a near-tie (tests/forward/test_gemma3_llamacpp.py)
+    r = _run(capsys, ["run", gemma, "--prompt-tokens", _ids(golden["prompt_ids"]), "-n", "6",
+                      "--numerics", "exact", "--json"])
+    assert r["tokens"][:5] == golden["greedy"][:5] == [506, 5279, 529, 506, 2891]
+    f16 = json.loads(GOLDENS.read_text(encoding="utf-8"))["france_default"]["greedy"]
+    assert golden["greedy"][5] == 236761 and r["tokens"][5] == f16[5] == 529   # llama.cpp's F16-KV pick
+    assert r["numerics"] == "exact"
+    assert r["read_bytes"] == 6 * DENSE_BYTES and r["stop"] == "n_predict"
