@@ -1,4 +1,10 @@
-"""Shared flag validators and helpers for the subcommands (argparse ``type=`` functions)."""
+"""Shared flag validators and helpers for the subcommands (argparse ``type=`` functions).
+
+The CLI's one convention (docs/cli.md "Conventions", generated from tools/make_cli_doc.py): a value
+the flag does not accept is a usage error, exit 2, ``argument FLAG: expected RANGE, got 'TEXT'``,
+with one RANGE text per flag meaning, from these validators; a bound another flag sets is checked
+after parsing by :func:`check_value` with the same text (:class:`refsim.errors.UsageError`).
+"""
 
 from __future__ import annotations
 
@@ -57,13 +63,13 @@ def _number(text: str, parse, ok, expected: str):
 
 
 def int_in(lo: int, hi: int = INT_MAX, note: str = ""):
-    """``type=`` validator factory: an integer ``lo..hi`` (``hi`` at most :data:`INT_MAX`); the
-    message reads ``expected an integer in lo..hi<note>, got 'TEXT'``."""
+    """``type=`` validator factory: an integer ``lo..hi`` (default ``hi`` :data:`INT_MAX`; a
+    ``uint32`` such as ``--seed`` passes its own); the message reads ``expected an integer in
+    lo..hi<note>, got 'TEXT'``."""
     expected = f"an integer in {lo}..{hi}{note}"
 
     def check(text: str) -> int:
         return _number(text, _strict_int, lambda v: lo <= v <= hi, expected)
-    check.expected = expected
     return check
 
 
