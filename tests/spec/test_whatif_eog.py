@@ -112,3 +112,26 @@ def test_cli_eog_and_model(tmp_path, capsys):
     assert "generated 1 (stopped at end-of-generation token 2 before -n 8)" in out
     assert main(["ngram-whatif", "--tokens", str(toks), "--prompt-len", "5", "-n", "8"]) == 1
     assert "give --eog ID" in capsys.readouterr().err
+
+
+def test_run_json_stop_fields_feed_ngram_whatif(tmp_path, monkeypatch, capsys):
+    # end to end on the built-in model: this prompt stops at its EOG 2 after 130 of -n 200 tokens;
+    # ngram-whatif with the run's -n and eog_token prints the live counters (without them it
+    # counted 94 drafts for the live 98: 31.9 % against the live 30.6 %)
+    import json
+    monkeypatch.setenv("REFSIM_CACHE", str(tmp_path))
+    argv = ["run", "--prompt", "hello hello hello hello", "-n", "200", "--ngram", "--draft", "3",
+            "--ngram-min-match", "1", "--json"]
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["stop"], r["eog_token"], r["n_predict"], len(r["tokens"])) == ("eog", 2, 200, 130)
+    toks = tmp_path / "stream.txt"
+    toks.write_text(" ".join(map(str, r["prompt_tokens"] + r["tokens"])))
+    base = ["ngram-whatif", "--tokens", str(toks), "--prompt-len", str(len(r["prompt_tokens"])),
+            "--draft", "3", "--min-match", "1", "--csv"]
+    assert main(base + ["-n", str(r["n_predict"]), "--eog", str(r["eog_token"])]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split(",")
+    assert [int(x) for x in row[2:6]] == [130, r["decodes"], r["drafted"], r["accepted"]] == [130, 100, 98, 30]
+    assert main(base) == 0            # read as a run that stopped at -n 130: not this run
+    row = capsys.readouterr().out.splitlines()[1].split(",")
+    assert [int(x) for x in row[2:6]] == [130, 100, 94, 30]
