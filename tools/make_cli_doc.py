@@ -48,6 +48,8 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--mtp-p-min` | a probability in [0, 1] |
 | `--prompt-tokens`, `--corpus` | token ids like 1,5,77, each an integer in 0..2147483647 |
 | `--seed` | an integer in 0..4294967295 |
+| `union --window`, `ngram-whatif --draft`, `--min-match` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
+| `sweep --policy` | comma-separated names of known policies |
 
 Numbers are ASCII (`1_0`, `٣` and ` 3` are refused); a negative value may follow its flag with a
 space (`--cache-mb -inf` is refused as -inf, like `--cache-mb -1`, not read as an unknown flag).
