@@ -164,7 +164,7 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
     ConfigError
         On an unknown policy, an empty list or a budget that is not > 0.
     """
-    from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
+    from refsim.cache.expert_cache import ExpertCache
 
     budgets_mib = list(dict.fromkeys(float(b) for b in budgets_mib))
     policies = list(dict.fromkeys(policies))
