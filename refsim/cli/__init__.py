@@ -17,7 +17,7 @@ from refsim.errors import RefsimError
 
 # Workflow order; each name is a module in this package.
 COMMANDS = ["replay", "sweep", "union", "inspect", "synth", "run", "ngram", "ngram_whatif", "memory",
-            "bench"]
+            "bench", "timing"]
 
 
 def _version() -> str:
