@@ -8,9 +8,10 @@ import sys
 
 import numpy as np
 
-from refsim.cli.common import check_outputs, nonneg_int
+from refsim.cli.common import check_outputs, int_range, nonneg_float, nonneg_int, positive_int
 from refsim.fileio import write_text_atomic
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
+from refsim.timing.breakeven import DEFAULT_EPS, breakeven
 from refsim.timing.model import PARAMS
 from refsim.timing.runs import split_spec
 
@@ -49,6 +50,30 @@ def add_parser(sub) -> None:
     q.add_argument("--json", action="store_true", help="print JSON (keys predicted_tok_s, "
                                                         "measured_tok_s, error_pct, ...)")
     q.set_defaults(func=run_predict)
+
+    b = tsub.add_parser("breakeven", help="the acceptance a draft width needs to beat plain "
+                                          "decoding at a cache budget",
+                        description="From a route trace's verify-batch widening at --cache-mb "
+                                    "(refsim union) and a device model: per draft width, the "
+                                    "tokens a drafted decode must confirm and the acceptance it "
+                                    "needs to beat plain decoding. docs/timing.md.")
+    b.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1)")
+    b.add_argument("--device", required=True, metavar="DEVICE.json", help="from refsim timing fit")
+    b.add_argument("--cache-mb", required=True, metavar="N", help="cache budget, MiB")
+    b.add_argument("--draft", type=int_range, default=int_range("1..8"), metavar="D",
+                   help="draft widths: N, N,M,... or A..B (default 1..8)")
+    b.add_argument("--model", metavar="KEY", help="which of the device's compute floors to use "
+                                                  "(default: its only one)")
+    b.add_argument("--io-threads", type=positive_int, default=4, metavar="L",
+                   help="I/O lanes (default 4, the engine's)")
+    b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
+    b.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
+                   help=f"compute of each extra verify position as a fraction of one position's "
+                        f"(default {DEFAULT_EPS}; docs/timing.md gives 0.2-0.4)")
+    b.add_argument("--draft-ms", type=nonneg_float, default=0.0, metavar="MS",
+                   help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
+    b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    b.set_defaults(func=run_breakeven)
 
     v = tsub.add_parser("validate", help="leave-one-run-out check of the model on one device's runs",
                         description="For each run: fit on the others, predict it; print "
@@ -144,4 +169,48 @@ def run_validate(args) -> int:
     med, worst = summary["median_abs_error_pct"], summary["worst_abs_error_pct"]
     print(f"|error|: median {_fmt(med, 1)}%, worst {_fmt(worst, 1)}% over {len(errs)} of "
           f"{len(held)} runs")
+    return 0
+
+
+def run_breakeven(args) -> int:
+    from refsim import MIB
+    from refsim.cache import ExpertCache
+    from refsim.errors import ConfigError
+    from refsim.studies.union import union_study
+    from refsim.trace import read_trace
+
+    dev = load_device(args.device)
+    if args.model is None:
+        if len(dev.compute) != 1:
+            raise ConfigError(f"--model: the device knows {len(dev.compute)} models "
+                              f"({', '.join(sorted(dev.compute))}); name one")
+        model = next(iter(dev.compute))
+    else:
+        model = args.model
+        dev.compute_floor(model, where=f"--model {model}")
+    budget = ExpertCache.mib_to_bytes(args.cache_mb)
+    trace = read_trace(args.trace)
+    widths = sorted({1} | {d + 1 for d in args.draft})
+    rows = breakeven(dev, union_study(trace, widths, budget), model, args.io_threads,
+                     args.overlap, True, args.position_cost, args.draft_ms)
+    rows = [r for r in rows if r.draft in set(args.draft)]
+    if args.json:
+        print(json.dumps({"trace": args.trace, "device": args.device, "model": model,
+                          "cache_mb": budget / MIB, "io_threads": args.io_threads,
+                          "overlap": args.overlap, "position_cost": args.position_cost,
+                          "draft_ms": args.draft_ms, "rows": [r.as_dict() for r in rows]}))
+        return 0
+    print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); budget "
+          f"{budget / MIB:.1f} MiB; {args.io_threads} lanes; "
+          f"{'--overlap' if args.overlap else 'serial'}; extra position {args.position_cost:g} x C; "
+          f"drafting {args.draft_ms:g} ms per drafted decode")
+    if rows:
+        print(f"plain decode: {rows[0].plain_ms:.1f} ms ({1000.0 / rows[0].plain_ms:.2f} tok/s)")
+    print(f"{'draft':>5}  {'MiB/decode':>10}  {'verify_ms':>9}  {'tokens_needed':>13}  "
+          f"{'acceptance_needed':>17}")
+    for r in rows:
+        print(f"{r.draft:>5}  {r.mib_per_decode:>10.1f}  {r.verify_ms:>9.1f}  "
+              f"{r.tokens_needed:>13.2f}  {r.acceptance_needed_pct:>16.1f}%")
+    print("a drafted decode pays off when it confirms more than tokens_needed tokens, i.e. when "
+          "acceptance (accepted / drafted) exceeds acceptance_needed, whatever the coverage")
     return 0

@@ -321,3 +321,80 @@ def test_cli_runs_on_the_real_desktop_set(tmp_path):
                           specs[-1], "--json"], capture_output=True, text=True, env=env)
     row = json.loads(res.stdout)["runs"][0]
     assert abs(row["error_pct"]) < 10.0
+
+
+# --- break-even and the published speculation cells --------------------------------------------
+
+from refsim.studies.union import UnionRow  # noqa: E402
+from refsim.timing.breakeven import breakeven, decode_ms  # noqa: E402
+from refsim.timing.cells import (HOST_COPY, HOST_MTP, PHONE_MTP, PHONE_NGRAM, Cell,  # noqa: E402
+                                 calibrated, predict_cell)
+
+
+def union_row(w, mib_per_decode, decodes=10):
+    return UnionRow(window=w, n_windows=1, union_mean=0, union_p50=0, union_p90=0,
+                    union_mib_mean=0, decodes=decodes, read_mib=mib_per_decode * decodes,
+                    mib_per_token=mib_per_decode / w, hit_pct_decode=50.0)
+
+
+def test_breakeven_hand_worked():
+    dev = device(values={**KNOWN, "tail": 1.0})
+    # serial, cache on, 4 lanes, C = 100. plain: x = 10 -> 121.25 ms (test_token_ms_hand_worked)
+    # w = 3 (d = 2), x = 40: cpu = 100 + 5 + 8 = 113; io = 3 + 40 * 1.125 = 48; + eps C (w-1)
+    # = 0.5 * 100 * 2 = 100 -> 261 ms, + draft 4 ms = 265; ratio 265 / 121.25; alpha* = (r-1)/2
+    rows = breakeven(dev, [union_row(1, 10.0), union_row(3, 40.0)], "m", 4, False, True, 0.5, 4.0)
+    (r,) = rows
+    assert r.plain_ms == pytest.approx(121.25) and r.verify_ms == pytest.approx(265.0)
+    assert r.tokens_needed == pytest.approx(265.0 / 121.25)
+    assert r.acceptance_needed_pct == pytest.approx((265.0 / 121.25 - 1.0) / 2 * 100.0)
+    assert decode_ms(dev, 40.0, 3, "m", 4, False, True, 0.5) == pytest.approx(261.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0, 200), st.floats(0, 200), st.integers(1, 7), st.floats(0, 1), st.floats(0, 1))
+def test_breakeven_is_where_speculation_stops_paying(x1, xw, d, cov, eps):
+    """At alpha = alpha*, c t(w) + (1-c) t(1) over 1 + c d alpha tokens equals t(1)."""
+    dev = device(values={**KNOWN, "tail": 1.0})
+    (r,) = breakeven(dev, [union_row(1, x1), union_row(d + 1, xw)], "m", 2, True, True, eps)
+    alpha = r.acceptance_needed_pct / 100.0
+    per_token = (cov * r.verify_ms + (1 - cov) * r.plain_ms) / (1 + cov * d * alpha)
+    assert per_token == pytest.approx(r.plain_ms, rel=1e-9)
+
+
+def test_breakeven_refuses_bad_input():
+    dev = device()
+    with pytest.raises(ConfigError, match="width 1"):
+        breakeven(dev, [union_row(2, 1.0)], "m", 1, False)
+    with pytest.raises(ConfigError, match="finite and >= 0"):
+        breakeven(dev, [union_row(1, 1.0)], "m", 1, False, eps=float("nan"))
+
+
+def test_calibration_reproduces_the_off_cell_exactly():
+    dev = device(values={**KNOWN, "tail": 1.05})
+    off = Cell("off", 6.0, 30.0)
+    for overlap in (False, True):
+        cal = calibrated(dev, off, "cell", 4, overlap)
+        assert predict_cell(cal, off, "cell", 4, overlap, 0.38)[0] == pytest.approx(6.0, rel=1e-9)
+    with pytest.raises(ConfigError, match="no compute floor fits"):
+        calibrated(dev, Cell("fast", 1000.0, 300.0), "cell", 4, False)
+
+
+def _verdicts(dev, cells, eps=0.38):
+    cal = calibrated(dev, cells[0], "cell", 4, True)
+    return [(c, predict_cell(cal, c, "cell", 4, True, eps)[0]) for c in cells[1:]]
+
+
+def test_published_speculation_verdicts_agree_in_sign():
+    """bmoe-engine.md §7: on the host MTP gains at drafts 2-4 and copy-heavy n-gram d3 loses; on
+    the phone MTP d2/d3 and n-gram lose. Predicted from each table's off cell and the cell's own
+    counters on the device fitted to the same machine's runs (docs/timing.md gives the table)."""
+    from refsim.timing import load_runs
+    host = fit_device(load_runs(_set("desktop-2026-07-24-qwen36"), 50)[0])
+    phone = fit_device(load_runs(_set("phone-2026-07-22-drop-cold"), 50)[0])
+    checks = (_verdicts(host, HOST_MTP) + _verdicts(host, HOST_COPY)[1:] + _verdicts(phone, PHONE_MTP)
+              + _verdicts(phone, PHONE_NGRAM[:2]) + _verdicts(phone, PHONE_NGRAM[2:]))
+    offs = {c.name: g[0].tok_s for g in (HOST_MTP, HOST_COPY, PHONE_MTP, PHONE_NGRAM[:2],
+                                         PHONE_NGRAM[2:]) for c in g}
+    for cell, predicted in checks:
+        published_gain = cell.tok_s > offs[cell.name]
+        assert (predicted > offs[cell.name]) == published_gain, (cell.name, predicted)
