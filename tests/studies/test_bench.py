@@ -9,15 +9,16 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refsim.cli import main
 from refsim.errors import ConfigError
 from refsim.studies.bench import (bench_run, bootstrap_mean_ci, compare_runs, format_markdown,
                                   format_text, percentile_linear)
-from refsim.telemetry.constants import METRICS_COLUMNS
 from refsim.telemetry.metrics_reader import read_metrics
+from refsim.testing.metrics_files import V1_SESSION as V1
+from refsim.testing.metrics_files import metrics_files, v2_group_text
 from refsim.testing.shared import require_shared
 
 MIB = 1 << 20
@@ -68,20 +69,8 @@ def test_hand_worked_run(tmp_path):
     assert md.count("|---|") == 4 and f"| {path} |" in md          # the label: the path given
 
 
-def _v2(groups, **fixed):
-    rows, step = [], 0
-    for b, walls in groups:
-        for w in walls:
-            step += 1
-            v = {c: "0" for c in METRICS_COLUMNS}
-            v.update(step=str(step), steps="9", wall_ms=str(w), mtp_batch=str(b),
-                     cache_hit_pct="-1", dense_resident_frac="-1", **fixed)
-            rows.append(",".join(v[c] for c in METRICS_COLUMNS))
-    return "# bmoe_metrics v2\n" + ",".join(METRICS_COLUMNS) + "\n" + "\n".join(rows) + "\n"
-
-
 def test_speculative_groups_charge_each_token_its_share(tmp_path):
-    run = read_metrics(write(tmp_path, "g.csv", _v2([(1, [100]), (2, [300, 0])])))
+    run = read_metrics(write(tmp_path, "g.csv", v2_group_text([(1, [100]), (2, [300, 0])])))
     row = bench_run(run, trim=0, resamples=20)
     assert row.tok_s_mean == pytest.approx(3 / 0.4)
     assert row.tok_s_max == pytest.approx(10.0) and row.tok_s_min == pytest.approx(1000 / 150)
@@ -90,9 +79,36 @@ def test_speculative_groups_charge_each_token_its_share(tmp_path):
     assert not row.complete and "no '# summary' line" in format_text([row])
 
 
+def test_session_file_sums_its_turns(tmp_path):
+    """Two turns (tests/telemetry's V1 file): rows of both, TTFT of the first turn, prefill over
+    both turns, the hit of the last row when the last trailer has none."""
+    row = bench_run(read_metrics(write(tmp_path, "s.csv", V1)), trim=0, resamples=20)
+    assert (row.tokens, row.turns) == (3, 2)
+    assert row.tok_s_mean == pytest.approx(3 / 0.55075)
+    assert row.ttft_s == pytest.approx(45.521 + 5.993)
+    assert row.prefill_tps == pytest.approx((19 + 4) / (5.993 + 1.0))
+    assert row.cache_hit_pct == 50.0 and row.overlap is True
+    assert row.stall_ms_per_token == pytest.approx(100 / 3)
+    assert row.flash_mib_s == pytest.approx(4096 / MIB / 0.49)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(f=metrics_files())
+def test_bench_invariants_on_drawn_files(tmp_path, f):
+    if not f.step:
+        return
+    row = bench_run(read_metrics(write(tmp_path, "d.csv", f.text)), trim=0, resamples=20)
+    assert row.tokens == len(f.step)
+    assert row.tok_s_mean == pytest.approx(len(f.step) / (sum(f.wall_ms) / 1000))
+    assert row.tok_s_min <= row.tok_s_p5 <= row.tok_s_median <= row.tok_s_p95 <= row.tok_s_max
+    assert row.read_mib_per_token == pytest.approx(sum(f.read_bytes) / MIB / len(f.step))
+    if row.trimmed is not None:
+        assert row.trimmed.mean_ms == pytest.approx(sum(f.wall_ms) / len(f.step))
+
+
 def test_compare_hand_worked(tmp_path):
-    a = read_metrics(write(tmp_path, "a.csv", _v2([(1, [100])] * 5)))
-    b = read_metrics(write(tmp_path, "b.csv", _v2([(1, [200])] * 5)))
+    a = read_metrics(write(tmp_path, "a.csv", v2_group_text([(1, [100])] * 5)))
+    b = read_metrics(write(tmp_path, "b.csv", v2_group_text([(1, [200])] * 5)))
     ra, rb = (bench_run(r, label, trim=0, resamples=100) for r, label in ((a, "A"), (b, "B")))
     c = compare_runs(a, ra, b, rb, resamples=100)
     assert (c.mean_ms_delta, c.delta_ci_lo_ms, c.delta_ci_hi_ms) == (100.0, 100.0, 100.0)
