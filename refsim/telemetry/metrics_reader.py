@@ -129,6 +129,11 @@ class MetricsRun:
         rows = int(self.turn_index.max()) + 1 if self.n_rows else 0
         return max(rows, len(self.summaries))
 
+    @property
+    def summary(self) -> dict:
+        """The last ``# summary`` trailer (a one-shot run has one), or {} when there is none."""
+        return self.summaries[-1] if self.summaries else {}
+
     def has(self, name: str) -> bool:
         """Whether the file has column ``name``."""
         return name in self.data

@@ -51,7 +51,7 @@ def test_legacy_8_columns_with_header(tmp_path):
     assert r.columns == LEGACY_COLUMNS
     assert r.data["wall_ms"].tolist() == [100.0, 200.0, 400.0]
     assert r.data["read_bytes"].dtype == np.int64 and r.data["read_bytes"].sum() == 3 * MIB
-    assert r.summaries[0]["prefill_tps"] == 5.0 and r.summaries[0]["tokens"] == 3
+    assert r.summaries[0]["prefill_tps"] == 5.0 and r.summary["tokens"] == 3
     assert r.summary_line_numbers == (5,) and r.line_numbers.tolist() == [2, 3, 4]
     assert r.overlap is False and r.mtp_batch.tolist() == [1, 1, 1]
     assert r.token_wall_ms().tolist() == [100.0, 200.0, 400.0]
@@ -72,7 +72,7 @@ def test_legacy_9_and_11_column_headers(tmp_path, n_col):
     rows = [LEGACY8.splitlines()[i] + extra for i in (1, 2)]
     r = read_metrics(write(tmp_path, ",".join(names) + "\n" + "\n".join(rows) + "\n"))
     assert r.columns == names and r.data["mgmt_ms"].tolist() == [1.5, 1.5]
-    assert r.complete is False and r.summaries == ()          # no trailer: the run stopped
+    assert r.complete is False and r.summaries == () and r.summary == {}   # the run stopped
 
 
 def test_v1_multi_turn_preamble_and_columns_by_name(tmp_path):
@@ -83,7 +83,7 @@ def test_v1_multi_turn_preamble_and_columns_by_name(tmp_path):
     assert r.overlap is True
     assert r.data["turn"].tolist() == [0, 0, 1] and r.turn_index.tolist() == [0, 0, 1]
     assert r.data["step"].tolist() == [1, 2, 1]
-    assert [s["tokens"] for s in r.summaries] == [2, 1]
+    assert [s["tokens"] for s in r.summaries] == [2, 1] and r.summary["n_prompt"] == 4
     assert r.data["wall_ms"].tolist() == [300.5, 150.25, 100.0]
     # the same file with its columns in another order reads the same values
     order = list(reversed(V1_COLUMNS))
