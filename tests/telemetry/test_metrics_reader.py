@@ -65,6 +65,12 @@ def test_legacy_header_less(tmp_path):
     assert r.line_numbers.tolist() == [1, 2, 3]
 
 
+def test_legacy_with_a_preamble_but_no_magic_line(tmp_path):
+    r = read_metrics(write(tmp_path, "# model=q.gguf cache_mb=2000 io_threads=2\n" + LEGACY8))
+    assert r.layout == "legacy" and r.number("cache_mb") == 2000 and r.n_rows == 3
+    assert r.line_numbers.tolist() == [3, 4, 5]
+
+
 @pytest.mark.parametrize("n_col", [9, 11])
 def test_legacy_9_and_11_column_headers(tmp_path, n_col):
     names = METRICS_COLUMNS[:n_col]
@@ -170,6 +176,8 @@ ERRORS = [
     (V1.replace("io_threads=4", "io_threads=4 io_threads=8"), 3, "one value per key"),
     ("# bmoe_metrics v1\n# model=m\n", 3, "got end of file"),
     ("# bmoe_metrics v1\n# summary tokens=0\n", 2, "before the column header"),
+    ("# cache_mb=x\n" + LEGACY8, 1, "cache_mb='x', expected an integer"),
+    ("# model=q\n1,3,1,1,1,1,1,1\n", 2, "expected the column header line"),
     (V1.replace("turn,", "step,"), 4, "'step' appears twice"),
     (V1.replace(",swap_free_mib", ""), 4, "lacks column(s) swap_free_mib"),
     (LEGACY8.replace("stall_ms", "stall_ms,"), 1, "empty column name"),
