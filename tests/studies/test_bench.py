@@ -217,15 +217,42 @@ def _script_tables(stdout: str) -> dict:
     return out
 
 
+def _script_cache_rows(md: str, model: str) -> list[list[str]]:
+    """The cells (label dropped) of the script's third Markdown table for ``model``."""
+    section = next(part for part in md.split("\n### ") if part.lower().startswith(model))
+    if "**Cache sizing" not in section:
+        return []
+    lines = section.split("**Cache sizing", 1)[1].splitlines()
+    rows = [ln for ln in lines if ln.startswith("| ") and not ln.startswith("| Config")]
+    out = []
+    for ln in rows:
+        if not ln.startswith("| "):
+            break
+        out.append([c.strip() for c in ln.strip("|").split("|")][1:])
+    return out
+
+
+def _ours_cache(r) -> list[str]:
+    mib = lambda v: "—" if v is None else f"{v:.0f} MiB"     # noqa: E731
+    return [mib(r.cache_budget_mib), mib(r.cache_resident_mib),
+            "—" if r.spec_useful_pct is None else f"{r.spec_useful_pct:.0f}%",
+            mib(r.spec_read_mib_per_token)]
+
+
 def _run_oracle(tmp_path, links: dict) -> dict:
     """Symlink ``links`` (name -> real path) into a folder, run the script on it (it writes its
-    summary.md there, never into the shared folder) and parse its tables."""
+    summary.md there, never into the shared folder) and parse its tables (stdout's two, and the
+    Markdown-only third under the key ``(model, 'cache')``)."""
     for name, real in links.items():
         os.symlink(real, tmp_path / name)
     script = require_shared(*SCRIPT)
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
                           text=True, check=True, timeout=120)
-    return _script_tables(done.stdout)
+    tables = _script_tables(done.stdout)
+    md = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    for model in ("qwen", "gemma"):
+        tables[(model, "cache")] = _script_cache_rows(md, model)
+    return tables
 
 
 def _ours_throughput(r) -> list[str]:
@@ -250,6 +277,9 @@ def _compare_with_script(tables, model, rows):
         assert script_row[-10:] == _ours_throughput(r), (r.label, script_row)
     for script_row, r in zip(pre, rows):
         assert script_row[-5:] == _ours_pressure(r), (r.label, script_row)
+    sized = [r for r in rows if r.cache_budget_mib is not None or r.spec_read_mib_per_token]
+    assert tables[(model, "cache")] == [_ours_cache(r) for r in sized]
+    return len(sized)
 
 
 def test_same_numbers_as_bench_analyze_on_the_phone_cache_lanes_set(tmp_path):
@@ -273,7 +303,7 @@ def test_same_numbers_as_bench_analyze_on_the_v1_sets(tmp_path, folder):
     tables = _run_oracle(tmp_path, {f"qwen_{k}.csv": f for k, f in zip(KEYS, files)})
     rows = [bench_run(read_metrics(f), resamples=10) for f in files]
     assert all(r.peak_rss_gib is None for r in rows)          # no sidecar: the script prints 0
-    _compare_with_script(tables, "qwen", rows)
+    assert _compare_with_script(tables, "qwen", rows) == len(rows)   # every v1 run has a budget
 
 
 # --- the CLI ------------------------------------------------------------------------------------
