@@ -327,13 +327,21 @@ def test_cli_text_json_md_and_compare(tmp_path, capsys):
     assert run["flash_wait_ms_per_token"] == pytest.approx(227.5)
 
 
+def test_cli_a_file_without_rows_is_a_one_line_error(tmp_path, capsys):
+    empty = write(tmp_path, "e.csv", RUN4.splitlines(True)[0])
+    assert main(["bench", empty]) == 1
+    err = capsys.readouterr().err
+    assert f"{empty}: the file has no per-token rows" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["--compare"], "--compare: expected exactly two runs A B, got 1"),
+    (["--md", "{d}/o.png", "--plot", "{d}/o.png"], "the same file; expected two files"),
     (["--md", "{a}"], "--md {a}: is also the RUN {a} input"),
 ])
 def test_cli_errors_are_one_line(tmp_path, capsys, argv, fragment):
     a = write(tmp_path, "a.csv", RUN4)
-    assert main(["bench", a] + [x.format(a=a) for x in argv]) == 1
+    assert main(["bench", a] + [x.format(a=a, d=tmp_path) for x in argv]) == 1
     err = capsys.readouterr().err
     assert fragment.format(a=a) in err and err.count("\n") == 1, err
 
