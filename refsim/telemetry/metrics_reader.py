@@ -307,7 +307,7 @@ def _parse_table(path: str, rows: list[str], lines: list[int], columns: tuple) -
             bad |= (v != np.round(v)) | (np.abs(v) > MAX_INT_VALUE)
         if bad.any():
             j = int(np.argmax(bad))
-            kind = (f"an integer (at most 2^53)" if name in INT_COLUMNS else "a finite number")
+            kind = ("an integer (at most 2^53)" if name in INT_COLUMNS else "a finite number")
             raise MetricsFormatError(
                 f"{path}:{line_arr[j]}: column {name!r} is {rows[j].split(',')[c]!r}, "
                 f"expected {kind}")

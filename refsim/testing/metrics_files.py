@@ -78,7 +78,6 @@ def metrics_files(draw, max_turns: int = 3, max_groups: int = 6) -> MetricsFile:
     if header:
         lines.append(",".join(columns))
     has_batch = "mtp_batch" in columns
-    has_turn = "turn" in columns
     n_turns = draw(st.integers(1, max_turns))
     last_closed = draw(st.booleans())
     step, turn_index, wall, rb, batch, data_lines, closed = [], [], [], [], [], [], []

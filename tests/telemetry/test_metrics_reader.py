@@ -6,7 +6,6 @@ writer.
 """
 
 import glob
-import os
 import re
 
 import numpy as np
