@@ -357,7 +357,7 @@ def tables(rows: list[BenchRow]) -> list[tuple[str, list[str], list[list[str]]]]
     """The tables as (title, header, rows of cells): throughput, pressure, per-token after
     warm-up, time split, and (when a run has a cache budget or prefetch reads in its trailer)
     cache sizing."""
-    t = rows[0].trimmed if rows else None
+    t = next((r.trimmed for r in rows if r.trimmed is not None), None)
     trim_title = ("Per-token decode time after warm-up" + (
         f" (first {t.trim} tokens trimmed; percentile bootstrap, {t.resamples} resamples, "
         f"numpy default_rng(seed={t.seed}))" if t else ""))
@@ -368,7 +368,8 @@ def tables(rows: list[BenchRow]) -> list[tuple[str, list[str], list[list[str]]]]
         ("Device pressure (the .metrics sidecar; GiB = 2^30 bytes; rows: the CSV's memory "
          "columns)", ["run"] + [h for h, _, _ in PRESSURE],
          [[r.label] + _cells(r, PRESSURE) for r in rows]),
-        (trim_title, ["run", "tokens kept", "median ms/tok", "mean ms/tok", "95% CI on the mean"], [[r.label] + _trim_cells(r) for r in rows]),
+        (trim_title, ["run", "tokens kept", "median ms/tok", "mean ms/tok", "95% CI on the mean"],
+         [[r.label] + _trim_cells(r) for r in rows]),
         ("Time split (ms/token = column sum / tokens; flash wait = io serial, stall under "
          "overlap; flash MiB/s = read MiB / io seconds)", ["run", "overlap"] + [h for h, _, _ in SPLIT],
          [[r.label, "?" if r.overlap is None else ("yes" if r.overlap else "no")]
