@@ -235,10 +235,3 @@ def _text_bytes(rep, r):
     out.append("\ndense total %.1f MiB - resident, never streamed (not a per-step figure)."
                % r["dense_total_mib"])
     return out
-
-
-def plot_view(rep: dict, fr_trace: RouteTrace, opt: AnalyzeOptions, path: str) -> None:
-    """PNG of the reuse, workset or overlap view (``--plot``); see refsim.analysis.plot."""
-    from refsim.analysis.plot import plot_analysis
-    plot_analysis(rep, fr_trace, opt, path)
-
