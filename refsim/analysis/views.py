@@ -31,8 +31,12 @@ KIND_NAMES = {int(k): k.name.lower() for k in DecodeKind}
 
 
 def _mean(values) -> float:
+    """Mean of floats summed in the given (unit) order with Python's ``sum``, 0.0 when empty.
+
+    The order is route-analyze.py's, so an exact tie at the printed precision (a mean of
+    shares of k, e.g. 28.75 %) rounds the same way in both tools."""
     values = list(values)
-    return math.fsum(values) / len(values) if values else 0.0
+    return sum(values) / len(values) if values else 0.0
 
 
 def occurrences(fr: Framed) -> dict:
