@@ -66,52 +66,53 @@ def _layer_sequences(fr: Framed, occ_idx: np.ndarray):
 
 
 # ── matrix ──────────────────────────────────────────────────────────────────────────────────
+def repeat_flags(fr: Framed) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: ``repeat`` = the previous unit of ``fr`` also routed this (layer, expert);
+    ``in_batch`` = not ``repeat``, and an earlier position of the same unit routed it in this
+    layer (a verify batch reads it once). Both (n_rows,) bool."""
+    span = (fr.header.n_layer + 1) * (fr.header.n_expert + 1)
+    base = fr.layer * (fr.header.n_expert + 1) + fr.expert
+    key = fr.unit * span + base
+    repeat = np.isin((fr.unit - 1) * span + base, key) & (fr.unit > 0)
+    order = np.lexsort((fr.step, key))
+    ks = key[order]
+    first = np.r_[True, ks[1:] != ks[:-1]]
+    min_step = np.empty_like(fr.step)
+    min_step[order] = fr.step[order][np.maximum.accumulate(np.where(first, np.arange(ks.size), 0))]
+    return repeat, (fr.step > min_step) & ~repeat
+
+
 def view_matrix(fr: Framed, show_units: np.ndarray, layers: list[int]) -> dict:
     """Step × layer matrix of expert ids, for the units ``show_units`` (indices into ``fr``).
 
-    ``repeat`` marks an id this layer also routed in the previous unit of ``fr`` (previous
-    decode / previous position), whether or not that unit is shown; ``in_batch`` (decode
-    framing) an id an earlier position of the same verify batch already routed in this layer
-    (the batch reads it once).
+    One row per (unit, position). ``repeat`` marks an id this layer also routed in the previous
+    unit of ``fr`` (previous decode / previous position), whether or not that unit is shown;
+    ``in_batch`` (decode framing) an id an earlier position of the same verify batch already
+    routed in this layer (:func:`repeat_flags`).
     """
-    rows = []
-    bounds = np.searchsorted(fr.unit, np.arange(fr.n_units + 1))
-
-    def layer_sets(u: int) -> dict[int, set]:
-        if u < 0:
-            return {}
-        a, b = bounds[u], bounds[u + 1]
-        out: dict[int, set] = {}
-        for il, e in zip(fr.layer[a:b].tolist(), fr.expert[a:b].tolist()):
-            out.setdefault(il, set()).add(e)
-        return out
-
-    for u in sorted(set(np.asarray(show_units).tolist())):
-        a, b = bounds[u], bounds[u + 1]
-        prev_sets = layer_sets(u - 1)
-        steps = np.unique(fr.step[a:b]).tolist() if fr.framing == "decode" else \
-            [int(fr.unit_first[u])]
-        cells = {s: {} for s in steps}
-        for il in sorted(set(fr.layer[a:b].tolist())):
-            m = np.flatnonzero(fr.layer[a:b] == il) + a
-            prev = prev_sets.get(il, set())
-            batch: set = set()
-            for s in steps:
-                mm = m[fr.step[m] == s] if fr.framing == "decode" else m
-                ids = fr.expert[mm].tolist()
-                cells[s][il] = dict(
-                    experts=ids,
-                    repeat=[e in prev for e in ids],
-                    in_batch=[(e in batch and e not in prev) for e in ids],
-                    dropped=fr.dropped[mm].tolist(),
-                    residency=fr.residency[mm].tolist(),
-                    weight=[None if math.isnan(w) else w for w in fr.weight[mm].tolist()],
-                    bytes=fr.bytes[mm].tolist())
-                batch.update(ids)
-        for s in steps:
-            rows.append(dict(unit=u, step=s, turn=int(fr.unit_turn[u]),
-                             kind=KIND_NAMES[int(fr.unit_kind[u])],
-                             cells={str(il): cells[s][il] for il in layers if il in cells[s]}))
+    repeat, in_batch = repeat_flags(fr)
+    show = np.isin(fr.unit, np.asarray(show_units)) & np.isin(fr.layer, layers)
+    idx = np.flatnonzero(show)
+    rowkey = fr.step[idx] if fr.framing == "decode" else fr.unit_first[fr.unit[idx]]
+    order = idx[np.lexsort((fr.slot[idx], fr.layer[idx], rowkey, fr.unit[idx]))] \
+        if fr.framing == "decode" else idx
+    rows: list[dict] = []
+    cur = None
+    for j in order.tolist():
+        u = int(fr.unit[j])
+        s = int(fr.step[j]) if fr.framing == "decode" else int(fr.unit_first[u])
+        if cur is None or (cur["unit"], cur["step"]) != (u, s):
+            cur = dict(unit=u, step=s, turn=int(fr.unit_turn[u]),
+                       kind=KIND_NAMES[int(fr.unit_kind[u])], cells={})
+            rows.append(cur)
+        c = cur["cells"].setdefault(str(int(fr.layer[j])), dict(
+            experts=[], repeat=[], in_batch=[], dropped=[], residency=[], weight=[], bytes=[]))
+        w = float(fr.weight[j])
+        for name, v in (("experts", int(fr.expert[j])), ("repeat", bool(repeat[j])),
+                        ("in_batch", bool(in_batch[j])), ("dropped", bool(fr.dropped[j])),
+                        ("residency", int(fr.residency[j])),
+                        ("weight", None if math.isnan(w) else w), ("bytes", int(fr.bytes[j]))):
+            c[name].append(v)
     return {"layers": layers, "rows": rows}
 
 

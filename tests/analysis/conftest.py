@@ -1,11 +1,12 @@
 """Helpers for the analysis tests: run the engine's route-analyze.py (oracle) and refsim analyze,
 split their text into sections, and a small hand-made speculative trace."""
 
-import io
+import functools
+import json
+import os
 import re
 import subprocess
 import sys
-from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
 from refsim.testing.shared import require_shared
-from refsim.trace import TraceHeader, write_trace
+from refsim.analysis import analyze, format_text
+from refsim.trace import TraceHeader, read_trace, write_trace
 
 NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w)")
 
@@ -42,6 +44,7 @@ def route_analyze():
     """Run the engine's route-analyze.py (never copied; skip when ../shared is absent)."""
     script = require_shared("reference", "engine-docs", "scripts", "route-analyze.py")
 
+    @functools.lru_cache(maxsize=None)
     def run(trace, *args):
         p = subprocess.run([sys.executable, str(script), str(trace), *args],
                            capture_output=True, text=True, timeout=120)
@@ -50,13 +53,19 @@ def route_analyze():
     return run
 
 
+@functools.lru_cache(maxsize=8)
+def _read(path: str, mtime: float):
+    return read_trace(path)
+
+
 def refsim_analyze(*argv) -> str:
-    from refsim.cli import main
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = main(["analyze", *map(str, argv)])
-    assert rc == 0
-    return buf.getvalue()
+    """``refsim analyze ARGV`` as the CLI prints it (the trace read once per file)."""
+    from refsim.cli import analyze as cli_analyze
+    from refsim.cli import make_parser
+    args = make_parser().parse_args(["analyze", *map(str, argv)])
+    path = str(args.trace)
+    rep = analyze(_read(path, os.path.getmtime(path)), cli_analyze.options_from_args(args))
+    return json.dumps(rep) + "\n" if args.json else format_text(rep)
 
 
 # A hand-made speculative trace (docs/analysis.md, "Framing", worked example): 2 layers,

@@ -35,12 +35,9 @@ def test_qwen_views_match_route_analyze(qwen_trace_path, route_analyze, view, fr
     assert n > 48 * 3                                  # a real table, one row per layer at least
 
 
-@pytest.mark.parametrize("args", [["--phase", "prefill"], ["--phase", "all"], ["--turn", "0"],
-                                  ["--top", "12"]])
-@pytest.mark.parametrize("view", TABLE_VIEWS)
+@pytest.mark.parametrize("view,args", [(v, a) for v in TABLE_VIEWS for a in (
+    ["--phase", "prefill"], ["--phase", "all"], ["--turn", "0"])] + [("hot", ["--top", "12"])])
 def test_qwen_phase_turn_top_match_in_position_framing(qwen_trace_path, route_analyze, view, args):
-    if args[0] == "--top" and view != "hot":
-        pytest.skip("--top is the hot view's")
     assert_same_numbers(route_analyze(qwen_trace_path, "--view", view, *args),
                         refsim_analyze(qwen_trace_path, "--view", view, "--framing", "position",
                                        *args), view)
@@ -135,3 +132,10 @@ def test_every_view_has_json(qwen_trace_path):
         assert rep["view"] == view and rep["units"] == 128 and rep["rows"] == 128 * 48 * 6
     ws = json.loads(refsim_analyze(qwen_trace_path, "--view", "workset", "--json"))["result"]
     assert ws["marks"][-1] == 128 and ws["union_mib"] == pytest.approx(8386.2, abs=0.05)
+
+
+def test_cli_prints_the_library_report(qwen_trace_path, capsys):
+    from refsim.cli import main
+    assert main(["analyze", str(qwen_trace_path), "--view", "bytes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(
+        refsim_analyze(qwen_trace_path, "--view", "bytes", "--json"))
