@@ -218,7 +218,7 @@ decodes.</div><div class="body" id="perdecode"></div></div>
 <span><i class="sw" style="background:var(--hit)"></i>hit</span><span><i class="sw" style="background:#d5edea"></i>prefetched hit</span>
 <span><i class="sw" style="background:var(--drop)"></i>dropped (never read)</span>
 <span><i class="sw" style="box-shadow:inset 0 -2px 0 var(--pre)"></i>also routed by the previous decode</span>
-<span><i class="sw" style="box-shadow:inset 0 -2px 0 var(--ver)"></i>earlier in the same verify batch</span>
+<span><i class="sw" style="box-shadow:inset 0 -2px 0 var(--ver)"></i>earlier in the same batch (verify decode or prefill chunk)</span>
 <span style="color:var(--ver);font-weight:700">step in blue = verify batch</span></div>
 <div class="body" style="max-height:70vh"><table id="matrix"></table></div>
 <div class="pager"><button id="prev">&larr; earlier</button><button id="next">later &rarr;</button><span id="page" class="note"></span></div></div>
@@ -258,8 +258,8 @@ const T = D.totals;
 
 // ── miss map (canvas) ───────────────────────────────────────────
 (function heat(){
-  const c = $("heat"), cw = Math.max(2, Math.min(8, Math.floor(1300 / Math.max(1, NR)))),
-        ch = Math.max(3, Math.min(10, Math.floor(400 / Math.max(1, L)))), foot = 8;
+  const c = $("heat"), cw = Math.max(2, Math.min(24, Math.floor(1300 / Math.max(1, NR)))),
+        ch = Math.max(3, Math.min(16, Math.floor(400 / Math.max(1, L)))), foot = 8;
   c.width = NR * cw; c.height = L * ch + foot; c.style.width = c.width + "px";
   const g = c.getContext("2d"); g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
   for (let r = 0; r < NR; r++) for (let l = 0; l < L; l++) {
