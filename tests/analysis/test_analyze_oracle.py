@@ -139,3 +139,10 @@ def test_cli_prints_the_library_report(qwen_trace_path, capsys):
     assert main(["analyze", str(qwen_trace_path), "--view", "bytes", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(
         refsim_analyze(qwen_trace_path, "--view", "bytes", "--json"))
+
+
+def test_qwen_replay_at_the_recorded_budget_agrees_on_every_lookup(qwen_trace_path):
+    """docs/analysis.md, cache view: refsim's LRU at 4000 MiB reproduces every recorded outcome."""
+    a = json.loads(refsim_analyze(qwen_trace_path, "--view", "cache", "--cache-mb", "4000",
+                                  "--json"))["result"]["all"]
+    assert a["replay_agree"] == a["n"] == 36864 and a["replay_hit"] == a["hit"]
