@@ -165,3 +165,13 @@ def test_units_in_bytes_view_are_mib(spec_trace_path):
     r = json.loads(refsim_analyze(spec_trace_path, "--view", "bytes", "--json"))["result"]
     assert r["layers"][1]["expert_mib"] == 2.0 and r["dense_total_mib"] == 10.0
     assert r["total_bytes"] == 16 * MIB and np.isclose(r["mib_per_token"], 16 / 6)
+
+
+def test_outputs_never_overwrite_the_inputs(spec_trace_path, capsys):
+    before = spec_trace_path.read_bytes()
+    assert main(["view", str(spec_trace_path), "--html", str(spec_trace_path)]) == 1
+    assert "is also the TRACE input" in capsys.readouterr().err
+    assert main(["analyze", str(spec_trace_path), "--view", "reuse", "--plot",
+                 str(spec_trace_path)]) == 1
+    assert "is also the TRACE input" in capsys.readouterr().err
+    assert spec_trace_path.read_bytes() == before
