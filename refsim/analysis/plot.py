@@ -8,7 +8,7 @@ import numpy as np
 from refsim import MIB
 from refsim.analysis import views as V
 from refsim.analysis.frame import PHASES, frame_trace
-from refsim.studies.plot import _pyplot, _save, require_matplotlib
+from refsim.studies.plot import finish_figure, pyplot, require_matplotlib
 
 __all__ = ["plot_analysis", "require_matplotlib"]
 
@@ -27,7 +27,7 @@ def plot_analysis(trace, opt, path: str) -> None:
     ConfigError
         matplotlib missing, an empty selection, or the path cannot be written.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fr = frame_trace(trace, opt.framing, PHASES[opt.phase], opt.turn, opt.steps, opt.layers)
     unit = "decodes" if fr.framing == "decode" else "steps"
     title = f"{trace.header.model.rsplit('/', 1)[-1]} - {opt.view} ({fr.framing} framing, " \
@@ -79,9 +79,4 @@ def plot_analysis(trace, opt, path: str) -> None:
         b.set_ylabel("mean overlap %, all layers pooled")
     for ax in (a, b):
         ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    finish_figure(plt, fig, path, title)
