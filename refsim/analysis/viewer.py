@@ -101,16 +101,15 @@ def page_data(trace: RouteTrace, metrics: dict | None = None) -> dict:
     lidx = {il: j for j, il in enumerate(layers)}
     k = h.n_expert_used
     repeat, in_batch = V.repeat_flags(fr)
-    rowkey = fr.unit * (int(fr.step.max()) + 2) + fr.step
-    rk, row = np.unique(rowkey, return_inverse=True)
-    n_rows = rk.size
+    pairs, row = np.unique(np.stack([fr.unit, fr.step], axis=1), axis=0, return_inverse=True)
+    row = row.reshape(-1)
+    n_rows = pairs.shape[0]
     ids = np.full((n_rows, len(layers), k), -1, np.int64)
     code = np.full((n_rows, len(layers), k), -1, np.int64)
     li = np.array([lidx[x] for x in fr.layer.tolist()], np.int64)
     ids[row, li, fr.slot] = fr.expert
     code[row, li, fr.slot] = (np.where(fr.dropped, 3, fr.residency) + 4 * repeat + 8 * in_batch)
-    row_unit = rk // (int(fr.step.max()) + 2)
-    row_step = rk % (int(fr.step.max()) + 2)
+    row_unit, row_step = pairs[:, 0], pairs[:, 1]
     occ = V.occurrences(fr)["idx"]
     lookups = np.bincount(fr.unit[occ], minlength=fr.n_units)
     hits = np.bincount(fr.unit[occ], weights=(fr.residency[occ] != 0), minlength=fr.n_units)

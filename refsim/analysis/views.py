@@ -39,6 +39,17 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def group_ids(*cols: np.ndarray) -> np.ndarray:
+    """(n,) int64: a dense id per distinct tuple of the columns, in lexicographic order.
+
+    Used instead of arithmetic keys such as ``unit * n_expert + expert``, which a hostile header
+    (a huge ``n_expert``) or huge positions could overflow; ids are bounded by the row count."""
+    if not cols[0].size:
+        return np.zeros(0, np.int64)
+    _u, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64)
+
+
 def occurrences(fr: Framed) -> dict:
     """The counted occurrences of a framing: lookups (decode) or routings (position).
 
@@ -47,8 +58,7 @@ def occurrences(fr: Framed) -> dict:
     if fr.framing == "position":
         return {"idx": np.arange(fr.n_rows)}
     keep = np.flatnonzero(~fr.dropped)
-    key = (fr.unit[keep] * (fr.header.n_layer + 1) + fr.layer[keep]) * (fr.header.n_expert + 1) \
-        + fr.expert[keep]
+    key = group_ids(fr.unit[keep], fr.layer[keep], fr.expert[keep])
     _u, first = np.unique(key, return_index=True)    # first row of each id in its layer batch
     return {"idx": np.sort(keep[first])}
 
@@ -70,8 +80,8 @@ def repeat_flags(fr: Framed) -> tuple[np.ndarray, np.ndarray]:
     """Per row: ``repeat`` = the previous unit of ``fr`` also routed this (layer, expert);
     ``in_batch`` = not ``repeat``, and an earlier position of the same unit routed it in this
     layer (a verify batch reads it once). Both (n_rows,) bool."""
-    span = (fr.header.n_layer + 1) * (fr.header.n_expert + 1)
-    base = fr.layer * (fr.header.n_expert + 1) + fr.expert
+    base = group_ids(fr.layer, fr.expert)                # dense (layer, expert) id < n_rows
+    span = int(base.max(initial=0)) + 1
     key = fr.unit * span + base
     repeat = np.isin((fr.unit - 1) * span + base, key) & (fr.unit > 0)
     order = np.lexsort((fr.step, key))
@@ -188,27 +198,30 @@ def view_reuse(fr: Framed) -> dict:
 
 
 # ── overlap ─────────────────────────────────────────────────────────────────────────────────
-def _presence(fr: Framed):
-    """Per layer: (n_seq, n_expert) bool, which experts occur in each of the layer's units."""
+def _unit_sets(fr: Framed):
+    """Per layer: (seq, col, n_seq, n_col): the distinct (unit, expert) pairs of the layer as the
+    unit's sequence index and a dense expert column (sets S_i, kept sparse: memory O(rows))."""
     occ = occurrences(fr)["idx"]
     out = {}
     for il, (seq, exp, n, _rows) in _layer_sequences(fr, occ).items():
-        p = np.zeros((n, fr.header.n_expert), dtype=bool)
-        p[seq, exp] = True
-        out[il] = p
+        ids, col = np.unique(exp, return_inverse=True)
+        key = np.unique(seq * ids.size + col.reshape(-1))
+        out[il] = (key // ids.size, key % ids.size, n, int(ids.size))
     return out
 
 
 def overlap_values(fr: Framed, lags=OVERLAP_LAGS) -> dict[int, dict[int, np.ndarray]]:
     """Per layer and lag g: 100 × |S_i ∩ S_{i-g}| / |S_i| for every unit i >= g."""
     out = {}
-    for il, p in _presence(fr).items():
+    for il, (seq, col, n, n_col) in _unit_sets(fr).items():
         out[il] = {}
-        size = p.sum(axis=1)
+        key = seq * n_col + col
+        size = np.bincount(seq, minlength=n)
         for g in lags:
-            if p.shape[0] > g:
-                inter = (p[g:] & p[:-g]).sum(axis=1)
-                out[il][g] = 100.0 * inter / size[g:]
+            if n > g:
+                shared = np.isin(key - g * n_col, key) & (seq >= g)
+                inter = np.bincount(seq[shared], minlength=n)
+                out[il][g] = 100.0 * inter[g:] / size[g:]
             else:
                 out[il][g] = np.zeros(0)
     return out
@@ -228,9 +241,10 @@ def view_overlap(fr: Framed, lags=OVERLAP_LAGS) -> dict:
 def workset_curves(fr: Framed) -> dict[int, np.ndarray]:
     """Per layer: (n_seq,) int64, distinct experts seen in the layer's first 1..n_seq units."""
     out = {}
-    for il, p in _presence(fr).items():
-        first = np.where(p.any(axis=0), p.argmax(axis=0), p.shape[0])
-        out[il] = np.cumsum(np.bincount(first, minlength=p.shape[0] + 1)[:p.shape[0]])
+    for il, (seq, col, n, n_col) in _unit_sets(fr).items():
+        first = np.full(n_col, n, np.int64)
+        np.minimum.at(first, col, seq)
+        out[il] = np.cumsum(np.bincount(first, minlength=n + 1)[:n])
     return out
 
 
@@ -316,9 +330,9 @@ def view_entropy(fr: Framed) -> dict:
     k = fr.header.n_expert_used
     ok = ~np.isnan(fr.weight)
     if fr.framing == "decode":
-        key = (fr.unit * (fr.header.n_layer + 1) + fr.layer) * (int(fr.step.max()) + 2) + fr.step
+        key = group_ids(fr.unit, fr.layer, fr.step)        # rows are in (unit, layer, step) order
     else:
-        key = fr.unit * (fr.header.n_layer + 1) + fr.layer
+        key = group_ids(fr.unit, fr.layer)
     key, w, lay = key[ok], fr.weight[ok], fr.layer[ok]
     if not key.size:
         return {"k": k, "max_bits": math.log2(k) if k > 1 else 0.0, "layers": []}
