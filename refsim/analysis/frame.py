@@ -85,8 +85,10 @@ def decimal_weights(w: np.ndarray) -> np.ndarray:
     ``float(str(np.float32(w)))`` is the file's value. NaN stays NaN.
     """
     w = np.asarray(w, dtype=np.float32).ravel()
-    return np.array([float(np.format_float_positional(x, unique=True, trim="-"))
-                     if np.isfinite(x) else float(x) for x in w], dtype=np.float64)
+    vals, inv = np.unique(w, return_inverse=True)           # each distinct value converted once
+    dec = np.array([float(np.format_float_positional(x, unique=True, trim="-"))
+                    if np.isfinite(x) else float(x) for x in vals], dtype=np.float64)
+    return dec[inv.reshape(-1)]
 
 
 @dataclass(frozen=True, eq=False)

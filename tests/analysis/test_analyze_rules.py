@@ -175,3 +175,15 @@ def test_outputs_never_overwrite_the_inputs(spec_trace_path, capsys):
                  str(spec_trace_path)]) == 1
     assert "is also the TRACE input" in capsys.readouterr().err
     assert spec_trace_path.read_bytes() == before
+
+
+def test_weights_are_the_file_decimals():
+    """float32(0.245) is 0.2450000048: 100 x that prints 25 %, the file's 0.245 prints 24 % (as
+    route-analyze.py, which reads the text)."""
+    from refsim.analysis.frame import decimal_weights
+    from refsim.analysis.views import matrix_cell_text
+    w = decimal_weights(np.array([0.245, np.nan, 0.221297], np.float32))
+    assert w[0] == 0.245 and np.isnan(w[1]) and w[2] == 0.221297
+    assert "%.0f%%" % (100 * float(np.float32(0.245))) == "25%"
+    cell = dict(experts=[3, 4], weight=[float(w[0]), None])
+    assert matrix_cell_text(cell, "weights", "decode") == "3:24% 4:--"
