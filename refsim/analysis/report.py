@@ -122,11 +122,13 @@ def _text_matrix(rep, r):
               else "" for il in layers] for row in r["rows"]]
     width = [max([len(f"L{il}")] + [len(t[j]) for t in texts]) for j, il in enumerate(layers)]
     dec = fw == "decode"
+    multi_turn = len({row["turn"] for row in r["rows"]}) > 1
     out.append("%6s | " % "step" + ("%-7s | " % "decode" if dec else "")
                + " | ".join("%-*s" % (w, f"L{il}") for w, il in zip(width, layers)))
     for row, t in zip(r["rows"], texts):
-        tag = ("%-7s | " % ((f"v{row['unit']}" if row["kind"] == "verify" else str(row["unit"]))
-                            [:7]) if dec else "")
+        name = (f"t{row['turn']}." if multi_turn else "") + (
+            f"v{row['unit']}" if row["kind"] == "verify" else str(row["unit"]))
+        tag = ("%-7s | " % name) if dec else ""
         out.append("%6d | " % row["step"] + tag
                    + " | ".join("%-*s" % (w, c) for w, c in zip(width, t)))
     return out

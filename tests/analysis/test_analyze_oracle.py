@@ -146,3 +146,39 @@ def test_qwen_replay_at_the_recorded_budget_agrees_on_every_lookup(qwen_trace_pa
     a = json.loads(refsim_analyze(qwen_trace_path, "--view", "cache", "--cache-mb", "4000",
                                   "--json"))["result"]["all"]
     assert a["replay_agree"] == a["n"] == 36864 and a["replay_hit"] == a["hit"]
+
+
+def test_two_turns_at_the_same_positions(tmp_path, route_analyze):
+    """A second turn that restarts at position 0 (a new context): the script (and the position
+    framing) merge both turns' step 2 into one unit; the decode framing keeps four decodes."""
+    import numpy as np
+    from refsim import MIB
+    from refsim.cache import ExpertCache
+    from refsim.events import DecodeEvent, DecodeKind
+    from refsim.trace import TraceHeader, write_trace
+    h = TraceHeader(model="m", arch="qwen3moe", n_layer=2, n_expert=4, n_expert_used=1,
+                    expert_bytes=np.array([MIB, MIB]), dense_bytes=np.array([0, 0]))
+    cache = ExpertCache(h.expert_bytes, 4, 64 * MIB)
+    evs, res, chg = [], [], []
+    for turn, ids in ((0, [1, 2]), (1, [3, 1])):
+        pre = np.array([[[0], [-1]], [[0], [0]]], np.int16)
+        evs.append(DecodeEvent(DecodeKind.PREFILL, np.arange(2), pre, turn=turn))
+        for j, e in enumerate(ids):
+            evs.append(DecodeEvent(DecodeKind.PLAIN, np.array([2 + j]),
+                                   np.array([[[e], [e]]], np.int16), turn=turn))
+    for ev in evs:
+        rec = cache.apply(ev)
+        res.append(rec.residency)
+        chg.append(rec.charged_bytes)
+    path = tmp_path / "turns.route.csv"
+    write_trace(path, h, evs, res, chg)
+    script = route_analyze(path, "--view", "reuse")
+    assert_same_numbers(script, refsim_analyze(path, "--view", "reuse", "--framing", "position"),
+                        "reuse")
+    # position framing: units steps 2 {1,3}, 3 {2,1} -> expert 1 at 0 and 1: one reuse, d = 1
+    assert "    0        1        1        1        1         2" in script
+    r = json.loads(refsim_analyze(path, "--view", "reuse", "--json"))["result"]["layers"][0]
+    # decode framing: decodes {1},{2},{3},{1} -> expert 1 reused after 3 decodes
+    assert (r["n_reuse"], r["max"], r["never_2nd"]) == (1, 3, 2)
+    mx = refsim_analyze(path, "--view", "matrix", "--layers", "0")
+    assert "t1.3" in mx and "t0.1" in mx
