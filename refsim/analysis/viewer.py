@@ -41,14 +41,15 @@ UNION_WINDOWS = (1, 2, 3, 4)
 
 
 def metrics_columns(path: str) -> dict[str, list[float | None]]:
-    """Per-token columns of an engine/refsim metrics CSV (``# bmoe_metrics v1`` or ``v2``), by
-    name: ``{column: [value per row]}`` (NaN/inf -> None). A minimal reader for the page only;
+    """Per-token columns of an engine/refsim metrics CSV (``# bmoe_metrics v1`` or ``v2``, or the
+    older files that open with the ``step,...`` header), by name: ``{column: [value per row]}`` (NaN/inf -> None). A minimal reader for the page only;
     ``refsim.telemetry`` owns the full one (this is the one function to swap for it).
 
     Raises
     ------
     TraceFormatError
-        Naming ``file:line``: no ``# bmoe_metrics v1/v2`` first line, no header, a row with the
+        Naming ``file:line``: neither a ``# bmoe_metrics v1/v2`` nor a ``step,`` first line, no
+        header, a row with the
         wrong field count or a non-numeric field.
     """
     try:
@@ -56,9 +57,10 @@ def metrics_columns(path: str) -> dict[str, list[float | None]]:
             lines = fh.read().split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"{path}: cannot read as UTF-8 text: {exc}") from None
-    if not lines or lines[0].strip() not in ("# bmoe_metrics v1", "# bmoe_metrics v2"):
-        raise TraceFormatError(f"{path}:1: expected '# bmoe_metrics v2' (or v1), got "
-                               f"{(lines[0] if lines else '')[:60]!r}")
+    first = lines[0].strip() if lines else ""
+    if first not in ("# bmoe_metrics v1", "# bmoe_metrics v2") and not first.startswith("step,"):
+        raise TraceFormatError(f"{path}:1: expected '# bmoe_metrics v2' (or v1, or a 'step,...' "
+                               f"column header), got {first[:60]!r}")
     header = None
     cols: dict[str, list] = {}
     for i, line in enumerate(lines, start=1):

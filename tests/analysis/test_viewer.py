@@ -86,9 +86,17 @@ def test_minimal_metrics_reader(tmp_path):
     p.write_text("# bmoe_metrics v2\nstep,wall_ms\n1,2\n2,x<y\n")
     with pytest.raises(TraceFormatError, match=r"run.csv:4: column 'wall_ms' is 'x<y'"):
         metrics_columns(str(p))
-    p.write_text("step,wall_ms\n1,2\n")
+    p.write_text("1,2\n3,4\n")
     with pytest.raises(TraceFormatError, match=r"run.csv:1: expected '# bmoe_metrics v2'"):
         metrics_columns(str(p))
+
+
+@pytest.mark.parametrize("name", ["desktop-2026-07-24-qwen36/pc-A-io4.csv",
+                                  "phone-2026-07-12-cache-lanes/qwen_c4000_l4.csv"])
+def test_minimal_metrics_reader_on_real_runs(name):
+    from refsim.testing.shared import require_shared
+    cols = metrics_columns(str(require_shared("real-runs", *name.split("/"))))
+    assert len(cols["wall_ms"]) == 256 and cols["steps"][0] == 256.0
 
 
 def test_console_scan_catches_an_error(tmp_path):
