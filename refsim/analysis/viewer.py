@@ -375,7 +375,8 @@ matrix();
   const box = $("metrics"), m = D.metrics;
   if (!m) { $("metrics-panel").style.display = "none"; return; }
   const pref = ["wall_ms", "io_ms", "compute_ms", "stall_ms", "read_bytes", "cache_hit_pct", "mtp_batch", "rss_mib"];
-  const names = pref.filter(n => n in m).concat(Object.keys(m).filter(n => !pref.includes(n))).filter(
+  const skip = ["step", "steps", "turn"];
+  const names = pref.filter(n => n in m).concat(Object.keys(m).filter(n => !pref.includes(n) && !skip.includes(n))).filter(
     n => m[n].some(v => v !== null && v !== 0)).slice(0, 12);
   names.forEach(n => { const v = m[n], W = 640, H = 90, s = sv("svg", {width: W, height: H, class: "metric"});
     const ok = v.filter(x => x !== null), lo = Math.min(...ok), hi = Math.max(...ok), sp = hi - lo || 1;
