@@ -7,7 +7,7 @@ precision. Definitions: docs/analysis.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,7 +33,6 @@ class AnalyzeOptions:
     max_steps: int = 20
     cells: str = "experts"
     budget_bytes: int | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def analyze(trace: RouteTrace, opt: AnalyzeOptions) -> dict:
@@ -227,7 +226,7 @@ def _text_bytes(rep, r):
     out = _head("expert bytes read")
     line = "total %.1f MiB over %d %s (%.2f MiB/%s average)" % (
         r["total_mib"], r["units"], r["unit"], r["mib_per_unit"], r["unit"][:-1])
-    if "tokens" in r:
+    if r.get("tokens"):
         line += "; %d tokens confirmed (%.2f MiB/token)" % (r["tokens"], r["mib_per_token"])
     out.append(line)
     out.append("\n%5s %12s %12s %12s" % ("layer", "read MiB", "expert MiB", "dense MiB"))
