@@ -177,9 +177,10 @@ def _text_workset(rep, r):
         out.append("%5d %7d " % (x["layer"], x["of"]) + " ".join(
             "%7s" % ("-" if v is None else v) for v in x["at"]))
     if marks:
-        out += ["", "At %s %d the union of routed experts is %.1f MiB of expert weights across all "
-                "layers." % ("decode" if rep["framing"] == "decode" else "step", marks[-1],
-                             r["union_mib"])]
+        dec = rep["framing"] == "decode"
+        out += ["", "At %s %d the union of %s experts is %.1f MiB of expert weights across all "
+                "layers." % ("decode" if dec else "step", marks[-1],
+                             "looked-up" if dec else "routed", r["union_mib"])]
     return out
 
 
