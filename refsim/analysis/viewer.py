@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 
 import numpy as np
@@ -32,7 +31,6 @@ import numpy as np
 from refsim import MIB
 from refsim.analysis import views as V
 from refsim.analysis.frame import frame_trace
-from refsim.errors import TraceFormatError
 from refsim.fileio import write_text_atomic
 from refsim.studies.union import decode_positions, window_union_sizes
 from refsim.trace import RouteTrace
@@ -40,49 +38,22 @@ from refsim.trace import RouteTrace
 UNION_WINDOWS = (1, 2, 3, 4)
 
 
-def metrics_columns(path: str) -> dict[str, list[float | None]]:
-    """Per-token columns of an engine/refsim metrics CSV (``# bmoe_metrics v1`` or ``v2``, or the
-    older files that open with the ``step,...`` header), by name: ``{column: [value per row]}`` (NaN/inf -> None). A minimal reader for the page only;
-    ``refsim.telemetry`` owns the full one (this is the one function to swap for it).
+def metrics_columns(path: str) -> dict[str, list[float]]:
+    """Per-token columns of an engine/refsim metrics CSV, by name: ``{column: [value per row]}``.
+
+    Read and validated by :func:`refsim.telemetry.metrics_reader.read_metrics` (every layout:
+    ``bmoe_metrics v2``, ``v1``, legacy with or without header), so the page shows exactly what
+    ``refsim bench`` reads.
 
     Raises
     ------
-    TraceFormatError
-        Naming ``file:line``: neither a ``# bmoe_metrics v1/v2`` nor a ``step,`` first line, no
-        header, a row with the
-        wrong field count or a non-numeric field.
+    MetricsFormatError
+        Naming ``file:line`` (see :func:`~refsim.telemetry.metrics_reader.read_metrics`).
     """
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"{path}: cannot read as UTF-8 text: {exc}") from None
-    first = lines[0].strip() if lines else ""
-    if first not in ("# bmoe_metrics v1", "# bmoe_metrics v2") and not first.startswith("step,"):
-        raise TraceFormatError(f"{path}:1: expected '# bmoe_metrics v2' (or v1, or a 'step,...' "
-                               f"column header), got {first[:60]!r}")
-    header = None
-    cols: dict[str, list] = {}
-    for i, line in enumerate(lines, start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        fields = line.rstrip("\r").split(",")
-        if header is None:
-            header = [f.strip() for f in fields]
-            cols = {h: [] for h in header}
-            continue
-        if len(fields) != len(header):
-            raise TraceFormatError(f"{path}:{i}: expected {len(header)} fields, got {len(fields)}")
-        for name, text in zip(header, fields):
-            try:
-                v = float(text)
-            except ValueError:
-                raise TraceFormatError(
-                    f"{path}:{i}: column {name!r} is {text[:30]!r}, expected a number") from None
-            cols[name].append(v if math.isfinite(v) else None)
-    if header is None:
-        raise TraceFormatError(f"{path}: no column header line after the preamble")
-    return cols
+    from refsim.telemetry.metrics_reader import read_metrics
+
+    run = read_metrics(path)
+    return {name: run.data[name].astype(float).tolist() for name in run.columns}
 
 
 def _script_json(obj) -> str:

@@ -11,7 +11,6 @@ import pytest
 
 from refsim.analysis.viewer import metrics_columns, page_data, render_page
 from refsim.cli import main
-from refsim.errors import TraceFormatError
 from refsim.trace import read_trace
 from tests.analysis.conftest import SPEC_ROUTES
 
@@ -77,23 +76,22 @@ def test_metadata_is_escaped(spec_trace_path, tmp_path):
     assert page.count("</script>") == 2                         # the data block and the code
 
 
-def test_minimal_metrics_reader(tmp_path):
+def test_metrics_panel_reads_through_the_metrics_reader(tmp_path):
+    from refsim.errors import MetricsFormatError
     p = tmp_path / "run.csv"
-    p.write_text("# bmoe_metrics v2\n# engine=x\nstep,wall_ms,read_bytes\n1,2.5,100\n2,nan,200\n"
-                 "# summary tokens=2\n")
-    assert metrics_columns(str(p)) == {"step": [1.0, 2.0], "wall_ms": [2.5, None],
-                                       "read_bytes": [100.0, 200.0]}
-    p.write_text("# bmoe_metrics v2\nstep,wall_ms\n1,2\n2,x<y\n")
-    with pytest.raises(TraceFormatError, match=r"run.csv:4: column 'wall_ms' is 'x<y'"):
-        metrics_columns(str(p))
-    p.write_text("1,2\n3,4\n")
-    with pytest.raises(TraceFormatError, match=r"run.csv:1: expected '# bmoe_metrics v2'"):
+    p.write_text("step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                 "1,2,2.5,1.0,1.5,100,50.00,0.000\n2,2,3.0,1.0,2.0,200,51.00,0.000\n")
+    cols = metrics_columns(str(p))
+    assert cols["wall_ms"] == [2.5, 3.0] and cols["read_bytes"] == [100.0, 200.0]
+    p.write_text("step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                 "1,2,x<y,1.0,1.5,100,50.00,0.000\n")
+    with pytest.raises(MetricsFormatError, match=r"run.csv:2:"):
         metrics_columns(str(p))
 
 
 @pytest.mark.parametrize("name", ["desktop-2026-07-24-qwen36/pc-A-io4.csv",
                                   "phone-2026-07-12-cache-lanes/qwen_c4000_l4.csv"])
-def test_minimal_metrics_reader_on_real_runs(name):
+def test_metrics_panel_on_real_runs(name):
     from refsim.testing.shared import require_shared
     cols = metrics_columns(str(require_shared("real-runs", *name.split("/"))))
     assert len(cols["wall_ms"]) == 256 and cols["steps"][0] == 256.0
@@ -116,8 +114,9 @@ def test_page_in_headless_chromium(which, qwen_trace_path, spec_trace_path, tmp_
     argv = ["view", str(trace), "--html", str(out)]
     if which == "evil":
         m = tmp_path / "run.csv"
-        m.write_text("# bmoe_metrics v2\nstep,wall_ms,read_bytes\n"
-                     + "".join(f"{i},{10 + i % 3},{i * 1000}\n" for i in range(1, 7)))
+        m.write_text("step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                     + "".join(f"{i},6,{10 + i % 3},1.0,2.0,{i * 1000},50.00,0.000\n"
+                               for i in range(1, 7)))
         argv += ["--metrics", str(m)]
     assert main(argv) == 0
     tr = read_trace(trace)
