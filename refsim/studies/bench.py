@@ -156,6 +156,10 @@ class BenchRow:
     batt_temp_max_c: float | None
     rows_peak_rss_mib: float | None
     rows_mem_available_floor_mib: float | None
+    cache_budget_mib: float | None
+    cache_resident_mib: float | None
+    spec_read_mib_per_token: float | None
+    spec_useful_pct: float | None
     trimmed: TrimmedMean | None
 
     @property
@@ -218,6 +222,9 @@ def bench_run(run, label: str | None = None, trim: int = DEFAULT_TRIM,
     cpu_max = _side(run, "cpu_temp_max_mC", 1000.0)
     rss = run.column("rss_mib")
     avail = run.column("mem_available_mib")
+    spec_read = sum(x.get("spec_read_MiB", 0.0) for x in summ)
+    spec_experts = sum(x.get("spec_experts", 0.0) for x in summ)
+    spec_useful = sum(x.get("spec_useful", 0.0) for x in summ)
     return BenchRow(
         label=label if label is not None else run.path, path=run.path, layout=run.layout,
         tokens=n, turns=run.n_turns, complete=run.complete, overlap=run.overlap,
@@ -239,6 +246,11 @@ def bench_run(run, label: str | None = None, trim: int = DEFAULT_TRIM,
         batt_temp_max_c=_side(run, "batt_temp_max_dC", 10.0),
         rows_peak_rss_mib=float(rss.max()) if rss is not None and rss.max() > 0 else None,
         rows_mem_available_floor_mib=float(avail.min()) if avail is not None and avail.max() > 0
+        else None,
+        cache_budget_mib=last.get("cache_budget_MiB") or None,
+        cache_resident_mib=last.get("cache_resident_MiB"),
+        spec_read_mib_per_token=spec_read / n if spec_read > 0 else None,
+        spec_useful_pct=100.0 * spec_useful / spec_experts if spec_read > 0 and spec_experts
         else None,
         trimmed=trimmed_mean(token_ms, trim, resamples, seed))
 
@@ -325,6 +337,11 @@ SPLIT = (("wall", "wall_ms_per_token", ".1f"), ("compute", "compute_ms_per_token
          ("flash MiB/s", "flash_mib_s", ".0f"))
 
 
+CACHE = (("cache budget MiB", "cache_budget_mib", ".0f"), ("resident MiB", "cache_resident_mib", ".0f"),
+         ("prefetch useful %", "spec_useful_pct", ".0f"),
+         ("prefetch read MiB/tok", "spec_read_mib_per_token", ".0f"))
+
+
 def _cells(row: BenchRow, spec) -> list[str]:
     return [_f(getattr(row, attr), fmt) for _, attr, fmt in spec]
 
@@ -337,8 +354,10 @@ def _trim_cells(row: BenchRow) -> list[str]:
 
 
 def tables(rows: list[BenchRow]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """The four tables as (title, header, rows of cells)."""
-    t = rows[0].trimmed if rows else None
+    """The tables as (title, header, rows of cells): throughput, pressure, per-token after
+    warm-up, time split, and (when a run has a cache budget or prefetch reads in its trailer)
+    cache sizing."""
+    t = next((r.trimmed for r in rows if r.trimmed is not None), None)
     trim_title = ("Per-token decode time after warm-up" + (
         f" (first {t.trim} tokens trimmed; percentile bootstrap, {t.resamples} resamples, "
         f"numpy default_rng(seed={t.seed}))" if t else ""))
@@ -349,12 +368,24 @@ def tables(rows: list[BenchRow]) -> list[tuple[str, list[str], list[list[str]]]]
         ("Device pressure (the .metrics sidecar; GiB = 2^30 bytes; rows: the CSV's memory "
          "columns)", ["run"] + [h for h, _, _ in PRESSURE],
          [[r.label] + _cells(r, PRESSURE) for r in rows]),
-        (trim_title, ["run", "tokens kept", "median ms/tok", "mean ms/tok", "95% CI on the mean"], [[r.label] + _trim_cells(r) for r in rows]),
+        (trim_title, ["run", "tokens kept", "median ms/tok", "mean ms/tok", "95% CI on the mean"],
+         [[r.label] + _trim_cells(r) for r in rows]),
         ("Time split (ms/token = column sum / tokens; flash wait = io serial, stall under "
          "overlap; flash MiB/s = read MiB / io seconds)", ["run", "overlap"] + [h for h, _, _ in SPLIT],
          [[r.label, "?" if r.overlap is None else ("yes" if r.overlap else "no")]
           + [_f(getattr(r, a), f) for _, a, f in SPLIT] for r in rows]),
-    ]
+    ] + _cache_table(rows)
+
+
+def _cache_table(rows: list[BenchRow]) -> list:
+    """bench-analyze.py's third table, for the runs with a budget or prefetch reads (a fixed run
+    without prefetch has budget = resident and nothing speculative: uninformative)."""
+    sized = [r for r in rows if r.cache_budget_mib is not None or r.spec_read_mib_per_token]
+    if not sized:
+        return []
+    return [("Cache sizing and prefetch (the last trailer's cache_budget_MiB, cache_resident_MiB; "
+             "spec_useful / spec_experts; spec_read_MiB / tokens)", ["run"] + [h for h, _, _ in CACHE],
+             [[r.label] + _cells(r, CACHE) for r in sized])]
 
 
 def comparison_lines(c: Comparison) -> list[str]:

@@ -129,6 +129,11 @@ class MetricsRun:
         rows = int(self.turn_index.max()) + 1 if self.n_rows else 0
         return max(rows, len(self.summaries))
 
+    @property
+    def summary(self) -> dict:
+        """The last ``# summary`` trailer (a one-shot run has one), or {} when there is none."""
+        return self.summaries[-1] if self.summaries else {}
+
     def has(self, name: str) -> bool:
         """Whether the file has column ``name``."""
         return name in self.data
@@ -302,7 +307,7 @@ def _parse_table(path: str, rows: list[str], lines: list[int], columns: tuple) -
             bad |= (v != np.round(v)) | (np.abs(v) > MAX_INT_VALUE)
         if bad.any():
             j = int(np.argmax(bad))
-            kind = (f"an integer (at most 2^53)" if name in INT_COLUMNS else "a finite number")
+            kind = ("an integer (at most 2^53)" if name in INT_COLUMNS else "a finite number")
             raise MetricsFormatError(
                 f"{path}:{line_arr[j]}: column {name!r} is {rows[j].split(',')[c]!r}, "
                 f"expected {kind}")
@@ -467,6 +472,29 @@ def _read_text(path: str) -> str:
         raise MetricsFormatError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
 
 
+def _read_preamble(path: str, lines: list[str], i: int, config: dict) -> int:
+    """Merge the ``# key=value`` lines from ``lines[i]`` into ``config``; returns the index of
+    the column header line."""
+    while i < len(lines) and lines[i].startswith("#"):
+        if lines[i].startswith("# summary"):
+            raise MetricsFormatError(
+                f"{path}:{i + 1}: '# summary' before the column header (expected the header "
+                f"line 'step,steps,wall_ms,...')")
+        for key, value in _kv_tokens(lines[i]):
+            _check_preamble_value(path, i + 1, key, value)
+            if key in config and config[key] != value:
+                raise MetricsFormatError(
+                    f"{path}:{i + 1}: preamble {key}={value!r} after {key}={config[key]!r}; "
+                    f"expected one value per key")
+            config[key] = value
+        i += 1
+    if i >= len(lines):
+        raise MetricsFormatError(
+            f"{path}:{i + 1}: expected the column header line 'step,steps,wall_ms,...', got "
+            f"end of file")
+    return i
+
+
 def read_metrics(path: str | os.PathLike, sidecar: bool = True) -> MetricsRun:
     """Read an engine per-token metrics CSV (``v2``, ``v1`` or legacy) and its sidecar.
 
@@ -514,26 +542,12 @@ def read_metrics(path: str | os.PathLike, sidecar: bool = True) -> MetricsRun:
         if version not in SUPPORTED_VERSIONS:
             raise MetricsFormatError(
                 f"{path}:1: bmoe_metrics v{version} is not supported (expected v1 or v2)")
-        layout = SUPPORTED_VERSIONS[version]
-        i = 1
-        while i < len(lines) and lines[i].startswith("#"):
-            if lines[i].startswith("# summary"):
-                raise MetricsFormatError(
-                    f"{path}:{i + 1}: '# summary' before the column header (expected the header "
-                    f"line 'step,steps,wall_ms,...')")
-            for key, value in _kv_tokens(lines[i]):
-                _check_preamble_value(path, i + 1, key, value)
-                if key in config and config[key] != value:
-                    raise MetricsFormatError(
-                        f"{path}:{i + 1}: preamble {key}={value!r} after {key}={config[key]!r}; "
-                        f"expected one value per key")
-                config[key] = value
-            i += 1
-        if i >= len(lines):
-            raise MetricsFormatError(
-                f"{path}:{i + 1}: expected the column header line 'step,steps,wall_ms,...', got "
-                f"end of file")
-        has_header = True
+        layout, has_header = SUPPORTED_VERSIONS[version], True
+        i = _read_preamble(path, lines, 1, config)
+    elif first.startswith("#") and not first.startswith("# summary") and _kv_tokens(first):
+        # a legacy file with '# key=value' lines but no magic line: read them as its preamble
+        layout, has_header = "legacy", True
+        i = _read_preamble(path, lines, 0, config)
     elif first.startswith("#"):
         hint = " (a route trace: read it with refsim replay/analyze)" \
             if first.startswith("# route_trace") else ""
@@ -554,6 +568,10 @@ def read_metrics(path: str | os.PathLike, sidecar: bool = True) -> MetricsRun:
     if has_header:
         columns = tuple(c.strip() for c in lines[i].split(","))
         header_line = i + 1
+        if all(_is_number(c) for c in columns):
+            raise MetricsFormatError(
+                f"{path}:{header_line}: expected the column header line 'step,steps,wall_ms,...' "
+                f"after the preamble, got a row of numbers")
         seen: set[str] = set()
         for c in columns:
             if not c:

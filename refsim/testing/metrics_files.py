@@ -5,6 +5,9 @@ header-less legacy), a column order (the engine's or shuffled: columns are read 
 three turns of rows (decode groups of ``mtp_batch`` tokens where the layout has that column),
 each turn closed by its ``# summary`` line except, sometimes, the last. Values are written with
 the engine's printf formats, so the expected values are exact.
+
+Also hand-made files for example tests: :func:`v2_group_text` (decode groups), :func:`v1_row`,
+:data:`V1_HEAD`, :data:`V1_SESSION` (two turns).
 """
 
 from __future__ import annotations
@@ -75,7 +78,6 @@ def metrics_files(draw, max_turns: int = 3, max_groups: int = 6) -> MetricsFile:
     if header:
         lines.append(",".join(columns))
     has_batch = "mtp_batch" in columns
-    has_turn = "turn" in columns
     n_turns = draw(st.integers(1, max_turns))
     last_closed = draw(st.booleans())
     step, turn_index, wall, rb, batch, data_lines, closed = [], [], [], [], [], [], []
@@ -134,3 +136,54 @@ def _segments_to_ordinals(turns: list) -> list:
             prev = t
         out.append(k)
     return out
+
+
+def v2_group_text(groups) -> str:
+    """A ``bmoe_metrics v2`` file (magic, header, rows; no trailer) of decode groups.
+
+    Parameters
+    ----------
+    groups : iterable of (mtp_batch, walls)
+        One decode group each: ``walls`` gives the ``wall_ms`` of each of its rows (the engine's
+        is ``[w, 0, ...]``; other values make invalid files for error tests).
+
+    Every other column is 0 (``cache_hit_pct`` and ``dense_resident_frac`` -1); ``steps`` is 9.
+    """
+    rows, step = [], 0
+    for batch, walls in groups:
+        for w in walls:
+            step += 1
+            vals = {c: "0" for c in METRICS_COLUMNS}
+            vals.update(step=str(step), steps="9", wall_ms=str(w), mtp_batch=str(batch),
+                        cache_hit_pct="-1", dense_resident_frac="-1")
+            rows.append(",".join(vals[c] for c in METRICS_COLUMNS))
+    return "# bmoe_metrics v2\n" + ",".join(METRICS_COLUMNS) + "\n" + "\n".join(rows) + "\n"
+
+
+def v1_row(**vals) -> str:
+    """One ``v1`` row: ``vals`` by column name, other columns 0 (``steps`` 4, ``cache_hit_pct`` 50,
+    ``dense_resident_frac`` -1)."""
+    base = {c: 0 for c in METRICS_COLUMNS[:22]}
+    base.update(steps=4, dense_resident_frac=-1, cache_hit_pct=50)
+    base.update(vals)
+    return ",".join(str(base[c]) for c in METRICS_COLUMNS[:22])
+
+
+V1_HEAD = ("# bmoe_metrics v1\n"
+           "# model=m.gguf arch=qwen35moe n_layer=40 n_expert=256 n_expert_used=8 threads=4 "
+           "n_ctx=2048\n"
+           "# moe_stream=1 cache_mb=3000 cache_auto=0 io_threads=4 o_direct=1 overlap=1 "
+           "prefetch=0 dense_weights=ahwb drop_cold_frac=0.75\n"
+           + ",".join(METRICS_COLUMNS[:22]) + "\n")
+"""The preamble and header of a hand-made ``v1`` file (overlap on)."""
+
+V1_SESSION = (
+    V1_HEAD
+    + v1_row(step=1, wall_ms=300.5, io_ms=400, stall_ms=80, read_bytes=4096, turn=0) + "\n"
+    + v1_row(step=2, wall_ms=150.25, io_ms=90, stall_ms=20, turn=0) + "\n"
+    + "# summary tokens=2 s/tok=0.225 tok/s=4.437 read_MiB=0.0 cache_hit_pct=50.0 n_prompt=19 "
+      "load_s=45.521 prefill_s=5.993 prefill_tps=3.17\n"
+    + v1_row(step=1, steps=2, wall_ms=100, turn=1) + "\n"
+    + "# summary tokens=1 s/tok=0.100 tok/s=10.000 n_prompt=4 load_s=0 prefill_s=1.0 "
+      "prefill_tps=4.00\n")
+"""A two-turn ``v1`` session file: 2 rows and a trailer, then 1 row and a trailer (tokens 2, 1)."""

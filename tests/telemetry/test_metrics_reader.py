@@ -6,7 +6,6 @@ writer.
 """
 
 import glob
-import os
 import re
 
 import numpy as np
@@ -23,7 +22,8 @@ from refsim.telemetry.constants import METRICS_COLUMNS
 from refsim.telemetry.metrics_reader import (LEGACY_COLUMNS, V1_COLUMNS, read_metrics,
                                              read_sidecar, sidecar_path_for)
 from refsim.testing import DocumentScript, ScriptedRouter, ScriptedTarget
-from refsim.testing.metrics_files import metrics_files
+from refsim.testing.metrics_files import V1_SESSION as V1
+from refsim.testing.metrics_files import metrics_files, v1_row, v2_group_text
 from refsim.testing.shared import require_shared
 
 LEGACY8 = ("step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
@@ -33,29 +33,6 @@ LEGACY8 = ("step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_m
            "# summary tokens=3 s/tok=0.233 tok/s=4.286 read_MiB=3.0 io_s=0.51 "
            "compute_s/tok=0.063 io_s/tok=0.170 cache_hit_pct=30.0 n_prompt=5 load_s=2.000 "
            "prefill_s=1.000 prefill_tps=5.00 stall_s/tok=0.000\n")
-
-
-def _v1_row(**vals) -> str:
-    base = {c: 0 for c in V1_COLUMNS}
-    base.update(steps=4, dense_resident_frac=-1, cache_hit_pct=50)
-    base.update(vals)
-    return ",".join(str(base[c]) for c in V1_COLUMNS)
-
-
-V1_HEAD = ("# bmoe_metrics v1\n"
-           "# model=m.gguf arch=qwen35moe n_layer=40 n_expert=256 n_expert_used=8 threads=4 "
-           "n_ctx=2048\n"
-           "# moe_stream=1 cache_mb=3000 cache_auto=0 io_threads=4 o_direct=1 overlap=1 "
-           "prefetch=0 dense_weights=ahwb drop_cold_frac=0.75\n"
-           + ",".join(V1_COLUMNS) + "\n")
-V1 = (V1_HEAD
-      + _v1_row(step=1, wall_ms=300.5, io_ms=400, stall_ms=80, read_bytes=4096, turn=0) + "\n"
-      + _v1_row(step=2, wall_ms=150.25, io_ms=90, stall_ms=20, turn=0) + "\n"
-      + "# summary tokens=2 s/tok=0.225 tok/s=4.437 read_MiB=0.0 cache_hit_pct=50.0 n_prompt=19 "
-        "load_s=45.521 prefill_s=5.993 prefill_tps=3.17\n"
-      + _v1_row(step=1, steps=2, wall_ms=100, turn=1) + "\n"
-      + "# summary tokens=1 s/tok=0.100 tok/s=10.000 n_prompt=4 load_s=0 prefill_s=1.0 "
-        "prefill_tps=4.00\n")
 
 
 def write(tmp_path, text, name="run.csv"):
@@ -73,7 +50,7 @@ def test_legacy_8_columns_with_header(tmp_path):
     assert r.columns == LEGACY_COLUMNS
     assert r.data["wall_ms"].tolist() == [100.0, 200.0, 400.0]
     assert r.data["read_bytes"].dtype == np.int64 and r.data["read_bytes"].sum() == 3 * MIB
-    assert r.summaries[0]["prefill_tps"] == 5.0 and r.summaries[0]["tokens"] == 3
+    assert r.summaries[0]["prefill_tps"] == 5.0 and r.summary["tokens"] == 3
     assert r.summary_line_numbers == (5,) and r.line_numbers.tolist() == [2, 3, 4]
     assert r.overlap is False and r.mtp_batch.tolist() == [1, 1, 1]
     assert r.token_wall_ms().tolist() == [100.0, 200.0, 400.0]
@@ -87,6 +64,12 @@ def test_legacy_header_less(tmp_path):
     assert r.line_numbers.tolist() == [1, 2, 3]
 
 
+def test_legacy_with_a_preamble_but_no_magic_line(tmp_path):
+    r = read_metrics(write(tmp_path, "# model=q.gguf cache_mb=2000 io_threads=2\n" + LEGACY8))
+    assert r.layout == "legacy" and r.number("cache_mb") == 2000 and r.n_rows == 3
+    assert r.line_numbers.tolist() == [3, 4, 5]
+
+
 @pytest.mark.parametrize("n_col", [9, 11])
 def test_legacy_9_and_11_column_headers(tmp_path, n_col):
     names = METRICS_COLUMNS[:n_col]
@@ -94,7 +77,7 @@ def test_legacy_9_and_11_column_headers(tmp_path, n_col):
     rows = [LEGACY8.splitlines()[i] + extra for i in (1, 2)]
     r = read_metrics(write(tmp_path, ",".join(names) + "\n" + "\n".join(rows) + "\n"))
     assert r.columns == names and r.data["mgmt_ms"].tolist() == [1.5, 1.5]
-    assert r.complete is False and r.summaries == ()          # no trailer: the run stopped
+    assert r.complete is False and r.summaries == () and r.summary == {}   # the run stopped
 
 
 def test_v1_multi_turn_preamble_and_columns_by_name(tmp_path):
@@ -105,7 +88,7 @@ def test_v1_multi_turn_preamble_and_columns_by_name(tmp_path):
     assert r.overlap is True
     assert r.data["turn"].tolist() == [0, 0, 1] and r.turn_index.tolist() == [0, 0, 1]
     assert r.data["step"].tolist() == [1, 2, 1]
-    assert [s["tokens"] for s in r.summaries] == [2, 1]
+    assert [s["tokens"] for s in r.summaries] == [2, 1] and r.summary["n_prompt"] == 4
     assert r.data["wall_ms"].tolist() == [300.5, 150.25, 100.0]
     # the same file with its columns in another order reads the same values
     order = list(reversed(V1_COLUMNS))
@@ -192,6 +175,8 @@ ERRORS = [
     (V1.replace("io_threads=4", "io_threads=4 io_threads=8"), 3, "one value per key"),
     ("# bmoe_metrics v1\n# model=m\n", 3, "got end of file"),
     ("# bmoe_metrics v1\n# summary tokens=0\n", 2, "before the column header"),
+    ("# cache_mb=x\n" + LEGACY8, 1, "cache_mb='x', expected an integer"),
+    ("# model=q\n1,3,1,1,1,1,1,1\n", 2, "expected the column header line"),
     (V1.replace("turn,", "step,"), 4, "'step' appears twice"),
     (V1.replace(",swap_free_mib", ""), 4, "lacks column(s) swap_free_mib"),
     (LEGACY8.replace("stall_ms", "stall_ms,"), 1, "empty column name"),
@@ -208,9 +193,9 @@ ERRORS = [
     (LEGACY8.replace("2,3,200", "3,3,200"), 3, "column 'step' is 3, expected 2"),
     (LEGACY8.replace("3,3,400", "2,3,400"), 4, "column 'step' is 2, expected 3"),
     (LEGACY8.replace("2,3,200", "2,4,200"), 3, "column 'steps' is 4, expected 3"),
-    (_replace_line(V1, 8, _v1_row(step=1, steps=2, wall_ms=100, turn=0) + "\n"), 8,
+    (_replace_line(V1, 8, v1_row(step=1, steps=2, wall_ms=100, turn=0) + "\n"), 8,
      "turn 0 continues after its '# summary' line"),
-    ("".join(_V1_ROWS[:4]) + _v1_row(step=1, turn=1) + "\n" + _v1_row(step=1, turn=0) + "\n", 6,
+    ("".join(_V1_ROWS[:4]) + v1_row(step=1, turn=1) + "\n" + v1_row(step=1, turn=0) + "\n", 6,
      "column 'turn' is 0 after 1"),
     (LEGACY8.replace("tokens=3", "tokens=4"), 5, "summary tokens=4, but its turn has 3 row(s)"),
     (LEGACY8.replace("prefill_tps=5.00", "prefill_tps=fast"), 5, "summary prefill_tps='fast'"),
@@ -222,22 +207,10 @@ ERRORS = [
 ]
 
 
-def _v2_group_rows(batches_and_walls):
-    out, step = [], 0
-    for b, walls in batches_and_walls:
-        for w in walls:
-            step += 1
-            vals = {c: "0" for c in METRICS_COLUMNS}
-            vals.update(step=str(step), steps="9", wall_ms=str(w), mtp_batch=str(b),
-                        cache_hit_pct="-1", dense_resident_frac="-1")
-            out.append(",".join(vals[c] for c in METRICS_COLUMNS))
-    return "# bmoe_metrics v2\n" + ",".join(METRICS_COLUMNS) + "\n" + "\n".join(out) + "\n"
-
-
 ERRORS += [
-    (_v2_group_rows([(1, [5]), (3, [9, 0])]), 4, "mtp_batch=3 starts here but the file ends"),
-    (_v2_group_rows([(2, [9]), (1, [5])]), 4, "has mtp_batch=1, expected 2"),
-    (_v2_group_rows([(2, [9, 4])]), 4, "column 'wall_ms' is 4.0 on a row after the first"),
+    (v2_group_text([(1, [5]), (3, [9, 0])]), 4, "mtp_batch=3 starts here but the file ends"),
+    (v2_group_text([(2, [9]), (1, [5])]), 4, "has mtp_batch=1, expected 2"),
+    (v2_group_text([(2, [9, 4])]), 4, "column 'wall_ms' is 4.0 on a row after the first"),
 ]
 
 
@@ -252,7 +225,7 @@ def test_every_error_names_file_line_and_expectation(tmp_path, text, line, fragm
 
 
 def test_v2_groups_read_and_spread(tmp_path):
-    r = read_metrics(write(tmp_path, _v2_group_rows([(1, [5]), (3, [9, 0, 0]), (2, [4, 0])])))
+    r = read_metrics(write(tmp_path, v2_group_text([(1, [5]), (3, [9, 0, 0]), (2, [4, 0])])))
     assert r.group_first.tolist() == [True, True, False, False, True, False]
     assert r.token_wall_ms().tolist() == [5.0, 3.0, 3.0, 3.0, 2.0, 2.0]
     assert r.token_ms("io_ms").tolist() == [0.0] * 6 and r.token_ms("absent") is None
