@@ -17,6 +17,11 @@ class ConfigError(RefsimError):
     """A bad flag, value or combination (names the flag and the accepted values)."""
 
 
+class MetricsFormatError(RefsimError):
+    """An engine per-token metrics CSV (or its ``.metrics`` sidecar) is malformed (names the file,
+    the line number and what was expected)."""
+
+
 class UsageError(ConfigError):
     """A mistake the command line alone shows: a flag value outside what the flag accepts, a bound
     set by another flag, flags that conflict or need another flag. The CLI exits 2 for it, as
