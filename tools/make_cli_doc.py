@@ -37,8 +37,10 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 
 | flags | accepted |
 |---|---|
-| `-n`, `--ctx`, `-k`, `--prompt-len` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
-| `--ubatch`, `--eog` | an integer in 0..2147483647 |
+| `-n`, `--ctx`, `-k`, `--prompt-len`, `--top`, `--io-threads` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
+| `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps` | an integer in 0..2147483647 |
+| `--resamples` | an integer in 1..100000 |
+| `--position-cost`, `--draft-ms` | a finite number >= 0 |
 | `--draft` | an integer in 1..8 (lists in `ngram-whatif`: each in 1..8) |
 | `--ngram-min-match`, `ngram --min-match` | an integer in 1..12 (`ngram`: 1..`--max-match`) |
 | `--max-match` | an integer in 1..64 |
@@ -47,8 +49,8 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--ram-mb` | a number of MiB > 0 and at most 2^40 (1 EiB) |
 | `--mtp-p-min` | a probability in [0, 1] |
 | `--prompt-tokens`, `--corpus` | token ids like 1,5,77, each an integer in 0..2147483647 |
-| `--seed` | an integer in 0..4294967295 |
-| `union --window`, `ngram-whatif --draft`, `--min-match` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
+| `--seed` | an integer in 0..4294967295 (`synth`, `bench`) |
+| `union --window`, `ngram-whatif --draft`, `--min-match`, `timing breakeven --draft` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
 | `sweep --policy` | comma-separated names of known policies |
 
 Numbers are ASCII (`1_0`, `٣` and ` 3` are refused); a negative value may follow its flag with a

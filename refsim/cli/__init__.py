@@ -50,11 +50,15 @@ def make_parser() -> argparse.ArgumentParser:
             raise
         module.add_parser(sub)
     from refsim.cli.common import NUMBER_ARGUMENT
-    for p in (parser, *sub.choices.values()):
+    todo = [parser]
+    while todo:                     # every parser, nested ones (refsim timing fit) included
+        p = todo.pop()
         # "--cache-mb -inf" is the value -inf for the flag's validator, as "-1" is (argparse's
         # own pattern knows only -1 and -1.5); no refsim flag looks like a negative number
         p._negative_number_matcher = NUMBER_ARGUMENT
-        p.set_defaults(_parser=p)
+        p.set_defaults(_parser=p)   # the innermost parser's default wins: its usage on an error
+        todo += [c for a in p._actions if isinstance(a, argparse._SubParsersAction)
+                 for c in a.choices.values()]
     return parser
 
 
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UsageError as exc:
         args._parser.print_usage(sys.stderr)
-        print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
         return 2
     except RefsimError as exc:
         print(f"refsim {args.command}: error: {exc}", file=sys.stderr)

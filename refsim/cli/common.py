@@ -82,6 +82,9 @@ nonneg_int = int_in(0)
 draft_width = int_in(1, DRAFT_MAX_LIMIT)
 """``type=`` validator of ``--draft``: 1..8 (``draft_max_limit``, bmoe-engine.md §1)."""
 
+seed = int_in(0, 2**32 - 1)
+"""``type=`` validator of ``--seed``: 0..4294967295 (NumPy's seed range, ``uint32``)."""
+
 token_id = int_in(0, TOKEN_ID_MAX)
 """``type=`` validator of one token id: 0..2147483647 (``llama_token`` is ``int32_t``)."""
 

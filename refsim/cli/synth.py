@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from refsim.cli.common import int_in
+from refsim.cli.common import seed as _seed
 from refsim.model.synth import QUANTS
-
-_seed = int_in(0, 2**32 - 1)
-"""``--seed`` validator: an integer in 0..4294967295 (NumPy's seed range)."""
 
 
 def add_parser(subparsers) -> None:

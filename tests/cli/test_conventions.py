@@ -58,7 +58,31 @@ TABLE = [
     (["memory", "m.gguf"], "--ubatch", "--ubatch", INT0, ("0",)),
     (["memory", "m.gguf"], "--cache-floor-mb", "--cache-floor-mb", MIB0, ("0",)),
     (["memory", "m.gguf"], "--cache-ceil-mb", "--cache-ceil-mb", MIB0, ("0",)),
+    (["analyze", "t.csv", "--view", "cache"], "--turn", "--turn", INT0, ("0",)),
+    (["analyze", "t.csv", "--view", "cache"], "--top", "--top", INT1, ()),
+    (["analyze", "t.csv", "--view", "cache"], "--max-steps", "--max-steps", INT0, ("0",)),
+    (["analyze", "t.csv", "--view", "cache"], "--cache-mb", "--cache-mb", CACHE_MB_RANGE, ()),
+    (["bench", "r.csv"], "--trim", "--trim", INT0, ("0",)),
+    (["bench", "r.csv"], "--resamples", "--resamples", "an integer in 1..100000", ()),
+    (["bench", "r.csv"], "--seed", "--seed", "an integer in 0..4294967295", ("0",)),
+    (["timing", "fit", "r.csv", "--out", "d.json"], "--trim", "--trim", INT0, ("0",)),
+    (["timing", "predict", "d.json", "r.csv"], "--trim", "--trim", INT0, ("0",)),
+    (["timing", "validate", "r.csv"], "--trim", "--trim", INT0, ("0",)),
+    (["timing", "breakeven", "t.csv", "--device", "d.json"], "--cache-mb", "--cache-mb", CACHE_MB_RANGE, ()),
+    (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--draft", "--draft",
+     "N, N,M,... or A..B with A <= B, each an integer in 1..8", ()),
+    (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--io-threads",
+     "--io-threads", INT1, ()),
+    (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--position-cost",
+     "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
+    (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--draft-ms",
+     "--draft-ms", "a finite number >= 0", ("0", "99999999999999999999")),
 ]
+
+
+def _cmd(argv):
+    """The command a row runs: ``run``, or ``timing breakeven`` for a nested action."""
+    return " ".join(argv[:2]) if argv[0] == "timing" else argv[0]
 
 POST_PARSE = {("ngram", "--min-match"), ("sweep", "--cache-mb")}
 """Flags read as text and checked once the other flags are known (the bound ``--max-match``
@@ -85,23 +109,31 @@ def test_every_bad_value_is_a_usage_error_with_the_flags_range(tmp_path, monkeyp
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()
-    assert lines[0].startswith(f"usage: refsim {argv[0]} ")
-    assert lines[-1] == f"refsim {argv[0]}: error: argument {name}: expected {expected}, got {value!r}"
+    assert lines[0].startswith(f"usage: refsim {_cmd(argv)} ")
+    assert lines[-1] == f"refsim {_cmd(argv)}: error: argument {name}: expected {expected}, got {value!r}"
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_table_covers_every_validated_flag():
     # every flag with a type= validator, in every command, is a row of TABLE (a new numeric flag
     # must join the convention), and so are the text flags checked after parsing
-    sub = next(a for a in make_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    have = {(argv[0], opt) for argv, _, opt, _, _ in TABLE}
+    have = {(_cmd(argv), opt) for argv, _, opt, _, _ in TABLE}
     want = set(POST_PARSE)
-    for cmd, p in sub.choices.items():
+    commands = set()
+    todo = [("", make_parser())]
+    while todo:                                   # every parser, nested actions included
+        prefix, p = todo.pop()
         for a in p._actions:
-            if a.option_strings and a.type is not None:
-                want.add((cmd, a.option_strings[0]))
+            if isinstance(a, argparse._SubParsersAction):
+                todo += [(f"{prefix} {name}".strip(), c) for name, c in a.choices.items()]
+            elif a.option_strings and a.type is not None:
+                want.add((prefix, a.option_strings[0]))
+                commands.add(prefix.split()[0])
     assert want == have
-    assert {argv[0] for argv, *_ in TABLE} == {c.replace("_", "-") for c in COMMANDS}
+    # every command with a value flag is in the table (view has none: paths and switches only)
+    commands |= {cmd for cmd, _ in POST_PARSE}
+    assert commands == {argv[0] for argv, *_ in TABLE}
+    assert commands | {"view"} == {c.replace("_", "-") for c in COMMANDS}
 
 
 def test_one_range_text_per_flag_meaning():
@@ -136,7 +168,7 @@ def test_flag_combinations_are_usage_errors_too(tmp_path, monkeypatch, capsys, a
     monkeypatch.chdir(tmp_path)
     assert _exit_code(argv) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith(f"usage: refsim {argv[0]} ") and err[-1].startswith(line), err
+    assert err[0].startswith(f"usage: refsim {_cmd(argv)} ") and err[-1].startswith(line), err
 
 
 def test_what_an_input_refuses_is_exit_1(tmp_path, capsys):
