@@ -88,8 +88,7 @@ class RandomPolicy(Policy, name="random"):
     Twister words, so both paths pick the same victims."""
 
     kernel = KIND_RANDOM
-    params = ("seed",)
-    seed = 1234
+    params = {"seed": 1234}
 
     def reset(self, batches):
         self.rng = random.Random(self.seed)
@@ -118,3 +117,6 @@ class LayerLFU(LFU, name="layerlfu"):
     """LFU (as :class:`LFU`) inside the per-layer partition of :class:`LayerLRU`."""
 
     partitioned = True
+
+
+from refsim.cache import admit_policies as _admit_policies  # noqa: E402,F401  (registers them)

@@ -55,8 +55,10 @@ class Policy(ABC):
     kernel : int or None
         ``KIND_*`` code of the Numba fast path in :mod:`refsim.cache.policy_kernel`, or None
         (reference replay only).
-    params : tuple of str
-        Keyword parameters the constructor takes; others raise :class:`ConfigError`.
+    params : dict of str to default
+        Keyword parameters the constructor takes, with their defaults (the type of the default
+        is the parameter's type); others raise :class:`ConfigError`. On the command line they
+        are ``--policy name:key=value,key=value`` (:func:`parse_policy_list`).
 
     Hooks (all optional but ``to_evict``)
     -------------------------------------
@@ -71,7 +73,7 @@ class Policy(ABC):
     name: ClassVar[str] = ""
     partitioned: ClassVar[bool] = False
     kernel: ClassVar[int | None] = None
-    params: ClassVar[tuple[str, ...]] = ()
+    params: ClassVar[dict[str, object]] = {}
 
     def __init_subclass__(cls, name: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -86,8 +88,21 @@ class Policy(ABC):
         if unknown:
             raise ConfigError(f"policy {self.name!r} takes no parameter {unknown[0]!r} "
                               f"(accepted: {', '.join(self.params) or 'none'})")
-        for key, value in params.items():
-            setattr(self, key, value)
+        for key, default in self.params.items():
+            setattr(self, key, params.get(key, default))
+        self.set_params = dict(params)
+        self.budget_bytes = 0
+        self.check_params()
+
+    def check_params(self) -> None:
+        """Validate the parameters (raise :class:`ConfigError`); called by the constructor."""
+
+    @property
+    def label(self) -> str:
+        """``name`` or ``name:key=value,...`` with the parameters given (the sweep's column)."""
+        if not self.set_params:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.set_params.items())
 
     def reset(self, batches: BatchTrace) -> None:
         """Forget all state before a replay of ``batches``."""
@@ -111,6 +126,187 @@ class Policy(ABC):
     def fast_args(self) -> dict:
         """Extra inputs of the Numba fast path (built-in policies only)."""
         return {}
+
+
+class AdmitPolicy(Policy):
+    """Base of the policies that keep their own queues and choose where a miss goes (fifo,
+    clock, slru, 2q, arc, s3fifo: :mod:`refsim.cache.admit_policies`).
+
+    The cache (:func:`reference_replay`) resolves a batch's lookups first (``hit`` on a
+    resident key, ``miss`` on another, each once per batch, in order of first occurrence),
+    then admits the batch's misses in that order with :meth:`admit`. ``protected`` is the set of
+    keys the batch touched (never a victim). Subclasses implement ``setup`` (state, with
+    ``self.budget_bytes`` set), ``evict`` and ``insert``, and optionally ``hit``, ``miss`` and
+    ``can_insert``. ``size(key)`` is the key's entry bytes.
+    """
+
+    def reset(self, batches: BatchTrace) -> None:
+        self._eb = [int(x) for x in batches.expert_bytes]
+        self._ne = int(batches.n_expert)
+        self.setup()
+
+    def size(self, key: int) -> int:
+        """Entry bytes of ``key`` (its layer's ``expert_bytes``)."""
+        return self._eb[key // self._ne]
+
+    def setup(self) -> None:
+        """Create the state for a replay at ``self.budget_bytes``."""
+
+    def hit(self, key: int, protected: set) -> list[int]:
+        """Promote resident ``key`` on a hit; return keys evicted by the promotion (rare)."""
+        return []
+
+    def miss(self, key: int) -> None:
+        """``key`` missed (before any admission of the batch): consult ghost lists."""
+
+    def can_insert(self, size: int) -> bool:
+        """Whether an entry of ``size`` bytes is admitted at all (no room is made if not)."""
+        return size <= self.budget_bytes
+
+    @abstractmethod
+    def evict(self, protected: set, incoming: int) -> int | None:
+        """Evict one resident key not in ``protected`` (making room for ``incoming`` bytes) and
+        return it, or None if every resident key is protected."""
+
+    @abstractmethod
+    def insert(self, key: int, size: int, protected: set) -> tuple[bool, list[int]]:
+        """Place missed ``key`` after room was made; return (admitted, keys evicted by it)."""
+
+    def admit(self, key: int, size: int, protected: set, occupied: int) -> tuple[bool, list[int]]:
+        """Make room as the per-request policy would (evict while ``occupied + size >
+        budget``), then insert; returns (admitted, evicted keys in order)."""
+        if not self.can_insert(size):
+            return False, []
+        out = []
+        while occupied + size > self.budget_bytes:
+            v = self.evict(protected, size)
+            if v is None:
+                break
+            out.append(v)
+            occupied -= self.size(v)
+        ok, more = self.insert(key, size, protected)
+        return ok, out + more
+
+    def to_evict(self, candidates):  # pragma: no cover - the admit protocol is used instead
+        raise NotImplementedError("AdmitPolicy chooses victims in admit()")
+
+
+def _admit_replay(batches: BatchTrace, policy: AdmitPolicy, budget: int) -> PolicyResult:
+    """:func:`reference_replay` for an :class:`AdmitPolicy` (same counters and batch rules)."""
+    eb = [int(x) for x in batches.expert_bytes]
+    n_expert = batches.n_expert
+    lookups, hits, read = (np.zeros(N_KINDS, np.int64) for _ in range(3))
+    resident: set[int] = set()
+    res_bytes = evictions = 0
+    keys, start = batches.keys.tolist(), batches.batch_start.tolist()
+    layers, kinds = batches.batch_layer.tolist(), batches.batch_kind.tolist()
+    policy.reset(batches)
+
+    def drop(victims, protected):
+        nonlocal res_bytes, evictions
+        for v in victims:
+            if v in protected or v not in resident:
+                raise AssertionError(f"policy {policy.name!r} evicted {v}, which is "
+                                     f"{'protected' if v in protected else 'not resident'}")
+            resident.remove(v)
+            res_bytes -= eb[v // n_expert]
+            evictions += 1
+
+    for b in range(batches.n_batch):
+        il, kd = layers[b], kinds[b]
+        size = eb[il]
+        touched: set[int] = set()
+        pending = []
+        for key in keys[start[b]:start[b + 1]]:
+            if key in touched:
+                continue
+            touched.add(key)
+            lookups[kd] += 1
+            if key in resident:
+                hits[kd] += 1
+                drop(policy.hit(key, touched), touched)
+            else:
+                read[kd] += size
+                policy.miss(key)
+                pending.append(key)
+        for key in pending:
+            ok, victims = policy.admit(key, size, touched, res_bytes)
+            drop(victims, touched)
+            if ok:
+                resident.add(key)
+                res_bytes += size
+    return PolicyResult(policy.label, budget, lookups, hits, read, evictions, res_bytes,
+                        batches.tokens)
+
+
+def _coerce(name: str, key: str, text: str, default):
+    kind = type(default)
+    try:
+        if kind is bool:
+            if text.lower() not in ("0", "1", "true", "false"):
+                raise ValueError
+            return text.lower() in ("1", "true")
+        if kind is int:
+            return int(text)
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"--policy {name}: parameter {key}={text!r} is not "
+                          f"{'an integer' if kind is int else 'a number' if kind is float else kind.__name__}"
+                          f" (default {default})") from None
+
+
+def parse_policy_list(text: str) -> list[Policy]:
+    """Parse ``--policy`` text: comma-separated policies, each ``name`` or
+    ``name:key=value[,key=value...]``; an item with ``=`` and no ``:`` continues the previous
+    policy's parameters (``lru,s3fifo:small=0.2,ghost=0.9,arc``). Values take the type of the
+    parameter's default (:attr:`Policy.params`).
+
+    Returns
+    -------
+    list of Policy
+        Instances in the given order.
+
+    Raises
+    ------
+    ConfigError
+        On an empty list, an unknown name or parameter, a value of the wrong type, or a
+        parameter before any policy.
+    """
+    import refsim.cache.policies  # noqa: F401  (registers the built-ins)
+
+    specs: list[tuple[str, dict[str, str]]] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if ":" in item:
+            name, _, kv = item.partition(":")
+            specs.append((name.strip(), {}))
+            item = kv
+            if not item.strip():
+                continue
+        elif "=" not in item:
+            specs.append((item, {}))
+            continue
+        if not specs:
+            raise ConfigError(f"--policy: parameter {item!r} before any policy name")
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"--policy: bad parameter {item!r}; expected key=value")
+        specs[-1][1][key.strip()] = value.strip()
+    if not specs:
+        raise ConfigError(f"--policy: empty list; expected names from {', '.join(POLICIES)}")
+    out = []
+    for name, raw in specs:
+        cls = POLICIES.get(name)
+        if cls is None:
+            raise ConfigError(f"--policy: unknown policy {name!r} "
+                              f"(expected one of {', '.join(POLICIES)})")
+        unknown = sorted(set(raw) - set(cls.params))
+        if unknown:
+            raise ConfigError(f"--policy {name}: no parameter {unknown[0]!r} "
+                              f"(accepted: {', '.join(cls.params) or 'none'})")
+        out.append(cls(**{k: _coerce(name, k, v, cls.params[k]) for k, v in raw.items()}))
+    return out
 
 
 def get_policy(name: str, **params) -> Policy:
@@ -200,6 +396,9 @@ def reference_replay(batches: BatchTrace, policy: Policy, budget_bytes: int) -> 
     n_expert, n_layer = batches.n_expert, batches.n_layer
     share = budget // n_layer
     lookups, hits, read = (np.zeros(N_KINDS, np.int64) for _ in range(3))
+    policy.budget_bytes = budget
+    if isinstance(policy, AdmitPolicy):
+        return _admit_replay(batches, policy, budget)
     resident: dict[int, None] = {}              # insertion order = residency order
     layer_res = [0] * n_layer
     res_bytes = evictions = clock = 0

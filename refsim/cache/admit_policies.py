@@ -1,0 +1,547 @@
+"""Scan-resistant policies (fifo, clock, slru, 2q, arc, s3fifo) as libCacheSim states them,
+under the engine's batch rules, byte-weighted.
+
+Each class is one :class:`~refsim.cache.policy.AdmitPolicy`: the policy keeps its own queues
+(and ghost lists) and decides, for each miss, what to evict to make room and where the new entry
+goes; the cache (:func:`refsim.cache.policy.reference_replay`) owns the counters and the
+residency and checks the policy's choices. The definitions follow libCacheSim's C sources
+(``libCacheSim/cache/eviction/<Name>.c``, github.com/1a1a11a/libCacheSim, as shipped in the
+PyPI package ``libcachesim`` >= 0.3.5), including their integer roundings of the sub-queue
+sizes and their admission refusals, so that on a one-layer, top-1 trace (every batch one lookup)
+each equals libCacheSim's counts exactly (tests/cache/test_policies_libcachesim.py). Where
+libCacheSim's variant departs from the paper it is noted on the class.
+
+Batch rules (docs/cache-studies.md, "Scan-resistant policies"): the lookups of a batch are
+resolved first, in token-major order of first occurrence (a hit promotes as the class says; a
+miss is read and noted, and a ghost list is consulted and cleared for it); then the batch's misses
+are admitted in that order, each after evicting, as the per-request policy would, until
+``resident + size <= budget``. A victim is never a key the batch touched: where the policy's
+choice is such a key, it is passed over in place and the next one in the same order is taken
+(then the policy's other queue); if no untouched key is left, eviction stops and the cache stays
+over budget until a later batch. A key the policy refuses is read, used by its batch, and not
+resident afterwards.
+
+Sizes: a key's entry has its layer's size (``BatchTrace.expert_bytes``), and every queue
+capacity is in bytes, as libCacheSim's are with ``obj_size`` = the entry size.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from refsim.cache.policy import AdmitPolicy
+from refsim.errors import ConfigError
+
+__all__ = ["FIFO", "Clock", "SLRU", "TwoQ", "ARC", "S3FIFO"]
+
+
+def _pop_oldest(q: OrderedDict, protected) -> tuple | None:
+    """Remove and return ``(key, value)`` of the oldest entry of ``q`` (its first) whose key is
+    not in ``protected``, or None; protected entries passed over keep their places."""
+    skipped = []
+    found = None
+    while q:
+        k, v = q.popitem(last=False)
+        if k in protected:
+            skipped.append((k, v))
+            continue
+        found = (k, v)
+        break
+    for k, v in reversed(skipped):
+        q[k] = v
+        q.move_to_end(k, last=False)
+    return found
+
+
+def _ratio(policy, key: str) -> None:
+    v = getattr(policy, key)
+    if not 0.0 <= v <= 1.0:
+        raise ConfigError(f"--policy {policy.name}: {key}={v} is not in [0, 1]")
+
+
+class FIFO(AdmitPolicy, name="fifo"):
+    """First in, first out: evict the entry resident longest; a hit changes nothing
+    (libCacheSim ``FIFO.c``)."""
+
+    def setup(self):
+        self.q: OrderedDict[int, None] = OrderedDict()
+
+    def evict(self, protected, incoming):
+        got = _pop_oldest(self.q, protected)
+        return None if got is None else got[0]
+
+    def insert(self, key, size, protected):
+        self.q[key] = None
+        return True, []
+
+
+class Clock(AdmitPolicy, name="clock"):
+    """CLOCK (second chance) with an ``bits``-bit counter (libCacheSim ``Clock.c``).
+
+    A hit raises the entry's counter by one, up to ``2**bits - 1``. A new entry enters at the
+    head with counter ``init``. To evict, look at the tail: a counter >= 1 is decremented and the
+    entry moves to the head; the first entry found at 0 is evicted. Parameters: ``bits`` = 1
+    (the classic one reference bit), ``init`` = 0 (libCacheSim ``n_bit_counter``,
+    ``init_freq``)."""
+
+    params = {"bits": 1, "init": 0}
+
+    def check_params(self):
+        if not 1 <= self.bits <= 30:
+            raise ConfigError(f"--policy clock: bits={self.bits} is not in 1..30")
+        if not 0 <= self.init <= (1 << self.bits) - 1:
+            raise ConfigError(f"--policy clock: init={self.init} is not in 0..2**bits-1")
+
+    def setup(self):
+        self.q: OrderedDict[int, int] = OrderedDict()      # key -> counter; last = head
+        self.max_freq = (1 << self.bits) - 1
+
+    def hit(self, key, protected):
+        if self.q[key] < self.max_freq:
+            self.q[key] += 1
+        return []
+
+    def evict(self, protected, incoming):
+        q, skipped, victim = self.q, [], None
+        while q:
+            k, f = q.popitem(last=False)
+            if k in protected:
+                skipped.append((k, f))
+                continue
+            if f >= 1:
+                q[k] = f - 1                               # second chance: to the head
+                continue
+            victim = k
+            break
+        for k, f in reversed(skipped):
+            q[k] = f
+            q.move_to_end(k, last=False)
+        return victim
+
+    def insert(self, key, size, protected):
+        self.q[key] = self.init
+        return True, []
+
+
+class SLRU(AdmitPolicy, name="slru"):
+    """Segmented LRU with ``segments`` LRU segments of ``budget // segments`` bytes each
+    (libCacheSim ``SLRU.c``; default 4 segments, as there).
+
+    A hit in the top segment moves the entry to that segment's head; a hit below promotes it to
+    the head of the next segment up, and while a segment is over its size its tail is demoted to
+    the head of the segment below; a demotion out of segment 0 is an eviction (of segment 0's
+    oldest untouched entry). That eviction happens at the hit, inside the batch: the one place a
+    policy here evicts before the batch ends (it needs mixed sizes or a budget not divisible by
+    ``segments``, libCacheSim's SLRU_cool). A new entry goes to the head of the lowest segment
+    with room for it, else of segment 0; eviction takes the tail of the lowest non-empty
+    segment. An entry larger than one segment is not admitted. libCacheSim's variant differs
+    from the paper's two-segment SLRU (probationary + protected) in the segment count and in
+    inserting into any segment with room."""
+
+    params = {"segments": 4}
+
+    def check_params(self):
+        if not 1 <= self.segments <= 64:
+            raise ConfigError(f"--policy slru: segments={self.segments} is not in 1..64")
+
+    def setup(self):
+        n = self.segments
+        self.seg = [OrderedDict() for _ in range(n)]
+        self.seg_bytes = [0] * n
+        self.seg_max = [self.budget_bytes // n] * n
+        self.where: dict[int, int] = {}
+
+    def can_insert(self, size):
+        return size <= self.budget_bytes and size <= self.seg_max[0]
+
+    def _move(self, key, src, dst):
+        size = self.size(key)
+        del self.seg[src][key]
+        self.seg_bytes[src] -= size
+        self.seg[dst][key] = None
+        self.seg_bytes[dst] += size
+        self.where[key] = dst
+
+    def _cool(self, i, protected, out) -> bool:
+        if i == 0:
+            v = self.evict(protected, 0)
+            if v is None:
+                return False
+            out.append(v)
+            return True
+        k = next(iter(self.seg[i]))
+        self._move(k, i, i - 1)
+        while self.seg_bytes[i - 1] > self.seg_max[i - 1]:
+            if not self._cool(i - 1, protected, out):
+                break
+        return True
+
+    def hit(self, key, protected):
+        i = self.where[key]
+        n = self.segments
+        if i == n - 1:
+            self.seg[i].move_to_end(key)
+            return []
+        self._move(key, i, i + 1)
+        out: list[int] = []
+        while self.seg_bytes[i + 1] > self.seg_max[i + 1]:
+            if not self._cool(i + 1, protected, out):
+                break
+        return out
+
+    def evict(self, protected, incoming):
+        for i in range(self.segments):
+            if self.seg_bytes[i] > 0:
+                got = _pop_oldest(self.seg[i], protected)
+                if got is not None:
+                    k = got[0]
+                    self.seg_bytes[i] -= self.size(k)
+                    del self.where[k]
+                    return k
+        return None
+
+    def insert(self, key, size, protected):
+        nth = 0
+        for i in range(self.segments):
+            if self.seg_bytes[i] + size <= self.seg_max[i]:
+                nth = i
+                break
+        self.seg[nth][key] = None
+        self.seg_bytes[nth] += size
+        self.where[key] = nth
+        return True, []
+
+
+class TwoQ(AdmitPolicy, name="2q"):
+    """2Q (Johnson & Shasha, VLDB 1994), the full version with A1in, A1out and Am, as
+    libCacheSim ``TwoQ.c`` states it.
+
+    A1in is a FIFO of ``kin × budget`` bytes (truncated to an integer); A1out a ghost FIFO of
+    keys evicted from A1in, ``kout × budget`` bytes of their sizes; Am an LRU of the rest. A hit
+    in A1in changes nothing; a hit in Am moves the entry to Am's head. A miss whose key is in
+    A1out (removed from it at the lookup) goes to Am (making room inside Am by its LRU order),
+    any other miss to A1in. Eviction: A1in's oldest (into A1out) while A1in is over its size,
+    else Am's least recent. Defaults ``kin=0.25``, ``kout=0.5`` (the paper's and libCacheSim's
+    ``Ain-size-ratio``, ``Aout-size-ratio``). An entry larger than A1in is not admitted."""
+
+    params = {"kin": 0.25, "kout": 0.5}
+
+    def check_params(self):
+        _ratio(self, "kin")
+        _ratio(self, "kout")
+
+    def setup(self):
+        c = self.budget_bytes
+        self.ain_max = int(c * self.kin)
+        self.aout_max = int(c * self.kout)
+        self.am_max = c - self.ain_max
+        self.ain: OrderedDict[int, None] = OrderedDict()
+        self.aout: OrderedDict[int, None] = OrderedDict()
+        self.am: OrderedDict[int, None] = OrderedDict()
+        self.ain_bytes = self.aout_bytes = self.am_bytes = 0
+        self.from_ghost: set[int] = set()
+
+    def can_insert(self, size):
+        return size <= self.ain_max
+
+    def hit(self, key, protected):
+        if key in self.am:
+            self.am.move_to_end(key)
+        return []
+
+    def miss(self, key):
+        if key in self.aout:
+            del self.aout[key]
+            self.aout_bytes -= self.size(key)
+            self.from_ghost.add(key)
+
+    def _to_ghost(self, key):
+        size = self.size(key)
+        if size > self.aout_max:
+            return
+        while self.aout_bytes + size > self.aout_max:
+            k, _ = self.aout.popitem(last=False)
+            self.aout_bytes -= self.size(k)
+        self.aout[key] = None
+        self.aout_bytes += size
+
+    def _evict_ain(self, protected):
+        got = _pop_oldest(self.ain, protected)
+        if got is None:
+            return None
+        k = got[0]
+        self.ain_bytes -= self.size(k)
+        self._to_ghost(k)
+        return k
+
+    def _evict_am(self, protected):
+        got = _pop_oldest(self.am, protected)
+        if got is None:
+            return None
+        self.am_bytes -= self.size(got[0])
+        return got[0]
+
+    def evict(self, protected, incoming):
+        if self.ain_bytes > self.ain_max:
+            v = self._evict_ain(protected)
+            if v is not None:
+                return v
+        v = self._evict_am(protected)
+        return v if v is not None else self._evict_ain(protected)
+
+    def insert(self, key, size, protected):
+        if key in self.from_ghost:
+            self.from_ghost.discard(key)
+            if size > self.am_max:
+                return False, []
+            out = []
+            while self.am_bytes + size > self.am_max:
+                v = self._evict_am(protected)
+                if v is None:
+                    break
+                out.append(v)
+            self.am[key] = None
+            self.am_bytes += size
+            return True, out
+        self.ain[key] = None
+        self.ain_bytes += size
+        return True, []
+
+
+class ARC(AdmitPolicy, name="arc"):
+    """ARC (Megiddo & Modha, FAST 2003) as libCacheSim ``ARC.c`` states it, in bytes.
+
+    T1 and T2 are LRU lists of resident entries (seen once / at least twice since entering),
+    B1 and B2 their ghost lists, ``p`` the adaptive target for T1 (bytes, a float). A hit in T1
+    moves the entry to T2's head, in T2 to T2's head. A miss found in B1 raises
+    ``p`` by ``max(|B2| / |B1|, 1)`` (sizes in bytes, before the key leaves B1) up to the budget;
+    found in B2 lowers it by ``max(|B1| / |B2|, 1)`` down to 0; either way the key leaves the
+    ghost list and is inserted at T2's head after REPLACE makes room, REPLACE evicting T1's tail
+    into B1 if T1 is non-empty and (|T1| > p or (|T1| = p and the key came from B2)) or T2 is
+    empty, else T2's tail into B2. Any other miss enters T1's head, after case IV of the
+    paper: if ``|T1| + |B1| + size > budget``, drop B1's oldest and REPLACE when B1 is
+    non-empty, else evict T1's tail without a ghost; otherwise, when all four lists hold at least
+    ``2 × budget`` bytes, drop B2's oldest (if any), then REPLACE. libCacheSim's sizes are bytes
+    where the paper counts pages; the ghost deltas are ratios of byte sizes. No parameters."""
+
+    def setup(self):
+        self.t1: OrderedDict[int, None] = OrderedDict()
+        self.t2: OrderedDict[int, None] = OrderedDict()
+        self.b1: OrderedDict[int, None] = OrderedDict()
+        self.b2: OrderedDict[int, None] = OrderedDict()
+        self.t1_bytes = self.t2_bytes = self.b1_bytes = self.b2_bytes = 0
+        self.p = 0.0
+        self.ghost_of: dict[int, int] = {}       # pending miss -> 1 (from B1) or 2 (from B2)
+        self.cur = 0
+
+    def hit(self, key, protected):
+        if key in self.t1:
+            del self.t1[key]
+            size = self.size(key)
+            self.t1_bytes -= size
+            self.t2[key] = None
+            self.t2_bytes += size
+        else:
+            self.t2.move_to_end(key)
+        return []
+
+    def miss(self, key):
+        size = self.size(key)
+        c = self.budget_bytes
+        if key in self.b1:
+            delta = max(self.b2_bytes / self.b1_bytes, 1.0)
+            self.p = min(self.p + delta, float(c))
+            self.b1_bytes -= size
+            del self.b1[key]
+            self.ghost_of[key] = 1
+        elif key in self.b2:
+            delta = max(self.b1_bytes / self.b2_bytes, 1.0)
+            self.p = max(self.p - delta, 0.0)
+            self.b2_bytes -= size
+            del self.b2[key]
+            self.ghost_of[key] = 2
+
+    def admit(self, key, size, protected, occupied):
+        self.cur = self.ghost_of.pop(key, 0)
+        return super().admit(key, size, protected, occupied)
+
+    def _evict_list(self, one: bool, protected, ghost: bool = True):
+        got = _pop_oldest(self.t1 if one else self.t2, protected)
+        if got is None:
+            return None
+        k = got[0]
+        size = self.size(k)
+        if one:
+            self.t1_bytes -= size
+            if ghost:
+                self.b1[k] = None
+                self.b1_bytes += size
+        else:
+            self.t2_bytes -= size
+            self.b2[k] = None
+            self.b2_bytes += size
+        return k
+
+    def _replace(self, protected):
+        t1 = self.t1_bytes
+        from_t1 = (t1 > 0 and (t1 > self.p or (t1 == self.p and self.cur == 2))) \
+            or self.t2_bytes == 0
+        v = self._evict_list(from_t1, protected)
+        return v if v is not None else self._evict_list(not from_t1, protected)
+
+    def _drop_ghost(self, one: bool):
+        g = self.b1 if one else self.b2
+        k, _ = g.popitem(last=False)
+        if one:
+            self.b1_bytes -= self.size(k)
+        else:
+            self.b2_bytes -= self.size(k)
+
+    def evict(self, protected, incoming):
+        c = self.budget_bytes
+        if self.cur:
+            return self._replace(protected)
+        if self.t1_bytes + self.b1_bytes + incoming > c:
+            if self.b1_bytes > 0:
+                self._drop_ghost(True)
+                return self._replace(protected)
+            v = self._evict_list(True, protected, ghost=False)
+            return v if v is not None else self._replace(protected)
+        if self.t1_bytes + self.b1_bytes + self.t2_bytes + self.b2_bytes >= 2 * c \
+                and self.b2_bytes > 0:
+            self._drop_ghost(False)
+        return self._replace(protected)
+
+    def insert(self, key, size, protected):
+        if self.cur:
+            self.t2[key] = None
+            self.t2_bytes += size
+        else:
+            self.t1[key] = None
+            self.t1_bytes += size
+        self.cur = 0
+        return True, []
+
+
+class S3FIFO(AdmitPolicy, name="s3fifo"):
+    """S3-FIFO (Yang et al., SOSP 2023) as libCacheSim ``S3FIFO.c`` states it, in bytes.
+
+    A small FIFO S of ``int(small × budget)`` bytes, a main FIFO M of the rest, a ghost FIFO G of
+    ``int(ghost × budget)`` bytes of keys evicted from S. Each resident entry has a counter: a
+    hit adds 1 (uncapped in S and M). A miss whose key is in G (removed from it at the lookup)
+    enters M's head with counter 0; any other miss enters S's head with counter 0. Eviction:
+    from M while M is over its size or S is empty, else from S. From S: the tail with counter
+    ``>= threshold`` moves to M's head with counter 0 (no eviction, continue); else it is
+    evicted into G. From M: the tail with counter ``>= 1`` is reinserted at M's head with
+    counter ``min(counter, 3) - 1``; else it is evicted. Defaults ``small=0.1``, ``ghost=0.9``,
+    ``threshold=2`` (libCacheSim's ``fifo-size-ratio``, ``ghost-size-ratio``,
+    ``move-to-main-threshold``).
+
+    libCacheSim's variant, matched here: a key leaving S moves to M at counter >= 2 (the paper
+    says > 1 on a 2-bit counter, the same), M's counter is capped at 3 only on reinsertion; an
+    entry of size > the small FIFO is not admitted (and with size = the small FIFO, room is made
+    and then the entry is still not admitted); so below ``1 / small`` entries of budget nothing
+    is ever cached."""
+
+    params = {"small": 0.1, "ghost": 0.9, "threshold": 2}
+
+    def check_params(self):
+        _ratio(self, "small")
+        if not 0.0 <= self.ghost <= 10.0:
+            raise ConfigError(f"--policy s3fifo: ghost={self.ghost} is not in [0, 10]")
+        if self.threshold < 1:
+            raise ConfigError(f"--policy s3fifo: threshold={self.threshold} is not >= 1")
+
+    def setup(self):
+        c = self.budget_bytes
+        self.s_max = int(c * self.small)
+        self.m_max = c - self.s_max
+        self.g_max = int(c * self.ghost)
+        self.s: OrderedDict[int, int] = OrderedDict()
+        self.m: OrderedDict[int, int] = OrderedDict()
+        self.g: OrderedDict[int, None] = OrderedDict()
+        self.s_bytes = self.m_bytes = self.g_bytes = 0
+        self.from_ghost: set[int] = set()
+
+    def can_insert(self, size):
+        return size <= self.s_max
+
+    def hit(self, key, protected):
+        if key in self.s:
+            self.s[key] += 1
+        else:
+            self.m[key] += 1
+        return []
+
+    def miss(self, key):
+        if self.g_max > 0 and key in self.g:
+            del self.g[key]
+            self.g_bytes -= self.size(key)
+            self.from_ghost.add(key)
+
+    def _to_ghost(self, key):
+        size = self.size(key)
+        if self.g_max <= 0 or size > self.g_max:
+            return
+        while self.g_bytes + size > self.g_max:
+            k, _ = self.g.popitem(last=False)
+            self.g_bytes -= self.size(k)
+        self.g[key] = None
+        self.g_bytes += size
+
+    def _evict_small(self, protected):
+        s, skipped, victim = self.s, [], None
+        while s:
+            k, f = s.popitem(last=False)
+            if k in protected:
+                skipped.append((k, f))
+                continue
+            size = self.size(k)
+            self.s_bytes -= size
+            if f >= self.threshold:
+                self.m[k] = 0
+                self.m_bytes += size
+                continue
+            self._to_ghost(k)
+            victim = k
+            break
+        for k, f in reversed(skipped):
+            s[k] = f
+            s.move_to_end(k, last=False)
+        return victim
+
+    def _evict_main(self, protected):
+        m, skipped, victim = self.m, [], None
+        while m:
+            k, f = m.popitem(last=False)
+            if k in protected:
+                skipped.append((k, f))
+                continue
+            if f >= 1:
+                m[k] = min(f, 3) - 1
+                continue
+            self.m_bytes -= self.size(k)
+            victim = k
+            break
+        for k, f in reversed(skipped):
+            m[k] = f
+            m.move_to_end(k, last=False)
+        return victim
+
+    def evict(self, protected, incoming):
+        if self.m_bytes > self.m_max or self.s_bytes == 0:
+            return self._evict_main(protected)
+        v = self._evict_small(protected)
+        return v if v is not None else self._evict_main(protected)
+
+    def insert(self, key, size, protected):
+        if key in self.from_ghost:
+            self.from_ghost.discard(key)
+            self.m[key] = 0
+            self.m_bytes += size
+            return True, []
+        if size >= self.s_max:
+            return False, []
+        self.s[key] = 0
+        self.s_bytes += size
+        return True, []
