@@ -437,7 +437,8 @@ class S3FIFO(AdmitPolicy, name="s3fifo"):
     ``threshold=2`` (libCacheSim's ``fifo-size-ratio``, ``ghost-size-ratio``,
     ``move-to-main-threshold``).
 
-    libCacheSim's variant, matched here: a key leaving S moves to M at counter >= 2 (the paper
+    libCacheSim's variant, matched here: until the first eviction, a miss that finds S full
+    (``|S| >= small × budget``) enters M instead (warm-up); a key leaving S moves to M at counter >= 2 (the paper
     says > 1 on a 2-bit counter, the same), M's counter is capped at 3 only on reinsertion; an
     entry of size > the small FIFO is not admitted (and with size = the small FIFO, room is made
     and then the entry is still not admitted); so below ``1 / small`` entries of budget nothing
@@ -462,9 +463,10 @@ class S3FIFO(AdmitPolicy, name="s3fifo"):
         self.g: OrderedDict[int, None] = OrderedDict()
         self.s_bytes = self.m_bytes = self.g_bytes = 0
         self.from_ghost: set[int] = set()
+        self.has_evicted = False
 
     def can_insert(self, size):
-        return size <= self.s_max
+        return size <= self.s_max and size <= self.budget_bytes
 
     def hit(self, key, protected):
         if key in self.s:
@@ -529,6 +531,7 @@ class S3FIFO(AdmitPolicy, name="s3fifo"):
         return victim
 
     def evict(self, protected, incoming):
+        self.has_evicted = True
         if self.m_bytes > self.m_max or self.s_bytes == 0:
             return self._evict_main(protected)
         v = self._evict_small(protected)
@@ -542,6 +545,10 @@ class S3FIFO(AdmitPolicy, name="s3fifo"):
             return True, []
         if size >= self.s_max:
             return False, []
+        if not self.has_evicted and self.s_bytes >= self.s_max:
+            self.m[key] = 0                       # warm-up: S full before any eviction
+            self.m_bytes += size
+            return True, []
         self.s[key] = 0
         self.s_bytes += size
         return True, []
