@@ -1,0 +1,83 @@
+"""Outside oracle: on one-lookup batches (one layer, top-1) every shared policy counts exactly
+libCacheSim's hits and misses, on the real qwen key stream and on drawn streams, with unit and
+byte sizes (mapping: refsim.testing.libcachesim_oracle)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refsim.cache.batches import BatchTrace
+from refsim.cache.policy import get_policy, reference_replay, replay_policy
+from refsim.testing.libcachesim_oracle import (LIBCACHESIM, comparable, libcachesim_hits,
+                                               lookup_stream, one_lookup_batches)
+
+pytest.importorskip("libcachesim")
+SHARED = sorted(LIBCACHESIM)
+
+
+def ours(bt, name, budget, **params):
+    r = reference_replay(bt, get_policy(name, **params), budget)
+    assert r.lookups.sum() == bt.n_batch
+    return int(r.hits.sum())
+
+
+@pytest.fixture(scope="module")
+def qwen_stream(qwen_trace):
+    h = qwen_trace.header
+    bt = BatchTrace.from_events(qwen_trace.events, h.expert_bytes, h.n_expert)
+    keys = lookup_stream(bt)
+    # one entry per lookup of the engine's batches (counted by the LRU kernel), every key kept
+    assert keys.size == replay_policy(bt, "lru", 1 << 40).lookups.sum() == 39526
+    assert np.array_equal(np.unique(keys), np.unique(bt.keys))
+    return keys[:12000], int(h.expert_bytes[0])
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_qwen_key_stream_equals_libcachesim_unit_and_byte_sizes(qwen_stream, name):
+    keys, eb = qwen_stream
+    for size in (1, eb):
+        bt = one_lookup_batches(keys, size, n_expert=6144)
+        for n_entries in (40, 300, 1000):          # below, near and above the working set
+            budget = n_entries * size + (size // 3 if size > 1 else 0)
+            if comparable(name, budget):
+                assert ours(bt, name, budget) == libcachesim_hits(name, keys, size, budget), \
+                    (name, size, budget)
+
+
+streams = st.tuples(st.integers(2, 40), st.integers(1, 400), st.integers(0, 2**32 - 1),
+                    st.sampled_from([1, 3, 100]), st.integers(1, 45), st.integers(0, 99),
+                    st.booleans())
+
+
+@settings(max_examples=25, deadline=None)
+@given(streams, st.sampled_from(SHARED))
+def test_drawn_streams_equal_libcachesim(s, name):
+    n, m, seed, size, entries, extra, zipf = s
+    rng = np.random.default_rng(seed)
+    if zipf:
+        p = 1.0 / np.arange(1, n + 1) ** 1.2
+        ids = rng.choice(n, m, p=p / p.sum())
+    else:
+        ids = rng.integers(0, n, m)
+    budget = entries * size + extra % size
+    if not comparable(name, budget):
+        return
+    bt = one_lookup_batches(ids, size, n_expert=n)
+    assert ours(bt, name, budget) == libcachesim_hits(name, ids, size, budget)
+
+
+@pytest.mark.parametrize("name,params", [
+    ("s3fifo", {"small": 0.25, "ghost": 0.5, "threshold": 1}),
+    ("2q", {"kin": 0.4, "kout": 1.0}),
+    ("clock", {"bits": 2, "init": 1}),
+])
+def test_parameters_map_onto_libcachesim_keywords(name, params):
+    rng = np.random.default_rng(7)
+    p = 1.0 / np.arange(1, 61) ** 1.1
+    ids = rng.choice(60, 3000, p=p / p.sum())
+    bt = one_lookup_batches(ids, 5, n_expert=60)
+    for budget in (50, 101, 160):
+        got = ours(bt, name, budget, **params)
+        assert got == libcachesim_hits(name, ids, 5, budget, params)
+        assert got != ours(bt, name, budget) or budget == 160   # the parameters matter
