@@ -120,3 +120,4 @@ class LayerLFU(LFU, name="layerlfu"):
 
 
 from refsim.cache import admit_policies as _admit_policies  # noqa: E402,F401  (registers them)
+from refsim.cache import layer_opt as _layer_opt  # noqa: E402,F401  (registers layer-opt)

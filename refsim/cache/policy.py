@@ -123,6 +123,11 @@ class Policy(ABC):
     def to_evict(self, candidates: list[int]) -> int:
         """The key to evict among ``candidates`` (non-empty, oldest-resident first)."""
 
+    def shares(self, batches: BatchTrace, budget_bytes: int) -> list[int]:
+        """Per-layer byte limits of a ``partitioned`` policy: ``budget_bytes // n_layer`` each
+        (``layer-opt`` overrides it)."""
+        return [budget_bytes // batches.n_layer] * batches.n_layer
+
     def fast_args(self) -> dict:
         """Extra inputs of the Numba fast path (built-in policies only)."""
         return {}
@@ -134,8 +139,11 @@ class AdmitPolicy(Policy):
 
     The cache (:func:`reference_replay`) resolves a batch's lookups first (``hit`` on a
     resident key, ``miss`` on another, each once per batch, in order of first occurrence),
-    then admits the batch's misses in that order with :meth:`admit`. ``protected`` is the set of
-    keys the batch touched (never a victim). Subclasses implement ``setup`` (state, with
+    then admits the batch's misses in that order with :meth:`admit`; if the cache is still over
+    budget (a previous batch's union exceeded it) it then evicts with ``evict(protected, 0)``
+    until it is not, as the engine's after-batch rule does. ``protected`` is the set of keys
+    the batch touched (never a victim). On one-lookup batches this is exactly the per-request
+    (libCacheSim) order: look up, make room, insert. Subclasses implement ``setup`` (state, with
     ``self.budget_bytes`` set), ``evict`` and ``insert``, and optionally ``hit``, ``miss`` and
     ``can_insert``. ``size(key)`` is the key's entry bytes.
     """
@@ -235,6 +243,11 @@ def _admit_replay(batches: BatchTrace, policy: AdmitPolicy, budget: int) -> Poli
             if ok:
                 resident.add(key)
                 res_bytes += size
+        while res_bytes > budget:          # still over (an earlier batch's union): the engine's
+            v = policy.evict(touched, 0)   # after-batch rule, victims as for a 0-byte miss
+            if v is None:
+                break
+            drop([v], touched)
     return PolicyResult(policy.label, budget, lookups, hits, read, evictions, res_bytes,
                         batches.tokens)
 
@@ -394,7 +407,6 @@ def reference_replay(batches: BatchTrace, policy: Policy, budget_bytes: int) -> 
     budget = _check_budget(budget_bytes)
     eb = [int(x) for x in batches.expert_bytes]
     n_expert, n_layer = batches.n_expert, batches.n_layer
-    share = budget // n_layer
     lookups, hits, read = (np.zeros(N_KINDS, np.int64) for _ in range(3))
     policy.budget_bytes = budget
     if isinstance(policy, AdmitPolicy):
@@ -404,6 +416,7 @@ def reference_replay(batches: BatchTrace, policy: Policy, budget_bytes: int) -> 
     res_bytes = evictions = clock = 0
     keys, start, nxt = batches.keys.tolist(), batches.batch_start.tolist(), batches.next_use
     policy.reset(batches)
+    share = policy.shares(batches, budget) if policy.partitioned else []
     for b in range(batches.n_batch):
         il, kd = int(batches.batch_layer[b]), int(batches.batch_kind[b])
         touched: set[int] = set()
@@ -424,7 +437,7 @@ def reference_replay(batches: BatchTrace, policy: Policy, budget_bytes: int) -> 
                     read[kd] += eb[il]
                     policy.on_insert(key, eb[il])
             policy.on_access(key, clock, int(nxt[i]))
-        while (layer_res[il] > share) if policy.partitioned else (res_bytes > budget):
+        while (layer_res[il] > share[il]) if policy.partitioned else (res_bytes > budget):
             cands = [k for k in resident if k not in touched
                      and (not policy.partitioned or k // n_expert == il)]
             if not cands:
@@ -436,7 +449,7 @@ def reference_replay(batches: BatchTrace, policy: Policy, budget_bytes: int) -> 
             layer_res[victim // n_expert] -= size
             evictions += 1
             policy.on_evict(victim)
-    return PolicyResult(policy.name, budget, lookups, hits, read, evictions, res_bytes,
+    return PolicyResult(policy.label, budget, lookups, hits, read, evictions, res_bytes,
                         batches.tokens)
 
 
@@ -472,14 +485,15 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
                    bt.n_expert, budget, out)
     else:
         words = policy.fast_args().get("words", np.zeros(0, np.uint32))
+        shares = np.asarray(policy.shares(bt, budget) if policy.partitioned else [0], np.int64)
         while True:
             out[:] = 0
             replay_kernel(policy.kernel, policy.partitioned, bt.keys, bt.batch_start,
                           bt.batch_layer, bt.batch_kind, bt.next_use, bt.expert_bytes,
-                          bt.n_expert, budget, words, out)
+                          bt.n_expert, budget, shares, words, out)
             if out[OUT_WORDS] >= 0:
                 break
             words = policy.fast_args(n_words=2 * max(words.size, 1024))["words"]
-    return PolicyResult(policy.name, budget, out[:OUT_HITS].copy(), out[OUT_HITS:OUT_READ].copy(),
+    return PolicyResult(policy.label, budget, out[:OUT_HITS].copy(), out[OUT_HITS:OUT_READ].copy(),
                         out[OUT_READ:OUT_EVICT].copy(), int(out[OUT_EVICT]), int(out[OUT_RESIDENT]),
                         batches.tokens)

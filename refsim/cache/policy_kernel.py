@@ -15,7 +15,8 @@ BELADY      (-next use in batch index, 0)               never again = infinity; 
 RANDOM      ``Random(seed).choice(candidates)``         CPython's ``_randbelow`` on MT words
 ==========  ==========================================  =====================================
 
-``partitioned`` restricts the budget to ``budget_bytes // n_layer`` per layer and the victims to
+``partitioned`` restricts the budget to ``shares[layer]`` bytes per layer (``budget_bytes //
+n_layer`` each for 'layer' and 'layerlfu', the optimal split for 'layer-opt') and the victims to
 the batch's own layer ('layer', 'layerlfu').
 
 ``lru_kernel`` is the same LRU as the LRU row above and as :class:`~refsim.cache.ExpertCache`,
@@ -64,7 +65,7 @@ def _randbelow(n, words, wpos):
 
 @nb.njit(cache=True)
 def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind, next_use,
-                  expert_bytes, n_expert, budget_bytes, words, out):
+                  expert_bytes, n_expert, budget_bytes, shares, words, out):
     """Replay every batch under one policy; counters accumulate into ``out``.
 
     Parameters
@@ -78,6 +79,8 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
     expert_bytes : (n_layer,) int64 ndarray
         Entry size per layer, bytes.
     n_expert, budget_bytes : int
+    shares : (n_layer,) int64 ndarray
+        Per-layer byte limits when ``partitioned`` (``Policy.shares``; ignored otherwise).
     words : (n_words,) uint32 ndarray
         MT19937 output words for ``KIND_RANDOM`` (ignored otherwise).
     out : (N_COUNTERS,) int64 ndarray
@@ -94,7 +97,6 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
     order = np.empty(n_keys, dtype=np.int64)       # resident keys in insertion order
     cand = np.empty(n_keys, dtype=np.int64)
     layer_res = np.zeros(n_layer, dtype=np.int64)
-    share = budget_bytes // n_layer
     n_res = 0
     res_bytes = 0
     clock = 0
@@ -123,7 +125,7 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
             nuse[key] = next_use[i]
         while True:                                # evict after the batch
             if partitioned:
-                if layer_res[il] <= share:
+                if layer_res[il] <= shares[il]:
                     break
             elif res_bytes <= budget_bytes:
                 break
