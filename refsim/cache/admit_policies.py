@@ -32,7 +32,7 @@ from collections import OrderedDict
 from refsim.cache.policy import AdmitPolicy
 from refsim.errors import ConfigError
 
-__all__ = ["FIFO", "Clock", "SLRU", "TwoQ", "ARC", "S3FIFO"]
+__all__ = ["FIFO", "Clock", "SLRU", "TwoQ", "ARC", "S3FIFO", "LIRS"]
 
 
 def _pop_oldest(q: OrderedDict, protected) -> tuple | None:
@@ -551,4 +551,145 @@ class S3FIFO(AdmitPolicy, name="s3fifo"):
             return True, []
         self.s[key] = 0
         self.s_bytes += size
+        return True, []
+
+
+class LIRS(AdmitPolicy, name="lirs"):
+    """LIRS (Jiang & Zhang, SIGMETRICS 2002), the paper's algorithm in bytes.
+
+    Keys are LIR (low inter-reference recency: resident, the bulk of the budget) or HIR
+    (resident in the small list Q, or non-resident but still remembered in the recency stack
+    S). S orders keys by recency (LIR, resident HIR and non-resident HIR), and its bottom is
+    always an LIR key (*pruning* removes HIR keys from the bottom). Sizes: the resident HIR part
+    is ``max(int(hir × budget), largest entry)`` bytes, the LIR part the rest.
+
+    - Hit on an LIR key: it moves to the top of S (then prune).
+    - Hit on a resident HIR key: it moves to the top of S. If it was in S, it becomes LIR and
+      leaves Q, and while the LIR part is over its size the bottom LIR key of S is demoted to
+      HIR at the end of Q (and leaves S; then prune). If it was not in S, it stays HIR and moves
+      to the end of Q.
+    - Miss: room is made by evicting Q's front (if the key is in S it stays there as
+      non-resident HIR). A key remembered in S as non-resident HIR becomes LIR at the top of S,
+      with demotions as above; a new key becomes LIR while the LIR part has room (warm-up),
+      else resident HIR at the top of S and the end of Q.
+    - S is bounded to ``stack × budget`` bytes of keys by forgetting the oldest non-resident HIR
+      keys (libCacheSim's limitStack; the paper leaves S unbounded). A hit never evicts.
+
+    Defaults ``hir=0.01`` (the paper's and libCacheSim's 1 %), ``stack=2.0``. When Q holds only
+    protected keys (batches), the bottom-most untouched LIR key is evicted instead.
+
+    Not equal to libCacheSim's ``LIRS.c``, which departs from the paper in two ways: a hit on a
+    resident HIR key outside S demotes an LIR key first (the paper demotes none), and when that
+    demotion evicts Q's front and the front is the hit key itself, the key is evicted from Q yet
+    stays "resident" in S without being counted in the occupied bytes, so the cache holds more
+    than its budget; on some traces libCacheSim's LIRS then has more hits than Belady's optimum
+    (tests/cache/test_policies_libcachesim.py shows one), which no cache of that size can have.
+    """
+
+    params = {"hir": 0.01, "stack": 2.0}
+    LIR, HIR, NONRES = 0, 1, 2
+
+    def check_params(self):
+        if not 0.0 < self.hir < 1.0:
+            raise ConfigError(f"--policy lirs: hir={self.hir} is not in (0, 1)")
+        if not self.stack >= 1.0:
+            raise ConfigError(f"--policy lirs: stack={self.stack} is not >= 1")
+
+    def setup(self):
+        c = self.budget_bytes
+        self.hir_max = max(int(c * self.hir), max(self._eb))
+        self.lir_max = c - self.hir_max
+        self.s: OrderedDict[int, int] = OrderedDict()      # key -> LIR/HIR/NONRES; last = top
+        self.q: OrderedDict[int, None] = OrderedDict()     # resident HIR; last = end
+        self.nh: OrderedDict[int, None] = OrderedDict()    # non-resident HIR in S, oldest first
+        self.s_bytes = self.lir_bytes = self.hir_bytes = 0
+        self.s_max = int(self.stack * c)
+
+    def _prune(self):
+        s = self.s
+        while s:
+            k = next(iter(s))
+            st = s[k]
+            if st == self.LIR:
+                return
+            del s[k]
+            self.s_bytes -= self.size(k)
+            if st == self.NONRES:
+                del self.nh[k]
+
+    def _demote_bottom(self):
+        self._prune()                             # (HIR keys can sit below when no LIR was)
+        k = next(iter(self.s))                    # the bottom-most LIR key
+        size = self.size(k)
+        del self.s[k]
+        self.s_bytes -= size
+        self.lir_bytes -= size
+        self.q[k] = None
+        self.hir_bytes += size
+        self._prune()
+
+    def _limit_stack(self):
+        while self.s_bytes > self.s_max and self.nh:
+            k, _ = self.nh.popitem(last=False)
+            del self.s[k]
+            self.s_bytes -= self.size(k)
+
+    def _to_lir(self, key, size):
+        self.s[key] = self.LIR
+        self.s.move_to_end(key)
+        self.lir_bytes += size
+        while self.lir_bytes > self.lir_max:
+            self._demote_bottom()
+
+    def hit(self, key, protected):
+        size = self.size(key)
+        st = self.s.get(key)
+        if st == self.LIR:
+            self.s.move_to_end(key)
+            self._prune()
+        elif st == self.HIR:
+            del self.q[key]
+            self.hir_bytes -= size
+            self._to_lir(key, size)
+        else:                                     # resident HIR not in S
+            self.s[key] = self.HIR
+            self.s_bytes += size
+            self.q.move_to_end(key)
+            self._limit_stack()
+        return []
+
+    def evict(self, protected, incoming):
+        got = _pop_oldest(self.q, protected)
+        if got is not None:
+            k = got[0]
+            self.hir_bytes -= self.size(k)
+            if k in self.s:
+                self.s[k] = self.NONRES
+                self.nh[k] = None
+            return k
+        for k, st in self.s.items():              # only protected HIR keys: an untouched LIR
+            if st == self.LIR and k not in protected:
+                size = self.size(k)
+                del self.s[k]
+                self.s_bytes -= size
+                self.lir_bytes -= size
+                self._prune()
+                return k
+        return None
+
+    def insert(self, key, size, protected):
+        st = self.s.get(key)
+        if st == self.NONRES:
+            del self.nh[key]
+            self._to_lir(key, size)
+        elif self.lir_bytes + size <= self.lir_max:
+            self.s[key] = self.LIR
+            self.s_bytes += size
+            self.lir_bytes += size
+        else:
+            self.s[key] = self.HIR
+            self.s_bytes += size
+            self.q[key] = None
+            self.hir_bytes += size
+        self._limit_stack()
         return True, []

@@ -269,3 +269,14 @@ def test_policy_lists_parse_parameters_in_one_place():
                      ("s3fifo:small=2", r"not in \[0, 1\]"), (" , ", "empty list")]:
         with pytest.raises(ConfigError, match=msg):
             parse_policy_list(bad)
+
+
+def test_lirs_demotes_the_bottom_lir_when_a_remembered_hir_returns():
+    # budget 3 -> HIR part 1 entry, LIR part 2. A B become LIR, C resident HIR; A hits (top);
+    # D evicts Q's C (remembered, non-resident), D HIR; C misses: D evicted (non-resident), C
+    # returns as LIR and the bottom LIR B is demoted to Q; B hits in Q (back on S as HIR);
+    # D misses: B evicted, D returns as LIR, bottom LIR A demoted: 2 hits
+    r, pol = replay_one("lirs", [A, B, C, A, D, C, B, D], 3)
+    assert r.hits.sum() == 2
+    assert (dict(pol.s), list(pol.q), list(pol.nh)) == ({C: 0, B: 2, D: 0}, [A], [B])
+    assert replay_one("lru", [A, B, C, A, D, C, B, D], 3)[0].hits.sum() == 3
