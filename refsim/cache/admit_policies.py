@@ -32,7 +32,7 @@ from collections import OrderedDict
 from refsim.cache.policy import AdmitPolicy
 from refsim.errors import ConfigError
 
-__all__ = ["FIFO", "Clock", "SLRU", "TwoQ", "ARC", "S3FIFO", "LIRS"]
+__all__ = ["FIFO", "Clock", "SLRU", "TwoQ", "ARC", "S3FIFO", "LIRS", "TinyLFU"]
 
 
 def _pop_oldest(q: OrderedDict, protected) -> tuple | None:
@@ -692,4 +692,145 @@ class LIRS(AdmitPolicy, name="lirs"):
             self.q[key] = None
             self.hir_bytes += size
         self._limit_stack()
+        return True, []
+
+
+class _CountingBloomFilter:
+    """libCacheSim's ``minimalIncrementCBF`` (dataStructure/minimalIncrementCBF.c): counters
+    sized for ``entries`` at false-positive rate ``error``; key ``k`` maps to counters
+    ``(a + i*b) mod n`` (32-bit unsigned arithmetic), ``a``/``b`` the low 32 bits of XXH64 of
+    the 8-byte little-endian object id with seeds 0x12345678 / 0x12344321 (hash.h HASH_SEED0/1).
+    ``add`` increments every hashed counter; ``estimate`` is their minimum; ``decay`` halves."""
+
+    SEED0, SEED1 = 0x12345678, 0x12344321
+
+    def __init__(self, entries: int, error: float = 0.001):
+        import math
+
+        import xxhash
+
+        self._xxh = xxhash.xxh64_intdigest
+        bpe = -math.log(error) / 0.480453013918201
+        self.hashes = int(math.ceil(0.693147180559945 * bpe))
+        n = int(min(math.ceil(bpe * entries), 2**31 - 1))
+        if n < self.hashes:
+            n = self.hashes * 2
+        self.n = n
+        self.bf = [0] * n
+        self._idx: dict[int, list[int]] = {}
+
+    def _slots(self, obj_id: int) -> list[int]:
+        got = self._idx.get(obj_id)
+        if got is None:
+            raw = obj_id.to_bytes(8, "little")
+            a = self._xxh(raw, self.SEED0) & 0xFFFFFFFF
+            b = self._xxh(raw, self.SEED1) & 0xFFFFFFFF
+            got = [((a + i * b) & 0xFFFFFFFF) % self.n for i in range(self.hashes)]
+            self._idx[obj_id] = got
+        return got
+
+    def estimate(self, obj_id: int) -> int:
+        bf = self.bf
+        return min(bf[x] for x in self._slots(obj_id))
+
+    def add(self, obj_id: int) -> None:
+        bf = self.bf
+        for x in self._slots(obj_id):
+            bf[x] += 1
+
+    def decay(self) -> None:
+        self.bf = [v >> 1 for v in self.bf]
+
+
+class TinyLFU(AdmitPolicy, name="tinylfu"):
+    """W-TinyLFU (Einziger, Friedman & Manes, ACM TOS 2017) as libCacheSim ``WTinyLFU.c``
+    states it: a window LRU of ``int(window × budget)`` bytes in front of a main segmented LRU
+    (two segments, 1:4, libCacheSim ``SLRU`` with ``seg-size=1:4``, as :class:`SLRU`), and a
+    counting Bloom filter of the keys' frequencies (:class:`_CountingBloomFilter`) deciding
+    which of the window's victim and the main's victim stays.
+
+    - A hit in the window moves the key to the window's head; a hit in main promotes it as
+      :class:`SLRU` does and counts it in the filter (every ``32 × main entries`` main hits all
+      counters are halved).
+    - A miss enters the window's head and is counted. To make room for it, one eviction at a
+      time: take the window's least recent key W (counted again): while main has room, W
+      moves to main and the next W is taken; else with M = main's victim (its lowest non-empty
+      segment's least recent key), if W's estimate is above M's, M is evicted and W moves to
+      main, otherwise W is evicted. An empty window evicts main's victim. The window may hold
+      more than its share (only the total is bounded). An entry larger than the window or
+      main's first segment is not admitted.
+
+    Default ``window=0.01`` (the paper's and libCacheSim's 1 %). The filter is sized for the
+    main part in entries (``entries = main bytes // smallest entry``, error 0.001); libCacheSim
+    sizes it (and the decay period) by the main part in *bytes*, which is the same for unit
+    sizes and, for MiB-sized entries, asks for 2**31 counters; so refsim equals libCacheSim
+    on unit sizes (tests) and deliberately differs with byte sizes."""
+
+    params = {"window": 0.01}
+
+    def check_params(self):
+        _ratio(self, "window")
+
+    def setup(self):
+        c = self.budget_bytes
+        self.w_max = int(c * self.window)
+        self.m_cap = c - self.w_max
+        self.win: OrderedDict[int, None] = OrderedDict()
+        self.w_bytes = 0
+        main = SLRU(segments=2)
+        main._eb, main._ne, main.budget_bytes = self._eb, self._ne, self.m_cap
+        main.setup()
+        main.seg_max = [int(1.0 / 5 * self.m_cap), int(4.0 / 5 * self.m_cap)]
+        self.main = main
+        unit = min(self._eb)
+        self.cbf = _CountingBloomFilter(self.m_cap // unit)
+        self.max_requests = 32 * (self.m_cap // unit)
+        self.requests = 0
+
+    def _main_bytes(self):
+        return sum(self.main.seg_bytes)
+
+    def hit(self, key, protected):
+        if key in self.win:
+            self.win.move_to_end(key)
+            return []
+        out = self.main.hit(key, protected)
+        self.cbf.add(key + 1)
+        self.requests += 1
+        if self.requests >= self.max_requests:
+            self.requests = 0
+            self.cbf.decay()
+        return out
+
+    def can_insert(self, size):
+        return size <= self.budget_bytes and size <= self.w_max and \
+            size <= self.m_cap and size <= self.main.seg_max[0]
+
+    def evict(self, protected, incoming):
+        """One ``WTinyLFU_evict`` call: window victims move to main while it has room, then one
+        key is evicted (the window's victim or, if that one is the more frequent, main's)."""
+        while True:
+            got = _pop_oldest(self.win, protected)
+            if got is None:
+                return self.main.evict(protected, 0)
+            w = got[0]
+            size = self.size(w)
+            self.w_bytes -= size
+            if self._main_bytes() + size <= self.m_cap:
+                self.main.insert(w, size, protected)
+                self.cbf.add(w + 1)
+                continue
+            m = next((k for seg in self.main.seg for k in seg if k not in protected), None)
+            if m is not None and self.cbf.estimate(w + 1) > self.cbf.estimate(m + 1):
+                v = self.main.evict(protected, 0)
+                self.main.insert(w, size, protected)
+                self.cbf.add(w + 1)
+                return v
+            self.cbf.add(w + 1)
+            return w
+
+    def insert(self, key, size, protected):
+        self.win[key] = None
+        self.w_bytes += size
+        self.cbf.add(key + 1)
         return True, []

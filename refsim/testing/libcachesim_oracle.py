@@ -24,11 +24,14 @@ LIBCACHESIM = {
     "slru": ("SLRU", {}),
     "2q": ("TwoQ", {"kin": "a_in_size_ratio", "kout": "a_out_size_ratio"}),
     "arc": ("ARC", {}),
+    "tinylfu": ("WTinyLFU", {"window": "window_size"}),
     "s3fifo": ("S3FIFO", {"small": "small_size_ratio", "ghost": "ghost_size_ratio",
                           "threshold": "move_to_main_threshold"}),
 }
 """refsim policy name -> (libcachesim class, {refsim parameter: libcachesim keyword}). slru's
-``segments`` has no keyword in the Python binding (its default, 4, is libCacheSim's)."""
+``segments`` has no keyword in the Python binding (its default, 4, is libCacheSim's);
+tinylfu compares on unit sizes only (:func:`comparable`). lirs is not here: libCacheSim's LIRS
+is not a cache of its budget (refsim.cache.admit_policies.LIRS)."""
 
 
 def one_lookup_batches(ids, size: int, n_expert: int | None = None) -> BatchTrace:
@@ -62,9 +65,13 @@ def lookup_stream(batches: BatchTrace) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
-def comparable(name: str, budget: int, params: dict | None = None) -> bool:
+def comparable(name: str, budget: int, params: dict | None = None, size: int = 1) -> bool:
     """False where libcachesim 0.3.5 cannot be built: S3FIFO with an empty small or main FIFO
-    (it logs "Invalid cache size configuration" and exits the process)."""
+    (it logs "Invalid cache size configuration" and exits the process); and W-TinyLFU with
+    sizes other than 1 (libCacheSim sizes its sketch by bytes: see refsim's TinyLFU)."""
+    if name == "tinylfu":                      # and SLRU's first segment of main must be > 0
+        window = int(budget * (params or {}).get("window", 0.01))
+        return size == 1 and int(1.0 / 5 * (budget - window)) > 0
     if name == "s3fifo":
         small = int(budget * (params or {}).get("small", 0.1))
         return small > 0 and budget - small > 0
