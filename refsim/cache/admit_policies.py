@@ -63,6 +63,12 @@ class FIFO(AdmitPolicy, name="fifo"):
     """First in, first out: evict the entry resident longest; a hit changes nothing
     (libCacheSim ``FIFO.c``)."""
 
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.fifo_clock_kernel`)."""
+        from refsim.cache.admit_kernel import fifo_clock_kernel
+        fifo_clock_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind,
+                          bt.expert_bytes, bt.n_expert, budget, 0, 0, out)
+
     def setup(self):
         self.q: OrderedDict[int, None] = OrderedDict()
 
@@ -95,6 +101,13 @@ class Clock(AdmitPolicy, name="clock"):
     def setup(self):
         self.q: OrderedDict[int, int] = OrderedDict()      # key -> counter; last = head
         self.max_freq = (1 << self.bits) - 1
+
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.fifo_clock_kernel`)."""
+        from refsim.cache.admit_kernel import fifo_clock_kernel
+        fifo_clock_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind,
+                          bt.expert_bytes, bt.n_expert, budget, (1 << self.bits) - 1,
+                          self.init, out)
 
     def hit(self, key, protected):
         if self.q[key] < self.max_freq:
@@ -324,6 +337,12 @@ class ARC(AdmitPolicy, name="arc"):
     ``2 × budget`` bytes, drop B2's oldest (if any), then REPLACE. libCacheSim's sizes are bytes
     where the paper counts pages; the ghost deltas are ratios of byte sizes. No parameters."""
 
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.arc_kernel`)."""
+        from refsim.cache.admit_kernel import arc_kernel
+        arc_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
+                   bt.n_expert, budget, out)
+
     def setup(self):
         self.t1: OrderedDict[int, None] = OrderedDict()
         self.t2: OrderedDict[int, None] = OrderedDict()
@@ -363,7 +382,9 @@ class ARC(AdmitPolicy, name="arc"):
 
     def admit(self, key, size, protected, occupied):
         self.cur = self.ghost_of.pop(key, 0)
-        return super().admit(key, size, protected, occupied)
+        got = super().admit(key, size, protected, occupied)
+        self.cur = 0                             # (also when the entry was not admitted)
+        return got
 
     def _evict_list(self, one: bool, protected, ghost: bool = True):
         got = _pop_oldest(self.t1 if one else self.t2, protected)
@@ -452,6 +473,13 @@ class S3FIFO(AdmitPolicy, name="s3fifo"):
             raise ConfigError(f"--policy s3fifo: ghost={self.ghost} is not in [0, 10]")
         if self.threshold < 1:
             raise ConfigError(f"--policy s3fifo: threshold={self.threshold} is not >= 1")
+
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.s3fifo_kernel`)."""
+        from refsim.cache.admit_kernel import s3fifo_kernel
+        s3fifo_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
+                      bt.n_expert, budget, float(self.small), float(self.ghost),
+                      int(self.threshold), out)
 
     def setup(self):
         c = self.budget_bytes

@@ -476,6 +476,13 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     if isinstance(policy, str):
         policy = get_policy(policy)
     budget = _check_budget(budget_bytes)
+    fast = getattr(policy, "fast_replay", None)
+    if fast is not None:                       # an AdmitPolicy with a Numba kernel
+        out = np.zeros(N_COUNTERS, dtype=np.int64)
+        fast(batches, budget, out)
+        return PolicyResult(policy.label, budget, out[:OUT_HITS].copy(),
+                            out[OUT_HITS:OUT_READ].copy(), out[OUT_READ:OUT_EVICT].copy(),
+                            int(out[OUT_EVICT]), int(out[OUT_RESIDENT]), batches.tokens)
     if policy.kernel is None:
         return reference_replay(batches, policy, budget)
     out = np.zeros(N_COUNTERS, dtype=np.int64)

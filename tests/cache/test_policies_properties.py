@@ -12,7 +12,8 @@ from refsim.cache.policy import POLICIES, get_policy, reference_replay, replay_p
 from refsim.testing.cache_streams import cache_budgets, cache_streams
 
 get_policy("lru")  # register the built-ins
-BUILTIN = [name for name, cls in POLICIES.items() if cls.kernel is not None]
+BUILTIN = [name for name, cls in POLICIES.items()
+           if cls.kernel is not None or hasattr(cls, "fast_replay")]   # a Numba fast path
 ALL = list(POLICIES)   # every registered policy, the admit-protocol ones included
 
 

@@ -1,0 +1,402 @@
+"""Numba fast paths of the admit-protocol policies (fifo, clock, arc, s3fifo).
+
+Each kernel replays a whole :class:`~refsim.cache.batches.BatchTrace` under exactly the rules
+of :func:`refsim.cache.policy.reference_replay` for its policy (the classes in
+:mod:`refsim.cache.admit_policies` are the definitions; the property tests check every counter
+of both paths on drawn streams). The queues are doubly linked lists in arrays, one membership
+per key (``where[key]``: which list, or -1), head = newest, tail = oldest; ``older[k]`` points
+toward the tail, ``newer[k]`` toward the head. "The oldest untouched entry" walks from the tail
+through ``newer``, passing over keys the batch touched, which is how the reference passes over
+protected entries in place.
+
+Counters go to ``out`` with the layout of :mod:`refsim.cache.policy_kernel` (``N_COUNTERS``).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from refsim.cache.policy_kernel import OUT_EVICT, OUT_HITS, OUT_READ, OUT_RESIDENT
+
+NONE = -1
+
+
+@nb.njit(cache=True, inline="always")
+def _push_head(lst, key, where, older, newer, head, tail):
+    h = head[lst]
+    older[key] = h
+    newer[key] = NONE
+    if h != NONE:
+        newer[h] = key
+    else:
+        tail[lst] = key
+    head[lst] = key
+    where[key] = lst
+
+
+@nb.njit(cache=True, inline="always")
+def _unlink(key, where, older, newer, head, tail):
+    lst = where[key]
+    o = older[key]
+    n = newer[key]
+    if n != NONE:
+        older[n] = o
+    else:
+        head[lst] = o
+    if o != NONE:
+        newer[o] = n
+    else:
+        tail[lst] = n
+    where[key] = NONE
+
+
+@nb.njit(cache=True, inline="always")
+def _oldest_free(lst, tail, newer, touched, b):
+    k = tail[lst]
+    while k != NONE and touched[k] == b:
+        k = newer[k]
+    return k
+
+
+@nb.njit(cache=True)
+def _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq, key_bytes,
+                  n_expert, s_max, m_max, g_max, threshold):
+    """One S3FIFO eviction (S=0, M=1, G=2); returns the victim or NONE."""
+    S, M, G = 0, 1, 2
+    use_main = lbytes[M] > m_max or lbytes[S] == 0
+    if not use_main:
+        k = _oldest_free(S, tail, newer, touched, b)
+        while k != NONE:
+            nxt = newer[k]
+            size = key_bytes[k // n_expert]
+            _unlink(k, where, older, newer, head, tail)
+            lbytes[S] -= size
+            if freq[k] >= threshold:
+                _push_head(M, k, where, older, newer, head, tail)
+                lbytes[M] += size
+                freq[k] = 0
+                k = nxt
+                while k != NONE and touched[k] == b:
+                    k = newer[k]
+                continue
+            if g_max > 0 and size <= g_max:            # into the ghost FIFO
+                while lbytes[G] + size > g_max:
+                    g = tail[G]
+                    _unlink(g, where, older, newer, head, tail)
+                    lbytes[G] -= key_bytes[g // n_expert]
+                _push_head(G, k, where, older, newer, head, tail)
+                lbytes[G] += size
+            return k
+    k = _oldest_free(M, tail, newer, touched, b)
+    while k != NONE:
+        nxt = newer[k]
+        if freq[k] >= 1:
+            f = freq[k]
+            _unlink(k, where, older, newer, head, tail)
+            _push_head(M, k, where, older, newer, head, tail)
+            freq[k] = (f if f < 3 else 3) - 1
+            if nxt == NONE:                            # a full round: again from the tail
+                k = _oldest_free(M, tail, newer, touched, b)
+            else:
+                k = nxt
+                while k != NONE and touched[k] == b:
+                    k = newer[k]
+            continue
+        _unlink(k, where, older, newer, head, tail)
+        lbytes[M] -= key_bytes[k // n_expert]
+        return k
+    return NONE
+
+
+@nb.njit(cache=True)
+def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
+                  small, ghost, threshold, out):
+    """S3FIFO (:class:`refsim.cache.admit_policies.S3FIFO`) over a whole trace."""
+    S, M = 0, 1
+    n_keys = key_bytes.size * n_expert
+    where = np.full(n_keys, NONE, np.int64)
+    older = np.full(n_keys, NONE, np.int64)
+    newer = np.full(n_keys, NONE, np.int64)
+    head = np.full(3, NONE, np.int64)
+    tail = np.full(3, NONE, np.int64)
+    lbytes = np.zeros(3, np.int64)
+    freq = np.zeros(n_keys, np.int64)
+    touched = np.full(n_keys, -1, np.int64)
+    resident = np.zeros(n_keys, np.bool_)
+    from_ghost = np.zeros(n_keys, np.bool_)
+    pending = np.empty(max(1, keys.size), np.int64)
+    s_max = np.int64(budget * small)
+    m_max = budget - s_max
+    g_max = np.int64(budget * ghost)
+    has_evicted = False
+    occ = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = key_bytes[batch_layer[b]]
+        n_p = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            if resident[key]:
+                out[OUT_HITS + kd] += 1
+                freq[key] += 1
+            else:
+                out[OUT_READ + kd] += eb
+                if g_max > 0 and where[key] == 2:
+                    _unlink(key, where, older, newer, head, tail)
+                    lbytes[2] -= eb
+                    from_ghost[key] = True
+                pending[n_p] = key
+                n_p += 1
+        for p in range(n_p):
+            key = pending[p]
+            if not (eb <= s_max and eb <= budget):
+                continue
+            while occ + eb > budget:
+                has_evicted = True
+                v = _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq,
+                                  key_bytes, n_expert, s_max, m_max, g_max, threshold)
+                if v == NONE:
+                    break
+                resident[v] = False
+                occ -= key_bytes[v // n_expert]
+                out[OUT_EVICT] += 1
+            if from_ghost[key]:
+                from_ghost[key] = False
+                lst = M
+            elif eb >= s_max:
+                continue
+            elif not has_evicted and lbytes[S] >= s_max:
+                lst = M
+            else:
+                lst = S
+            _push_head(lst, key, where, older, newer, head, tail)
+            lbytes[lst] += eb
+            freq[key] = 0
+            resident[key] = True
+            occ += eb
+        while occ > budget:
+            has_evicted = True
+            v = _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq,
+                              key_bytes, n_expert, s_max, m_max, g_max, threshold)
+            if v == NONE:
+                break
+            resident[v] = False
+            occ -= key_bytes[v // n_expert]
+            out[OUT_EVICT] += 1
+    out[OUT_RESIDENT] = occ
+
+
+@nb.njit(cache=True)
+def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
+                      max_freq, init, out):
+    """FIFO (``max_freq`` = 0) or CLOCK with counters up to ``max_freq``
+    (:class:`~refsim.cache.admit_policies.FIFO`, :class:`~refsim.cache.admit_policies.Clock`)."""
+    n_keys = key_bytes.size * n_expert
+    where = np.full(n_keys, NONE, np.int64)
+    older = np.full(n_keys, NONE, np.int64)
+    newer = np.full(n_keys, NONE, np.int64)
+    head = np.full(1, NONE, np.int64)
+    tail = np.full(1, NONE, np.int64)
+    freq = np.zeros(n_keys, np.int64)
+    touched = np.full(n_keys, -1, np.int64)
+    pending = np.empty(max(1, keys.size), np.int64)
+    occ = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = key_bytes[batch_layer[b]]
+        n_p = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            if where[key] == 0:
+                out[OUT_HITS + kd] += 1
+                if freq[key] < max_freq:
+                    freq[key] += 1
+            else:
+                out[OUT_READ + kd] += eb
+                pending[n_p] = key
+                n_p += 1
+        for p in range(n_p + 1):
+            if p < n_p:
+                key = pending[p]
+                if eb > budget:
+                    continue
+                need = eb
+            else:
+                key = NONE
+                need = 0                               # the after-batch rule
+            while occ + need > budget:
+                k = _oldest_free(0, tail, newer, touched, b)
+                victim = NONE
+                while k != NONE:
+                    nxt = newer[k]
+                    if freq[k] >= 1:
+                        freq[k] -= 1
+                        _unlink(k, where, older, newer, head, tail)
+                        _push_head(0, k, where, older, newer, head, tail)
+                        if nxt == NONE:                # a full round: again from the tail
+                            k = _oldest_free(0, tail, newer, touched, b)
+                        else:
+                            k = nxt
+                            while k != NONE and touched[k] == b:
+                                k = newer[k]
+                        continue
+                    victim = k
+                    break
+                if victim == NONE:
+                    break
+                _unlink(victim, where, older, newer, head, tail)
+                occ -= key_bytes[victim // n_expert]
+                out[OUT_EVICT] += 1
+            if key != NONE:
+                _push_head(0, key, where, older, newer, head, tail)
+                freq[key] = init
+                occ += eb
+    out[OUT_RESIDENT] = occ
+
+
+@nb.njit(cache=True)
+def _arc_evict_list(one, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
+                    n_expert, ghost):
+    """Evict the oldest untouched key of T1 (``one``) or T2 into B1/B2 (lists 0..3 = T1, T2,
+    B1, B2); NONE if that list has none."""
+    lst = 0 if one else 1
+    k = _oldest_free(lst, tail, newer, touched, b)
+    if k == NONE:
+        return NONE
+    size = key_bytes[k // n_expert]
+    _unlink(k, where, older, newer, head, tail)
+    lbytes[lst] -= size
+    if ghost:
+        _push_head(lst + 2, k, where, older, newer, head, tail)
+        lbytes[lst + 2] += size
+    return k
+
+
+@nb.njit(cache=True)
+def _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
+                 n_expert):
+    t1 = lbytes[0]
+    from_t1 = (t1 > 0 and (t1 > p or (t1 == p and cur == 2))) or lbytes[1] == 0
+    v = _arc_evict_list(from_t1, b, touched, where, older, newer, head, tail, lbytes,
+                        key_bytes, n_expert, True)
+    if v == NONE:
+        v = _arc_evict_list(not from_t1, b, touched, where, older, newer, head, tail, lbytes,
+                            key_bytes, n_expert, True)
+    return v
+
+
+@nb.njit(cache=True)
+def _arc_evict(cur, p, incoming, budget, b, touched, where, older, newer, head, tail, lbytes,
+               key_bytes, n_expert):
+    if cur != 0:
+        return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+                            key_bytes, n_expert)
+    if lbytes[0] + lbytes[2] + incoming > budget:
+        if lbytes[2] > 0:
+            g = tail[2]
+            _unlink(g, where, older, newer, head, tail)
+            lbytes[2] -= key_bytes[g // n_expert]
+            return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+                                key_bytes, n_expert)
+        v = _arc_evict_list(True, b, touched, where, older, newer, head, tail, lbytes,
+                            key_bytes, n_expert, False)
+        if v != NONE:
+            return v
+        return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+                            key_bytes, n_expert)
+    if lbytes[0] + lbytes[1] + lbytes[2] + lbytes[3] >= 2 * budget and lbytes[3] > 0:
+        g = tail[3]
+        _unlink(g, where, older, newer, head, tail)
+        lbytes[3] -= key_bytes[g // n_expert]
+    return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+                        key_bytes, n_expert)
+
+
+@nb.njit(cache=True)
+def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, out):
+    """ARC (:class:`refsim.cache.admit_policies.ARC`) over a whole trace."""
+    n_keys = key_bytes.size * n_expert
+    where = np.full(n_keys, NONE, np.int64)
+    older = np.full(n_keys, NONE, np.int64)
+    newer = np.full(n_keys, NONE, np.int64)
+    head = np.full(4, NONE, np.int64)
+    tail = np.full(4, NONE, np.int64)
+    lbytes = np.zeros(4, np.int64)
+    touched = np.full(n_keys, -1, np.int64)
+    ghost_of = np.zeros(n_keys, np.int8)
+    pending = np.empty(max(1, keys.size), np.int64)
+    p = 0.0
+    fbudget = float(budget)
+    occ = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = key_bytes[batch_layer[b]]
+        n_p = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            w = where[key]
+            if w == 0 or w == 1:
+                out[OUT_HITS + kd] += 1
+                _unlink(key, where, older, newer, head, tail)
+                _push_head(1, key, where, older, newer, head, tail)
+                if w == 0:
+                    lbytes[0] -= eb
+                    lbytes[1] += eb
+                continue
+            out[OUT_READ + kd] += eb
+            if w == 2:
+                delta = lbytes[3] / lbytes[2]
+                if delta < 1.0:
+                    delta = 1.0
+                p = min(p + delta, fbudget)
+                lbytes[2] -= eb
+                _unlink(key, where, older, newer, head, tail)
+                ghost_of[key] = 1
+            elif w == 3:
+                delta = lbytes[2] / lbytes[3]
+                if delta < 1.0:
+                    delta = 1.0
+                p = max(p - delta, 0.0)
+                lbytes[3] -= eb
+                _unlink(key, where, older, newer, head, tail)
+                ghost_of[key] = 2
+            pending[n_p] = key
+            n_p += 1
+        for q in range(n_p + 1):
+            if q < n_p:
+                key = pending[q]
+                cur = ghost_of[key]
+                ghost_of[key] = 0
+                if eb > budget:
+                    continue
+                need = eb
+            else:
+                key = NONE
+                cur = 0
+                need = 0
+            while occ + need > budget:
+                v = _arc_evict(cur, p, need, budget, b, touched, where, older, newer, head,
+                               tail, lbytes, key_bytes, n_expert)
+                if v == NONE:
+                    break
+                occ -= key_bytes[v // n_expert]
+                out[OUT_EVICT] += 1
+            if key != NONE:
+                lst = 1 if cur != 0 else 0
+                _push_head(lst, key, where, older, newer, head, tail)
+                lbytes[lst] += eb
+                occ += eb
+    out[OUT_RESIDENT] = occ
