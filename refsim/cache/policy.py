@@ -490,6 +490,17 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     if policy.kernel == KIND_LRU and not policy.partitioned:
         lru_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
                    bt.n_expert, budget, out)
+    elif policy.kernel == KIND_LRU:
+        # per-layer LRU: each partition is the engine's LRU over its layer's own batches at its
+        # share, so the counters are the sums of one lru_kernel run per layer
+        from refsim.cache.batches import layer_subtraces
+        part = np.zeros(N_COUNTERS, dtype=np.int64)
+        for share, (keys, start, layers, kinds) in zip(policy.shares(bt, budget),
+                                                       layer_subtraces(bt)):
+            part[:] = 0
+            lru_kernel(keys, start, layers, kinds, bt.expert_bytes, bt.n_expert, int(share),
+                       part)
+            out += part
     else:
         words = policy.fast_args().get("words", np.zeros(0, np.uint32))
         shares = np.asarray(policy.shares(bt, budget) if policy.partitioned else [0], np.int64)
