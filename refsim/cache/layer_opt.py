@@ -11,19 +11,22 @@ shares are a knapsack over step functions:
 
     maximise sum_l h_l(c_l * e_l)  subject to  sum_l c_l * e_l <= budget,  0 <= c_l <= n_l.
 
-Method: dynamic programming over layers on the Pareto frontier of (bytes, hits). After layers
-``0..l`` the frontier holds, for every achievable byte total, the best hits, with dominated
-points (more bytes, no more hits) removed; adding layer ``l + 1`` combines every frontier point
-with every count ``c``, drops totals above the budget, and prunes again. Optimality: any
-allocation's restriction to layers ``0..l`` is a point of the full (unpruned) table; if it is
-dominated, swapping it for the dominating point keeps the total within budget and the hits no
-lower, so some optimal allocation is made of frontier points at every stage; the final answer is
-the frontier's best point. The result is exact (integers throughout, no relaxation); ties
+Method: layers of one entry size cost the same per entry, so within each size group an exact
+max-plus dynamic programme over entry counts gives ``best[n]`` = the most hits with exactly
+``n`` entries (layer by layer: ``new[n + c] = max(best[n] + h_l(c))``); the groups (one per
+distinct entry size, two on qwen) are then combined on the Pareto frontier of (bytes, hits):
+dominated points (more bytes, no more hits) are dropped, and the last group is scanned
+directly against the remaining budget. Optimality: the group DP is exhaustive over counts (each
+state keeps the best of every way to reach it, and the hits of a group depend only on its
+layers' counts); across groups, any allocation's restriction to the first groups is a point of
+the unpruned table, and if pruning removed it a point with no more bytes and no fewer hits
+replaces it within the budget, so some optimal allocation survives every stage; the final
+answer is the best point. The result is exact (integers throughout, no relaxation); ties
 (equal hits) go to the fewest bytes, then to the allocation found first, and the bytes left over
 are then handed out layer by layer (in layer order, up to each layer's distinct keys), which
 never lowers a curve, so a budget that holds everything evicts nothing. The cost is
-O(n_layer x |frontier| x max n_l); on the qwen trace (48 layers, two entry sizes) well under a
-second per budget. Checked against brute force over every allocation on small traces
+O(n_layer x N x max n_l) for the groups (N = entries the budget holds, at most n_layer x
+n_expert) plus the frontier merge; a few tens of ms per budget on the qwen trace. Checked against brute force over every allocation on small traces
 (tests/cache/test_layer_opt.py).
 
 The objective is hits of all lookups (prefill included: the engine's ``cache_hit_pct``).
@@ -34,6 +37,9 @@ Fitted on the trace it then replays, the allocation is an oracle bound (it knows
 
 from __future__ import annotations
 
+import weakref
+
+import numba as nb
 import numpy as np
 
 from refsim.cache.batches import BatchTrace, layer_subtraces
@@ -84,37 +90,104 @@ def optimal_shares(curves: list[np.ndarray], expert_bytes, budget_bytes: int) ->
         The optimal total hits (sum of the curves at the counts).
     """
     eb = [int(x) for x in expert_bytes]
+    groups: dict[int, list[int]] = {}
+    for il in range(len(curves)):
+        groups.setdefault(eb[il], []).append(il)
+    parts = []                                  # per entry size: (size, layers, pm, arg, choice)
+    for size, layers in groups.items():
+        n_max = min(sum(int(curves[l].size) - 1 for l in layers), budget_bytes // size)
+        flat = np.concatenate([curves[l] for l in layers]).astype(np.int64)
+        offs = np.zeros(len(layers) + 1, np.int64)
+        np.cumsum([curves[l].size for l in layers], out=offs[1:])
+        best, choice = _group_dp(flat, offs, n_max)
+        pm = np.maximum.accumulate(best)        # best with at most n entries
+        arg = _first_argmax_prefix(best)        # the fewest entries reaching pm[n]
+        parts.append((size, layers, pm, arg, choice))
+    # combine the groups on the Pareto frontier of (bytes, hits): all but the last folded,
+    # the last scanned directly (one group per distinct entry size, usually 1 or 2)
     front_b = np.zeros(1, np.int64)
     front_h = np.zeros(1, np.int64)
     back: list[tuple[np.ndarray, np.ndarray]] = []
-    for il, curve in enumerate(curves):
-        c = np.arange(curve.size, dtype=np.int64)
-        cb = front_b[:, None] + c[None, :] * eb[il]
-        ch = front_h[:, None] + curve[None, :]
-        parent = np.repeat(np.arange(front_b.size), c.size)
-        choice = np.tile(c, front_b.size)
-        cb, ch = cb.ravel(), ch.ravel()
+    for size, layers, pm, arg, choice in parts[:-1]:
+        n = np.flatnonzero(np.concatenate(([True], pm[1:] > pm[:-1])))   # Pareto points
+        cb = (front_b[:, None] + n[None, :] * size).ravel()
+        ch = (front_h[:, None] + pm[n][None, :]).ravel()
+        parent = np.repeat(np.arange(front_b.size), n.size)
+        pick = np.tile(n, front_b.size)
         ok = cb <= budget_bytes
-        cb, ch, parent, choice = cb[ok], ch[ok], parent[ok], choice[ok]
-        order = np.lexsort((-ch, cb))                 # bytes ascending, hits descending
-        cb, ch, parent, choice = cb[order], ch[order], parent[order], choice[order]
-        best_before = np.maximum.accumulate(np.concatenate(([-1], ch[:-1])))
-        keep = ch > best_before                       # strictly more hits than any cheaper point
+        cb, ch, parent, pick = cb[ok], ch[ok], parent[ok], pick[ok]
+        order = np.lexsort((-ch, cb))
+        cb, ch, parent, pick = cb[order], ch[order], parent[order], pick[order]
+        keep = ch > np.maximum.accumulate(np.concatenate(([-1], ch[:-1])))
         front_b, front_h = cb[keep], ch[keep]
-        back.append((parent[keep], choice[keep]))
-    j = int(np.argmax(front_h))                      # first maximum = fewest bytes
-    best = int(front_h[j])
-    counts = [0] * len(curves)
-    for il in range(len(curves) - 1, -1, -1):
-        parent, choice = back[il]
-        counts[il] = int(choice[j])
+        back.append((parent[keep], pick[keep]))
+    size, layers, pm, arg, choice = parts[-1]
+    n_last = np.minimum((budget_bytes - front_b) // size, pm.size - 1)
+    total = front_h + pm[n_last]
+    j = int(np.argmax(total))                   # first maximum = fewest bytes before the last
+    best_hits = int(total[j])
+    picks = [0] * len(parts)
+    picks[-1] = int(arg[n_last[j]])
+    for g in range(len(parts) - 2, -1, -1):
+        parent, pick = back[g]
+        picks[g] = int(pick[j])
         j = int(parent[j])
+    counts = [0] * len(curves)
+    for (size, layers, pm, arg, choice), n in zip(parts, picks):
+        n = int(arg[n])
+        for li in range(len(layers) - 1, -1, -1):
+            c = int(choice[li, n])
+            counts[layers[li]] = c
+            n -= c
     left = budget_bytes - sum(c * e for c, e in zip(counts, eb))
     for il, curve in enumerate(curves):        # hand out what is left, layer by layer, up to
         more = min(curve.size - 1 - counts[il], left // eb[il])   # the layer's distinct keys:
         counts[il] += more                      # curves never decrease, so still optimal
         left -= more * eb[il]
-    return counts, best
+    return counts, best_hits
+
+
+@nb.njit(cache=True)
+def _group_dp(flat, offs, n_max):
+    """Max-plus DP over the layers of one entry size: ``best[n]`` = most hits with exactly
+    ``n`` entries in all (-1 = not reachable), ``choice[l, n]`` = layer ``l``'s count in it."""
+    n_l = offs.size - 1
+    best = np.full(n_max + 1, -1, np.int64)
+    best[0] = 0
+    choice = np.zeros((n_l, n_max + 1), np.int32)
+    reach = 0
+    for li in range(n_l):
+        lo, hi = offs[li], offs[li + 1]
+        new = np.full(n_max + 1, -1, np.int64)
+        for n in range(reach + 1):
+            bn = best[n]
+            if bn < 0:
+                continue
+            for c in range(hi - lo):
+                m = n + c
+                if m > n_max:
+                    break
+                v = bn + flat[lo + c]
+                if v > new[m]:
+                    new[m] = v
+                    choice[li, m] = c
+        reach = min(n_max, reach + hi - lo - 1)
+        best = new
+    return best, choice
+
+
+@nb.njit(cache=True)
+def _first_argmax_prefix(best):
+    """``arg[n]`` = the smallest ``m <= n`` with ``best[m] == max(best[:n+1])``."""
+    arg = np.zeros(best.size, np.int64)
+    top = np.int64(-2)
+    at = 0
+    for n in range(best.size):
+        if best[n] > top:
+            top = best[n]
+            at = n
+        arg[n] = at
+    return arg
 
 
 def _fit_prefix(batches: BatchTrace, fraction: float) -> BatchTrace:
@@ -140,6 +213,10 @@ def slice_events(batches: BatchTrace, first: int, stop: int) -> BatchTrace:
                       expert_bytes=batches.expert_bytes, n_expert=batches.n_expert, tokens=0)
 
 
+_CURVES: "weakref.WeakKeyDictionary[BatchTrace, dict]" = weakref.WeakKeyDictionary()
+"""layer_curves per BatchTrace and fit fraction (kept as long as the trace lives)."""
+
+
 class LayerOpt(LayerLRU, name="layer-opt"):
     """Per-layer LRU with the hit-maximising shares of :func:`optimal_shares` instead of the
     uniform ``budget // n_layer``: fitted on the first ``fit`` of the replayed trace's events
@@ -152,8 +229,12 @@ class LayerOpt(LayerLRU, name="layer-opt"):
             raise ConfigError(f"--policy layer-opt: fit={self.fit} is not in (0, 1]")
 
     def shares(self, batches: BatchTrace, budget_bytes: int) -> list[int]:
-        fitted = batches if self.fit == 1.0 else _fit_prefix(batches, self.fit)
-        counts, _ = optimal_shares(layer_curves(fitted), batches.expert_bytes, budget_bytes)
+        per_trace = _CURVES.setdefault(batches, {})   # the curves do not depend on the budget
+        curves = per_trace.get(self.fit)
+        if curves is None:
+            fitted = batches if self.fit == 1.0 else _fit_prefix(batches, self.fit)
+            curves = per_trace[self.fit] = layer_curves(fitted)
+        counts, _ = optimal_shares(curves, batches.expert_bytes, budget_bytes)
         return [c * int(e) for c, e in zip(counts, batches.expert_bytes)]
 
 
