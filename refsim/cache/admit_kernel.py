@@ -400,3 +400,210 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                 lbytes[lst] += eb
                 occ += eb
     out[OUT_RESIDENT] = occ
+
+
+@nb.njit(cache=True)
+def _slru_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert, n_seg):
+    for i in range(n_seg):
+        if lbytes[i] > 0:
+            k = _oldest_free(i, tail, newer, touched, b)
+            if k != NONE:
+                _unlink(k, where, older, newer, head, tail)
+                lbytes[i] -= key_bytes[k // n_expert]
+                return k
+    return NONE
+
+
+@nb.njit(cache=True)
+def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, n_seg,
+                out):
+    """SLRU (:class:`refsim.cache.admit_policies.SLRU`) over a whole trace."""
+    n_keys = key_bytes.size * n_expert
+    where = np.full(n_keys, NONE, np.int64)
+    older = np.full(n_keys, NONE, np.int64)
+    newer = np.full(n_keys, NONE, np.int64)
+    head = np.full(n_seg, NONE, np.int64)
+    tail = np.full(n_seg, NONE, np.int64)
+    lbytes = np.zeros(n_seg, np.int64)
+    seg_max = budget // n_seg
+    touched = np.full(n_keys, -1, np.int64)
+    pending = np.empty(max(1, keys.size), np.int64)
+    occ = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = key_bytes[batch_layer[b]]
+        n_p = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            w = where[key]
+            if w == NONE:
+                out[OUT_READ + kd] += eb
+                pending[n_p] = key
+                n_p += 1
+                continue
+            out[OUT_HITS + kd] += 1
+            if w == n_seg - 1:
+                _unlink(key, where, older, newer, head, tail)
+                _push_head(w, key, where, older, newer, head, tail)
+                continue
+            _unlink(key, where, older, newer, head, tail)
+            lbytes[w] -= eb
+            _push_head(w + 1, key, where, older, newer, head, tail)
+            lbytes[w + 1] += eb
+            # cool from segment w + 1 down, depth first (SLRU_cool); out of segment 0 = evict
+            top = w + 1
+            level = top
+            stuck = False
+            while True:
+                if lbytes[level] > seg_max and not (level == 0 and stuck):
+                    if level == 0:
+                        v = _slru_evict(b, touched, where, older, newer, head, tail, lbytes,
+                                        key_bytes, n_expert, n_seg)
+                        if v == NONE:
+                            stuck = True
+                        else:
+                            occ -= key_bytes[v // n_expert]
+                            out[OUT_EVICT] += 1
+                        continue
+                    k = tail[level]
+                    sz = key_bytes[k // n_expert]
+                    _unlink(k, where, older, newer, head, tail)
+                    lbytes[level] -= sz
+                    _push_head(level - 1, k, where, older, newer, head, tail)
+                    lbytes[level - 1] += sz
+                    level -= 1
+                    continue
+                if level == top:
+                    break
+                level += 1
+        for q in range(n_p + 1):
+            if q < n_p:
+                key = pending[q]
+                if eb > budget or eb > seg_max:
+                    continue
+                need = eb
+            else:
+                key = NONE
+                need = 0
+            while occ + need > budget:
+                v = _slru_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes,
+                                n_expert, n_seg)
+                if v == NONE:
+                    break
+                occ -= key_bytes[v // n_expert]
+                out[OUT_EVICT] += 1
+            if key != NONE:
+                nth = 0
+                for s in range(n_seg):
+                    if lbytes[s] + eb <= seg_max:
+                        nth = s
+                        break
+                _push_head(nth, key, where, older, newer, head, tail)
+                lbytes[nth] += eb
+                occ += eb
+    out[OUT_RESIDENT] = occ
+
+
+@nb.njit(cache=True)
+def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, kin,
+                kout, out):
+    """2Q (:class:`refsim.cache.admit_policies.TwoQ`) over a whole trace: lists A1in (0),
+    A1out (1, ghost), Am (2)."""
+    AIN, AOUT, AM = 0, 1, 2
+    n_keys = key_bytes.size * n_expert
+    where = np.full(n_keys, NONE, np.int64)
+    older = np.full(n_keys, NONE, np.int64)
+    newer = np.full(n_keys, NONE, np.int64)
+    head = np.full(3, NONE, np.int64)
+    tail = np.full(3, NONE, np.int64)
+    lbytes = np.zeros(3, np.int64)
+    touched = np.full(n_keys, -1, np.int64)
+    from_ghost = np.zeros(n_keys, np.bool_)
+    pending = np.empty(max(1, keys.size), np.int64)
+    ain_max = np.int64(budget * kin)
+    aout_max = np.int64(budget * kout)
+    am_max = budget - ain_max
+    occ = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = key_bytes[batch_layer[b]]
+        n_p = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            w = where[key]
+            if w == AIN or w == AM:
+                out[OUT_HITS + kd] += 1
+                if w == AM:
+                    _unlink(key, where, older, newer, head, tail)
+                    _push_head(AM, key, where, older, newer, head, tail)
+                continue
+            out[OUT_READ + kd] += eb
+            if w == AOUT:
+                _unlink(key, where, older, newer, head, tail)
+                lbytes[AOUT] -= eb
+                from_ghost[key] = True
+            pending[n_p] = key
+            n_p += 1
+        for q in range(n_p + 1):
+            if q < n_p:
+                key = pending[q]
+                if eb > ain_max:
+                    continue
+                need = eb
+            else:
+                key = NONE
+                need = 0
+            while occ + need > budget:
+                v = NONE
+                for attempt in range(3):         # A1in if over, Am, then A1in
+                    if attempt == 0 and lbytes[AIN] <= ain_max:
+                        continue
+                    lst = AM if attempt == 1 else AIN
+                    k = _oldest_free(lst, tail, newer, touched, b)
+                    if k == NONE:
+                        continue
+                    sz = key_bytes[k // n_expert]
+                    _unlink(k, where, older, newer, head, tail)
+                    lbytes[lst] -= sz
+                    if lst == AIN and sz <= aout_max:     # into the ghost FIFO
+                        while lbytes[AOUT] + sz > aout_max:
+                            g = tail[AOUT]
+                            _unlink(g, where, older, newer, head, tail)
+                            lbytes[AOUT] -= key_bytes[g // n_expert]
+                        _push_head(AOUT, k, where, older, newer, head, tail)
+                        lbytes[AOUT] += sz
+                    v = k
+                    break
+                if v == NONE:
+                    break
+                occ -= key_bytes[v // n_expert]
+                out[OUT_EVICT] += 1
+            if key == NONE:
+                continue
+            if from_ghost[key]:
+                from_ghost[key] = False
+                if eb > am_max:
+                    continue
+                while lbytes[AM] + eb > am_max:
+                    k = _oldest_free(AM, tail, newer, touched, b)
+                    if k == NONE:
+                        break
+                    _unlink(k, where, older, newer, head, tail)
+                    lbytes[AM] -= key_bytes[k // n_expert]
+                    occ -= key_bytes[k // n_expert]
+                    out[OUT_EVICT] += 1
+                _push_head(AM, key, where, older, newer, head, tail)
+                lbytes[AM] += eb
+            else:
+                _push_head(AIN, key, where, older, newer, head, tail)
+                lbytes[AIN] += eb
+            occ += eb
+    out[OUT_RESIDENT] = occ

@@ -157,6 +157,12 @@ class SLRU(AdmitPolicy, name="slru"):
         if not 1 <= self.segments <= 64:
             raise ConfigError(f"--policy slru: segments={self.segments} is not in 1..64")
 
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.slru_kernel`)."""
+        from refsim.cache.admit_kernel import slru_kernel
+        slru_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
+                    bt.n_expert, budget, int(self.segments), out)
+
     def setup(self):
         n = self.segments
         self.seg = [OrderedDict() for _ in range(n)]
@@ -242,6 +248,12 @@ class TwoQ(AdmitPolicy, name="2q"):
     def check_params(self):
         _ratio(self, "kin")
         _ratio(self, "kout")
+
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.twoq_kernel`)."""
+        from refsim.cache.admit_kernel import twoq_kernel
+        twoq_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
+                    bt.n_expert, budget, float(self.kin), float(self.kout), out)
 
     def setup(self):
         c = self.budget_bytes
