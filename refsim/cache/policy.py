@@ -470,8 +470,11 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     ConfigError
         If the policy is unknown or the budget is not a positive integer.
     """
-    from refsim.cache.policy_kernel import (KIND_LRU, N_COUNTERS, OUT_EVICT, OUT_HITS, OUT_READ,
-                                            OUT_RESIDENT, OUT_WORDS, lru_kernel, replay_kernel)
+    from refsim.cache.batches import layer_subtraces
+    from refsim.cache.policy_kernel import (KIND_BELADY, KIND_LFU, KIND_LRU, KIND_RANDOM,
+                                            N_COUNTERS, OUT_EVICT, OUT_HITS, OUT_READ,
+                                            OUT_RESIDENT, OUT_WORDS, heap_kernel, lru_kernel,
+                                            random_kernel, replay_kernel)
 
     if isinstance(policy, str):
         policy = get_policy(policy)
@@ -493,7 +496,6 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     elif policy.kernel == KIND_LRU:
         # per-layer LRU: each partition is the engine's LRU over its layer's own batches at its
         # share, so the counters are the sums of one lru_kernel run per layer
-        from refsim.cache.batches import layer_subtraces
         part = np.zeros(N_COUNTERS, dtype=np.int64)
         for share, (keys, start, layers, kinds) in zip(policy.shares(bt, budget),
                                                        layer_subtraces(bt)):
@@ -501,6 +503,26 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
             lru_kernel(keys, start, layers, kinds, bt.expert_bytes, bt.n_expert, int(share),
                        part)
             out += part
+    elif policy.kernel in (KIND_LFU, KIND_BELADY):
+        # a lazy heap per (sub-)trace; partitioned = one global run per layer at its share
+        runs = ([(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.next_use, budget)]
+                if not policy.partitioned else
+                [(k, s, la, ki, bt.next_use[idx], int(sh)) for sh, (k, s, la, ki, idx) in
+                 zip(policy.shares(bt, budget), layer_subtraces(bt, with_index=True))])
+        part = np.zeros(N_COUNTERS, dtype=np.int64)
+        for k, s, la, ki, nu, b in runs:
+            part[:] = 0
+            heap_kernel(policy.kernel, k, s, la, ki, nu, bt.expert_bytes, bt.n_expert, b, part)
+            out += part
+    elif policy.kernel == KIND_RANDOM and not policy.partitioned:
+        words = policy.fast_args().get("words", np.zeros(0, np.uint32))
+        while True:
+            out[:] = 0
+            random_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind,
+                          bt.expert_bytes, bt.n_expert, budget, words, out)
+            if out[OUT_WORDS] >= 0:
+                break
+            words = policy.fast_args(n_words=2 * max(words.size, 1024))["words"]
     else:
         words = policy.fast_args().get("words", np.zeros(0, np.uint32))
         shares = np.asarray(policy.shares(bt, budget) if policy.partitioned else [0], np.int64)
