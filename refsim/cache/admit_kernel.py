@@ -607,3 +607,184 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 lbytes[AIN] += eb
             occ += eb
     out[OUT_RESIDENT] = occ
+
+
+@nb.njit(cache=True)
+def _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h, h_t, key_bytes, n_expert):
+    """Remove HIR keys from the bottom of S (a non-resident one is forgotten); returns the
+    bytes removed from S."""
+    removed = 0
+    while s_t[0] != NONE and st[s_t[0]] != 0:
+        k = s_t[0]
+        if st[k] == 2:
+            _unlink(k, h_w, h_o, h_n, h_h, h_t)
+        _unlink(k, s_w, s_o, s_n, s_h, s_t)
+        st[k] = NONE
+        removed += key_bytes[k // n_expert]
+    return removed
+
+
+@nb.njit(cache=True)
+def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
+                hir, stack, out):
+    """LIRS (:class:`refsim.cache.admit_policies.LIRS`) over a whole trace. Three lists with
+    their own links: the stack S (state per key: -1 not in S, 0 LIR, 1 resident HIR,
+    2 non-resident HIR), Q (resident HIR) and NH (non-resident HIR in S, oldest first)."""
+    LIR, HIR, NONRES = 0, 1, 2
+    n_keys = key_bytes.size * n_expert
+    st = np.full(n_keys, NONE, np.int64)
+    s_w = np.full(n_keys, NONE, np.int64)
+    s_o = np.full(n_keys, NONE, np.int64)
+    s_n = np.full(n_keys, NONE, np.int64)
+    q_w = np.full(n_keys, NONE, np.int64)
+    q_o = np.full(n_keys, NONE, np.int64)
+    q_n = np.full(n_keys, NONE, np.int64)
+    h_w = np.full(n_keys, NONE, np.int64)
+    h_o = np.full(n_keys, NONE, np.int64)
+    h_n = np.full(n_keys, NONE, np.int64)
+    s_h = np.full(1, NONE, np.int64)
+    s_t = np.full(1, NONE, np.int64)
+    q_h = np.full(1, NONE, np.int64)
+    q_t = np.full(1, NONE, np.int64)
+    h_h = np.full(1, NONE, np.int64)
+    h_t = np.full(1, NONE, np.int64)
+    touched = np.full(n_keys, -1, np.int64)
+    pending = np.empty(max(1, keys.size), np.int64)
+    hir_max = max(np.int64(budget * hir), key_bytes.max())
+    lir_max = max(np.int64(0), budget - hir_max)
+    s_max = np.int64(stack * budget)
+    s_bytes = 0
+    lir_bytes = 0
+    hir_bytes = 0
+    occ = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = key_bytes[batch_layer[b]]
+        n_p = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            if not (st[key] == LIR or q_w[key] == 0):
+                out[OUT_READ + kd] += eb
+                pending[n_p] = key
+                n_p += 1
+                continue
+            out[OUT_HITS + kd] += 1
+            if st[key] == LIR:
+                _unlink(key, s_w, s_o, s_n, s_h, s_t)
+                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                promote = False
+            elif st[key] == HIR:
+                _unlink(key, q_w, q_o, q_n, q_h, q_t)
+                hir_bytes -= eb
+                _unlink(key, s_w, s_o, s_n, s_h, s_t)
+                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                st[key] = LIR
+                lir_bytes += eb
+                promote = True
+            else:                                    # resident HIR not in S
+                st[key] = HIR
+                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                s_bytes += eb
+                _unlink(key, q_w, q_o, q_n, q_h, q_t)
+                _push_head(0, key, q_w, q_o, q_n, q_h, q_t)
+                promote = False
+                while s_bytes > s_max and h_t[0] != NONE:      # limit the stack
+                    k = h_t[0]
+                    _unlink(k, h_w, h_o, h_n, h_h, h_t)
+                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                    st[k] = NONE
+                    s_bytes -= key_bytes[k // n_expert]
+            if promote:
+                while lir_bytes > lir_max:                     # demote the bottom LIR
+                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
+                                           h_t, key_bytes, n_expert)
+                    k = s_t[0]
+                    sz = key_bytes[k // n_expert]
+                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                    st[k] = NONE
+                    s_bytes -= sz
+                    lir_bytes -= sz
+                    _push_head(0, k, q_w, q_o, q_n, q_h, q_t)
+                    hir_bytes += sz
+                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
+                                           h_t, key_bytes, n_expert)
+            elif st[key] == LIR:
+                s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h, h_t,
+                                       key_bytes, n_expert)
+        for q in range(n_p + 1):
+            if q < n_p:
+                key = pending[q]
+                if eb > budget:
+                    continue
+                need = eb
+            else:
+                key = NONE
+                need = 0
+            while occ + need > budget:
+                k = _oldest_free(0, q_t, q_n, touched, b)
+                if k != NONE:
+                    sz = key_bytes[k // n_expert]
+                    _unlink(k, q_w, q_o, q_n, q_h, q_t)
+                    hir_bytes -= sz
+                    if st[k] != NONE:
+                        st[k] = NONRES
+                        _push_head(0, k, h_w, h_o, h_n, h_h, h_t)
+                else:                                # only protected in Q: an untouched LIR
+                    k = s_t[0]
+                    while k != NONE and not (st[k] == LIR and touched[k] != b):
+                        k = s_n[k]
+                    if k == NONE:
+                        break
+                    sz = key_bytes[k // n_expert]
+                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                    st[k] = NONE
+                    s_bytes -= sz
+                    lir_bytes -= sz
+                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
+                                           h_t, key_bytes, n_expert)
+                occ -= sz
+                out[OUT_EVICT] += 1
+            if key == NONE:
+                continue
+            if st[key] == NONRES:
+                _unlink(key, h_w, h_o, h_n, h_h, h_t)
+                _unlink(key, s_w, s_o, s_n, s_h, s_t)
+                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                st[key] = LIR
+                lir_bytes += eb
+                while lir_bytes > lir_max:
+                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
+                                           h_t, key_bytes, n_expert)
+                    k = s_t[0]
+                    sz = key_bytes[k // n_expert]
+                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                    st[k] = NONE
+                    s_bytes -= sz
+                    lir_bytes -= sz
+                    _push_head(0, k, q_w, q_o, q_n, q_h, q_t)
+                    hir_bytes += sz
+                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
+                                           h_t, key_bytes, n_expert)
+            elif lir_bytes + eb <= lir_max:
+                st[key] = LIR
+                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                s_bytes += eb
+                lir_bytes += eb
+            else:
+                st[key] = HIR
+                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                s_bytes += eb
+                _push_head(0, key, q_w, q_o, q_n, q_h, q_t)
+                hir_bytes += eb
+            while s_bytes > s_max and h_t[0] != NONE:
+                k = h_t[0]
+                _unlink(k, h_w, h_o, h_n, h_h, h_t)
+                _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                st[k] = NONE
+                s_bytes -= key_bytes[k // n_expert]
+            occ += eb
+    out[OUT_RESIDENT] = occ

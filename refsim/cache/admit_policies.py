@@ -601,7 +601,7 @@ class LIRS(AdmitPolicy, name="lirs"):
     (resident in the small list Q, or non-resident but still remembered in the recency stack
     S). S orders keys by recency (LIR, resident HIR and non-resident HIR), and its bottom is
     always an LIR key (*pruning* removes HIR keys from the bottom). Sizes: the resident HIR part
-    is ``max(int(hir × budget), largest entry)`` bytes, the LIR part the rest.
+    is ``max(int(hir × budget), largest entry)`` bytes, the LIR part the rest (none if negative).
 
     - Hit on an LIR key: it moves to the top of S (then prune).
     - Hit on a resident HIR key: it moves to the top of S. If it was in S, it becomes LIR and
@@ -635,10 +635,16 @@ class LIRS(AdmitPolicy, name="lirs"):
         if not self.stack >= 1.0:
             raise ConfigError(f"--policy lirs: stack={self.stack} is not >= 1")
 
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.lirs_kernel`)."""
+        from refsim.cache.admit_kernel import lirs_kernel
+        lirs_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
+                    bt.n_expert, budget, float(self.hir), float(self.stack), out)
+
     def setup(self):
         c = self.budget_bytes
         self.hir_max = max(int(c * self.hir), max(self._eb))
-        self.lir_max = c - self.hir_max
+        self.lir_max = max(0, c - self.hir_max)    # (a budget under two entries: no LIR part)
         self.s: OrderedDict[int, int] = OrderedDict()      # key -> LIR/HIR/NONRES; last = top
         self.q: OrderedDict[int, None] = OrderedDict()     # resident HIR; last = end
         self.nh: OrderedDict[int, None] = OrderedDict()    # non-resident HIR in S, oldest first
