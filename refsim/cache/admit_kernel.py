@@ -788,3 +788,161 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 s_bytes -= key_bytes[k // n_expert]
             occ += eb
     out[OUT_RESIDENT] = occ
+
+
+@nb.njit(cache=True, inline="always")
+def _cbf_estimate(bf, slots, key):
+    m = bf[slots[key, 0]]
+    for j in range(1, slots.shape[1]):
+        v = bf[slots[key, j]]
+        if v < m:
+            m = v
+    return m
+
+
+@nb.njit(cache=True, inline="always")
+def _cbf_add(bf, slots, key):
+    for j in range(slots.shape[1]):
+        bf[slots[key, j]] += 1
+
+
+@nb.njit(cache=True)
+def _main_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert):
+    """Main SLRU's victim (segments 1, 2 = lists 1, 2): the lowest non-empty segment's oldest
+    untouched key, removed; NONE if none."""
+    for s in range(1, 3):
+        if lbytes[s] > 0:
+            k = _oldest_free(s, tail, newer, touched, b)
+            if k != NONE:
+                _unlink(k, where, older, newer, head, tail)
+                lbytes[s] -= key_bytes[k // n_expert]
+                return k
+    return NONE
+
+
+@nb.njit(cache=True)
+def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
+                   w_max, seg0_max, seg1_max, max_requests, slots, n_counters, out):
+    """W-TinyLFU (:class:`refsim.cache.admit_policies.TinyLFU`) over a whole trace: lists window
+    (0), main segment 0 (1) and 1 (2); ``slots[key]`` = the key's counters in the Bloom
+    filter (from :class:`~refsim.cache.admit_policies._CountingBloomFilter`)."""
+    W = 0
+    n_keys = key_bytes.size * n_expert
+    where = np.full(n_keys, NONE, np.int64)
+    older = np.full(n_keys, NONE, np.int64)
+    newer = np.full(n_keys, NONE, np.int64)
+    head = np.full(3, NONE, np.int64)
+    tail = np.full(3, NONE, np.int64)
+    lbytes = np.zeros(3, np.int64)
+    seg_max = np.array([w_max, seg0_max, seg1_max], np.int64)
+    bf = np.zeros(n_counters, np.int64)
+    touched = np.full(n_keys, -1, np.int64)
+    pending = np.empty(max(1, keys.size), np.int64)
+    m_cap = budget - w_max
+    requests = 0
+    occ = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = key_bytes[batch_layer[b]]
+        n_p = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            w = where[key]
+            if w == NONE:
+                out[OUT_READ + kd] += eb
+                pending[n_p] = key
+                n_p += 1
+                continue
+            out[OUT_HITS + kd] += 1
+            if w == W:
+                _unlink(key, where, older, newer, head, tail)
+                _push_head(W, key, where, older, newer, head, tail)
+                continue
+            if w == 2:                                   # top segment of main
+                _unlink(key, where, older, newer, head, tail)
+                _push_head(2, key, where, older, newer, head, tail)
+            else:                                        # promote, cool 2 -> 1 -> evict
+                _unlink(key, where, older, newer, head, tail)
+                lbytes[1] -= eb
+                _push_head(2, key, where, older, newer, head, tail)
+                lbytes[2] += eb
+                stuck = False
+                while lbytes[2] > seg_max[2]:
+                    k = tail[2]
+                    sz = key_bytes[k // n_expert]
+                    _unlink(k, where, older, newer, head, tail)
+                    lbytes[2] -= sz
+                    _push_head(1, k, where, older, newer, head, tail)
+                    lbytes[1] += sz
+                    while lbytes[1] > seg_max[1] and not stuck:
+                        v = _main_evict(b, touched, where, older, newer, head, tail, lbytes,
+                                        key_bytes, n_expert)
+                        if v == NONE:
+                            stuck = True
+                        else:
+                            occ -= key_bytes[v // n_expert]
+                            out[OUT_EVICT] += 1
+            _cbf_add(bf, slots, key)
+            requests += 1
+            if requests >= max_requests:
+                requests = 0
+                for j in range(n_counters):
+                    bf[j] >>= 1
+        for q in range(n_p + 1):
+            if q < n_p:
+                key = pending[q]
+                if not (eb <= budget and eb <= w_max and eb <= m_cap and eb <= seg0_max):
+                    continue
+                need = eb
+            else:
+                key = NONE
+                need = 0
+            while occ + need > budget:
+                v = NONE
+                while True:                              # one WTinyLFU_evict
+                    wk = _oldest_free(W, tail, newer, touched, b)
+                    if wk == NONE:
+                        v = _main_evict(b, touched, where, older, newer, head, tail, lbytes,
+                                        key_bytes, n_expert)
+                        break
+                    sz = key_bytes[wk // n_expert]
+                    _unlink(wk, where, older, newer, head, tail)
+                    lbytes[W] -= sz
+                    if lbytes[1] + lbytes[2] + sz <= m_cap:
+                        nth = 1 if lbytes[1] + sz <= seg_max[1] else (
+                            2 if lbytes[2] + sz <= seg_max[2] else 1)
+                        _push_head(nth, wk, where, older, newer, head, tail)
+                        lbytes[nth] += sz
+                        _cbf_add(bf, slots, wk)
+                        continue
+                    mk = NONE
+                    for s in range(1, 3):
+                        mk = _oldest_free(s, tail, newer, touched, b)
+                        if mk != NONE:
+                            break
+                    if mk != NONE and _cbf_estimate(bf, slots, wk) > _cbf_estimate(bf, slots, mk):
+                        v = _main_evict(b, touched, where, older, newer, head, tail, lbytes,
+                                        key_bytes, n_expert)
+                        nth = 1 if lbytes[1] + sz <= seg_max[1] else (
+                            2 if lbytes[2] + sz <= seg_max[2] else 1)
+                        _push_head(nth, wk, where, older, newer, head, tail)
+                        lbytes[nth] += sz
+                        _cbf_add(bf, slots, wk)
+                        break
+                    _cbf_add(bf, slots, wk)
+                    v = wk
+                    break
+                if v == NONE:
+                    break
+                occ -= key_bytes[v // n_expert]
+                out[OUT_EVICT] += 1
+            if key != NONE:
+                _push_head(W, key, where, older, newer, head, tail)
+                lbytes[W] += eb
+                _cbf_add(bf, slots, key)
+                occ += eb
+    out[OUT_RESIDENT] = occ

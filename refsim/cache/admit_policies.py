@@ -765,6 +765,12 @@ class _CountingBloomFilter:
         self.bf = [0] * n
         self._idx: dict[int, list[int]] = {}
 
+    def slot_table(self, n_keys: int):
+        """(n_keys, hashes) int64 array: the counters of key ``k`` (object id ``k + 1``)."""
+        import numpy as np
+        return np.array([self._slots(k + 1) for k in range(n_keys)], dtype=np.int64).reshape(
+            n_keys, self.hashes)
+
     def _slots(self, obj_id: int) -> list[int]:
         got = self._idx.get(obj_id)
         if got is None:
@@ -835,6 +841,16 @@ class TinyLFU(AdmitPolicy, name="tinylfu"):
 
     def _main_bytes(self):
         return sum(self.main.seg_bytes)
+
+    def fast_replay(self, bt, budget, out):
+        """Numba fast path (:func:`refsim.cache.admit_kernel.tinylfu_kernel`)."""
+        from refsim.cache.admit_kernel import tinylfu_kernel
+        self.budget_bytes = budget
+        self.reset(bt)
+        tinylfu_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
+                       bt.n_expert, budget, self.w_max, self.main.seg_max[0],
+                       self.main.seg_max[1], self.max_requests,
+                       self.cbf.slot_table(bt.n_layer * bt.n_expert), self.cbf.n, out)
 
     def hit(self, key, protected):
         if key in self.win:

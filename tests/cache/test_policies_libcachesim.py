@@ -17,8 +17,11 @@ SHARED = sorted(LIBCACHESIM)
 
 
 def ours(bt, name, budget, **params):
+    """Hits of the reference definition, checked equal to the Numba fast path's."""
     r = reference_replay(bt, get_policy(name, **params), budget)
-    assert r.lookups.sum() == bt.n_batch
+    f = replay_policy(bt, get_policy(name, **params), budget)
+    assert r.lookups.sum() == f.lookups.sum() == bt.n_batch
+    assert f.hits.tolist() == r.hits.tolist() and f.evictions == r.evictions
     return int(r.hits.sum())
 
 
