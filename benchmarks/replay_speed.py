@@ -247,7 +247,7 @@ def main(argv=None) -> int:
           "(ratios to (a); target (e)/(a) <= 10):")
     for name, cls in POLICIES.items():
         te, re_ = best_of(lambda n=name: replay_policy(bt, n, budget), args.policy_repeat)
-        path = "numba" if cls.kernel is not None else "python"
+        path = "numba" if cls.kernel is not None or hasattr(cls, "fast_replay") else "python"
         line = (f"  {name:10s} {path:6s} {te * 1e3:10.2f} ms  {te / ta:8.1f}x  "
                 f"hits {int(re_.hits.sum())}")
         if name in lcs_t:

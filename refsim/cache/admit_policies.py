@@ -794,6 +794,21 @@ class _CountingBloomFilter:
         self.bf = [v >> 1 for v in self.bf]
 
 
+_SLOTS: dict = {}
+
+
+def _cbf_slots(entries: int, n_keys: int):
+    """(counters, hashes, (n_keys, hashes) slot table) of a filter sized for ``entries``,
+    cached: the table depends only on the filter size and the keys."""
+    got = _SLOTS.get((entries, n_keys))
+    if got is None:
+        if len(_SLOTS) > 256:
+            _SLOTS.clear()
+        f = _CountingBloomFilter(entries)
+        got = _SLOTS[(entries, n_keys)] = (f.n, f.hashes, f.slot_table(n_keys))
+    return got
+
+
 class TinyLFU(AdmitPolicy, name="tinylfu"):
     """W-TinyLFU (Einziger, Friedman & Manes, ACM TOS 2017) as libCacheSim ``WTinyLFU.c``
     states it: a window LRU of ``int(window × budget)`` bytes in front of a main segmented LRU
@@ -843,14 +858,16 @@ class TinyLFU(AdmitPolicy, name="tinylfu"):
         return sum(self.main.seg_bytes)
 
     def fast_replay(self, bt, budget, out):
-        """Numba fast path (:func:`refsim.cache.admit_kernel.tinylfu_kernel`)."""
+        """Numba fast path (:func:`refsim.cache.admit_kernel.tinylfu_kernel`); the sizes are
+        :meth:`setup`'s, the filter's slots come from :func:`_cbf_slots` (cached)."""
         from refsim.cache.admit_kernel import tinylfu_kernel
-        self.budget_bytes = budget
-        self.reset(bt)
+        w_max = int(budget * self.window)
+        m_cap = budget - w_max
+        unit = int(bt.expert_bytes.min())
+        n, hashes, slots = _cbf_slots(m_cap // unit, bt.n_layer * bt.n_expert)
         tinylfu_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
-                       bt.n_expert, budget, self.w_max, self.main.seg_max[0],
-                       self.main.seg_max[1], self.max_requests,
-                       self.cbf.slot_table(bt.n_layer * bt.n_expert), self.cbf.n, out)
+                       bt.n_expert, budget, w_max, int(1.0 / 5 * m_cap), int(4.0 / 5 * m_cap),
+                       32 * (m_cap // unit), slots, n, out)
 
     def hit(self, key, protected):
         if key in self.win:

@@ -473,8 +473,8 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     from refsim.cache.batches import layer_subtraces
     from refsim.cache.policy_kernel import (KIND_BELADY, KIND_LFU, KIND_LRU, KIND_RANDOM,
                                             N_COUNTERS, OUT_EVICT, OUT_HITS, OUT_READ,
-                                            OUT_RESIDENT, OUT_WORDS, heap_kernel, lru_kernel,
-                                            random_kernel, replay_kernel)
+                                            OUT_RESIDENT, OUT_WORDS, heap_kernel, lfu_kernel,
+                                            lru_kernel, random_kernel, replay_kernel)
 
     if isinstance(policy, str):
         policy = get_policy(policy)
@@ -503,7 +503,18 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
             lru_kernel(keys, start, layers, kinds, bt.expert_bytes, bt.n_expert, int(share),
                        part)
             out += part
-    elif policy.kernel in (KIND_LFU, KIND_BELADY):
+    elif policy.kernel == KIND_LFU:
+        # count lists; partitioned = one global run per layer sub-trace at its share
+        runs = ([(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, budget)]
+                if not policy.partitioned else
+                [(k, s, la, ki, int(sh)) for sh, (k, s, la, ki) in
+                 zip(policy.shares(bt, budget), layer_subtraces(bt))])
+        part = np.zeros(N_COUNTERS, dtype=np.int64)
+        for k, s, la, ki, b in runs:
+            part[:] = 0
+            lfu_kernel(k, s, la, ki, bt.expert_bytes, bt.n_expert, b, part)
+            out += part
+    elif policy.kernel == KIND_BELADY:
         # a lazy heap per (sub-)trace; partitioned = one global run per layer at its share
         runs = ([(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.next_use, budget)]
                 if not policy.partitioned else

@@ -439,3 +439,84 @@ def random_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_ex
                 total += 1
     out[OUT_RESIDENT] = res_bytes
     out[OUT_WORDS] = wpos
+
+
+@nb.njit(cache=True)
+def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
+               budget_bytes, out):
+    """``KIND_LFU`` exactly as :func:`replay_kernel` (global budget), O(1) amortised per
+    occurrence: resident keys sit in one list per lookup count, each ordered by stamp (a key
+    moves to its list's head on every occurrence, so the tail is the least recent); the victim
+    is the tail-most untouched key of the lowest non-empty count, which is the scan's smallest
+    (count, stamp) pair (stamps are unique, so there are no ties)."""
+    n_keys = expert_bytes.size * n_expert
+    max_c = batch_layer.size + 2
+    bhead = np.full(max_c, -1, np.int64)
+    btail = np.full(max_c, -1, np.int64)
+    older = np.full(n_keys, -1, np.int64)
+    newer = np.full(n_keys, -1, np.int64)
+    count = np.zeros(n_keys, np.int64)
+    resident = np.zeros(n_keys, np.bool_)
+    touched = np.full(n_keys, -1, np.int64)
+    minc = max_c
+    res_bytes = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = expert_bytes[batch_layer[b]]
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if resident[key]:                        # unlink from its count list
+                c = count[key]
+                o, n = older[key], newer[key]
+                if n != -1:
+                    older[n] = o
+                else:
+                    bhead[c] = o
+                if o != -1:
+                    newer[o] = n
+                else:
+                    btail[c] = n
+            if touched[key] != b:
+                touched[key] = b
+                out[kd] += 1
+                count[key] += 1
+                if resident[key]:
+                    out[OUT_HITS + kd] += 1
+                else:
+                    resident[key] = True
+                    res_bytes += eb
+                    out[OUT_READ + kd] += eb
+            c = count[key]                           # to the head of its count list
+            h = bhead[c]
+            older[key] = h
+            newer[key] = -1
+            if h != -1:
+                newer[h] = key
+            else:
+                btail[c] = key
+            bhead[c] = key
+            if c < minc:
+                minc = c
+        c = minc
+        while res_bytes > budget_bytes and c < max_c:
+            k = btail[c]
+            while k != -1 and touched[k] == b:
+                k = newer[k]
+            if k == -1:
+                c += 1
+                continue
+            o, n = older[k], newer[k]
+            if n != -1:
+                older[n] = o
+            else:
+                bhead[c] = o
+            if o != -1:
+                newer[o] = n
+            else:
+                btail[c] = n
+            resident[k] = False
+            res_bytes -= expert_bytes[k // n_expert]
+            out[OUT_EVICT] += 1
+        while minc < max_c and btail[minc] == -1:
+            minc += 1
+    out[OUT_RESIDENT] = res_bytes
