@@ -59,7 +59,7 @@ def _oldest_free(lst, tail, newer, touched, b):
     return k
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq, key_bytes,
                   n_expert, s_max, m_max, g_max, threshold):
     """One S3FIFO eviction (S=0, M=1, G=2); returns the victim or NONE."""
@@ -263,7 +263,7 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _arc_evict_list(one, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
                     n_expert, ghost):
     """Evict the oldest untouched key of T1 (``one``) or T2 into B1/B2 (lists 0..3 = T1, T2,
@@ -281,7 +281,7 @@ def _arc_evict_list(one, b, touched, where, older, newer, head, tail, lbytes, ke
     return k
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
                  n_expert):
     t1 = lbytes[0]
@@ -294,7 +294,7 @@ def _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes, ke
     return v
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _arc_evict(cur, p, incoming, budget, b, touched, where, older, newer, head, tail, lbytes,
                key_bytes, n_expert):
     if cur != 0:
@@ -402,7 +402,7 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _slru_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert, n_seg):
     for i in range(n_seg):
         if lbytes[i] > 0:
@@ -609,7 +609,7 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h, h_t, key_bytes, n_expert):
     """Remove HIR keys from the bottom of S (a non-resident one is forgotten); returns the
     bytes removed from S."""
@@ -806,7 +806,7 @@ def _cbf_add(bf, slots, key):
         bf[slots[key, j]] += 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _main_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert):
     """Main SLRU's victim (segments 1, 2 = lists 1, 2): the lowest non-empty segment's oldest
     untouched key, removed; NONE if none."""
