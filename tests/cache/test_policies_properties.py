@@ -112,3 +112,22 @@ def test_each_replay_is_deterministic_and_one_layer_misses_read_one_entry_each(s
         (b.hits.tolist(), b.evictions, b.resident_bytes)
     if bt.n_layer == 1:
         assert a.read_bytes.sum() == (a.lookups.sum() - a.hits.sum()) * int(bt.expert_bytes[0])
+
+
+PARAMS = [("clock", {"bits": 2, "init": 1}), ("slru", {"segments": 2}),
+          ("slru", {"segments": 3}), ("2q", {"kin": 0.5, "kout": 1.0}),
+          ("s3fifo", {"small": 0.3, "ghost": 0.5, "threshold": 1}),
+          ("lirs", {"hir": 0.2, "stack": 1.0}), ("tinylfu", {"window": 0.3}),
+          ("layer-opt", {"fit": 0.5}), ("random", {"seed": 7})]
+
+
+@given(streams_and_budgets(), st.sampled_from(PARAMS))
+def test_fast_path_equals_the_reference_with_parameters(sb, spec):
+    stream, budget = sb
+    name, params = spec
+    bt = batches_of(stream)
+    fast = replay_policy(bt, get_policy(name, **params), budget)
+    ref = reference_replay(bt, get_policy(name, **params), budget)
+    assert (fast.hits.tolist(), fast.read_bytes.tolist(), fast.evictions,
+            fast.resident_bytes) == (ref.hits.tolist(), ref.read_bytes.tolist(),
+                                     ref.evictions, ref.resident_bytes)
