@@ -1,4 +1,6 @@
-"""The six built-in policies of the engine's ``route-replay.py`` (bmoe-engine.md §5).
+"""The six built-in policies of the engine's ``route-replay.py`` (bmoe-engine.md §5); importing
+this module also registers the scan-resistant ones (:mod:`refsim.cache.admit_policies`) and
+``layer-opt`` (:mod:`refsim.cache.layer_opt`), after these six.
 
 Each class is the reference definition (Python hooks, run by
 :func:`refsim.cache.policy.reference_replay`) and names its Numba fast path. The choices the

@@ -13,10 +13,13 @@ after the batch, never an entry the batch touched. A new policy is one subclass 
         def to_evict(self, candidates):
             return max(candidates, key=self.stamp.__getitem__)
 
-Such a policy runs in :func:`reference_replay` (pure Python, the readable definition). The six
-built-in policies (:mod:`refsim.cache.policies`) also name a Numba fast path
-(:mod:`refsim.cache.policy_kernel`); :func:`replay_policy` uses it, and the tests check that it
-agrees with the reference on random traces.
+Such a policy runs in :func:`reference_replay` (pure Python, the readable definition). The
+engine's six built-in policies (:mod:`refsim.cache.policies`) also name a Numba fast path
+(:mod:`refsim.cache.policy_kernel`); the scan-resistant ones (:mod:`refsim.cache.admit_policies`,
+on the :class:`AdmitPolicy` protocol) and ``layer-opt`` (:mod:`refsim.cache.layer_opt`) have
+theirs too (``fast_replay``, :mod:`refsim.cache.admit_kernel`). :func:`replay_policy` uses the
+fast path, and the tests check that it agrees with the reference on random traces. Parameters
+come as ``--policy name:key=value,...`` (:func:`parse_policy_list`).
 
 Keys are ``layer * n_expert + expert`` (ints), as in :class:`~refsim.cache.ExpertCache`.
 """
