@@ -19,44 +19,7 @@ import numpy as np
 
 from refsim.cache.policy_kernel import OUT_EVICT, OUT_HITS, OUT_READ, OUT_RESIDENT
 
-NONE = -1
-
-
-@nb.njit(cache=True, inline="always")
-def _push_head(lst, key, where, older, newer, head, tail):
-    h = head[lst]
-    older[key] = h
-    newer[key] = NONE
-    if h != NONE:
-        newer[h] = key
-    else:
-        tail[lst] = key
-    head[lst] = key
-    where[key] = lst
-
-
-@nb.njit(cache=True, inline="always")
-def _unlink(key, where, older, newer, head, tail):
-    lst = where[key]
-    o = older[key]
-    n = newer[key]
-    if n != NONE:
-        older[n] = o
-    else:
-        head[lst] = o
-    if o != NONE:
-        newer[o] = n
-    else:
-        tail[lst] = n
-    where[key] = NONE
-
-
-@nb.njit(cache=True, inline="always")
-def _oldest_free(lst, tail, newer, touched, b):
-    k = tail[lst]
-    while k != NONE and touched[k] == b:
-        k = newer[k]
-    return k
+from refsim.cache.linked import NONE, _oldest_free, _push_head, _unlink  # noqa: F401
 
 
 @nb.njit(cache=True, inline="always")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from refsim.cache.linked import _push_head, _unlink
 from refsim.events import N_KINDS
 
 KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
@@ -455,6 +456,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
     btail = np.full(max_c, -1, np.int64)
     older = np.full(n_keys, -1, np.int64)
     newer = np.full(n_keys, -1, np.int64)
+    where = np.full(n_keys, -1, np.int64)
     count = np.zeros(n_keys, np.int64)
     resident = np.zeros(n_keys, np.bool_)
     touched = np.full(n_keys, -1, np.int64)
@@ -465,17 +467,8 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
         eb = expert_bytes[batch_layer[b]]
         for i in range(batch_start[b], batch_start[b + 1]):
             key = keys[i]
-            if resident[key]:                        # unlink from its count list
-                c = count[key]
-                o, n = older[key], newer[key]
-                if n != -1:
-                    older[n] = o
-                else:
-                    bhead[c] = o
-                if o != -1:
-                    newer[o] = n
-                else:
-                    btail[c] = n
+            if resident[key]:                        # out of its count list
+                _unlink(key, where, older, newer, bhead, btail)
             if touched[key] != b:
                 touched[key] = b
                 out[kd] += 1
@@ -487,14 +480,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
                     res_bytes += eb
                     out[OUT_READ + kd] += eb
             c = count[key]                           # to the head of its count list
-            h = bhead[c]
-            older[key] = h
-            newer[key] = -1
-            if h != -1:
-                newer[h] = key
-            else:
-                btail[c] = key
-            bhead[c] = key
+            _push_head(c, key, where, older, newer, bhead, btail)
             if c < minc:
                 minc = c
         c = minc
@@ -505,15 +491,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
             if k == -1:
                 c += 1
                 continue
-            o, n = older[k], newer[k]
-            if n != -1:
-                older[n] = o
-            else:
-                bhead[c] = o
-            if o != -1:
-                newer[o] = n
-            else:
-                btail[c] = n
+            _unlink(k, where, older, newer, bhead, btail)
             resident[k] = False
             res_bytes -= expert_bytes[k // n_expert]
             out[OUT_EVICT] += 1

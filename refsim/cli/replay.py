@@ -54,6 +54,17 @@ def summary_json(report: ReplayReport) -> dict:
     return out
 
 
+def print_counters(s) -> None:
+    """The budget, lookup, hit and read lines of a CacheSummary (both replay paths)."""
+    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
+    print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
+          f"hits: {s.hits}")
+    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
+          f"{s.hit_pct_decode:.1f}% decode-only")
+    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
+          f"{s.mib_per_token:.2f} MiB/token")
+
+
 def print_text(trace, report: ReplayReport) -> None:
     s = report.summary
     h = trace.header
@@ -62,13 +73,7 @@ def print_text(trace, report: ReplayReport) -> None:
           f"n_expert_used={h.n_expert_used}")
     print(f"events: {len(trace.events)} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
           f"tokens), {trace.n_rows} rows")
-    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
-    print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
-          f"hits: {s.hits}")
-    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
-          f"{s.hit_pct_decode:.1f}% decode-only")
-    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
-          f"{s.mib_per_token:.2f} MiB/token")
+    print_counters(s)
     print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")
     if report.residency_rows:
@@ -112,13 +117,7 @@ def run_policy(args, trace, policy, budget: int) -> int:
         return 0
     print(f"trace: {trace.path}")
     print(f"policy: {policy.label}")
-    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
-    print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
-          f"hits: {s.hits}")
-    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
-          f"{s.hit_pct_decode:.1f}% decode-only")
-    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
-          f"{s.mib_per_token:.2f} MiB/token")
+    print_counters(s)
     print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions")
     return 0
 
