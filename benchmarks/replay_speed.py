@@ -16,8 +16,15 @@ replay and libCacheSim's LRU, timed in one run; prints times and ratios.
     loop, ``process_trace``, over an oracleGeneral binary file written beforehand; both with
     ``hashpower=16`` (2**16 buckets for the 6144 keys).
 
+(e) every registered policy at the same budget, ``replay_policy(batches, name, B)`` (its
+    Numba fast path, or the pure-Python reference for the policies that have none), best of
+    ``--policy-repeat``; ratio to (a).
+(f) libCacheSim's C loop (``process_trace``, as (d2)) for every policy it shares with refsim
+    (``refsim.testing.libcachesim_oracle.LIBCACHESIM``), default parameters; ratio to (a).
+
 Parsing the trace file and flattening it into batches happen once, before any timing; each
-timing is the best of ``--repeat`` runs after a warm-up run (Numba compiled and cached).
+timing is the best of ``--repeat`` runs after a warm-up run (Numba compiled and cached). The
+1-minute load average is printed first: on a shared machine the ratios are provisional.
 """
 
 from __future__ import annotations
@@ -99,6 +106,42 @@ def lookup_requests(bt):
     return np.array(ids, np.uint64), np.array(sizes, np.uint32)
 
 
+def oracle_file(bt):
+    """Write the lookup requests as an oracleGeneral binary file; returns (path, n_requests)."""
+    ids, sizes = lookup_requests(bt)
+    rec = np.zeros(ids.size, dtype=np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"),
+                                              ("next", "<i8")]))   # packed, 24 bytes
+    rec["t"], rec["id"], rec["size"], rec["next"] = np.arange(ids.size), ids, sizes, -1
+    fd, path = tempfile.mkstemp(suffix=".oracleGeneral.bin")
+    os.close(fd)
+    rec.tofile(path)
+    return path, ids.size
+
+
+def libcachesim_policy_runs(bt, budget, repeat):
+    """(f): {refsim name: (seconds, hits)} of libCacheSim's process_trace per shared policy."""
+    try:
+        import libcachesim as lcs
+    except ImportError:
+        return {}
+    from refsim.testing.libcachesim_oracle import LIBCACHESIM
+    path, n = oracle_file(bt)
+    out = {}
+    try:
+        for name, (cls, _) in LIBCACHESIM.items():
+            def run(cls=cls):
+                reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
+                cache = getattr(lcs, cls)(cache_size=budget, hashpower=HASHPOWER)
+                return cache.process_trace(reader)
+            if name == "tinylfu":        # sketch sized by bytes: 2**31 counters (docs)
+                continue
+            t, (miss_ratio, _) = best_of(run, repeat)
+            out[name] = (t, int(round((1 - miss_ratio) * n)))
+    finally:
+        os.unlink(path)
+    return out
+
+
 def libcachesim_runs(bt, budget, repeat):
     try:
         import libcachesim as lcs
@@ -142,6 +185,8 @@ def main(argv=None) -> int:
     ap.add_argument("trace", nargs="?", default=str(DEFAULT_TRACE))
     ap.add_argument("--budget-mib", type=float, default=4000.0)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--policy-repeat", type=int, default=3,
+                    help="best of N for (e) (the pure-Python policies take ~1 s each)")
     args = ap.parse_args(argv)
     if not Path(args.trace).exists():
         print(f"trace not found: {args.trace}", file=sys.stderr)
@@ -155,6 +200,8 @@ def main(argv=None) -> int:
     budgets = [b * MIB for b in range(250, 8001, 250)]
     pyb = python_batches(bt)
     sizes = [int(x) for x in h.expert_bytes]
+    print(f"load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} cores")
     print(f"trace: {args.trace}: {bt.n_batch} layer batches, {bt.keys.size} routed slots; "
           f"budget {args.budget_mib:.0f} MiB; best of {args.repeat}")
     print(f"  (flattening events into batches, once: {t_flat * 1e3:.2f} ms, not timed below)")
@@ -194,6 +241,19 @@ def main(argv=None) -> int:
     if d:
         print(f"  (d1)/(a) libCacheSim get() vs refsim:   {t1 / ta:8.1f}x   (target >= 1)")
         print(f"  (d2)/(a) libCacheSim C loop vs refsim:  {t2 / ta:8.1f}x   (target >= 1)")
+    from refsim.cache.policy import POLICIES
+    lcs_t = libcachesim_policy_runs(bt, budget, args.repeat)
+    print("(e) every policy, one budget; (f) libCacheSim's C loop, same policy "
+          "(ratios to (a); target (e)/(a) <= 10):")
+    for name, cls in POLICIES.items():
+        te, re_ = best_of(lambda n=name: replay_policy(bt, n, budget), args.policy_repeat)
+        path = "numba" if cls.kernel is not None or hasattr(cls, "fast_replay") else "python"
+        line = (f"  {name:10s} {path:6s} {te * 1e3:10.2f} ms  {te / ta:8.1f}x  "
+                f"hits {int(re_.hits.sum())}")
+        if name in lcs_t:
+            tf, hf = lcs_t[name]
+            line += f"   | libCacheSim {tf * 1e3:8.2f} ms {tf / ta:6.1f}x hits {hf}"
+        print(line)
     return 0
 
 

@@ -3,7 +3,8 @@
 ``ExpertCache`` is the engine's global LRU with a byte budget (bmoe-engine.md §3.2);
 ``CacheSummary`` derives hit rates and MiB from its counters. What-if studies
 (docs/cache-studies.md): ``BatchTrace`` (events as layer batches), the policy registry
-``POLICIES`` / ``get_policy`` / ``replay_policy`` (lru, lfu, belady, random, layer, layerlfu),
+``POLICIES`` / ``get_policy`` / ``replay_policy`` (the engine's lru, lfu, belady, random, layer,
+layerlfu; fifo, clock, slru, 2q, arc, s3fifo, lirs, tinylfu; layer-opt),
 and the exact one-pass LRU curve ``lru_curve`` / ``LruCurve``.
 """
 

@@ -139,3 +139,29 @@ class BatchTrace:
         nxt = _next_use(keys, start, n_layer * n_expert)
         return cls(keys=keys, batch_start=start, batch_layer=layer, batch_kind=kind,
                    next_use=nxt, expert_bytes=eb, n_expert=int(n_expert), tokens=tokens)
+
+
+def layer_subtraces(batches: "BatchTrace", with_index: bool = False) -> list[tuple]:
+    """Per layer ``l``: ``(keys, batch_start, batch_layer, batch_kind)`` of the layer's own
+    batches, in order (what a per-layer partition sees: a batch evicts only from its layer),
+    and with ``with_index`` also the occurrence indices into ``batches.keys`` (to slice
+    ``next_use``). Built once per BatchTrace and kept with it."""
+    cached = _SUBTRACES.get(batches)
+    if cached is None:
+        bt = batches
+        counts = np.diff(bt.batch_start)
+        cached = []
+        for il in range(bt.n_layer):
+            sel = np.flatnonzero(bt.batch_layer == il)
+            c = counts[sel]
+            start = np.zeros(sel.size + 1, np.int64)
+            np.cumsum(c, out=start[1:])
+            idx = np.repeat(bt.batch_start[sel] - start[:-1], c) + np.arange(int(start[-1]))
+            cached.append((bt.keys[idx], start, bt.batch_layer[sel], bt.batch_kind[sel], idx))
+        _SUBTRACES[batches] = cached
+    return cached if with_index else [t[:4] for t in cached]
+
+
+import weakref  # noqa: E402
+
+_SUBTRACES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

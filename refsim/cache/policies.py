@@ -1,4 +1,6 @@
-"""The six built-in policies of the engine's ``route-replay.py`` (bmoe-engine.md §5).
+"""The six built-in policies of the engine's ``route-replay.py`` (bmoe-engine.md §5); importing
+this module also registers the scan-resistant ones (:mod:`refsim.cache.admit_policies`) and
+``layer-opt`` (:mod:`refsim.cache.layer_opt`), after these six.
 
 Each class is the reference definition (Python hooks, run by
 :func:`refsim.cache.policy.reference_replay`) and names its Numba fast path. The choices the
@@ -88,8 +90,7 @@ class RandomPolicy(Policy, name="random"):
     Twister words, so both paths pick the same victims."""
 
     kernel = KIND_RANDOM
-    params = ("seed",)
-    seed = 1234
+    params = {"seed": 1234}
 
     def reset(self, batches):
         self.rng = random.Random(self.seed)
@@ -118,3 +119,7 @@ class LayerLFU(LFU, name="layerlfu"):
     """LFU (as :class:`LFU`) inside the per-layer partition of :class:`LayerLRU`."""
 
     partitioned = True
+
+
+from refsim.cache import admit_policies as _admit_policies  # noqa: E402,F401  (registers them)
+from refsim.cache import layer_opt as _layer_opt  # noqa: E402,F401  (registers layer-opt)

@@ -15,7 +15,8 @@ BELADY      (-next use in batch index, 0)               never again = infinity; 
 RANDOM      ``Random(seed).choice(candidates)``         CPython's ``_randbelow`` on MT words
 ==========  ==========================================  =====================================
 
-``partitioned`` restricts the budget to ``budget_bytes // n_layer`` per layer and the victims to
+``partitioned`` restricts the budget to ``shares[layer]`` bytes per layer (``budget_bytes //
+n_layer`` each for 'layer' and 'layerlfu', the optimal split for 'layer-opt') and the victims to
 the batch's own layer ('layer', 'layerlfu').
 
 ``lru_kernel`` is the same LRU as the LRU row above and as :class:`~refsim.cache.ExpertCache`,
@@ -27,6 +28,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from refsim.cache.linked import _push_head, _unlink
 from refsim.events import N_KINDS
 
 KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
@@ -64,7 +66,7 @@ def _randbelow(n, words, wpos):
 
 @nb.njit(cache=True)
 def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind, next_use,
-                  expert_bytes, n_expert, budget_bytes, words, out):
+                  expert_bytes, n_expert, budget_bytes, shares, words, out):
     """Replay every batch under one policy; counters accumulate into ``out``.
 
     Parameters
@@ -78,6 +80,8 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
     expert_bytes : (n_layer,) int64 ndarray
         Entry size per layer, bytes.
     n_expert, budget_bytes : int
+    shares : (n_layer,) int64 ndarray
+        Per-layer byte limits when ``partitioned`` (``Policy.shares``; ignored otherwise).
     words : (n_words,) uint32 ndarray
         MT19937 output words for ``KIND_RANDOM`` (ignored otherwise).
     out : (N_COUNTERS,) int64 ndarray
@@ -94,7 +98,6 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
     order = np.empty(n_keys, dtype=np.int64)       # resident keys in insertion order
     cand = np.empty(n_keys, dtype=np.int64)
     layer_res = np.zeros(n_layer, dtype=np.int64)
-    share = budget_bytes // n_layer
     n_res = 0
     res_bytes = 0
     clock = 0
@@ -123,7 +126,7 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
             nuse[key] = next_use[i]
         while True:                                # evict after the batch
             if partitioned:
-                if layer_res[il] <= share:
+                if layer_res[il] <= shares[il]:
                     break
             elif res_bytes <= budget_bytes:
                 break
@@ -226,4 +229,272 @@ def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
                 res_bytes -= expert_bytes[key // n_expert]
                 out[OUT_EVICT] += 1
             front += 1
+    out[OUT_RESIDENT] = res_bytes
+
+
+@nb.njit(cache=True, inline="always")
+def _less(a1, a2, b1, b2):
+    return a1 < b1 or (a1 == b1 and a2 < b2)
+
+
+@nb.njit(cache=True)
+def _heap_push(h1, h2, hk, n, p1, p2, key):
+    i = n
+    h1[i], h2[i], hk[i] = p1, p2, key
+    while i > 0:
+        par = (i - 1) >> 1
+        if _less(h1[i], h2[i], h1[par], h2[par]):
+            h1[i], h1[par] = h1[par], h1[i]
+            h2[i], h2[par] = h2[par], h2[i]
+            hk[i], hk[par] = hk[par], hk[i]
+            i = par
+        else:
+            break
+    return n + 1
+
+
+@nb.njit(cache=True)
+def _heap_pop(h1, h2, hk, n):
+    """Remove the root (the caller read it); returns the new size."""
+    n -= 1
+    h1[0], h2[0], hk[0] = h1[n], h2[n], hk[n]
+    i = 0
+    while True:
+        l = 2 * i + 1
+        if l >= n:
+            break
+        c = l
+        r = l + 1
+        if r < n and _less(h1[r], h2[r], h1[l], h2[l]):
+            c = r
+        if _less(h1[c], h2[c], h1[i], h2[i]):
+            h1[i], h1[c] = h1[c], h1[i]
+            h2[i], h2[c] = h2[c], h2[i]
+            hk[i], hk[c] = hk[c], hk[i]
+            i = c
+        else:
+            break
+    return n
+
+
+@nb.njit(cache=True)
+def heap_kernel(kind, keys, batch_start, batch_layer, batch_kind, next_use, expert_bytes,
+                n_expert, budget_bytes, out):
+    """``KIND_LFU`` or ``KIND_BELADY`` exactly as :func:`replay_kernel` (global budget), with
+    the victim taken from a lazy binary heap instead of a scan: O(log n) per occurrence.
+
+    Priorities (smallest evicted first): LFU (lookups of the key, stamp) -- stamps are unique,
+    so no ties; Belady (-next use, insertion rank) -- the rank (a counter of insertions) orders
+    resident keys as the scan's insertion-order array does, so its first-minimum tie-break is
+    kept. Every occurrence pushes the key's new priority; an entry is stale when the key is not
+    resident or its priority changed, and is dropped when popped. Protected (touched) entries
+    popped during an eviction are pushed back after it.
+    """
+    n_keys = expert_bytes.size * n_expert
+    resident = np.zeros(n_keys, np.bool_)
+    touched = np.full(n_keys, -1, np.int64)
+    p1k = np.zeros(n_keys, np.int64)
+    p2k = np.zeros(n_keys, np.int64)
+    count = np.zeros(n_keys, np.int64)
+    cap = 2 * keys.size + n_keys + 1
+    h1 = np.empty(cap, np.int64)
+    h2 = np.empty(cap, np.int64)
+    hk = np.empty(cap, np.int64)
+    aside = np.empty(keys.size + 1, np.int64)
+    n_h = 0
+    clock = 0
+    n_ins = 0
+    res_bytes = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = expert_bytes[batch_layer[b]]
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            clock += 1
+            if touched[key] != b:
+                touched[key] = b
+                out[kd] += 1
+                count[key] += 1
+                if resident[key]:
+                    out[OUT_HITS + kd] += 1
+                else:
+                    resident[key] = True
+                    n_ins += 1
+                    if kind == KIND_BELADY:
+                        p2k[key] = n_ins
+                    res_bytes += eb
+                    out[OUT_READ + kd] += eb
+            if kind == KIND_LFU:
+                p1k[key] = count[key]
+                p2k[key] = clock
+            else:
+                p1k[key] = -next_use[i]
+            if n_h >= cap - 1:                       # compact: keep only the live entries
+                m = 0
+                for j in range(n_h):
+                    k = hk[j]
+                    if resident[k] and h1[j] == p1k[k] and h2[j] == p2k[k]:
+                        h1[m], h2[m], hk[m] = h1[j], h2[j], k
+                        m += 1
+                n_h = 0
+                for j in range(m):
+                    n_h = _heap_push(h1, h2, hk, n_h, h1[j], h2[j], hk[j])
+            n_h = _heap_push(h1, h2, hk, n_h, p1k[key], p2k[key], key)
+        n_aside = 0
+        while res_bytes > budget_bytes and n_h > 0:
+            k = hk[0]
+            q1, q2 = h1[0], h2[0]
+            n_h = _heap_pop(h1, h2, hk, n_h)
+            if not resident[k] or q1 != p1k[k] or q2 != p2k[k]:
+                continue                             # stale
+            if touched[k] == b:
+                aside[n_aside] = k                   # protected: back after the eviction
+                n_aside += 1
+                continue
+            resident[k] = False
+            res_bytes -= expert_bytes[k // n_expert]
+            out[OUT_EVICT] += 1
+        for j in range(n_aside):
+            k = aside[j]
+            n_h = _heap_push(h1, h2, hk, n_h, p1k[k], p2k[k], k)
+    out[OUT_RESIDENT] = res_bytes
+
+
+@nb.njit(cache=True)
+def random_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
+                  budget_bytes, words, out):
+    """``KIND_RANDOM`` exactly as :func:`replay_kernel` (global budget): the ``r``-th
+    unprotected resident key in insertion order is found in a Fenwick tree over insertion
+    ranks (1 = resident and not touched by the batch) instead of a scan; O(log n) per step."""
+    n_keys = expert_bytes.size * n_expert
+    n_rank = keys.size + 1
+    tree = np.zeros(n_rank + 1, np.int64)
+    rank = np.zeros(n_keys, np.int64)
+    key_of = np.zeros(n_rank + 1, np.int64)
+    resident = np.zeros(n_keys, np.bool_)
+    touched = np.full(n_keys, -1, np.int64)
+    batch_keys = np.empty(keys.size + 1, np.int64)
+    top = 1
+    while top * 2 <= n_rank:
+        top *= 2
+    n_ins = 0
+    total = 0
+    res_bytes = 0
+    wpos = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = expert_bytes[batch_layer[b]]
+        n_b = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            batch_keys[n_b] = key
+            n_b += 1
+            out[kd] += 1
+            if resident[key]:
+                out[OUT_HITS + kd] += 1
+                j = rank[key]                        # protected: out of the tree for now
+                while j <= n_rank:
+                    tree[j] -= 1
+                    j += j & -j
+                total -= 1
+            else:
+                resident[key] = True
+                n_ins += 1
+                rank[key] = n_ins
+                key_of[n_ins] = key
+                res_bytes += eb
+                out[OUT_READ + kd] += eb
+        while res_bytes > budget_bytes and total > 0:
+            r, wpos = _randbelow(total, words, wpos)
+            if r < 0:
+                out[OUT_WORDS] = -1
+                return
+            pos = 0                                  # the (r + 1)-th one
+            rem = r + 1
+            step = top
+            while step > 0:
+                nxt = pos + step
+                if nxt <= n_rank and tree[nxt] < rem:
+                    pos = nxt
+                    rem -= tree[nxt]
+                step >>= 1
+            j = pos + 1
+            k = key_of[j]
+            while j <= n_rank:
+                tree[j] -= 1
+                j += j & -j
+            total -= 1
+            resident[k] = False
+            res_bytes -= expert_bytes[k // n_expert]
+            out[OUT_EVICT] += 1
+        for q in range(n_b):                         # the batch's keys become candidates
+            k = batch_keys[q]
+            if resident[k]:
+                j = rank[k]
+                while j <= n_rank:
+                    tree[j] += 1
+                    j += j & -j
+                total += 1
+    out[OUT_RESIDENT] = res_bytes
+    out[OUT_WORDS] = wpos
+
+
+@nb.njit(cache=True)
+def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
+               budget_bytes, out):
+    """``KIND_LFU`` exactly as :func:`replay_kernel` (global budget), O(1) amortised per
+    occurrence: resident keys sit in one list per lookup count, each ordered by stamp (a key
+    moves to its list's head on every occurrence, so the tail is the least recent); the victim
+    is the tail-most untouched key of the lowest non-empty count, which is the scan's smallest
+    (count, stamp) pair (stamps are unique, so there are no ties)."""
+    n_keys = expert_bytes.size * n_expert
+    max_c = batch_layer.size + 2
+    bhead = np.full(max_c, -1, np.int64)
+    btail = np.full(max_c, -1, np.int64)
+    older = np.full(n_keys, -1, np.int64)
+    newer = np.full(n_keys, -1, np.int64)
+    where = np.full(n_keys, -1, np.int64)
+    count = np.zeros(n_keys, np.int64)
+    resident = np.zeros(n_keys, np.bool_)
+    touched = np.full(n_keys, -1, np.int64)
+    minc = max_c
+    res_bytes = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = expert_bytes[batch_layer[b]]
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if resident[key]:                        # out of its count list
+                _unlink(key, where, older, newer, bhead, btail)
+            if touched[key] != b:
+                touched[key] = b
+                out[kd] += 1
+                count[key] += 1
+                if resident[key]:
+                    out[OUT_HITS + kd] += 1
+                else:
+                    resident[key] = True
+                    res_bytes += eb
+                    out[OUT_READ + kd] += eb
+            c = count[key]                           # to the head of its count list
+            _push_head(c, key, where, older, newer, bhead, btail)
+            if c < minc:
+                minc = c
+        c = minc
+        while res_bytes > budget_bytes and c < max_c:
+            k = btail[c]
+            while k != -1 and touched[k] == b:
+                k = newer[k]
+            if k == -1:
+                c += 1
+                continue
+            _unlink(k, where, older, newer, bhead, btail)
+            resident[k] = False
+            res_bytes -= expert_bytes[k // n_expert]
+            out[OUT_EVICT] += 1
+        while minc < max_c and btail[minc] == -1:
+            minc += 1
     out[OUT_RESIDENT] = res_bytes

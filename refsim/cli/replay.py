@@ -9,7 +9,7 @@ import json
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cli.common import cache_mib, check_outputs, warn_below_token_cycle
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import atomic_path
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.trace import read_trace
@@ -26,6 +26,10 @@ def add_parser(sub) -> None:
     p.add_argument("trace", help="route trace file (route_trace v1)")
     p.add_argument("--cache-mb", required=True, metavar="N", type=cache_mib,
                    help="cache budget in MiB (2^20 bytes), 2^-20..2^40")
+    p.add_argument("--policy", metavar="SPEC", default="lru",
+                   help="cache policy NAME or NAME:KEY=VALUE[,KEY=VALUE] (refsim sweep --help "
+                        "lists them; default: %(default)s, the engine's). Other than lru: a "
+                        "summary only (no --csv, no residency comparison)")
     p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
@@ -50,6 +54,17 @@ def summary_json(report: ReplayReport) -> dict:
     return out
 
 
+def print_counters(s) -> None:
+    """The budget, lookup, hit and read lines of a CacheSummary (both replay paths)."""
+    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
+    print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
+          f"hits: {s.hits}")
+    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
+          f"{s.hit_pct_decode:.1f}% decode-only")
+    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
+          f"{s.mib_per_token:.2f} MiB/token")
+
+
 def print_text(trace, report: ReplayReport) -> None:
     s = report.summary
     h = trace.header
@@ -58,13 +73,7 @@ def print_text(trace, report: ReplayReport) -> None:
           f"n_expert_used={h.n_expert_used}")
     print(f"events: {len(trace.events)} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
           f"tokens), {trace.n_rows} rows")
-    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
-    print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
-          f"hits: {s.hits}")
-    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
-          f"{s.hit_pct_decode:.1f}% decode-only")
-    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
-          f"{s.mib_per_token:.2f} MiB/token")
+    print_counters(s)
     print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")
     if report.residency_rows:
@@ -92,8 +101,44 @@ def print_text(trace, report: ReplayReport) -> None:
               f"so this replay lacks the head's lookups and reads, and T counts the head's entries")
 
 
+def run_policy(args, trace, policy, budget: int) -> int:
+    """``--policy`` other than the engine's lru: replay the layer batches under ``policy``."""
+    from refsim.cache.batches import BatchTrace
+    from refsim.cache.policy import replay_policy
+
+    h = trace.header
+    bt = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
+    s = replay_policy(bt, policy, budget).summary(h.token_cycle_bytes)
+    warn_below_token_cycle("replay", [budget], s.t_bytes)
+    if args.json:
+        out = s.as_dict()
+        out["policy"] = policy.label
+        print(json.dumps(out))
+        return 0
+    print(f"trace: {trace.path}")
+    print(f"policy: {policy.label}")
+    print_counters(s)
+    print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions")
+    return 0
+
+
 def run(args) -> int:
+    from refsim.cache.policy import parse_policy_list
+
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
+    policies = parse_policy_list(args.policy)
+    if len(policies) != 1:
+        raise UsageError(value_message("--policy", "one policy (refsim sweep takes several)",
+                                       args.policy))
+    policy = policies[0]
+    if policy.label != "lru":
+        if args.csv is not None:
+            raise UsageError(f"--csv with --policy {policy.label}: the per-decode table needs "
+                             f"--policy lru")
+        trace = read_trace(args.trace)
+        if trace.n_rows == 0:
+            raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to replay)")
+        return run_policy(args, trace, policy, budget)
     check_outputs({"--csv": args.csv}, {"TRACE": args.trace})
     trace = read_trace(args.trace)
     if trace.n_rows == 0:

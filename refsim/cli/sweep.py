@@ -5,8 +5,8 @@ from __future__ import annotations
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
+from refsim.cache.policy import parse_policy_list
 from refsim.cli.common import check_outputs, warn_below_token_cycle
-from refsim.errors import UsageError, value_message
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, write_sweep_csv)
 from refsim.trace import read_trace
@@ -23,8 +23,9 @@ def add_parser(sub) -> None:
                    help="budgets in MiB: N,N,... or START:STOP:STEP; a repeated budget is "
                         "dropped (first kept) (default: %(default)s)")
     p.add_argument("--policy", metavar="LIST", default=None,
-                   help="policies, comma-separated; a repeated name is dropped (first kept) "
-                        f"(default: all: {','.join(known_policies())})")
+                   help="policies, comma-separated, each NAME or NAME:KEY=VALUE[,KEY=VALUE] "
+                        "(e.g. lru,s3fifo:small=0.2,ghost=0.9,arc); a repeated one is dropped "
+                        f"(first kept) (default: all: {','.join(known_policies())})")
     p.add_argument("--csv", metavar="OUT",
                    help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib to OUT")
     p.add_argument("--plot", metavar="OUT.png",
@@ -34,13 +35,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     budgets = parse_budgets_mib(args.cache_mb)
-    known = known_policies()
-    policies = ([x.strip() for x in args.policy.split(",") if x.strip()] if args.policy is not None
-                else known)
-    bad = [x for x in policies if x not in known]
-    if not policies or bad:
-        raise UsageError(value_message("--policy", f"comma-separated names from {','.join(known)}",
-                                       bad[0] if bad else args.policy))
+    policies = parse_policy_list(args.policy) if args.policy is not None else known_policies()
     check_outputs({"--csv": args.csv, "--plot": args.plot}, {"TRACE": args.trace})
     if args.plot is not None:
         from refsim.studies.plot import require_matplotlib

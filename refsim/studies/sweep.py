@@ -149,8 +149,10 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
         Budgets in MiB (2**20 bytes); each becomes ``int(budget * 2**20)`` bytes, as
         ``--cache-mb`` does (``ExpertCache.mib_to_bytes``). A repeated value is dropped (the
         first occurrence keeps its place), so every row is a distinct point.
-    policies : sequence of str
-        Registered policy names (:data:`refsim.cache.policy.POLICIES`); repeats are dropped
+    policies : sequence of str or Policy
+        Registered policy names (:data:`refsim.cache.policy.POLICIES`, default parameters) or
+        instances (:func:`refsim.cache.policy.parse_policy_list`); a row's ``policy`` is the
+        instance's ``label`` (``name`` or ``name:key=value,...``); repeated labels are dropped
         the same way.
     t_bytes : int
         One token cycle in bytes (``TraceHeader.token_cycle_bytes``), for the summaries.
@@ -167,12 +169,15 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
     from refsim.cache.expert_cache import ExpertCache
 
     budgets_mib = list(dict.fromkeys(float(b) for b in budgets_mib))
-    policies = list(dict.fromkeys(policies))
+    insts = {}
+    for p in policies:
+        pol = get_policy(p) if isinstance(p, str) else p
+        insts.setdefault(pol.label, pol)
+    policies = list(insts)
     if not budgets_mib:
         raise ConfigError("--cache-mb: no budget given")
     if not policies:
         raise ConfigError("--policy: no policy given")
-    insts = {name: get_policy(name) for name in policies}
     budgets = [ExpertCache.mib_to_bytes(b) for b in budgets_mib]
     per_policy = {}
     for name, pol in insts.items():

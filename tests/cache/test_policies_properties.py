@@ -12,7 +12,9 @@ from refsim.cache.policy import POLICIES, get_policy, reference_replay, replay_p
 from refsim.testing.cache_streams import cache_budgets, cache_streams
 
 get_policy("lru")  # register the built-ins
-BUILTIN = [name for name, cls in POLICIES.items() if cls.kernel is not None]
+BUILTIN = [name for name, cls in POLICIES.items()
+           if cls.kernel is not None or hasattr(cls, "fast_replay")]   # a Numba fast path
+ALL = list(POLICIES)   # every registered policy, the admit-protocol ones included
 
 
 def streams_and_budgets():
@@ -52,7 +54,7 @@ def test_lru_policy_equals_the_engine_cache(sb):
                                                cache.stats.resident_bytes)
 
 
-@given(streams_and_budgets(), st.sampled_from(BUILTIN))
+@given(streams_and_budgets(), st.sampled_from(ALL))
 def test_counters_obey_the_batch_rules(sb, name):
     stream, budget = sb
     bt = batches_of(stream)
@@ -72,11 +74,13 @@ def test_counters_obey_the_batch_rules(sb, name):
             assert r.resident_bytes <= max(budget, protected)
 
 
-@given(cache_streams(), st.sampled_from(BUILTIN))
+@given(cache_streams(), st.sampled_from(ALL))
 def test_a_budget_holding_every_entry_gives_only_compulsory_misses(stream, name):
     h = stream.header
     bt = batches_of(stream)
-    budget = int(h.expert_bytes.sum()) * h.n_expert * h.n_layer   # >= per-layer share too
+    # >= per-layer share too; x400 so that tinylfu's 1 % window, s3fifo's small FIFO (10 %)
+    # and each of slru's 4 segments hold every entry as well
+    budget = int(h.expert_bytes.sum()) * h.n_expert * h.n_layer * 400
     r = replay_policy(bt, name, budget)
     distinct = np.unique(bt.keys)
     assert r.lookups.sum() - r.hits.sum() == distinct.size
@@ -95,3 +99,35 @@ def test_belady_never_hits_less_than_lru_with_uniform_sizes(sb):
     bt = batches_of(stream)
     assert replay_policy(bt, "belady", budget).hits.sum() >= \
         replay_policy(bt, "lru", budget).hits.sum()
+
+
+@given(streams_and_budgets(), st.sampled_from(ALL))
+def test_each_replay_is_deterministic_and_one_layer_misses_read_one_entry_each(sb, name):
+    # (the admit-protocol replay also raises if a policy evicts a protected or non-resident key)
+    stream, budget = sb
+    bt = batches_of(stream)
+    a = replay_policy(bt, name, budget)
+    b = replay_policy(bt, get_policy(name), budget)
+    assert (a.hits.tolist(), a.evictions, a.resident_bytes) == \
+        (b.hits.tolist(), b.evictions, b.resident_bytes)
+    if bt.n_layer == 1:
+        assert a.read_bytes.sum() == (a.lookups.sum() - a.hits.sum()) * int(bt.expert_bytes[0])
+
+
+PARAMS = [("clock", {"bits": 2, "init": 1}), ("slru", {"segments": 2}),
+          ("slru", {"segments": 3}), ("2q", {"kin": 0.5, "kout": 1.0}),
+          ("s3fifo", {"small": 0.3, "ghost": 0.5, "threshold": 1}),
+          ("lirs", {"hir": 0.2, "stack": 1.0}), ("tinylfu", {"window": 0.3}),
+          ("layer-opt", {"fit": 0.5}), ("random", {"seed": 7})]
+
+
+@given(streams_and_budgets(), st.sampled_from(PARAMS))
+def test_fast_path_equals_the_reference_with_parameters(sb, spec):
+    stream, budget = sb
+    name, params = spec
+    bt = batches_of(stream)
+    fast = replay_policy(bt, get_policy(name, **params), budget)
+    ref = reference_replay(bt, get_policy(name, **params), budget)
+    assert (fast.hits.tolist(), fast.read_bytes.tolist(), fast.evictions,
+            fast.resident_bytes) == (ref.hits.tolist(), ref.read_bytes.tolist(),
+                                     ref.evictions, ref.resident_bytes)

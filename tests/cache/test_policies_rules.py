@@ -9,7 +9,7 @@ from refsim.cache import ExpertCache
 from refsim.cache.batches import NEVER, BatchTrace
 from refsim.cache.policy import (POLICIES, Policy, PolicyResult, get_policy, reference_replay,
                                  replay_policy)
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, UsageError
 from refsim.events import DecodeEvent, DecodeKind
 
 A, B, C, D, E = range(5)
@@ -162,3 +162,125 @@ def test_a_user_policy_is_one_class_and_runs_on_the_reference_path():
         assert (r.hits.sum(), r.policy) == (1, "test-mru")
     finally:
         del POLICIES["test-mru"]
+
+
+# ---- the admit-protocol policies (refsim.cache.admit_policies): one hand-worked case each,
+# one layer, unit sizes, one lookup per batch (the per-request setting); letters are keys.
+
+def replay_one(name, ids, budget, **params):
+    pol = get_policy(name, **params)
+    r = reference_replay(one_layer([[x] for x in ids], n_expert=8), pol, budget)
+    assert r.lookups.sum() == len(ids)
+    return r, pol
+
+
+F, G = 5, 6
+
+
+def test_fifo_a_hit_does_not_reorder():
+    # budget 2: A B, A hits, C evicts A (oldest in), A evicts B -> one hit; lru keeps A: two
+    ids = [A, B, A, C, A]
+    assert replay_one("fifo", ids, 2)[0].hits.sum() == 1
+    assert replay_one("lru", ids, 2)[0].hits.sum() == 2
+
+
+def test_clock_gives_a_referenced_entry_a_second_chance():
+    # budget 2: A B; A hits (bit 1); C: A's bit cleared, A to the head, B evicted; A hits
+    # (bit 1 again); B: A spared again, C evicted -> hits on both A's; fifo evicts A at C
+    ids = [A, B, A, C, A, B]
+    r, pol = replay_one("clock", ids, 2)
+    assert r.hits.sum() == 2 and list(pol.q) == [A, B] and pol.q[A] == 0
+    assert replay_one("fifo", ids, 2)[0].hits.sum() == 1
+
+
+def test_slru_promotes_by_segment_and_evicts_from_the_lowest():
+    # segments=2, budget 4 -> 2 per segment. A B -> seg0, C -> seg1 (seg0 full), A hit -> seg1,
+    # D -> seg0, E evicts seg0's tail B, A hit (top), B evicts seg0's tail D, C hit: 3 hits
+    ids = [A, B, C, A, D, E, A, B, C]
+    r, pol = replay_one("slru", ids, 4, segments=2)
+    assert r.hits.sum() == 3
+    assert [list(s) for s in pol.seg] == [[E, B], [A, C]]
+    assert replay_one("lru", ids, 4)[0].hits.sum() == 2
+
+
+def test_2q_sends_a1out_ghosts_to_am():
+    # budget 4: A1in 1, A1out 2, Am 3 entries. A B (A1in), A hits in A1in (no move), C D fill;
+    # E pushes A to A1out; A (ghost) -> Am after B goes to A1out; A hits in Am; F: C to A1out;
+    # B (ghost) -> Am after D to A1out; G: E to A1out (C dropped); A hits: 3 hits
+    ids = [A, B, A, C, D, E, A, A, F, B, G, A]
+    r, pol = replay_one("2q", ids, 4)
+    assert r.hits.sum() == 3
+    assert (list(pol.ain), list(pol.aout), list(pol.am)) == ([F, G], [D, E], [B, A])
+
+
+def test_arc_adapts_p_on_ghost_hits():
+    # budget 2: A, A (T1 -> T2), B (T1), C evicts B into B1, A hits, B from B1: p 0 -> 1 and
+    # REPLACE takes T2's A (|T1| = 1 = p, B did not come from B2) into B2; A from B2: p -> 0,
+    # REPLACE takes T1's C into B1; B and A end in T2
+    ids = [A, A, B, C, A, B, A]
+    r, pol = replay_one("arc", ids, 2)
+    assert r.hits.sum() == 2
+    assert (list(pol.t1), list(pol.t2), list(pol.b1), list(pol.b2), pol.p) == \
+        ([], [B, A], [C], [], 0.0)
+
+
+def test_s3fifo_small_main_ghost():
+    # small=0.5, ghost=0.5, budget 4 -> S 2, M 2, G 2 entries. A, A (count 1), B: S = [A B];
+    # C, D: S full before any eviction -> M = [C D]; E evicts from S: A (count 1 < 2) to G;
+    # A from G -> M after B goes to G; C hits (count 1); F: M over (3 > 2), C reinserted at
+    # count 0, D evicted; D evicts S's E into G; A hits in M: 3 hits
+    ids = [A, A, B, C, D, E, A, C, F, D, A]
+    r, pol = replay_one("s3fifo", ids, 4, small=0.5, ghost=0.5)
+    assert r.hits.sum() == 3
+    assert (list(pol.s), list(pol.m), list(pol.g)) == ([F, D], [A, C], [B, E])
+    assert dict(pol.m) == {A: 1, C: 0}
+
+
+def test_s3fifo_refuses_an_entry_as_large_as_the_small_fifo():
+    # budget 10 -> S = 1 entry: libCacheSim's S3FIFO_insert admits only size < |S|, so nothing
+    # is ever resident and every lookup misses
+    r, _ = replay_one("s3fifo", [A, A, A], 10)
+    assert (r.hits.sum(), r.resident_bytes) == (0, 0)
+
+
+def test_an_admit_policy_never_evicts_the_batch_own_entries():
+    # budget 20: one batch of 25 distinct misses stays over budget (all protected, nothing
+    # evicted); the next batch's one miss then evicts 6 of them to fit, as lru does
+    first = list(range(25))
+    for name in ["lru", "fifo", "clock", "slru", "2q", "arc", "s3fifo"]:
+        bt = one_layer([first], n_expert=30)
+        r = both(bt, name, 20) if name == "lru" else reference_replay(bt, get_policy(name), 20)
+        assert (r.resident_bytes, r.evictions) == (25, 0), name
+        bt = one_layer([first, [29]], n_expert=30)
+        r = both(bt, name, 20) if name == "lru" else reference_replay(bt, get_policy(name), 20)
+        assert (r.resident_bytes, r.evictions, r.hits.sum()) == (20, 6, 0), name
+
+
+def test_policy_lists_parse_parameters_in_one_place():
+    from refsim.cache.policy import parse_policy_list
+    pols = parse_policy_list("lru, s3fifo:small=0.2,ghost=0.8 ,arc,2q:kin=0.3,clock:bits=2")
+    assert [p.label for p in pols] == ["lru", "s3fifo:small=0.2,ghost=0.8", "arc", "2q:kin=0.3",
+                                       "clock:bits=2"]
+    assert (pols[1].small, pols[1].ghost, pols[1].threshold) == (0.2, 0.8, 2)
+    assert pols[4].bits == 2 and isinstance(pols[4].bits, int)
+    for bad, msg in [("s3fifo:small=x", r"expected s3fifo:small= a number \(default 0.1\), got 'x'"),
+                     ("clock:bits=1.5", "expected clock:bits= an integer .*got '1.5'"),
+                     ("small=0.1", "a parameter after its policy name, got 'small=0.1'"),
+                     ("s3fifo:small", "expected NAME:KEY=VALUE parameters .*got 'small'"),
+                     ("mru", "expected comma-separated names from lru,.*got 'mru'"),
+                     ("arc:p=1", "expected arc's parameters .*got 'p'"),
+                     ("s3fifo:small=2", r"s3fifo:small= a number in \[0, 1\], got '2.0'"),
+                     (" , ", "comma-separated names from .*got ' , '")]:
+        with pytest.raises(UsageError, match=msg):   # a UsageError is a ConfigError: exit 2
+            parse_policy_list(bad)
+
+
+def test_lirs_demotes_the_bottom_lir_when_a_remembered_hir_returns():
+    # budget 3 -> HIR part 1 entry, LIR part 2. A B become LIR, C resident HIR; A hits (top);
+    # D evicts Q's C (remembered, non-resident), D HIR; C misses: D evicted (non-resident), C
+    # returns as LIR and the bottom LIR B is demoted to Q; B hits in Q (back on S as HIR);
+    # D misses: B evicted, D returns as LIR, bottom LIR A demoted: 2 hits
+    r, pol = replay_one("lirs", [A, B, C, A, D, C, B, D], 3)
+    assert r.hits.sum() == 2
+    assert (dict(pol.s), list(pol.q), list(pol.nh)) == ({C: 0, B: 2, D: 0}, [A], [B])
+    assert replay_one("lru", [A, B, C, A, D, C, B, D], 3)[0].hits.sum() == 3

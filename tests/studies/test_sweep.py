@@ -148,3 +148,30 @@ def test_missing_matplotlib_fails_before_the_sweep(tmp_path, capsys, monkeypatch
     out, err = capsys.readouterr()
     assert out == "" and "pip install 'refsim[plot]'" in err
     assert not (tmp_path / "ok.csv").exists()
+
+
+def test_cli_policy_parameters_label_the_rows_and_replay_takes_one_policy(tmp_path, capsys):
+    import json
+
+    from refsim.cache.batches import BatchTrace
+    from refsim.cache.policy import get_policy, replay_policy
+    from refsim.trace import read_trace
+
+    trace = write_demo_trace(tmp_path)
+    out = tmp_path / "curve.csv"
+    assert main(["sweep", str(trace), "--cache-mb", "4", "--policy",
+                 "s3fifo:small=0.5,ghost=0.5,arc,lirs", "--csv", str(out)]) == 0
+    rows = list(csv.reader(open(out)))
+    assert [r[1] for r in rows[1:]] == ["s3fifo:small=0.5,ghost=0.5", "arc", "lirs"]
+    t = read_trace(str(trace))
+    bt = BatchTrace.from_events(t.events, t.header.expert_bytes, t.header.n_expert)
+    r = replay_policy(bt, get_policy("s3fifo", small=0.5, ghost=0.5), 4 * 2**20)
+    capsys.readouterr()
+    assert main(["replay", str(trace), "--cache-mb", "4", "--policy",
+                 "s3fifo:small=0.5,ghost=0.5", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["policy"], got["hits"], got["lookups"]) == \
+        ("s3fifo:small=0.5,ghost=0.5", int(r.hits.sum()), int(r.lookups.sum()))
+    assert main(["replay", str(trace), "--cache-mb", "4", "--policy", "arc",
+                 "--csv", str(tmp_path / "e.csv")]) == 2      # the command line alone: usage
+    assert "--policy lru" in capsys.readouterr().err
