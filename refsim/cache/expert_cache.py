@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refsim import MIB
+from refsim import MAX_CACHE_MIB, MIB
 from refsim.cache.lru import NIL, lru_apply_event
 from refsim.errors import ConfigError
 from refsim.events import N_KINDS, DecodeEvent, DecodeKind
@@ -80,9 +80,6 @@ class CacheStats:
             return int(arr.sum())
         return int(sum(arr[int(k)] for k in kinds))
 
-
-MAX_CACHE_MIB = 1 << 40
-"""Largest ``--cache-mb`` accepted: 2**40 MiB = 1 EiB (byte counts stay far inside int64)."""
 
 TARGET_DECODE_KINDS = (DecodeKind.PLAIN, DecodeKind.VERIFY)
 """Target-model decodes after prefill (the engine's 'decode' phase, trace phase 1)."""
