@@ -36,7 +36,9 @@ class RouteTrace:
         In file order. Prefill events are ``DecodeKind.PREFILL``; a decode event with one
         position is ``PLAIN``, with more it is ``VERIFY`` (``n_draft = n_pos - 1``).
     residency : list of (n_pos, n_layer, k) int8 ndarray
-        Recorded residency per slot (0 miss, 1 hit, 2 prefetched hit; -1 where not routed).
+        Recorded residency per slot (0 miss, 1 hit, 2 prefetched hit; -1 where not routed). A
+        dropped slot keeps the residency the engine queried before dropping it (0: only misses
+        are dropped, bmoe-engine.md §3.6).
     charged_bytes : list of (n_pos, n_layer, k) int64 ndarray
         The ``expert_bytes`` column per slot (bytes charged on the first miss row of an expert).
     line_numbers : list of (n_pos, n_layer, k) int32 ndarray
@@ -54,6 +56,20 @@ class RouteTrace:
     has_dropped_column: bool = False
     n_rows: int = 0
     speculative: bool = field(default=False)
+    column_line: int = 0
+
+    def require_rows(self, purpose: str) -> None:
+        """Refuse a trace with a preamble and no rows, for a command that would print zeros.
+
+        Raises
+        ------
+        TraceFormatError
+            Naming the file and the line after the column header.
+        """
+        if self.n_rows == 0:
+            raise TraceFormatError(f"{self.path}:{self.column_line + 1}: the trace has a preamble "
+                                   f"but no rows (nothing to {purpose}); expected rows after the "
+                                   f"column header")
 
     @property
     def n_prompt(self) -> int:
@@ -464,7 +480,7 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     _infer_accepted(events)
     return RouteTrace(header=header, events=events, residency=res_list, charged_bytes=bytes_list,
                       line_numbers=line_list, path=path, has_dropped_column="dropped" in columns,
-                      n_rows=n_rows, speculative=speculative)
+                      n_rows=n_rows, speculative=speculative, column_line=pre.column_line)
 
 
 def _routed_layers(events: list[DecodeEvent], n_layer: int) -> np.ndarray:
