@@ -127,8 +127,11 @@ TOKEN_FILE_CHUNK = 1 << 20
 so a binary file (or ``/dev/zero``) is refused from its first bytes."""
 
 _TOKEN_FIELD_MAX = 64
-"""Longest field read (ASCII digits; leading zeros allowed): a longer one is refused as it is,
-without reading it whole."""
+"""Bytes around a bad byte searched for its field, for the error message."""
+
+_QUOTE = 40
+"""Digits of a too-long field quoted in its error message (then ``...``); a field still growing
+past them at a chunk's end is refused without reading the rest."""
 
 _NOT_TOKEN_BYTE = re.compile(rb"[^0-9,\s]")
 _TOKEN_SEP = re.compile(rb"[,\s]")
@@ -145,8 +148,9 @@ def read_token_file(path, flag: str = "--tokens") -> np.ndarray:
     """Token ids from a text file: ASCII integers separated by commas and/or ASCII whitespace.
 
     The file is read in chunks of :data:`TOKEN_FILE_CHUNK` bytes and each is checked before the
-    next is read, so a binary file (or ``/dev/zero``) is refused from its first bytes; a field is
-    at most 64 characters. Lines are counted by ``\n``.
+    next is read, so a binary file (or ``/dev/zero``) is refused from its first bytes; a field has
+    at most 10 digits (2**31 - 1 has 10), so a long one is refused without reading it whole.
+    Lines are counted by ``\n``.
 
     Parameters
     ----------
@@ -196,6 +200,11 @@ def read_token_file(path, flag: str = "--tokens") -> np.ndarray:
         return ConfigError(f"{where}: {text!r} is not a token id (expected an integer "
                            f"0..{TOKEN_ID_MAX})")
 
+    def not_an_id(pos: int, digits: bytes) -> ConfigError:
+        text = digits[:_QUOTE].decode() + ("..." if len(digits) > _QUOTE else "")
+        return ConfigError(f"{flag} {path}:{line + buf.count(_NL, 0, pos)}: {text!r} is not a "
+                           f"token id (expected an integer 0..{TOKEN_ID_MAX})")
+
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -212,23 +221,17 @@ def read_token_file(path, flag: str = "--tokens") -> np.ndarray:
                 raise ConfigError(f"{flag} {path}: cannot read ({exc.strerror}); {expected}") \
                     from None
             buf += chunk
-            bad = _NOT_TOKEN_BYTE.search(buf)
-            if bad is not None:
-                raise field_error(bad.start())
             # complete fields end at the last separator; the rest waits for the next chunk
             cut = _after_last_separator(buf) if chunk else len(buf)
-            for m in _DIGITS.finditer(buf, 0, cut):
+            bad = _NOT_TOKEN_BYTE.search(buf)
+            for m in _DIGITS.finditer(buf, 0, cut if bad is None else min(cut, bad.start())):
                 if m.end() - m.start() > 10 or int(m.group()) > TOKEN_ID_MAX:
-                    text = m.group()[:_TOKEN_FIELD_MAX].decode()
-                    raise ConfigError(f"{flag} {path}:{line + buf.count(_NL, 0, m.start())}: "
-                                      f"{text!r} is not a token id (expected an integer "
-                                      f"0..{TOKEN_ID_MAX})")
+                    raise not_an_id(m.start(), m.group())
                 out.append(int(m.group()))
-            if len(buf) - cut > _TOKEN_FIELD_MAX:
-                text = buf[cut:cut + _TOKEN_FIELD_MAX].decode()
-                raise ConfigError(f"{flag} {path}:{line + buf.count(_NL, 0, cut)}: "
-                                  f"{text + '...'!r} is not a token id (expected an integer "
-                                  f"0..{TOKEN_ID_MAX})")
+            if bad is not None:                  # after the fields before it: the first error
+                raise field_error(bad.start())
+            if len(buf) - cut > _QUOTE:          # a digit run far too long for an id
+                raise not_an_id(cut, buf[cut:])
             line += buf.count(b"\n", 0, cut)
             offset += cut
             buf = buf[cut:]
