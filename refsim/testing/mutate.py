@@ -96,3 +96,25 @@ def mutated(draw, seed: bytes, max_ops: int = 3) -> tuple[bytes, str]:
         data, what = draw(_one(data))
         steps.append(what)
     return data, "; ".join(steps)
+
+
+def run_guarded(code: str, memory_bytes: int = 1 << 30, timeout: float = 60.0):
+    """Run ``code`` in a child Python limited to ``memory_bytes`` of address space and ``timeout``
+    seconds, so a reader that hangs or reads ``/dev/zero`` whole fails the test, not the machine.
+
+    Returns
+    -------
+    subprocess.CompletedProcess
+        With text ``stdout``/``stderr``.
+
+    Raises
+    ------
+    subprocess.TimeoutExpired
+        When the child runs past ``timeout``.
+    """
+    import subprocess
+    import sys
+    guard = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, "
+             f"{memory_bytes}))\n")
+    return subprocess.run([sys.executable, "-c", guard + code], capture_output=True, text=True,
+                          timeout=timeout)

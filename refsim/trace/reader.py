@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refsim import MAX_CACHE_MIB, MIB
+from refsim import MAX_CACHE_MIB
 from refsim.errors import TraceFormatError
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
 from refsim.trace.format import (MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS, MAX_LAYERS,
@@ -193,7 +193,7 @@ def _check_cache_mb(path: str, lineno: int, text: str) -> None:
     ok = re.fullmatch(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", text) is not None
     if ok:
         value = float(text)
-        ok = 0 < value <= MAX_CACHE_MIB and int(value * MIB) >= 1
+        ok = 0 < value <= MAX_CACHE_MIB
     if not ok:
         raise TraceFormatError(f"{path}:{lineno}: cache_mb={text[:40]!r} is not a budget; expected "
                                f"a number of MiB > 0 and <= {MAX_CACHE_MIB} (the budget the "
