@@ -598,7 +598,8 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
 
 
 def _check_positions(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
-    """Positions follow the loop (docs/trace-format.md, "Validation"): a position's top-k experts
+    """Positions follow the loop (docs/trace-format.md, "Validation"): turns do not decrease, and
+    within a turn the prefill chunks come before the decodes; a position's top-k experts
     are distinct; a decode's positions are consecutive; within a turn each prefill chunk or first
     decode starts right after the previous chunk, and a decode starts after the previous decode's
     first position and at most one past its last (the verify accepted 0..n_draft drafts). A missing
@@ -622,7 +623,14 @@ def _check_positions(path: str, events: list[DecodeEvent], lines: list[np.ndarra
                                    f"{ev.positions.tolist()}; expected consecutive positions")
     for i in range(1, len(events)):
         a, b = events[i - 1], events[i]
-        if a.turn != b.turn or (a.phase == 1 and b.phase == 0):
+        if b.turn < a.turn:
+            raise TraceFormatError(f"{path}:{first_line(i)}: turn {b.turn} after turn {a.turn}; "
+                                   f"expected turns in increasing order (a damaged turn column?)")
+        if a.turn == b.turn and a.phase == 1 and b.phase == 0:
+            raise TraceFormatError(
+                f"{path}:{first_line(i)}: a prefill chunk after a decode of the same turn {b.turn}; "
+                f"expected a turn's prefill before its decodes (a damaged phase column?)")
+        if a.turn != b.turn:
             continue
         start, lo, hi = int(b.positions[0]), int(a.positions[0]) + 1, int(a.positions[-1]) + 1
         if a.phase == 0:
@@ -644,9 +652,11 @@ def _span(layers: np.ndarray) -> str:
 def _check_charged(path: str, expert_bytes: np.ndarray, events: list[DecodeEvent],
                    residency: list[np.ndarray], charged: list[np.ndarray],
                    lines: list[np.ndarray]) -> None:
-    """The ``expert_bytes`` column is the preamble's entry size on the first miss row of an expert
-    in its layer batch and 0 on every other row (hits, repeats, dropped slots), bytes
-    (bmoe-engine.md §4, route trace; docs/trace-format.md)."""
+    """Every row of one expert in a layer batch has the same residency (the engine queries it for
+    the batch's ids before loading them, router_hook.cpp; "duplicates within a batch all show
+    residency 0", bmoe-engine.md §4.5), and the ``expert_bytes`` column is the preamble's entry
+    size on the first non-dropped miss row of an expert in its layer batch and 0 on every other
+    row (hits, repeats, dropped slots), bytes (bmoe-engine.md §4.5; docs/trace-format.md)."""
     for ev, res, chg, ln in zip(events, residency, charged, lines):
         n_pos, n_layer, k = ev.routes.shape
         lm = lambda a: a.transpose(1, 0, 2).reshape(-1)      # noqa: E731 - layer-major batch order
@@ -654,8 +664,19 @@ def _check_charged(path: str, expert_bytes: np.ndarray, events: list[DecodeEvent
         layer = np.repeat(np.arange(n_layer), n_pos * k)
         routed = r >= 0
         looked_up = routed if ev.dropped is None else routed & ~lm(ev.dropped)
+        every = np.where(routed, layer * (int(r.max(initial=0)) + 1) + r, -1)
+        _, at, inv = np.unique(every, return_index=True, return_inverse=True)
+        differ = routed & (rs != rs[at][inv])
+        if differ.any():
+            j = int(np.flatnonzero(differ)[0])
+            j0 = int(at[inv[j]])
+            raise TraceFormatError(
+                f"{path}:{int(rows[j])}: expert {int(r[j])} of layer {int(layer[j])} has residency "
+                f"{int(rs[j])} here and {int(rs[j0])} on line {int(rows[j0])} of the same layer "
+                f"batch; expected one residency per expert per batch (queried before the batch is "
+                f"loaded)")
         miss = (rs == 0) & looked_up
-        key = np.where(looked_up, layer * (int(r.max(initial=0)) + 1) + r, -1)
+        key = np.where(looked_up, every, -1)
         ids, first = np.unique(key, return_index=True)
         first_miss = np.zeros(r.size, dtype=bool)
         first = first[ids >= 0]

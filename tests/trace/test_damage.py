@@ -388,3 +388,27 @@ def test_dropped_slots_round_trip(tmp_path_factory, stream, data, budget):
         again.apply(e)
     assert (again.stats.lookups == cache.stats.lookups).all()
     assert (again.stats.read_bytes == cache.stats.read_bytes).all()
+
+
+def _decode(turn, phase, step):
+    return "".join(f"{turn},{phase},{step},{r}" for r in ("0,0,1,0.5,1,0\n", "0,1,2,0.5,1,0\n",
+                                                          "1,0,3,0.5,1,0\n", "1,1,0,0.5,1,0\n"))
+
+
+def test_a_decode_flipped_to_prefill_is_refused(tmp_path):
+    assert _decode(0, 1, 2) == DEC
+    # the second decode's phase column damaged: main read it as a prefill chunk
+    refused(tmp_path, HEAD + PRE + DEC + _decode(0, 0, 3),
+            r":16: a prefill chunk after a decode of the same turn 0")
+
+
+def test_turns_do_not_decrease(tmp_path):
+    refused(tmp_path, HEAD + PRE + _decode(1, 1, 2) + _decode(0, 1, 3),
+            r":16: turn 0 after turn 1; expected turns in increasing order")
+
+
+def test_one_residency_per_expert_per_batch(tmp_path):
+    # expert 1 is routed twice in the prefill's layer-0 batch; its repeat damaged from 0 to 1:
+    # main accepted it (a plausible hit that never was)
+    refused(tmp_path, GOOD.replace("0,0,1,0,0,1,0.5,0,0", "0,0,1,0,0,1,0.5,1,0"),
+            r":8: expert 1 of layer 0 has residency 1 here and 0 on line 6 of the same layer batch")
