@@ -316,7 +316,8 @@ def _diagnose_row(path: str, lineno: int, line: str, columns: list[str], header:
         if name in _INT_COLUMNS and not _INT_RE.fullmatch(t):
             raise TraceFormatError(f"{path}:{lineno}: column {name!r} is {t[:40]!r}, expected an "
                                    f"integer in {_range_text(name, header)} (ASCII digits)")
-    raise TraceFormatError(f"{path}:{lineno}: the row does not parse as {','.join(columns)}")  # pragma: no cover
+    raise TraceFormatError(  # pragma: no cover - the row pattern is the fields' patterns joined
+        f"{path}:{lineno}: the row does not parse as {','.join(columns)}")
 
 
 def _parse_rows(path: str, pre: _Preamble) -> dict[str, np.ndarray]:
