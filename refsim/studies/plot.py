@@ -31,6 +31,28 @@ def _pyplot():
     return plt
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend.
+
+    Raises
+    ------
+    ConfigError
+        ``--plot: matplotlib is not installed; ...`` when it is missing.
+    """
+    return _pyplot()
+
+
+def finish_figure(plt, fig, path: str, title: str = "") -> None:
+    """Title (when given), tight layout, save ``fig`` as PNG to ``path`` atomically, close it."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def _save(fig, path: str) -> None:
     """Save ``fig`` as PNG to ``path`` atomically (temp file in the same folder + rename)."""
     with atomic_path(path, "--plot", suffix=".png") as tmp:
@@ -76,10 +98,4 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     ax_hit.set_ylim(0, 100)
     ax_mib.set_ylabel("flash read, MiB per token (decode)")
     ax_hit.legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    finish_figure(plt, fig, path, title)
