@@ -97,15 +97,17 @@ file (or ``/dev/zero``) is refused from its first bytes, never read whole."""
 MAX_LINES = 2**31 - 1
 """Most lines a trace may have (line numbers are stored as int32)."""
 
-_INT_FIELD = r"[ \t]*-?[0-9]{1,15}[ \t]*"
-"""An integer field as the engine writes it (``%d``), optionally padded: ASCII digits only (no
-``1_0``, no non-ASCII digits, no ``+``), at most 15 digits so that the float64 parse is exact
-(every bound of the format is far below 10**15; a longer number is reported as its text)."""
+_INT_FIELD = r"(?:0|-?[1-9][0-9]{0,14})"
+"""An integer field as the engine writes it (``%d``): ASCII digits, no sign but ``-``, no leading
+zero, no padding (so a byte flipped to ``+``, a space or a digit before a zero is refused, not read
+as another number; no ``1_0``, no non-ASCII digits), at most 15 digits so the float64 parse is
+exact (every bound of the format is far below 10**15; a longer number is reported as its text)."""
 
-_FLOAT_FIELD = (r"[ \t]*[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
-                r"|[nN][aA][nN]|[iI][nN][fF])[ \t]*")
-"""A weight field: a decimal number as ``%.6g`` writes it, ``nan`` (no weight node) or ``inf``
-(ASCII only)."""
+_FLOAT_FIELD = (r"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"
+                r"|-?(?:nan|inf))")
+"""A weight field as ``%.6g`` (the engine) or ``str(float32)`` (refsim) write it: an optional
+``-``, an integer part without leading zeros, decimals, an exponent; or ``nan`` (no weight node)
+or ``inf`` (ASCII only)."""
 
 _INT_RE, _FLOAT_RE = re.compile(_INT_FIELD), re.compile(_FLOAT_FIELD)
 _KNOWN = REQUIRED_COLUMNS + OPTIONAL_COLUMNS

@@ -186,9 +186,29 @@ def test_a_weight_outside_float32_is_refused(tmp_path):
             r":12: column 'weight' is 1e\+39, expected a finite float32 weight or nan")
 
 
-def test_padded_fields_and_crlf_read_as_the_numbers(tmp_path):
-    text = GOOD.replace("0,1,2,0,0,1,0.5,1,0\n", " 0, 1,2 ,0,0,1, 0.5 ,1,0\r\n")
-    same_events(read_trace(write(tmp_path, text)), read_trace(write(tmp_path, GOOD, "good.csv")))
+def test_crlf_reads_as_lf(tmp_path):
+    same_events(read_trace(write(tmp_path, GOOD.replace("\n", "\r\n"))),
+                read_trace(write(tmp_path, GOOD, "good.csv")))
+
+
+@pytest.mark.parametrize("field", [" 1", "1 ", "01", "-0", "00"])
+def test_fields_are_written_as_the_engine_writes_them(tmp_path, field):
+    # a flipped byte ("29" -> "2 ", "0.5" -> "070") must not read as another number
+    refused(tmp_path, GOOD.replace("0,1,2,0,0,1,", f"0,1,2,0,0,{field},"), r":12: column 'expert' is ")
+
+
+@pytest.mark.parametrize("weight", ["070171731", ".5", "+0.5", " 0.5", "0.5 "])
+def test_weights_are_written_as_the_engine_writes_them(tmp_path, weight):
+    refused(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},"),
+            r":12: column 'weight' is .*, expected a number")
+
+
+@pytest.mark.parametrize("weight, value", [("1e-05", 1e-5), ("1.0", 1.0), ("-nan", None), ("0", 0.0),
+                                           ("2.5E+01", 25.0), ("1.", 1.0)])
+def test_weights_as_printf_and_numpy_write_them(tmp_path, weight, value):
+    tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")))
+    w = tr.events[1].weights[0, 0, 0]
+    assert np.isnan(w) if value is None else w == np.float32(value)
 
 
 # --- B4: expert ids fit int16 ------------------------------------------------------------------------
