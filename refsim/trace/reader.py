@@ -110,6 +110,9 @@ _FLOAT_FIELD = (r"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"
 or ``inf`` (ASCII only)."""
 
 _INT_RE, _FLOAT_RE = re.compile(_INT_FIELD), re.compile(_FLOAT_FIELD)
+_MODEL_KEYS = ("model", "arch", "n_layer", "n_expert", "n_expert_used", "cache_mb")
+"""Keys of the model line; on a layer line they are damage (the engine's scripts merge every
+``#`` line's keys, so they would read them as the model's)."""
 _KNOWN = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 _INT_COLUMNS = tuple(c for c in _KNOWN if c != "weight")
 
@@ -230,6 +233,12 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
             continue
         kv = _kv_tokens(path, i + 1, lines[i])
         if "layer" in kv:
+            stray = [t for t in lines[i].lstrip("#").split() if "=" not in t] + [
+                f"{key}=" for key in kv if key in _MODEL_KEYS]
+            if stray:
+                raise TraceFormatError(
+                    f"{path}:{i + 1}: {stray[0][:40]!r} on a layer line; expected "
+                    f"'# layer=L expert_bytes=B dense_bytes=B' (model keys on the model line)")
             il = _header_int(path, i + 1, kv, "layer", 0, MAX_LAYERS - 1)
             eb = _header_int(path, i + 1, kv, "expert_bytes", 1, MAX_ENTRY_BYTES,
                              " (bytes of one expert entry, a miss's cost; at most 2**40)")
@@ -281,7 +290,7 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
         raise TraceFormatError(
             f"{path}:{i + 1}: column header lacks {', '.join(absent)} "
             f"(expected {','.join(REQUIRED_COLUMNS)}[,dropped])")
-    known = {"model", "arch", "n_layer", "n_expert", "n_expert_used"}
+    known = set(_MODEL_KEYS) - {"cache_mb"}
     header = TraceHeader(
         model=model_kv.get("model", ""), arch=model_kv.get("arch", ""), n_layer=n_layer,
         n_expert=n_expert, n_expert_used=k,

@@ -117,6 +117,10 @@ def test_blank_lines_keep_the_file_line_numbers(tmp_path):
     # one line, two values: main took the last silently
     ("n_expert_used=2", "n_expert_used=2 n_layer=3", r":2: n_layer= given twice"),
     ("# layer=1 expert_bytes=4", "# layer=1 expert_bytes=4 expert_bytes=5", r":4: expert_bytes= given twice"),
+    # a digit flipped to a space, a model key on a layer line (the engine's scripts merge all '#'
+    # lines' keys, so they would read n_layer=9)
+    ("dense_bytes=1\n", "dense_bytes=1 5\n", r":3: '5' on a layer line; expected"),
+    ("dense_bytes=1\n", "dense_bytes=1 n_layer=9\n", r":3: 'n_layer=' on a layer line"),
     ("# layer=0 expert_bytes=8 dense_bytes=1\n",
      "# layer=0 expert_bytes=8 dense_bytes=1\n# model=x arch=a n_layer=2 n_expert=4 n_expert_used=1\n",
      r":4: a second model line \(the first is line 2\)"),
