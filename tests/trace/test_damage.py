@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.cache import ExpertCache
@@ -384,6 +384,7 @@ def test_every_slot_dropped_is_refused(tmp_path):
                                    r"top-weighted slot kept")
 
 
+@settings(max_examples=30)
 @given(stream=event_streams(speculative=False), data=st.data(), budget=st.integers(1, 60))
 def test_dropped_slots_round_trip(tmp_path_factory, stream, data, budget):
     """Any drop mask that keeps slot 0 (the top weight): written, read back, replayed the same."""
