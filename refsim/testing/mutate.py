@@ -118,3 +118,21 @@ def run_guarded(code: str, memory_bytes: int = 1 << 30, timeout: float = 60.0):
              f"{memory_bytes}))\n")
     return subprocess.run([sys.executable, "-c", guard + code], capture_output=True, text=True,
                           timeout=timeout)
+
+
+def refusal_in_child(reader: str, path: str, **guard) -> str:
+    """The one-line ``RefsimError`` message ``reader(path)`` raises, run in a guarded child
+    (:func:`run_guarded`); ``reader`` is ``"module:function"``, e.g. ``"refsim.trace:read_trace"``.
+
+    Raises
+    ------
+    AssertionError
+        When the child does not end with a ``RefsimError`` (it returned, crashed, or ran out of
+        its memory).
+    """
+    module, func = reader.split(":")
+    out = run_guarded(f"from {module} import {func}\nfrom refsim.errors import RefsimError\n"
+                      f"try:\n    {func}({path!r})\nexcept RefsimError as e:\n    print(e)\n"
+                      f"else:\n    print('RETURNED')\n", **guard)
+    assert out.returncode == 0 and out.stdout and out.stdout != "RETURNED\n", (out.stdout, out.stderr)
+    return out.stdout.rstrip("\n")
