@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refsim import MIB
+from refsim import MAX_CACHE_MIB, MIB
 from refsim.cache.lru import NIL, lru_apply_event
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.events import N_KINDS, DecodeEvent, DecodeKind
@@ -81,9 +81,6 @@ class CacheStats:
             return int(arr.sum())
         return int(sum(arr[int(k)] for k in kinds))
 
-
-MAX_CACHE_MIB = 1 << 40
-"""Largest ``--cache-mb`` accepted: 2**40 MiB = 1 EiB (byte counts stay far inside int64)."""
 
 CACHE_MB_RANGE = "a number of MiB from 2^-20 (one byte) to 2^40 (1 EiB)"
 """What ``--cache-mb`` accepts (:meth:`ExpertCache.mib_to_bytes`), in every command's message."""

@@ -141,8 +141,7 @@ def run(args) -> int:
         return run_policy(args, trace, policy, budget)
     check_outputs({"--csv": args.csv}, {"TRACE": args.trace})
     trace = read_trace(args.trace)
-    if trace.n_rows == 0:
-        raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to replay)")
+    trace.require_rows("replay")
     report = replay_trace(trace, budget)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None:

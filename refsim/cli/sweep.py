@@ -41,6 +41,7 @@ def run(args) -> int:
         from refsim.studies.plot import require_matplotlib
         require_matplotlib()  # before the sweep, not after it
     trace = read_trace(args.trace)
+    trace.require_rows("sweep")
     h = trace.header
     batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
     result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)

@@ -27,6 +27,7 @@ generated tokens, so ``tokens`` is the same in every cell. Flash bytes are not p
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -178,8 +179,35 @@ def ngram_whatif(stream, prompt_len: int, drafts: Iterable[int], min_matches: It
             for d in drafts for m in min_matches]
 
 
+TOKEN_FILE_CHUNK = 1 << 20
+"""Bytes read at a time by :func:`read_token_file`; each chunk is checked before the next is read,
+so a binary file (or ``/dev/zero``) is refused from its first bytes."""
+
+_TOKEN_FIELD_MAX = 64
+"""Bytes around a bad byte searched for its field, for the error message."""
+
+_QUOTE = 40
+"""Digits of a too-long field quoted in its error message (then ``...``); a field still growing
+past them at a chunk's end is refused without reading the rest."""
+
+_NOT_TOKEN_BYTE = re.compile(rb"[^0-9,\s]")
+_TOKEN_SEP = re.compile(rb"[,\s]")
+_DIGITS = re.compile(rb"[0-9]+")
+_NL = b"\n"
+
+
+def _after_last_separator(buf: bytes) -> int:
+    """Index just past the last comma or ASCII whitespace byte of ``buf`` (0 if none)."""
+    return max(buf.rfind(bytes([c])) for c in b", \t\n\r\v\f") + 1
+
+
 def read_token_file(path, flag: str = "--tokens") -> np.ndarray:
-    """Token ids from a text file: integers separated by commas and/or whitespace.
+    """Token ids from a text file: ASCII integers separated by commas and/or ASCII whitespace.
+
+    The file is read in chunks of :data:`TOKEN_FILE_CHUNK` bytes and each is checked before the
+    next is read, so a binary file (or ``/dev/zero``) is refused from its first bytes; a field has
+    at most 10 digits (2**31 - 1 has 10), so a long one is refused without reading it whole.
+    Lines are counted by ``\n``.
 
     Parameters
     ----------
@@ -196,33 +224,76 @@ def read_token_file(path, flag: str = "--tokens") -> np.ndarray:
     Raises
     ------
     ConfigError
-        Naming ``flag`` and the file: missing or unreadable file, a folder, text that is not
-        UTF-8, a field that is not an ASCII integer in ``0..2**31-1`` (names the line), no ids.
+        Naming ``flag`` and the file: missing or unreadable file, a folder, a NUL byte or text that
+        is not UTF-8 (names the line and the byte offset), a field that is not an ASCII integer
+        in ``0..2**31-1`` (names the line; non-ASCII digits and separators are refused), no ids.
     """
     path = os.fspath(path)
     expected = "expected a text file of token ids separated by commas or whitespace"
+    out: list[int] = []
+    offset = 0           # file offset of buf[0]
+    line = 1             # line of buf[0]
+    buf = b""
+
+    def field_error(pos: int) -> ConfigError:
+        """The error for the bad byte at ``buf[pos]``: NUL, not UTF-8, or a bad field."""
+        where = f"{flag} {path}:{line + buf.count(_NL, 0, pos)}"
+        if buf[pos] == 0:
+            return ConfigError(f"{where}: NUL byte at byte offset {offset + pos}; {expected} "
+                               f"(a binary file?)")
+        a = max((m.end() for m in _TOKEN_SEP.finditer(buf, max(0, pos - _TOKEN_FIELD_MAX), pos)),
+                default=max(0, pos - _TOKEN_FIELD_MAX))
+        m = _TOKEN_SEP.search(buf, pos)
+        b = min(m.start() if m else len(buf), a + _TOKEN_FIELD_MAX)
+        seg = buf[a:b]
+        try:
+            text = seg.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if not (exc.reason == "unexpected end of data" and exc.end == len(seg)):
+                bad = a + exc.start
+                return ConfigError(f"{where}: not UTF-8 text (byte 0x{buf[bad]:02x} at offset "
+                                   f"{offset + bad}); {expected}")
+            text = seg[:exc.start].decode("utf-8") + "..."   # a character cut by the chunk
+        return ConfigError(f"{where}: {text!r} is not a token id (expected an integer "
+                           f"0..{TOKEN_ID_MAX})")
+
+    def not_an_id(pos: int, digits: bytes) -> ConfigError:
+        text = digits[:_QUOTE].decode() + ("..." if len(digits) > _QUOTE else "")
+        return ConfigError(f"{flag} {path}:{line + buf.count(_NL, 0, pos)}: {text!r} is not a "
+                           f"token id (expected an integer 0..{TOKEN_ID_MAX})")
+
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        fh = open(path, "rb")
     except FileNotFoundError:
         raise ConfigError(f"{flag} {path}: no such file; {expected}") from None
     except IsADirectoryError:
         raise ConfigError(f"{flag} {path}: is a folder; {expected}") from None
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read ({exc.strerror}); {expected}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{flag} {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
-                          f"{exc.start}); {expected}") from None
-    out: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        for field in line.replace(",", " ").split():
-            # isascii: str.isdigit also accepts '²' and other digits int() refuses or reads
-            if not (field.isascii() and field.isdigit()) or int(field) > TOKEN_ID_MAX:
-                raise ConfigError(f"{flag} {path}:{lineno}: {field!r} is not a token id (expected "
-                                  f"an integer 0..{TOKEN_ID_MAX})")
-            out.append(int(field))
+    with fh:
+        while True:
+            try:
+                chunk = fh.read(TOKEN_FILE_CHUNK)
+            except OSError as exc:
+                raise ConfigError(f"{flag} {path}: cannot read ({exc.strerror}); {expected}") \
+                    from None
+            buf += chunk
+            # complete fields end at the last separator; the rest waits for the next chunk
+            cut = _after_last_separator(buf) if chunk else len(buf)
+            bad = _NOT_TOKEN_BYTE.search(buf)
+            for m in _DIGITS.finditer(buf, 0, cut if bad is None else min(cut, bad.start())):
+                if m.end() - m.start() > 10 or int(m.group()) > TOKEN_ID_MAX:
+                    raise not_an_id(m.start(), m.group())
+                out.append(int(m.group()))
+            if bad is not None:                  # after the fields before it: the first error
+                raise field_error(bad.start())
+            if len(buf) - cut > _QUOTE:          # a digit run far too long for an id
+                raise not_an_id(cut, buf[cut:])
+            line += buf.count(b"\n", 0, cut)
+            offset += cut
+            buf = buf[cut:]
+            if not chunk:
+                break
     if not out:
         raise ConfigError(f"{flag} {path}: no token ids found; {expected}")
     return np.asarray(out, dtype=np.int64)

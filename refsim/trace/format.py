@@ -22,6 +22,24 @@ OPTIONAL_COLUMNS = ("dropped",)
 WRITE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 """Column order refsim writes (the engine's current writer)."""
 
+MAX_LAYERS = 4096
+"""Largest ``n_layer`` a trace may declare: 8x llama.cpp's ``LLAMA_MAX_LAYERS`` (512,
+src/llama-hparams.h); no model reaches it, and it bounds the reader's arrays before it allocates."""
+
+MAX_EXPERTS = 32767
+"""Largest ``n_expert``: expert ids are stored as int16 (:class:`refsim.events.DecodeEvent`
+``routes``), so ids run 0..32766; llama.cpp caps ``n_expert`` far lower (``LLAMA_MAX_EXPERTS``)."""
+
+MAX_EXPERT_USED = 1024
+"""Largest ``n_expert_used`` (top-k); llama.cpp's models route at most a few dozen experts."""
+
+MAX_ENTRY_BYTES = 1 << 40
+"""Largest ``expert_bytes``/``dense_bytes`` of one layer: 2**40 bytes (1 TiB), so sums over layers
+and slots stay far inside int64."""
+
+MAX_POSITION = 2**31 - 1
+"""Largest ``step`` and ``turn``: the engine's ``int`` fields; llama.cpp's ``llama_pos`` is int32."""
+
 RESIDENCY_MISS, RESIDENCY_HIT, RESIDENCY_SPEC = 0, 1, 2
 """Residency codes, queried before the layer's batch is loaded: miss, hit on a demanded entry,
 hit on a prefetched entry not yet used (bmoe-engine.md §3.5)."""
@@ -53,7 +71,10 @@ class TraceHeader:
     Raises
     ------
     ValueError
-        If a size is not positive or the arrays do not have ``n_layer`` entries.
+        If a size is not positive or the arrays do not have ``n_layer`` entries, or a number
+        exceeds the format's bounds (:data:`MAX_LAYERS`, :data:`MAX_EXPERTS`,
+        :data:`MAX_EXPERT_USED`, :data:`MAX_ENTRY_BYTES`), so refsim never writes a trace its
+        reader refuses.
     """
 
     model: str
@@ -72,6 +93,10 @@ class TraceHeader:
                 f"{self.n_layer}, {self.n_expert}, {self.n_expert_used}")
         if self.n_expert_used > self.n_expert:
             raise ValueError(f"n_expert_used={self.n_expert_used} > n_expert={self.n_expert}")
+        for name, bound in (("n_layer", MAX_LAYERS), ("n_expert", MAX_EXPERTS),
+                            ("n_expert_used", MAX_EXPERT_USED)):
+            if getattr(self, name) > bound:
+                raise ValueError(f"{name}={getattr(self, name)} exceeds the route trace bound {bound}")
         for name in ("expert_bytes", "dense_bytes"):
             arr = np.asarray(getattr(self, name), dtype=np.int64)
             if arr.shape != (self.n_layer,):
@@ -81,6 +106,8 @@ class TraceHeader:
             raise ValueError("expert_bytes must be > 0 for every layer")
         if (self.dense_bytes < 0).any():
             raise ValueError("dense_bytes must be >= 0 for every layer")
+        if (self.expert_bytes > MAX_ENTRY_BYTES).any() or (self.dense_bytes > MAX_ENTRY_BYTES).any():
+            raise ValueError(f"expert_bytes and dense_bytes must be <= {MAX_ENTRY_BYTES} (2**40)")
 
     @property
     def token_cycle_bytes(self) -> int:

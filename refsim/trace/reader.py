@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from refsim import MAX_CACHE_MIB
 from refsim.errors import TraceFormatError
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
-from refsim.trace.format import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TRACE_MAGIC, TraceHeader
+from refsim.trace.format import (MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS, MAX_LAYERS,
+                                 MAX_POSITION, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TRACE_MAGIC,
+                                 TraceHeader)
 
 
 @dataclass
@@ -32,7 +36,9 @@ class RouteTrace:
         In file order. Prefill events are ``DecodeKind.PREFILL``; a decode event with one
         position is ``PLAIN``, with more it is ``VERIFY`` (``n_draft = n_pos - 1``).
     residency : list of (n_pos, n_layer, k) int8 ndarray
-        Recorded residency per slot (0 miss, 1 hit, 2 prefetched hit; -1 where not routed).
+        Recorded residency per slot (0 miss, 1 hit, 2 prefetched hit; -1 where not routed). A
+        dropped slot keeps the residency the engine queried before dropping it (0: only misses
+        are dropped, bmoe-engine.md §3.6).
     charged_bytes : list of (n_pos, n_layer, k) int64 ndarray
         The ``expert_bytes`` column per slot (bytes charged on the first miss row of an expert).
     line_numbers : list of (n_pos, n_layer, k) int32 ndarray
@@ -50,6 +56,20 @@ class RouteTrace:
     has_dropped_column: bool = False
     n_rows: int = 0
     speculative: bool = field(default=False)
+    column_line: int = 0
+
+    def require_rows(self, purpose: str) -> None:
+        """Refuse a trace with a preamble and no rows, for a command that would print zeros.
+
+        Raises
+        ------
+        TraceFormatError
+            Naming the file and the line after the column header.
+        """
+        if self.n_rows == 0:
+            raise TraceFormatError(f"{self.path}:{self.column_line + 1}: the trace has a preamble "
+                                   f"but no rows (nothing to {purpose}); expected rows after the "
+                                   f"column header")
 
     @property
     def n_prompt(self) -> int:
@@ -70,141 +90,275 @@ class RouteTrace:
         return np.flatnonzero(~seen).tolist() if seen.any() else []
 
 
-def _kv_tokens(text: str) -> dict[str, str]:
-    """``key=value`` tokens of a ``#`` preamble line; other tokens are ignored."""
+READ_CHUNK = 1 << 22
+"""Bytes read at a time: each chunk is checked for NUL bytes before the next is read, so a binary
+file (or ``/dev/zero``) is refused from its first bytes, never read whole."""
+
+MAX_LINES = 2**31 - 1
+"""Most lines a trace may have (line numbers are stored as int32)."""
+
+_INT_FIELD = r"(?:0|-?[1-9][0-9]{0,14})"
+"""An integer field as the engine writes it (``%d``): ASCII digits, no sign but ``-``, no leading
+zero, no padding (so a byte flipped to ``+``, a space or a digit before a zero is refused, not read
+as another number; no ``1_0``, no non-ASCII digits), at most 15 digits so the float64 parse is
+exact (every bound of the format is far below 10**15; a longer number is reported as its text)."""
+
+_FLOAT_FIELD = (r"(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"
+                r"|-?(?:nan|inf))")
+"""A weight field as ``%.6g`` (the engine) or ``str(float32)`` (refsim) write it: an optional
+``-``, an integer part without leading zeros, decimals, an exponent; or ``nan`` (no weight node)
+or ``inf`` (ASCII only)."""
+
+_INT_RE, _FLOAT_RE = re.compile(_INT_FIELD), re.compile(_FLOAT_FIELD)
+_MODEL_KEYS = ("model", "arch", "n_layer", "n_expert", "n_expert_used", "cache_mb")
+"""Keys of the model line; on a layer line they are damage (the engine's scripts merge every
+``#`` line's keys, so they would read them as the model's)."""
+_KNOWN = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+_INT_COLUMNS = tuple(c for c in _KNOWN if c != "weight")
+
+
+def _read_text(path: str) -> str:
+    """The file as text, refusing a non-trace from its first line and binary data chunk by chunk.
+
+    Raises
+    ------
+    TraceFormatError
+        Unreadable file, a first line that is not ``# route_trace v1``, a NUL byte or text that
+        is not UTF-8 (naming the line and the byte offset).
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(TRACE_MAGIC) + 2)
+            first = head.split(b"\n", 1)[0].rstrip(b"\r")
+            if first != TRACE_MAGIC.encode():
+                got = (first[:60].decode("utf-8", "backslashreplace") if head
+                       else "an empty file")
+                raise TraceFormatError(f"{path}:1: expected {TRACE_MAGIC!r}, got {got!r}"
+                                       f"{' (not a route trace)' if head else ''}")
+            chunks = [head]
+            size, lines = len(head), head.count(b"\n")
+            while True:
+                chunk = fh.read(READ_CHUNK)
+                if not chunk:
+                    break
+                nul = chunk.find(b"\0")
+                if nul >= 0:
+                    line = lines + chunk.count(b"\n", 0, nul) + 1
+                    raise TraceFormatError(f"{path}:{line}: NUL byte at byte offset {size + nul}; "
+                                           f"expected text (a binary or damaged file?)")
+                size += len(chunk)
+                lines += chunk.count(b"\n")
+                if lines > MAX_LINES:
+                    raise TraceFormatError(f"{path}:{MAX_LINES}: more than {MAX_LINES} lines")
+                chunks.append(chunk)
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read: {exc.strerror}") from None
+    raw = b"".join(chunks)
+    del chunks
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise TraceFormatError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                               f"byte offset {exc.start})") from None
+
+
+def _kv_tokens(path: str, lineno: int, text: str) -> dict[str, str]:
+    """``key=value`` tokens of a ``#`` preamble line; other tokens are ignored. A key given twice
+    is an error (which one the engine meant is unknowable)."""
     out: dict[str, str] = {}
     for tok in text.lstrip("#").split():
         if "=" in tok:
             key, value = tok.split("=", 1)
+            if key in out:
+                raise TraceFormatError(f"{path}:{lineno}: {key}= given twice on one preamble line "
+                                       f"({key}={out[key]} and {key}={value}); expected it once")
             out[key] = value
     return out
 
 
-def _header_int(path: str, lineno: int, kv: dict[str, str], key: str) -> int:
+def _header_int(path: str, lineno: int, kv: dict[str, str], key: str, lo: int, hi: int,
+                what: str = "") -> int:
+    """A preamble integer, ASCII digits only, bounded to ``lo..hi`` before anything uses it."""
     if key not in kv:
         raise TraceFormatError(f"{path}:{lineno}: preamble has no {key}= (expected '{key}=<int>')")
-    try:
-        return int(kv[key])
-    except ValueError:
+    text = kv[key]
+    if not re.fullmatch(r"-?[0-9]+", text):
         raise TraceFormatError(
-            f"{path}:{lineno}: {key}={kv[key]!r} is not an integer") from None
+            f"{path}:{lineno}: {key}={text[:40]!r} is not an integer (expected ASCII digits)")
+    if len(text.lstrip("-")) > 20 or not lo <= int(text) <= hi:
+        raise TraceFormatError(f"{path}:{lineno}: {key}={text[:40]} is out of range; expected "
+                               f"{lo}..{hi}{what}")
+    return int(text)
 
 
-def _parse_header(path: str, lines: list[str]) -> tuple[TraceHeader, int, list[str]]:
-    """Parse the preamble; returns the header, the index of the column line, and its columns."""
-    if not lines or lines[0].rstrip("\r\n") != TRACE_MAGIC:
-        got = lines[0].rstrip("\r\n")[:60] if lines else "an empty file"
-        raise TraceFormatError(f"{path}:1: expected {TRACE_MAGIC!r}, got {got!r}")
+def _check_cache_mb(path: str, lineno: int, text: str) -> None:
+    """The recorded budget ``cache_mb=`` (refsim's own key) is a finite number of MiB in
+    ``(0, MAX_CACHE_MIB]``, or replay would quote a budget that never was."""
+    ok = re.fullmatch(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", text) is not None
+    if ok:
+        value = float(text)
+        ok = 0 < value <= MAX_CACHE_MIB
+    if not ok:
+        raise TraceFormatError(f"{path}:{lineno}: cache_mb={text[:40]!r} is not a budget; expected "
+                               f"a number of MiB > 0 and <= {MAX_CACHE_MIB} (the budget the "
+                               f"residency was recorded at)")
+
+
+@dataclass
+class _Preamble:
+    header: TraceHeader
+    columns: list[str]
+    column_line: int                    # 1-based line of the column header
+    layer_lines: dict[int, int]         # 1-based line of each layer's preamble line
+    data: list[str]                     # non-blank data lines
+    data_lines: np.ndarray              # (n_rows,) int64, their 1-based line numbers
+
+
+def _parse_preamble(path: str, text: str) -> _Preamble:
+    """Parse the preamble; blank and whitespace-only lines are skipped everywhere after line 1
+    (an editor's trailing newline is the common slip); every line keeps its number."""
+    lines = text.split("\n")
+    ends_with_newline = lines[-1] == ""
+    if ends_with_newline:
+        lines.pop()
     model_kv: dict[str, str] | None = None
     model_line = 0
     layers: dict[int, tuple[int, int]] = {}
+    layer_lines: dict[int, int] = {}
     i = 1
-    while i < len(lines) and lines[i].startswith("#"):
-        kv = _kv_tokens(lines[i])
+    while i < len(lines) and (lines[i].startswith("#") or not lines[i].strip()):
+        if not lines[i].strip():
+            i += 1
+            continue
+        kv = _kv_tokens(path, i + 1, lines[i])
         if "layer" in kv:
-            il = _header_int(path, i + 1, kv, "layer")
-            eb = _header_int(path, i + 1, kv, "expert_bytes")
-            db = _header_int(path, i + 1, kv, "dense_bytes")
-            if il in layers:
-                raise TraceFormatError(f"{path}:{i + 1}: layer={il} listed twice in the preamble")
-            if eb <= 0 or db < 0:
+            stray = [t for t in lines[i].lstrip("#").split() if "=" not in t] + [
+                f"{key}=" for key in kv if key in _MODEL_KEYS]
+            if stray:
                 raise TraceFormatError(
-                    f"{path}:{i + 1}: layer={il} needs expert_bytes > 0 and dense_bytes >= 0, "
-                    f"got {eb} and {db}")
+                    f"{path}:{i + 1}: {stray[0][:40]!r} on a layer line; expected "
+                    f"'# layer=L expert_bytes=B dense_bytes=B' (model keys on the model line)")
+            il = _header_int(path, i + 1, kv, "layer", 0, MAX_LAYERS - 1)
+            eb = _header_int(path, i + 1, kv, "expert_bytes", 1, MAX_ENTRY_BYTES,
+                             " (bytes of one expert entry, a miss's cost; at most 2**40)")
+            db = _header_int(path, i + 1, kv, "dense_bytes", 0, MAX_ENTRY_BYTES,
+                             " (bytes of the layer's other tensors; at most 2**40)")
+            if il in layers:
+                raise TraceFormatError(f"{path}:{i + 1}: layer={il} listed twice in the preamble "
+                                       f"(first at line {layer_lines[il]})")
             layers[il] = (eb, db)
+            layer_lines[il] = i + 1
         elif "arch" in kv or "n_layer" in kv:
+            if model_kv is not None:
+                raise TraceFormatError(f"{path}:{i + 1}: a second model line (the first is line "
+                                       f"{model_line}); expected one")
             model_kv, model_line = kv, i + 1
         i += 1
     if model_kv is None:
         raise TraceFormatError(
-            f"{path}: missing the model preamble line "
+            f"{path}:{i + 1}: missing the model preamble line (the preamble ends here) "
             f"('# model=... arch=... n_layer=N n_expert=N n_expert_used=K')")
-    n_layer = _header_int(path, model_line, model_kv, "n_layer")
-    n_expert = _header_int(path, model_line, model_kv, "n_expert")
-    k = _header_int(path, model_line, model_kv, "n_expert_used")
-    if n_layer < 1 or n_expert < 1 or not 1 <= k <= n_expert:
-        raise TraceFormatError(
-            f"{path}:{model_line}: need n_layer >= 1, n_expert >= 1, 1 <= n_expert_used <= "
-            f"n_expert; got {n_layer}, {n_expert}, {k}")
+    n_layer = _header_int(path, model_line, model_kv, "n_layer", 1, MAX_LAYERS,
+                          " (the route trace bound: 8x llama.cpp's LLAMA_MAX_LAYERS)")
+    n_expert = _header_int(path, model_line, model_kv, "n_expert", 1, MAX_EXPERTS,
+                           " (expert ids are stored as int16)")
+    k = _header_int(path, model_line, model_kv, "n_expert_used", 1, min(n_expert, MAX_EXPERT_USED),
+                    f" (at most n_expert={n_expert} and the bound {MAX_EXPERT_USED})")
+    if "cache_mb" in model_kv:
+        _check_cache_mb(path, model_line, model_kv["cache_mb"])
+    extra_layers = sorted(il for il in layers if il >= n_layer)
+    if extra_layers:
+        raise TraceFormatError(f"{path}:{layer_lines[extra_layers[0]]}: preamble lists "
+                               f"layer={extra_layers[0]} outside 0..{n_layer - 1} (n_layer={n_layer})")
     missing = [il for il in range(n_layer) if il not in layers]
     if missing:
         raise TraceFormatError(
-            f"{path}: preamble has no '# layer=L expert_bytes=B dense_bytes=B' line for layer "
-            f"{missing[0]} ({len(missing)} of n_layer={n_layer} layers missing)")
-    extra_layers = sorted(il for il in layers if not 0 <= il < n_layer)
-    if extra_layers:
-        raise TraceFormatError(
-            f"{path}: preamble lists layer={extra_layers[0]} outside 0..{n_layer - 1}")
+            f"{path}:{model_line}: preamble has no '# layer=L expert_bytes=B dense_bytes=B' line for "
+            f"layer {missing[0]} ({len(missing)} of n_layer={n_layer} layers missing)")
     if i >= len(lines):
         raise TraceFormatError(f"{path}:{i + 1}: expected the column header line, got end of file")
-    columns = [c.strip() for c in lines[i].rstrip("\r\n").split(",")]
+    columns = [c.strip() for c in lines[i].rstrip("\r").split(",")]
+    seen: set[str] = set()
+    for c in columns:
+        if c in seen:
+            raise TraceFormatError(f"{path}:{i + 1}: column {c!r} appears twice in the column "
+                                   f"header; expected each column once")
+        seen.add(c)
     absent = [c for c in REQUIRED_COLUMNS if c not in columns]
     if absent:
         raise TraceFormatError(
             f"{path}:{i + 1}: column header lacks {', '.join(absent)} "
             f"(expected {','.join(REQUIRED_COLUMNS)}[,dropped])")
-    known = {"model", "arch", "n_layer", "n_expert", "n_expert_used"}
+    known = set(_MODEL_KEYS) - {"cache_mb"}
     header = TraceHeader(
         model=model_kv.get("model", ""), arch=model_kv.get("arch", ""), n_layer=n_layer,
         n_expert=n_expert, n_expert_used=k,
         expert_bytes=np.array([layers[il][0] for il in range(n_layer)], dtype=np.int64),
         dense_bytes=np.array([layers[il][1] for il in range(n_layer)], dtype=np.int64),
         extra=tuple((key, v) for key, v in model_kv.items() if key not in known))
-    return header, i, columns
+    keep = [j for j in range(i + 1, len(lines)) if lines[j].strip()]
+    if keep and keep[-1] == len(lines) - 1 and not ends_with_newline:
+        raise TraceFormatError(f"{path}:{len(lines)}: last line is truncated (no end of line): "
+                               f"{lines[-1][:60]!r}")
+    return _Preamble(header, columns, i + 1, layer_lines, [lines[j] for j in keep],
+                     np.asarray(keep, dtype=np.int64) + 1)
 
 
-def _column(path: str, first_line: int, name: str, texts: np.ndarray, dtype) -> np.ndarray:
-    """Convert one column of strings; on failure name the first bad line."""
+def _range_text(name: str, header: TraceHeader) -> str:
+    """What column ``name`` holds, for messages."""
+    return {"turn": f"0..{MAX_POSITION}", "phase": "0 (prefill) or 1 (decode)",
+            "step": f"0..{MAX_POSITION}", "layer": f"0..{header.n_layer - 1}",
+            "slot": f"0..{header.n_expert_used - 1}", "expert": f"0..{header.n_expert - 1}",
+            "residency": "0, 1 or 2", "expert_bytes": "bytes",
+            "dropped": "0 or 1"}.get(name, "")
+
+
+def _diagnose_row(path: str, lineno: int, line: str, columns: list[str], header: TraceHeader):
+    """Raise the error for one data line that does not match the row pattern."""
+    fields = line.rstrip("\r").split(",")
+    if len(fields) != len(columns):
+        raise TraceFormatError(f"{path}:{lineno}: expected {len(columns)} fields "
+                               f"({','.join(columns)}), got {len(fields)}")
+    for name, t in zip(columns, fields):
+        if name == "weight" and not _FLOAT_RE.fullmatch(t):
+            raise TraceFormatError(f"{path}:{lineno}: column 'weight' is {t[:40]!r}, expected a "
+                                   f"number (ASCII; nan when the engine saw no weight)")
+        if name in _INT_COLUMNS and not _INT_RE.fullmatch(t):
+            raise TraceFormatError(f"{path}:{lineno}: column {name!r} is {t[:40]!r}, expected an "
+                                   f"integer in {_range_text(name, header)} (ASCII digits)")
+    raise TraceFormatError(  # pragma: no cover - the row pattern is the fields' patterns joined
+        f"{path}:{lineno}: the row does not parse as {','.join(columns)}")
+
+
+def _parse_rows(path: str, pre: _Preamble) -> dict[str, np.ndarray]:
+    """Numeric columns by name, exactly as written. One regular expression validates every row
+    (in C); the first line it rejects is diagnosed field by field; the validated text is then
+    parsed by numpy (integers of at most 15 digits are exact in float64)."""
+    columns, data = pre.columns, pre.data
+    n_rows = len(data)
+    wanted = [c for c in columns if c in _KNOWN]
+    if not data:
+        return {c: np.zeros(0, dtype=np.float64 if c == "weight" else np.int64) for c in wanted}
+    field = {c: (_FLOAT_FIELD if c == "weight" else _INT_FIELD if c in _KNOWN else "[^,]*")
+             for c in columns}
+    row = ",".join(f"(?:{field[c]})" for c in columns) + r"\r?"
+    block = "\n".join(data)
+    bad = re.compile(rf"^(?!{row}$)", re.M).search(block)
+    if bad is not None:
+        j = block.count("\n", 0, bad.start())
+        _diagnose_row(path, int(pre.data_lines[j]), data[j], columns, pre.header)
+    idx = [columns.index(c) for c in wanted]
     try:
-        if dtype is np.float64:
-            return texts.astype(np.float64)
-        return texts.astype(np.int64)
-    except ValueError:
-        for j, t in enumerate(texts):
-            try:
-                float(t) if dtype is np.float64 else int(t)
-            except ValueError:
-                kind = "a number" if dtype is np.float64 else "an integer"
-                raise TraceFormatError(
-                    f"{path}:{first_line + j}: column {name!r} is {str(t)!r}, expected {kind}"
-                ) from None
-        raise  # pragma: no cover - astype failed yet every value converts
-
-
-_INT_COLUMNS = tuple(c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c != "weight")
-
-
-def _parse_rows(path: str, data: list[str], columns: list[str], line0: int) -> dict:
-    """Numeric columns by name. A fast C parse first; on any problem a line-by-line pass that
-    names the first bad line."""
-    n_col = len(columns)
-    wanted = [c for c in columns if c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
-    if data:
-        try:
-            table = np.loadtxt(io.StringIO("\n".join(data)), delimiter=",", dtype=np.float64,
-                               ndmin=2, comments=None)
-            if table.shape[1] == n_col:
-                out = {}
-                for c in wanted:
-                    v = table[:, columns.index(c)]
-                    if c == "weight":
-                        out[c] = v
-                        continue
-                    if not (np.isfinite(v).all() and (v == np.round(v)).all()):
-                        raise ValueError
-                    out[c] = v.astype(np.int64)
-                return out
-        except ValueError:
-            pass
-    fields = [ln.rstrip("\r").split(",") for ln in data]
-    for j, f in enumerate(fields):
-        if len(f) != n_col:
-            raise TraceFormatError(
-                f"{path}:{line0 + j}: expected {n_col} fields ({','.join(columns)}), got {len(f)}")
+        table = np.loadtxt(io.StringIO(block), delimiter=",", dtype=np.float64, ndmin=2,
+                           comments=None, usecols=idx)
+    except ValueError:  # pragma: no cover - numpy refused text the pattern accepts: parse in Python
+        table = np.array([[float(ln.split(",")[i]) for i in idx] for ln in data], dtype=np.float64)
     out = {}
-    for c in wanted:
-        texts = np.array([f[columns.index(c)] for f in fields], dtype=str)
-        out[c] = _column(path, line0, c, texts, np.float64 if c == "weight" else np.int64)
+    for j, c in enumerate(wanted):
+        v = table[:, j]
+        out[c] = v if c == "weight" else v.astype(np.int64)
+    assert all(len(v) == n_rows for v in out.values())
     return out
 
 
@@ -214,7 +368,8 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     Parameters
     ----------
     path : str or path-like
-        The trace file (9 columns, or 10 with ``dropped``; columns are read by name).
+        The trace file (9 columns, or 10 with ``dropped``; columns are read by name). Blank and
+        whitespace-only lines are skipped.
 
     Returns
     -------
@@ -223,34 +378,22 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     Raises
     ------
     TraceFormatError
-        Naming the file and line: missing magic or model line, a layer without
-        ``expert_bytes``/``dense_bytes``, a missing column, a row with the wrong field count
-        (including a truncated last line), a non-numeric field, a value out of range
-        (phase not 0/1, slot >= n_expert_used, expert >= n_expert, layer >= n_layer,
-        residency not 0/1/2), or a duplicate ``(turn, phase, step, layer, slot)`` in a trace
-        without speculative (multi-position) decodes.
+        Naming the file and line (docs/trace-format.md, "Validation"): missing magic (checked on
+        the first bytes, so a binary file is never read whole), NUL bytes or non-UTF-8 text, a
+        missing or repeated model line or key, a preamble number outside its bound
+        (:data:`~refsim.trace.format.MAX_LAYERS` and friends, ``cache_mb=`` not a budget), a
+        layer without ``expert_bytes``/``dense_bytes``, a missing or repeated column, a row with
+        the wrong field count (including a truncated last line), a field that is not an ASCII
+        number, a value out of range, rows missing from a decode, positions out of order, an
+        ``expert_bytes`` cell that disagrees with the preamble, or a duplicate
+        ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
-    lines = text.split("\n")
-    ends_with_newline = lines[-1] == ""
-    if ends_with_newline:
-        lines.pop()
-    header, col_idx, columns = _parse_header(path, lines)
-    first = col_idx + 1  # index of the first data line
-    data = lines[first:]
-    if data and not ends_with_newline:
-        raise TraceFormatError(
-            f"{path}:{len(lines)}: last line is truncated (no end of line): {data[-1][:60]!r}")
-    line0 = first + 1
-    cols = _parse_rows(path, data, columns, line0)
-    n_rows = len(data)
+    pre = _parse_preamble(path, _read_text(path))
+    header, columns, lines_of = pre.header, pre.columns, pre.data_lines
+    cols = _parse_rows(path, pre)
+    n_rows = len(pre.data)
+    del pre.data[:]
     turn, phase, step, layer = cols["turn"], cols["phase"], cols["step"], cols["layer"]
     slot, expert, residency = cols["slot"], cols["expert"], cols["residency"]
     charged, weight = cols["expert_bytes"], cols["weight"]
@@ -260,12 +403,12 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         if bad.any():
             j = int(np.argmax(bad))
             raise TraceFormatError(
-                f"{path}:{line0 + j}: column {name!r} is {values[j]}, expected {what}")
+                f"{path}:{int(lines_of[j])}: column {name!r} is {values[j]}, expected {what}")
 
     k, n_layer, n_expert = header.n_expert_used, header.n_layer, header.n_expert
     check((phase != 0) & (phase != 1), "0 (prefill) or 1 (decode)", "phase", phase)
-    check(turn < 0, "a turn >= 0", "turn", turn)
-    check(step < 0, "a position >= 0", "step", step)
+    check((turn < 0) | (turn > MAX_POSITION), f"a turn in 0..{MAX_POSITION}", "turn", turn)
+    check((step < 0) | (step > MAX_POSITION), f"a position in 0..{MAX_POSITION}", "step", step)
     check((layer < 0) | (layer >= n_layer), f"a layer in 0..{n_layer - 1}", "layer", layer)
     check((slot < 0) | (slot >= k), f"a slot in 0..{k - 1} (n_expert_used={k})", "slot", slot)
     check((expert < 0) | (expert >= n_expert), f"an expert id in 0..{n_expert - 1}", "expert",
@@ -273,6 +416,8 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     check((residency < 0) | (residency > 2), "residency 0, 1 or 2", "residency", residency)
     check(charged < 0, "bytes >= 0", "expert_bytes", charged)
     check((dropped != 0) & (dropped != 1), "0 or 1", "dropped", dropped)
+    check(~np.isnan(weight) & ~(np.abs(weight) <= np.finfo(np.float32).max),
+          "a finite float32 weight or nan", "weight", weight)
 
     # Frame decodes: a new one starts when turn/phase changes or (layer, step, slot) fails to
     # increase strictly. Single-layer traces: every decode-phase step change starts one too.
@@ -287,6 +432,9 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         new[1:] = ~cont
     starts = np.flatnonzero(new)
     ends = np.append(starts[1:], n_rows)
+    if n_rows:
+        _check_rows_complete(path, header, pre.layer_lines, lines_of, new, turn, phase, step,
+                             layer, slot, dropped)
 
     events: list[DecodeEvent] = []
     res_list: list[np.ndarray] = []
@@ -307,7 +455,7 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         weights[idx] = weight[a:b]
         res[idx] = residency[a:b]
         chg[idx] = charged[a:b]
-        lines_arr[idx] = np.arange(line0 + a, line0 + b, dtype=np.int32)
+        lines_arr[idx] = lines_of[a:b]
         drop[idx] = dropped[a:b] != 0
         if int(phase[a]) == 0:
             kind = DecodeKind.PREFILL
@@ -321,7 +469,6 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         bytes_list.append(chg)
         line_list.append(lines_arr)
 
-    _check_complete(path, events, line_list)
     _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
     speculative = any(e.kind is DecodeKind.VERIFY for e in events)
     if not speculative and n_rows:
@@ -337,15 +484,15 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
                 if t in dup_set:
                     if t in seen:
                         raise TraceFormatError(
-                            f"{path}:{line0 + j}: duplicate (turn, phase, step, layer, slot) = "
-                            f"{t} in a trace without speculative decodes; expected each routed "
-                            f"slot once")
+                            f"{path}:{int(lines_of[j])}: duplicate (turn, phase, step, layer, "
+                            f"slot) = {t} in a trace without speculative decodes; expected each "
+                            f"routed slot once")
                     seen.add(t)
     _check_positions(path, events, line_list)
     _infer_accepted(events)
     return RouteTrace(header=header, events=events, residency=res_list, charged_bytes=bytes_list,
                       line_numbers=line_list, path=path, has_dropped_column="dropped" in columns,
-                      n_rows=n_rows, speculative=speculative)
+                      n_rows=n_rows, speculative=speculative, column_line=pre.column_line)
 
 
 def _routed_layers(events: list[DecodeEvent], n_layer: int) -> np.ndarray:
@@ -356,47 +503,115 @@ def _routed_layers(events: list[DecodeEvent], n_layer: int) -> np.ndarray:
     return seen
 
 
-def _check_complete(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
-    """Every decode has its full set of rows (docs/trace-format.md, "Validation").
+def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, int],
+                         lines_of: np.ndarray, new: np.ndarray, turn: np.ndarray,
+                         phase: np.ndarray, step: np.ndarray, layer: np.ndarray,
+                         slot: np.ndarray, dropped: np.ndarray) -> None:
+    """Every decode has its full set of rows (docs/trace-format.md, "Validation"), checked on the
+    rows themselves before any (position, layer, slot) array is allocated, so the arrays are never
+    more than a few times the rows.
 
     The format writes one row per routed slot, dropped slots included, so a routed (position,
-    layer) has all ``n_expert_used`` slots, and every position of a decode is routed in every
-    layer the trace routes at all (``L``, the union over its decodes; an ``--mtp`` trace omits the
-    head's layer everywhere). The one exception is llama.cpp's last-layer rule: a prefill chunk
-    routes its last layer of ``L`` for the prompt's final position only (or none). A file cut at a
-    row boundary, or with rows deleted, breaks one of these; without the check it would replay
-    to plausible but wrong counters.
+    layer) has all ``n_expert_used`` slots, of which at least the top-weighted one is not dropped
+    (bmoe-engine.md §3.6). Every layer of the preamble is routed somewhere, except the last when
+    it is an ``--mtp`` head (the engine does not record its draft routings); ``L`` is the set of
+    layers the rows route. Every position of a decode is routed in every layer of ``L``. A
+    prefill chunk routes every layer of ``L`` but the last at each position; the last layer is
+    routed for positions that produce logits only (llama.cpp gathers them before the last layer,
+    router_hook.cpp ``flush_pending``), which in the engine's prefill is the prompt's final token
+    (bmoe-engine.md §2, "logits on the last token only"): the chunk that ends a turn's prefill
+    routes it at its final position, an earlier chunk of the same turn routes it nowhere.
+
+    ``new`` marks the first row of each decode (the framing); within a decode the rows strictly
+    increase in ``(layer, step, slot)``, so each (decode, layer, step) is a run of rows.
     """
-    routed_layers = np.flatnonzero(_routed_layers(events, events[0].n_layer if events else 0))
-    if routed_layers.size == 0:
-        return
-    last = int(routed_layers[-1])
-    for ev, ln in zip(events, lines):
-        present = ev.routes >= 0                                   # [n_pos, n_layer, k]
-        some = present.any(axis=2)
-        partial = some & ~present.all(axis=2)
-        if partial.any():
-            p, il = (int(v[0]) for v in np.nonzero(partial))
-            row = int(ln[p, il][present[p, il]].min())
-            have = np.flatnonzero(present[p, il]).tolist()
+    n_rows, k, n_layer = len(step), header.n_expert_used, header.n_layer
+    routed = np.zeros(n_layer, dtype=bool)
+    routed[layer] = True
+    unrouted = np.flatnonzero(~routed[:-1])
+    if unrouted.size:
+        il = int(unrouted[0])
+        raise TraceFormatError(
+            f"{path}:{layer_lines[il]}: no row routes layer {il} ({unrouted.size} layer(s) below "
+            f"the last route no row); expected every layer of the preamble routed (only an --mtp "
+            f"trace leaves one out: its last layer, {n_layer - 1}, the head)")
+    L = np.flatnonzero(routed)
+    last = int(L[-1])
+    ev = np.cumsum(new) - 1
+    g_new = new.copy()
+    g_new[1:] |= (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])
+    g0 = np.flatnonzero(g_new)                                  # first row of each group
+    count = np.diff(np.append(g0, n_rows))
+    bad = np.flatnonzero(count != k)
+    if bad.size:
+        a = int(g0[bad[0]])
+        have = slot[a:a + int(count[bad[0]])].tolist()
+        raise TraceFormatError(
+            f"{path}:{int(lines_of[a])}: layer {int(layer[a])} at step {int(step[a])} has rows for "
+            f"slots {have} only; expected all {k} slots (one row per routed slot; a deleted row or "
+            f"a truncated file?)")
+    live = np.minimum.reduceat(dropped, g0) if n_rows else dropped
+    if (live == 1).any():
+        a = int(g0[np.argmax(live == 1)])
+        raise TraceFormatError(
+            f"{path}:{int(lines_of[a])}: every slot of layer {int(layer[a])} at step "
+            f"{int(step[a])} is dropped; expected the top-weighted slot kept (--drop-cold-experts "
+            f"never drops it, bmoe-engine.md §3.6)")
+    g_ev, g_layer, g_step = ev[g0], layer[g0], step[g0]
+    ev_first = np.flatnonzero(new)                              # first row of each decode
+    n_ev = ev_first.size
+    ev_phase, ev_turn = phase[ev_first], turn[ev_first]
+    ev_final = np.maximum.reduceat(step, ev_first)              # each decode's last position
+    prefill_g = ev_phase[g_ev] == 0
+    is_last = g_layer == last
+    # a turn's prefill chunk is followed by another chunk of that turn, or it ends the prefill
+    more = np.zeros(n_ev, dtype=bool)
+    more[:-1] = (ev_phase[1:] == 0) & (ev_phase[:-1] == 0) & (ev_turn[1:] == ev_turn[:-1])
+    wrong = np.flatnonzero(prefill_g & is_last & ((g_step != ev_final[g_ev]) | more[g_ev]))
+    if wrong.size:
+        g = int(wrong[0])
+        e = int(g_ev[g])
+        why = ("an earlier chunk of a turn's prefill routes it nowhere (logits on the prompt's "
+               "last token only)" if more[e] else
+               f"it is routed for the chunk's final position {int(ev_final[e])} only")
+        raise TraceFormatError(
+            f"{path}:{int(lines_of[g0[g]])}: a prefill chunk routes the last layer {last} at step "
+            f"{int(g_step[g])}; expected the last-layer rule: {why} (swapped or damaged turn/phase "
+            f"columns?)")
+    need = ~(prefill_g & is_last)
+    pos_key = g_ev.astype(np.int64) * (MAX_POSITION + 1) + g_step
+    keys, inv = np.unique(pos_key, return_inverse=True)
+    have_n = np.bincount(inv[need], minlength=keys.size)
+    p_ev = keys // (MAX_POSITION + 1)
+    want_n = np.where(ev_phase[p_ev] == 0, L.size - 1, L.size)
+    short = np.flatnonzero(have_n != want_n)
+    last_done = np.zeros(n_ev, dtype=bool)
+    last_done[g_ev[prefill_g & is_last]] = True
+    ends_prefill = (ev_phase == 0) & ~more & ~last_done
+    if short.size or ends_prefill.any():
+        e_short = int(p_ev[short[0]]) if short.size else n_ev
+        e_end = int(np.argmax(ends_prefill)) if ends_prefill.any() else n_ev
+        e = min(e_short, e_end)
+        first = int(lines_of[ev_first[e]])
+        if e == e_short:
+            s = int(keys[short[0]] % (MAX_POSITION + 1))
+            got = set(g_layer[(g_ev == e) & (g_step == s) & need].tolist())
+            want = L if ev_phase[e] == 1 else L[L != last]
+            il = int(next(x for x in want.tolist() if x not in got))
             raise TraceFormatError(
-                f"{path}:{row}: layer {il} at step {int(ev.positions[p])} has rows for slots {have} "
-                f"only; expected all {present.shape[2]} slots (one row per routed slot; a deleted "
-                f"row or a truncated file?)")
-        need = routed_layers if ev.phase == 1 else routed_layers[routed_layers != last]
-        missing = ~some[:, need]
-        if missing.any():
-            p, j = (int(v[0]) for v in np.nonzero(missing))
-            first = int(ln[present].min())
-            raise TraceFormatError(
-                f"{path}:{first}: the {'decode' if ev.phase == 1 else 'prefill'} starting here has "
-                f"no rows for layer {int(need[j])} at step {int(ev.positions[p])}; expected every "
-                f"position in every layer the trace routes ({_span(routed_layers)}) (a file cut "
-                f"at a row boundary, or rows deleted?)")
+                f"{path}:{first}: the {'decode' if ev_phase[e] == 1 else 'prefill'} starting here "
+                f"has no rows for layer {il} at step {s}; expected every position in every layer "
+                f"the trace routes ({_span(L)}) (a file cut at a row boundary, or rows deleted?)")
+        raise TraceFormatError(
+            f"{path}:{first}: the prefill chunk starting here ends its turn's prefill but has no "
+            f"rows for the last layer {last} at its final step {int(ev_final[e])}; expected them "
+            f"(the prompt's final position produces logits: the last-layer rule; rows deleted or "
+            f"a file cut?)")
 
 
 def _check_positions(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
-    """Positions follow the loop (docs/trace-format.md, "Validation"): a position's top-k experts
+    """Positions follow the loop (docs/trace-format.md, "Validation"): turns do not decrease, and
+    within a turn the prefill chunks come before the decodes; a position's top-k experts
     are distinct; a decode's positions are consecutive; within a turn each prefill chunk or first
     decode starts right after the previous chunk, and a decode starts after the previous decode's
     first position and at most one past its last (the verify accepted 0..n_draft drafts). A missing
@@ -420,7 +635,14 @@ def _check_positions(path: str, events: list[DecodeEvent], lines: list[np.ndarra
                                    f"{ev.positions.tolist()}; expected consecutive positions")
     for i in range(1, len(events)):
         a, b = events[i - 1], events[i]
-        if a.turn != b.turn or (a.phase == 1 and b.phase == 0):
+        if b.turn < a.turn:
+            raise TraceFormatError(f"{path}:{first_line(i)}: turn {b.turn} after turn {a.turn}; "
+                                   f"expected turns in increasing order (a damaged turn column?)")
+        if a.turn == b.turn and a.phase == 1 and b.phase == 0:
+            raise TraceFormatError(
+                f"{path}:{first_line(i)}: a prefill chunk after a decode of the same turn {b.turn}; "
+                f"expected a turn's prefill before its decodes (a damaged phase column?)")
+        if a.turn != b.turn:
             continue
         start, lo, hi = int(b.positions[0]), int(a.positions[0]) + 1, int(a.positions[-1]) + 1
         if a.phase == 0:
@@ -442,9 +664,11 @@ def _span(layers: np.ndarray) -> str:
 def _check_charged(path: str, expert_bytes: np.ndarray, events: list[DecodeEvent],
                    residency: list[np.ndarray], charged: list[np.ndarray],
                    lines: list[np.ndarray]) -> None:
-    """The ``expert_bytes`` column is the preamble's entry size on the first miss row of an expert
-    in its layer batch and 0 on every other row (hits, repeats, dropped slots), bytes
-    (bmoe-engine.md §4, route trace; docs/trace-format.md)."""
+    """Every row of one expert in a layer batch has the same residency (the engine queries it for
+    the batch's ids before loading them, router_hook.cpp; "duplicates within a batch all show
+    residency 0", bmoe-engine.md §4.5), and the ``expert_bytes`` column is the preamble's entry
+    size on the first non-dropped miss row of an expert in its layer batch and 0 on every other
+    row (hits, repeats, dropped slots), bytes (bmoe-engine.md §4.5; docs/trace-format.md)."""
     for ev, res, chg, ln in zip(events, residency, charged, lines):
         n_pos, n_layer, k = ev.routes.shape
         lm = lambda a: a.transpose(1, 0, 2).reshape(-1)      # noqa: E731 - layer-major batch order
@@ -452,8 +676,19 @@ def _check_charged(path: str, expert_bytes: np.ndarray, events: list[DecodeEvent
         layer = np.repeat(np.arange(n_layer), n_pos * k)
         routed = r >= 0
         looked_up = routed if ev.dropped is None else routed & ~lm(ev.dropped)
+        every = np.where(routed, layer * (int(r.max(initial=0)) + 1) + r, -1)
+        _, at, inv = np.unique(every, return_index=True, return_inverse=True)
+        differ = routed & (rs != rs[at][inv])
+        if differ.any():
+            j = int(np.flatnonzero(differ)[0])
+            j0 = int(at[inv[j]])
+            raise TraceFormatError(
+                f"{path}:{int(rows[j])}: expert {int(r[j])} of layer {int(layer[j])} has residency "
+                f"{int(rs[j])} here and {int(rs[j0])} on line {int(rows[j0])} of the same layer "
+                f"batch; expected one residency per expert per batch (queried before the batch is "
+                f"loaded)")
         miss = (rs == 0) & looked_up
-        key = np.where(looked_up, layer * (int(r.max(initial=0)) + 1) + r, -1)
+        key = np.where(looked_up, every, -1)
         ids, first = np.unique(key, return_index=True)
         first_miss = np.zeros(r.size, dtype=bool)
         first = first[ids >= 0]

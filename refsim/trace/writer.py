@@ -46,14 +46,23 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     event : DecodeEvent
         A prefill, plain or verify event (draft-context events are never traced).
     residency : (n_pos, n_layer, k) int8 ndarray
-        Residency per slot before the layer's batch (0, 1 or 2).
+        Residency per slot before the layer's batch (0, 1 or 2). A dropped slot that the cache
+        model never looked up (-1 in :class:`refsim.cache.EventRecord`) is written as 0: the
+        engine writes the residency it queried before the drop, and only a miss is dropped
+        (bmoe-engine.md §3.6, "Trace columns"; route_trace.h ``RouteTraceRow::dropped``).
     charged_bytes : (n_pos, n_layer, k) int64 ndarray
-        Bytes charged per slot (the layer's entry size on the first miss row, else 0).
+        Bytes charged per slot (the layer's entry size on the first miss row, else 0; 0 on a
+        dropped slot, which is never read).
+
+    A dropped slot keeps the router's expert id and weight (``event.routes``/``event.weights``
+    as the router produced them) and is written with ``dropped=1``, as the engine writes it.
 
     Raises
     ------
     ValueError
-        For a ``DRAFT`` event or mismatched shapes.
+        For a ``DRAFT`` event, mismatched shapes, or a record the reader would refuse: a routed
+        slot with residency outside 0..2 (-1 allowed on a dropped slot), a dropped slot with
+        bytes charged, a (position, layer) with some slots routed and others not.
     """
     if event.kind.draft_context:
         raise ValueError("draft-context decodes are not written to route traces")
@@ -67,17 +76,26 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     for il in range(n_layer):
         for p in range(n_pos):
             ids = event.routes[p, il]
-            if ids[0] < 0:
+            if (ids < 0).all():
                 continue
+            if (ids < 0).any():
+                raise ValueError(f"position {int(event.positions[p])} layer {il}: some slots routed, "
+                                 f"others not; a trace has one row per slot")
             step = int(event.positions[p])
             for s in range(k):
                 e = int(ids[s])
-                if e < 0:
-                    continue
                 w = _weight_text(float(weights[p, il, s])) if weights is not None else "nan"
                 d = int(dropped[p, il, s]) if dropped is not None else 0
-                rows.append(f"{prefix}{step},{il},{s},{e},{w},{int(residency[p, il, s])},"
-                            f"{int(charged_bytes[p, il, s])},{d}")
+                r, c = int(residency[p, il, s]), int(charged_bytes[p, il, s])
+                if d and c != 0:
+                    raise ValueError(f"dropped slot at position {step} layer {il} slot {s} has {c} "
+                                     f"bytes charged; a dropped slot is never read (0 bytes)")
+                if d and r == -1:
+                    r = 0                                  # never looked up: the queried miss
+                if not 0 <= r <= 2:
+                    raise ValueError(f"slot at position {step} layer {il} slot {s} has residency "
+                                     f"{r}; expected 0, 1 or 2")
+                rows.append(f"{prefix}{step},{il},{s},{e},{w},{r},{c},{d}")
     return "\n".join(rows) + "\n" if rows else ""
 
 

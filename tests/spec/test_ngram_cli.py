@@ -129,7 +129,7 @@ def test_whatif_bad_input(tmp_path, capsys):
                                        "(expected an integer 0..2147483647)"),
     (b"1 2\n3 2147483648\n", "toks.txt:2: '2147483648' is not a token id"),
     ("1 2 \u00b2\n".encode(), "toks.txt:1: '\u00b2' is not a token id"),   # '²'.isdigit() is True
-    (b"1 2 \xff 3\n", "toks.txt: not UTF-8 text (byte 0xff at offset 4); expected a text file "
+    (b"1 2 \xff 3\n", "toks.txt:1: not UTF-8 text (byte 0xff at offset 4); expected a text file "
                        "of token ids separated by commas or whitespace"),
     (b" , \n", "toks.txt: no token ids found; expected a text file"),
 ])
