@@ -34,3 +34,103 @@ def test_an_output_may_not_overwrite_an_input_or_another_output(capsys, tmp_path
     assert main(["sweep", str(trace), "--cache-mb", "256", "--csv", str(tmp_path / "a.png"),
                  "--plot", str(tmp_path / "a.png")]) == 1
     assert "--csv " in capsys.readouterr().err and not (tmp_path / "a.png").exists()
+
+
+# --- outputs never destroy what is at the path; "-" is stdout (issue 12 A1, A3) ---------------
+
+import os  # noqa: E402
+import stat  # noqa: E402
+import threading  # noqa: E402
+
+
+def test_replay_csv_dash_is_the_csv_on_stdout_and_the_report_on_stderr(capsys, tmp_path):
+    assert main(["replay", str(DEMO), "--cache-mb", "256", "--csv", str(tmp_path / "a.csv")]) == 0
+    want = (tmp_path / "a.csv").read_text()
+    report = capsys.readouterr().out
+    assert main(["replay", str(DEMO), "--cache-mb", "256", "--csv", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out == want and err == report
+    assert not (Path.cwd() / "-").exists()
+
+
+def test_sweep_csv_dash_and_run_two_dashes(capsys, tmp_path):
+    assert main(["sweep", str(DEMO), "--cache-mb", "256", "--policy", "lru", "--csv", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == "budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib"
+    assert out.splitlines()[1].startswith("256,lru,") and "budget_mib  policy" in err
+    assert main(["run", "--csv", "-", "--route-trace", "-"]) == 1
+    assert capsys.readouterr().err.strip() == ("refsim run: error: --route-trace - and --csv -: both "
+                                               "standard output; expected at most one -")
+
+
+def test_csv_through_a_symlink_to_a_fifo_is_streamed(capsys, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "link-to-pipe"
+    link.symlink_to(fifo)
+    got = []
+
+    def reader():
+        with open(fifo, "rb") as fh:
+            got.append(fh.read())
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    assert main(["replay", str(DEMO), "--cache-mb", "256", "--csv", str(link)]) == 0
+    t.join(10)
+    assert got and got[0].startswith(b"event,kind,step,n_pos,")
+    assert link.is_symlink() and stat.S_ISFIFO(os.stat(link).st_mode)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_synth_to_dev_full_is_one_line_enospc_and_dev_full_stays_a_device(capsys):
+    before = os.lstat("/dev/full")
+    assert main(["synth", "--arch", "qwen3moe", "--out", "/dev/full"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == "refsim synth: error: --out /dev/full: write failed: No space left on device\n"
+    after = os.lstat("/dev/full")
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+
+
+def test_synth_to_dash_is_refused_and_to_dev_null_prints_the_path_on_stderr(capsys):
+    assert main(["synth", "--arch", "qwen3moe", "--out", "-"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("refsim synth: error: --out -: this output is binary")
+    assert main(["synth", "--arch", "qwen3moe", "--out", "/dev/null"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == "/dev/null\n" and stat.S_ISCHR(os.lstat("/dev/null").st_mode)
+
+
+def test_synth_replacing_a_file_keeps_its_mode_and_a_symlink(capsys, tmp_path):
+    target = tmp_path / "m.gguf"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+    link = tmp_path / "link.gguf"
+    link.symlink_to(target)
+    assert main(["synth", "--arch", "qwen3moe", "--out", str(link)]) == 0
+    assert link.is_symlink() and target.read_bytes()[:4] == b"GGUF"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.gguf", "m.gguf"]
+
+
+@pytest.mark.parametrize("name, magic", [("p.png", b"\x89PNG\r\n\x1a\n"), ("p.pdf", b"%PDF-"),
+                                         ("p.SVG", b"<?xml")])
+def test_plot_writes_the_format_its_extension_names(capsys, tmp_path, name, magic):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / name
+    assert main(["sweep", str(DEMO), "--cache-mb", "256", "--policy", "lru", "--plot", str(out)]) == 0
+    data = out.read_bytes()
+    assert data.startswith(magic)
+    if name.lower().endswith(".svg"):
+        assert b"<svg" in data[:2000]
+
+
+@pytest.mark.parametrize("name, msg", [
+    ("p.jpg", "unsupported extension '.jpg'; expected .png, .pdf or .svg"),
+    ("plot", "no extension; expected .png, .pdf or .svg"),
+])
+def test_plot_refuses_other_extensions_before_any_work(capsys, tmp_path, name, msg):
+    assert main(["sweep", str(DEMO), "--cache-mb", "256", "--csv", str(tmp_path / "c.csv"),
+                 "--plot", str(tmp_path / name)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"refsim sweep: error: --plot {tmp_path / name}: {msg}\n"
+    assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ import sys
 
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fileio import check_writable
+from refsim.fileio import STDOUT, OutputKind, check_writable, resolve_output
 
 
 def _number(text: str, parse, ok, expected: str):
@@ -94,31 +94,40 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
                    help="MTP only: stop drafting below this top-1 probability (default 0)")
 
 
-def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
+def check_outputs(outputs: dict, inputs: dict | None = None, binary: tuple = ("--plot",)) -> None:
     """Fail before any work if an output cannot be written or would overwrite an input or another
-    output (the same file by real path).
+    output (the same file by real path), by the rules of :mod:`refsim.fileio`.
 
     Parameters
     ----------
     outputs : dict of flag -> path or None
-        Output flags as given (``None`` = not given; ``""`` is refused).
+        Output flags as given (``None`` = not given; ``""`` is refused; ``-`` = standard output).
     inputs : dict of name -> path, optional
         Files the command reads (``TRACE``, ``MODEL``, ...).
+    binary : tuple of str
+        The flags whose output is binary (``-`` refused for them; default ``--plot``).
 
     Raises
     ------
     ConfigError
         From :func:`check_output_path`, or ``"--csv x: is also the TRACE input; expected another
-        file"`` / ``"--csv x and --route-trace x: the same file; expected two files"``.
+        file"`` / ``"--csv x and --route-trace x: the same file; expected two files"`` /
+        ``"--csv - and --route-trace -: both standard output; expected at most one -"``.
     """
     given = {flag: path for flag, path in outputs.items() if path is not None}
     for flag, path in given.items():
-        check_output_path(path, flag)
+        check_output_path(path, flag, binary=flag in binary)
+    to_stdout = [flag for flag, path in given.items() if path == STDOUT]
+    if len(to_stdout) > 1:
+        raise ConfigError(f"{' and '.join(f'{f} -' for f in to_stdout)}: both standard output; "
+                          f"expected at most one -")
     seen: dict[str, str] = {}
     for name, path in (inputs or {}).items():
         if path:
             seen.setdefault(os.path.realpath(path), name)
     for flag, path in given.items():
+        if resolve_output(path, flag, flag in binary).kind is not OutputKind.REPLACE:
+            continue                    # stdout, a FIFO or a device: written in place, not replaced
         real = os.path.realpath(path)
         if real in seen:
             other = seen[real]
@@ -128,18 +137,22 @@ def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
         seen[real] = flag
 
 
-def check_output_path(path: str | None, flag: str) -> None:
+def check_output_path(path: str | None, flag: str, binary: bool = False) -> None:
     """Fail before any work if output flag ``flag``'s ``path`` cannot be written
-    (:func:`refsim.fileio.check_writable`: the checks :func:`refsim.fileio.atomic_path` makes when
-    the file is finally written). ``None`` (flag not given) passes.
+    (:func:`refsim.fileio.check_writable`). ``None`` (flag not given) passes.
 
     Raises
     ------
     ConfigError
-        ``"<flag> <path>: is a folder; expected a file name"`` or ``"<flag> <path>: cannot
-        write here: <reason>"``.
+        The messages of :func:`refsim.fileio.resolve_output`.
     """
-    check_writable(path, flag)
+    check_writable(path, flag, binary)
+
+
+def report_stream(outputs: dict):
+    """Where a command prints its report: ``sys.stderr`` when one of ``outputs`` (flag -> path or
+    None) is ``-`` (standard output carries that file), else ``sys.stdout``."""
+    return sys.stderr if STDOUT in outputs.values() else sys.stdout
 
 
 def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cli.common import check_outputs, warn_below_token_cycle
+from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
 from refsim.errors import ConfigError
-from refsim.fileio import atomic_path
+from refsim.fileio import open_output
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.trace import read_trace
 
@@ -32,14 +33,13 @@ def add_parser(sub) -> None:
 
 
 def write_event_csv(path: str, report: ReplayReport) -> None:
-    """Per-event table: one row per decode event (prefill chunks included), atomically."""
-    with atomic_path(path, "--csv") as tmp:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(CSV_COLUMNS)
-            for i, r in enumerate(report.records):
-                w.writerow([i, r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
-                            r.read_bytes, r.resident_bytes])
+    """Per-event table: one row per decode event (prefill chunks included), by refsim.fileio's rules (``-`` = stdout)."""
+    with open_output(path, "--csv") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(CSV_COLUMNS)
+        for i, r in enumerate(report.records):
+            w.writerow([i, r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
+                        r.read_bytes, r.resident_bytes])
 
 
 def summary_json(report: ReplayReport) -> dict:
@@ -102,8 +102,9 @@ def run(args) -> int:
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None:
         write_event_csv(args.csv, report)
-    if args.json:
-        print(json.dumps(summary_json(report)))
-    else:
-        print_text(trace, report)
+    with contextlib.redirect_stdout(report_stream({"--csv": args.csv})):  # stderr if the CSV is on stdout
+        if args.json:
+            print(json.dumps(summary_json(report)))
+        else:
+            print_text(trace, report)
     return 0

@@ -5,6 +5,7 @@ decode fed to the engine's expert-cache model."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -66,11 +67,16 @@ def _ids_text(model, ids, tokenizer=None) -> str:
 
 
 def run(args) -> int:
+    with contextlib.ExitStack() as report:
+        return _run(args, report)
+
+
+def _run(args, report: contextlib.ExitStack) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
-    from refsim.cli.common import check_outputs, warn_below_token_cycle
+    from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
     from refsim.forward import ForwardTarget
-    from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
+    from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_file, builtin_model_path
     from refsim.model import open_model
     from refsim.model.tokenizer import Tokenizer
     from refsim.spec import SpecConfig, draft_source_for, run_generation
@@ -83,8 +89,9 @@ def run(args) -> int:
         raise ConfigError(f"--ubatch: expected 0 (= n_batch) or >= --draft + 1 = "
                           f"{config.draft_max + 1} (the verify batch), got {args.ubatch}")
     budget = None if args.cache_mb is None else ExpertCache.mib_to_bytes(args.cache_mb)
-    check_outputs({"--route-trace": args.route_trace, "--csv": args.csv}, {"MODEL": args.model})
     builtin = args.model is None
+    check_outputs({"--route-trace": args.route_trace, "--csv": args.csv},
+                  {"MODEL": args.model} if not builtin else {"built-in MODEL": builtin_model_file()})
     if not builtin and not os.path.exists(args.model):
         raise ConfigError(f"MODEL {args.model}: no such file")
     path = builtin_model_path() if builtin else args.model
@@ -144,6 +151,9 @@ def run(args) -> int:
             result, config, model=path, arch=spec.arch, threads=numba.get_num_threads(),
             n_ubatch=args.ubatch)
         write_metrics_csv(args.csv, result, stats, preamble)
+    # the outputs are written: the report goes to stderr if one of them went to stdout
+    report.enter_context(contextlib.redirect_stdout(
+        report_stream({"--route-trace": args.route_trace, "--csv": args.csv})))
     text = _ids_text(model, result.tokens, tokenizer)
     out = {
         "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,

@@ -3,11 +3,37 @@
 from __future__ import annotations
 
 
+import os
+
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fileio import atomic_path
+from refsim.fileio import OutputKind, atomic_path, resolve_output
 
 INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
+
+PLOT_FORMATS = ("png", "pdf", "svg")
+"""The ``--plot`` formats, named by the file's extension (matplotlib's ``savefig(format=)``)."""
+
+
+def plot_format(path: str, what: str = "--plot") -> str:
+    """The format ``path``'s extension names (``out.pdf`` -> ``"pdf"``, case-insensitive), checked
+    before any work; a FIFO or device without an extension (``/dev/stdout``, ``/dev/null``)
+    gets ``"png"``.
+
+    Raises
+    ------
+    ConfigError
+        ``"--plot out.jpg: unsupported extension '.jpg'; expected .png, .pdf or .svg"`` (also for a
+        regular file with no extension), or the messages of :func:`refsim.fileio.resolve_output`.
+    """
+    ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if ext in PLOT_FORMATS:
+        return ext
+    if not ext and resolve_output(path, what, binary=True).kind is OutputKind.DIRECT:
+        return "png"
+    shown = f"unsupported extension '.{ext}'" if ext else "no extension"
+    raise ConfigError(f"{what} {path}: {shown}; expected "
+                      f"{', '.join('.' + f for f in PLOT_FORMATS[:-1])} or .{PLOT_FORMATS[-1]}")
 
 
 def require_matplotlib() -> None:
@@ -32,20 +58,23 @@ def _pyplot():
 
 
 def _save(fig, path: str) -> None:
-    """Save ``fig`` as PNG to ``path`` atomically (temp file in the same folder + rename)."""
-    with atomic_path(path, "--plot", suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
+    """Save ``fig`` to ``path`` in the format its extension names (:func:`plot_format`), by
+    :func:`refsim.fileio.atomic_path`'s rules (a regular file: temp file + rename)."""
+    fmt = plot_format(path)
+    with atomic_path(path, "--plot", suffix=f".{fmt}") as tmp:
+        fig.savefig(tmp, format=fmt, dpi=110)
 
 
 def plot_sweep(result, path: str, title: str = "") -> None:
     """Hit % (decode-only solid, cumulative dotted) and decode MiB/token against the budget,
-    one colour per policy, with the token cycle T marked; written to ``path`` (PNG).
+    one colour per policy, with the token cycle T marked; written to ``path`` (PNG, PDF or SVG by
+    its extension, :func:`plot_format`).
 
     Parameters
     ----------
     result : refsim.studies.sweep.SweepResult
     path : str
-        Output PNG path.
+        Output path (``.png``, ``.pdf`` or ``.svg``).
     title : str, optional
 
     Raises

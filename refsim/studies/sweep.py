@@ -23,7 +23,7 @@ from refsim.cache.mrc import lru_curve
 from refsim.cache.policy import POLICIES, get_policy, replay_policy
 from refsim.cache.summary import CacheSummary
 from refsim.errors import ConfigError
-from refsim.fileio import atomic_path
+from refsim.fileio import open_output
 
 CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
 """The engine's replay-curve columns (route-replay.py ``--csv``)."""
@@ -182,12 +182,11 @@ def write_sweep_csv(path: str, result: SweepResult) -> None:
     ConfigError
         Naming ``--csv`` and the path if the folder cannot be written.
     """
-    with atomic_path(path, "--csv") as tmp:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(CSV_COLUMNS)
-            for r in result.rows:
-                w.writerow(r.csv_fields())
+    with open_output(path, "--csv") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(CSV_COLUMNS)
+        for r in result.rows:
+            w.writerow(r.csv_fields())
 
 
 def format_table(result: SweepResult) -> list[str]:
