@@ -56,7 +56,7 @@ def test_replay_csv_dash_is_the_csv_on_stdout_and_the_report_on_stderr(capsys, t
 def test_sweep_csv_dash_and_run_two_dashes(capsys, tmp_path):
     assert main(["sweep", str(DEMO), "--cache-mb", "256", "--policy", "lru", "--csv", "-"]) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines()[0] == "budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib"
+    assert out.splitlines()[0] == "budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib,over_budget"
     assert out.splitlines()[1].startswith("256,lru,") and "budget_mib  policy" in err
     assert main(["run", "--csv", "-", "--route-trace", "-"]) == 1
     assert capsys.readouterr().err.strip() == ("refsim run: error: --route-trace - and --csv -: both "

@@ -9,6 +9,7 @@ import sys
 
 from refsim import MIB
 from refsim.errors import ConfigError
+from refsim.fmt import budget_mib, num
 from refsim.fileio import STDOUT, OutputKind, check_writable, resolve_output
 
 
@@ -165,9 +166,9 @@ def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
     low = sorted({b for b in budgets_bytes if b < t_bytes})
     if not low:
         return
-    shown = ", ".join(f"{b / MIB:g}" for b in low[:5]) + (", ..." if len(low) > 5 else "")
+    shown = ", ".join(budget_mib(b) for b in low[:5]) + (", ..." if len(low) > 5 else "")
     what = f"budget {shown} MiB is" if len(low) == 1 else f"budgets {shown} MiB are"
     print(f"refsim {cmd}: warning: {what} below one token cycle "
-          f"T = {t_bytes / MIB:.1f} MiB: a global LRU evicts what the next layers need, and its "
+          f"T = {num(t_bytes / MIB, 1)} MiB: a global LRU evicts what the next layers need, and its "
           f"hit rate collapses toward 0 (exactly 0 once the budget is short of T by more than a "
           f"few entries; docs/cache-studies.md)", file=sys.stderr)

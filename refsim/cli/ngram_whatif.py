@@ -1,7 +1,8 @@
 """``refsim ngram-whatif --tokens FILE --prompt-len P --draft 1..8 --min-match 1..8``.
 
 Acceptance, coverage and tokens per decode for every (draft, min-match) cell, from one greedy
-token stream (prompt + generated): :func:`refsim.spec.whatif.ngram_whatif`.
+token stream (prompt + generated): :func:`refsim.spec.whatif.ngram_whatif`. A cell that never
+drafted has no acceptance: ``n/a`` in the table, ``nan`` in the CSV (:mod:`refsim.fmt`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import csv
 import sys
 
 from refsim.cli.common import int_range, positive_int
+from refsim.fmt import csv_num, num, pct_text
 from refsim.spec.whatif import ngram_whatif, read_token_file
 
 COLUMNS = ("draft", "min_match", "tokens", "decodes", "drafted", "accepted", "drafted_steps",
@@ -41,13 +43,13 @@ def run(args) -> int:
         w.writerow(COLUMNS)
         for c in cells:
             w.writerow([c.draft, c.min_match, c.tokens, c.decodes, c.drafted, c.accepted,
-                        c.drafted_steps, f"{c.acceptance_pct:.1f}", f"{c.coverage_pct:.1f}",
-                        f"{c.tokens_per_decode:.2f}"])
+                        c.drafted_steps, csv_num(c.acceptance_pct, 1), csv_num(c.coverage_pct, 1),
+                        csv_num(c.tokens_per_decode, 2)])
         return 0
     print(f"stream: {stream.size} tokens, prompt {args.prompt_len}, generated "
           f"{stream.size - args.prompt_len}")
     print(f"{'draft':>5} {'min':>4} {'accept':>8} {'coverage':>8} {'tok/dec':>8} {'decodes':>8}")
     for c in cells:
-        print(f"{c.draft:>5} {c.min_match:>4} {c.acceptance_pct:>7.1f}% {c.coverage_pct:>7.1f}% "
-              f"{c.tokens_per_decode:>8.2f} {c.decodes:>8}")
+        print(f"{c.draft:>5} {c.min_match:>4} {pct_text(c.acceptance_pct):>8} "
+              f"{pct_text(c.coverage_pct):>8} {num(c.tokens_per_decode, 2):>8} {c.decodes:>8}")
     return 0

@@ -12,6 +12,7 @@ from refsim.cache import ExpertCache
 from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
 from refsim.errors import ConfigError
 from refsim.fileio import open_output
+from refsim.fmt import budget_mib, num, pct_text
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.trace import read_trace
 
@@ -58,14 +59,14 @@ def print_text(trace, report: ReplayReport) -> None:
           f"n_expert_used={h.n_expert_used}")
     print(f"events: {len(trace.events)} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
           f"tokens), {trace.n_rows} rows")
-    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
+    print(f"budget: {budget_mib(s.budget_bytes)} MiB; T (one token cycle): {num(s.t_mib, 1)} MiB")
     print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
           f"hits: {s.hits}")
-    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
-          f"{s.hit_pct_decode:.1f}% decode-only")
-    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
-          f"{s.mib_per_token:.2f} MiB/token")
-    print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions, "
+    print(f"hit: {pct_text(s.hit_pct_cum)} cumulative (prefill included), "
+          f"{pct_text(s.hit_pct_decode)} decode-only")
+    print(f"read: {num(s.read_mib, 1)} MiB in all, {num(s.decode_read_mib, 1)} MiB in decode, "
+          f"{num(s.mib_per_token, 2)} MiB/token")
+    print(f"resident: {num(s.resident_bytes / MIB, 1)} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")
     if report.residency_rows:
         n_bad = report.residency_rows - report.residency_agree

@@ -14,6 +14,7 @@ import time
 
 from refsim import MIB
 from refsim.errors import ConfigError, RefsimError
+from refsim.fmt import budget_mib, num, pct_text, ratio
 
 
 def _token_ids(text: str) -> list[int]:
@@ -137,13 +138,13 @@ def _run(args, report: contextlib.ExitStack) -> int:
     t_bytes = model.t_bytes()
     summary = CacheSummary.from_stats(cache.stats, budget, result.n_gen, t_bytes)
     warn_below_token_cycle("run", [budget], t_bytes)
-    sim_tps = (result.n_gen + len(prompt)) / wall_s if wall_s > 0 else 0.0
+    sim_tps = ratio(result.n_gen + len(prompt), wall_s)    # None (n/a, null) if no time was measured
     decode_tps = stats.tok_s
     if args.route_trace is not None:
         header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
                              n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
                              dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
-                             extra=(("cache_mb", f"{budget / MIB:.10g}"),))   # the recording budget
+                             extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
         result.write_trace(args.route_trace, header)
     if args.csv is not None:
         import numba
@@ -174,9 +175,10 @@ def _run(args, report: contextlib.ExitStack) -> int:
     from refsim.cache.ledger import memory_ledger
     led = memory_ledger(model, len(prompt) + args.n_predict, config.draft_max if config.enabled else 0,
                         config.spec == "mtp")
-    print(f"memory: kv {led.kv_bytes / MIB:.2f} MiB, recurrent {led.recurrent_bytes / MIB:.2f} MiB "
-          f"(1 + n_rs_seq {led.n_rs_seq} slots), draft context {(led.draft_kv_bytes + led.draft_buffer_bytes) / MIB:.2f} "
-          f"MiB; speculation takes {led.speculation_bytes / MIB:.2f} MiB (refsim memory for the auto budget)")
+    print(f"memory: kv {num(led.kv_bytes / MIB, 2)} MiB, recurrent {num(led.recurrent_bytes / MIB, 2)} MiB "
+          f"(1 + n_rs_seq {led.n_rs_seq} slots), draft context "
+          f"{num((led.draft_kv_bytes + led.draft_buffer_bytes) / MIB, 2)} MiB; speculation takes "
+          f"{num(led.speculation_bytes / MIB, 2)} MiB (refsim memory for the auto budget)")
     stop = (f" (stopped at an end-of-generation token before -n {args.n_predict})"
             if result.eog and result.n_gen < args.n_predict else "")
     print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}{stop}: {text!r}")
@@ -184,20 +186,20 @@ def _run(args, report: contextlib.ExitStack) -> int:
     for line in summary_lines(stats):
         print(line)
     head = ", the MTP head's draft lookups" if config.spec == "mtp" else ""
-    print(f"cache: budget {budget / MIB:.2f} MiB, T (one token cycle) {t_bytes / MIB:.2f} MiB; "
-          f"{summary.hit_pct_cum:.1f}% hit cumulative (prefill{head} included), "
-          f"{summary.hit_pct_decode:.1f}% decode-only (the target's decodes), "
-          f"{summary.mib_per_token:.3f} MiB/token (decode reads / generated tokens)")
-    draft = f", MTP head {summary.draft_read_bytes / MIB:.2f}" if config.spec == "mtp" else ""
-    print(f"cache: {summary.lookups} lookups, {summary.hits} hits; read {summary.read_mib:.2f} MiB in all "
-          f"(prefill {summary.prefill_read_bytes / MIB:.2f}, decode {summary.decode_read_mib:.2f}{draft}); "
+    print(f"cache: budget {budget_mib(budget)} MiB, T (one token cycle) {num(t_bytes / MIB, 2)} MiB; "
+          f"{pct_text(summary.hit_pct_cum)} hit cumulative (prefill{head} included), "
+          f"{pct_text(summary.hit_pct_decode)} decode-only (the target's decodes), "
+          f"{num(summary.mib_per_token, 3)} MiB/token (decode reads / generated tokens)")
+    draft = f", MTP head {num(summary.draft_read_bytes / MIB, 2)}" if config.spec == "mtp" else ""
+    print(f"cache: {summary.lookups} lookups, {summary.hits} hits; read {num(summary.read_mib, 2)} MiB in all "
+          f"(prefill {num(summary.prefill_read_bytes / MIB, 2)}, decode {num(summary.decode_read_mib, 2)}{draft}); "
           f"{summary.evictions} evictions, {summary.rereads} re-reads")
-    print(f"simulator: {decode_tps:.2f} tok/s decode ({stats.decodes} decodes), "
-          f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin "
+    print(f"simulator: {num(decode_tps, 2)} tok/s decode ({stats.decodes} decodes), "
+          f"{num(sim_tps, 2)} tok/s incl. prefill; smallest top-1/top-2 logit margin "
           f"{getattr(target, 'inner', target).min_margin:.4g}")
     if args.route_trace is not None:
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
-              f"{budget / MIB:.10g})", file=sys.stderr)
+              f"{budget_mib(budget)})", file=sys.stderr)
         if config.spec == "mtp":
             print("route trace: the MTP draft context's routings are not in it (the engine's format "
                   "omits them), so its replay differs from this run by the head's lookups and reads",

@@ -7,6 +7,7 @@ from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
 from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
 from refsim.errors import ConfigError
+from refsim.fmt import num
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, write_sweep_csv)
 from refsim.trace import read_trace
@@ -52,9 +53,9 @@ def run(args) -> int:
     out = report_stream({"--csv": args.csv})   # stderr when the CSV goes to stdout
     print(f"model: {h.model} arch={h.arch}", file=out)
     print(f"shape: {h.n_layer} layers, {h.n_expert} experts, top-{h.n_expert_used}, "
-          f"{h.expert_bytes[0] / MIB:.2f} MiB/expert (layer 0)", file=out)
+          f"{num(h.expert_bytes[0] / MIB, 2)} MiB/expert (layer 0)", file=out)
     print(f"batches: {batches.n_batch} ({trace.n_prompt} prompt positions, "
-          f"{batches.tokens} decoded tokens); T = {h.token_cycle_bytes / MIB:.1f} MiB", file=out)
+          f"{batches.tokens} decoded tokens); T = {num(h.token_cycle_bytes / MIB, 1)} MiB", file=out)
     for line in format_table(result):
         print(line, file=out)
     if args.csv is not None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 
+import math
 import os
 
 from refsim import MIB
 from refsim.errors import ConfigError
 from refsim.fileio import OutputKind, atomic_path, resolve_output
+from refsim.fmt import num
 
 INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
 
@@ -67,7 +69,8 @@ def _save(fig, path: str) -> None:
 
 def plot_sweep(result, path: str, title: str = "") -> None:
     """Hit % (decode-only solid, cumulative dotted) and decode MiB/token against the budget,
-    one colour per policy, with the token cycle T marked; written to ``path`` (PNG, PDF or SVG by
+    one colour per policy, with the token cycle T marked and the points that hold more than their
+    budget (:attr:`refsim.studies.sweep.SweepRow.over_budget`) ringed in red; written to ``path`` (PNG, PDF or SVG by
     its extension, :func:`plot_format`).
 
     Parameters
@@ -86,18 +89,30 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     plt = _pyplot()
     fig, (ax_hit, ax_mib) = plt.subplots(1, 2, figsize=(12, 4.8))
     t_mib = result.t_bytes / MIB
+    def y(v):                                   # an undefined rate (None) is a gap, not a 0
+        return math.nan if v is None else v
+
+    marked = False
     for i, pol in enumerate(result.policies):
         rows = [r for r in result.rows if r.policy == pol]
         x = [r.budget_mib for r in rows]
         color = f"C{i}"
-        ax_hit.plot(x, [r.summary.hit_pct_decode for r in rows], "-o", ms=3, color=color,
+        ax_hit.plot(x, [y(r.summary.hit_pct_decode) for r in rows], "-o", ms=3, color=color,
                     label=pol)
-        ax_hit.plot(x, [r.summary.hit_pct_cum for r in rows], ":", color=color)
-        ax_mib.plot(x, [r.summary.mib_per_token for r in rows], "-o", ms=3, color=color,
+        ax_hit.plot(x, [y(r.summary.hit_pct_cum) for r in rows], ":", color=color)
+        ax_mib.plot(x, [y(r.summary.mib_per_token) for r in rows], "-o", ms=3, color=color,
                     label=pol)
+        over = [r for r in rows if r.over_budget]      # holds more than the budget: ringed
+        if over:
+            label = None if marked else "holds > budget"
+            marked = True
+            ax_hit.plot([r.budget_mib for r in over], [y(r.summary.hit_pct_decode) for r in over],
+                        "o", ms=9, mfc="none", mec="red", label=label)
+            ax_mib.plot([r.budget_mib for r in over], [y(r.summary.mib_per_token) for r in over],
+                        "o", ms=9, mfc="none", mec="red", label=label)
     for ax in (ax_hit, ax_mib):
         ax.axvline(t_mib, color="k", lw=0.8, ls="--")
-        ax.text(t_mib, 0.98, f" T = {t_mib:.0f} MiB", transform=ax.get_xaxis_transform(),
+        ax.text(t_mib, 0.98, f" T = {num(t_mib, 0)} MiB", transform=ax.get_xaxis_transform(),
                 va="top", fontsize=8)
         ax.set_xlabel("cache budget (MiB)")
         ax.grid(alpha=0.3)
@@ -105,6 +120,8 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     ax_hit.set_ylim(0, 100)
     ax_mib.set_ylabel("flash read, MiB per token (decode)")
     ax_hit.legend(fontsize=8)
+    if marked:
+        ax_mib.legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
