@@ -76,7 +76,8 @@ def csv_num(x: float | None, decimals: int) -> str:
 def budget_mib(budget_bytes: int) -> str:
     """A byte budget as the shortest MiB text ``t`` with ``int(float(t) * 2**20) == budget_bytes``
     (the conversion of ``--cache-mb``, ``ExpertCache.mib_to_bytes``), so the text given back as
-    ``--cache-mb`` is the same budget.
+    ``--cache-mb`` is the same budget (for every ``budget_bytes <= 2**53``; above it a float
+    cannot name every byte count, and the nearest float's text is printed).
 
     Examples
     --------
