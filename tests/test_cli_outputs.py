@@ -40,6 +40,8 @@ def test_an_output_may_not_overwrite_an_input_or_another_output(capsys, tmp_path
 
 import os  # noqa: E402
 import stat  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import threading  # noqa: E402
 
 
@@ -134,3 +136,33 @@ def test_plot_refuses_other_extensions_before_any_work(capsys, tmp_path, name, m
     out, err = capsys.readouterr()
     assert out == "" and err == f"refsim sweep: error: --plot {tmp_path / name}: {msg}\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def _cli(args, **kw):
+    env = {**os.environ, "PYTHONPATH": str(DEMO.parents[1])}
+    return subprocess.run([sys.executable, "-m", "refsim.cli", *args], env=env, text=True,
+                          capture_output="stdout" not in kw, **kw)
+
+
+def test_csv_to_dev_stdout_redirected_to_a_file_holds_only_the_csv(tmp_path):
+    want = tmp_path / "want.csv"
+    assert main(["replay", str(DEMO), "--cache-mb", "256", "--csv", str(want)]) == 0
+    got = tmp_path / "got.csv"
+    with open(got, "w") as fh:     # `--csv /dev/stdout > got.csv`: the report goes to stderr
+        r = _cli(["replay", str(DEMO), "--cache-mb", "256", "--csv", "/dev/stdout"], stdout=fh,
+                 stderr=subprocess.PIPE)
+    assert r.returncode == 0 and got.read_text() == want.read_text()
+    assert r.stderr.startswith("trace: ")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_report_to_a_full_disk_is_one_line(tmp_path):
+    with open("/dev/full", "w") as full:
+        r = _cli(["replay", str(DEMO), "--cache-mb", "256"], stdout=full,
+                 stderr=subprocess.PIPE)
+        assert r.returncode == 1
+        assert r.stderr == "refsim replay: error: standard output: write failed: No space left on device\n"
+        r = _cli(["replay", str(DEMO), "--cache-mb", "256", "--csv", "-"], stdout=full,
+                 stderr=subprocess.PIPE)
+        assert r.returncode == 1
+        assert r.stderr == "refsim replay: error: --csv -: write failed: No space left on device\n"

@@ -70,12 +70,23 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         try:
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()          # a full disk under `> file` fails here, not at exit
+            return code
         except RefsimError as exc:
             print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
             return 1
         except BrokenPipeError:
             return 0
+        except OSError as exc:
+            import errno
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            # the report on stdout could not be written (files are refsim.fileio's, which
+            # names them); a full disk is not a bug to show a traceback for
+            print(f"refsim {args.command}: error: standard output: write failed: {exc.strerror}",
+                  file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
         return interrupted(command)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import sys
@@ -152,8 +153,18 @@ def check_output_path(path: str | None, flag: str, binary: bool = False) -> None
 
 def report_stream(outputs: dict):
     """Where a command prints its report: ``sys.stderr`` when one of ``outputs`` (flag -> path or
-    None) is ``-`` (standard output carries that file), else ``sys.stdout``."""
-    return sys.stderr if STDOUT in outputs.values() else sys.stdout
+    None) is standard output (``-``, or a path naming the same file as standard output, such as
+    ``/dev/stdout``), so the stream holds only that file; else ``sys.stdout``."""
+    return sys.stderr if any(_is_stdout(p) for p in outputs.values() if p is not None) else sys.stdout
+
+
+def _is_stdout(path) -> bool:
+    if path == STDOUT:
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
 
 
 def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:

@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("trace", help="route trace file (route_trace v1)")
     p.add_argument("--cache-mb", required=True, metavar="N",
                    help="cache budget in MiB (2^20 bytes), a positive number")
-    p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT")
+    p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
 

@@ -52,8 +52,10 @@ def add_parser(sub) -> None:
     p.add_argument("--ubatch", type=nonneg_int, default=0, metavar="N",
                    help="ubatch (default 0 = n_batch); with --ngram or --mtp it must hold the "
                         "verify batch (--draft + 1)")
-    p.add_argument("--route-trace", metavar="OUT", help="write the run's route trace (route_trace v1)")
-    p.add_argument("--csv", metavar="OUT", help="write the per-token metrics CSV (bmoe_metrics v2)")
+    p.add_argument("--route-trace", metavar="OUT",
+                   help="write the run's route trace (route_trace v1) to OUT (- = stdout)")
+    p.add_argument("--csv", metavar="OUT",
+                   help="write the per-token metrics CSV (bmoe_metrics v2) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=run)
 

@@ -27,7 +27,8 @@ def add_parser(sub) -> None:
                    help="policies, comma-separated; a repeated name is dropped (first kept) "
                         f"(default: all: {','.join(known_policies())})")
     p.add_argument("--csv", metavar="OUT",
-                   help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib to OUT")
+                   help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib,over_budget "
+                        "to OUT (- = stdout)")
     p.add_argument("--plot", metavar="OUT.png",
                    help="write a plot of hit %% and MiB/token against the budget (matplotlib); "
                         "the format is the extension's: .png, .pdf or .svg")
