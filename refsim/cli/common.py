@@ -112,13 +112,12 @@ def check_outputs(outputs: dict, inputs: dict | None = None, binary: tuple = ("-
     Raises
     ------
     ConfigError
-        From :func:`check_output_path`, or ``"--csv x: is also the TRACE input; expected another
-        file"`` / ``"--csv x and --route-trace x: the same file; expected two files"`` /
+        From :func:`refsim.fileio.resolve_output`, or ``"--csv x: is also the TRACE input;
+        expected another file"`` / ``"--csv x and --route-trace x: the same file; expected two files"`` /
         ``"--csv - and --route-trace -: both standard output; expected at most one -"``.
     """
     given = {flag: path for flag, path in outputs.items() if path is not None}
-    for flag, path in given.items():
-        check_output_path(path, flag, binary=flag in binary)
+    kinds = {flag: resolve_output(path, flag, flag in binary).kind for flag, path in given.items()}
     to_stdout = [flag for flag, path in given.items() if path == STDOUT]
     if len(to_stdout) > 1:
         raise ConfigError(f"{' and '.join(f'{f} -' for f in to_stdout)}: both standard output; "
@@ -128,7 +127,7 @@ def check_outputs(outputs: dict, inputs: dict | None = None, binary: tuple = ("-
         if path:
             seen.setdefault(os.path.realpath(path), name)
     for flag, path in given.items():
-        if resolve_output(path, flag, flag in binary).kind is not OutputKind.REPLACE:
+        if kinds[flag] is not OutputKind.REPLACE:
             continue                    # stdout, a FIFO or a device: written in place, not replaced
         real = os.path.realpath(path)
         if real in seen:
