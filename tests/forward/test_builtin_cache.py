@@ -1,6 +1,7 @@
 """The cached built-in model is protected from refsim's own outputs and rebuilt when damaged
 (issue 12 A2)."""
 
+import json
 import logging
 
 import pytest
@@ -66,3 +67,17 @@ def test_a_damaged_builtin_model_is_rebuilt_with_a_warning(cache, caplog, damage
     assert [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()][0].startswith(
         f"the cached built-in model {path} is damaged ({path}: ")
     open_model(path)
+
+
+def test_run_route_trace_dash_streams_the_trace_and_the_report_goes_to_stderr(cache, capsys, tmp_path):
+    from refsim.trace import read_trace
+    assert main(["run", "-n", "3", "--json", "--route-trace", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("# route_trace v1\n")
+    report = json.loads(err.splitlines()[0])                # --json went to stderr
+    path = tmp_path / "t.route.csv"
+    path.write_text(out)
+    assert read_trace(path).n_rows > 0 and report["tokens"] and len(report["tokens"]) == 3
+    assert main(["run", "-n", "3", "--json", "--route-trace", str(tmp_path / "f.route.csv")]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "f.route.csv").read_text() == out    # the same bytes as a file
