@@ -50,6 +50,8 @@ def num(x: float | None, decimals: int = 1, sig: int | None = 2) -> str:
     --------
     >>> num(250.25, 1), num(0.84375, 1), num(0.0206, 1), num(0.0, 2), num(None)
     ('250.2', '0.84', '0.021', '0.00', 'n/a')
+    >>> num(0.99609375, 0), num(0.0996, 1)
+    ('1.0', '0.10')
     >>> num(0.0206, 1, sig=None)
     '0.0'
     """
@@ -59,7 +61,11 @@ def num(x: float | None, decimals: int = 1, sig: int | None = 2) -> str:
     if sig is None or x == 0 or not math.isfinite(x):
         return f"{x:.{decimals}f}"
     first = math.floor(math.log10(abs(x)))          # position of the first significant digit
-    return f"{x:.{max(decimals, sig - 1 - first)}f}"
+    places = max(decimals, sig - 1 - first)
+    text = f"{x:.{places}f}"
+    if places > decimals and abs(float(text)) >= 10.0 ** (first + 1):
+        text = f"{x:.{places - 1}f}"                # rounding carried (0.996 -> 1.0, not 1.00)
+    return text
 
 
 def pct_text(x: float | None, decimals: int = 1) -> str:

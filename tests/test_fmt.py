@@ -15,6 +15,7 @@ def test_hand_worked_values():
     assert [num(v, 1) for v in (250.25, 0.84375, 0.0206, 0.0, -0.004, None)] == \
         ["250.2", "0.84", "0.021", "0.0", "-0.0040", "n/a"]
     assert num(0.0206, 1, sig=None) == "0.0" and num(12.345, 2) == "12.35"   # 12.345 is 12.3449...
+    assert num(0.99609375, 0) == "1.0" and num(0.0996, 1) == "0.10"   # a carry adds no digit
     assert pct_text(None) == "n/a" and pct_text(44.25) == "44.2%" and pct_text(0.004) == "0.0040%"
     assert csv_num(None, 3) == "nan" and csv_num(1.5, 3) == "1.500"
     # --cache-mb 0.1 is int(0.1 * 2**20) = 104857 bytes = 0.0999994... MiB; printed as 0.1
