@@ -82,8 +82,20 @@ def _umask() -> int:
 
 
 def _is_descriptor_path(path: str) -> bool:
-    absolute = os.path.abspath(path)
-    return any(absolute.startswith(root) for root in _DESCRIPTOR_ROOTS)
+    """``path`` is under /dev/ or /proc/, itself or through a symlink on the way (a link to
+    ``/dev/stdout`` names the descriptor, even when standard output is a regular file)."""
+    p = os.path.abspath(path)
+    for _ in range(40):                                # the kernel's own symlink limit
+        if p.startswith(_DESCRIPTOR_ROOTS):
+            return True
+        head, tail = os.path.split(p)
+        p = os.path.join(os.path.realpath(head), tail)  # folders resolved, the last hop not yet
+        if p.startswith(_DESCRIPTOR_ROOTS):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.abspath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return False
 
 
 def resolve_output(path: str | os.PathLike, what: str = "output", binary: bool = False) -> OutputTarget:

@@ -144,15 +144,23 @@ def _cli(args, **kw):
                           capture_output="stdout" not in kw, **kw)
 
 
-def test_csv_to_dev_stdout_redirected_to_a_file_holds_only_the_csv(tmp_path):
+@pytest.mark.parametrize("via_link", [False, True])
+def test_csv_to_dev_stdout_redirected_to_a_file_holds_only_the_csv(tmp_path, via_link):
     want = tmp_path / "want.csv"
     assert main(["replay", str(DEMO), "--cache-mb", "256", "--csv", str(want)]) == 0
+    out = "/dev/stdout"
+    if via_link:                   # `--csv link-to-stdout` printed nothing and exited 0
+        (tmp_path / "link").symlink_to("/dev/stdout")
+        out = str(tmp_path / "link")
     got = tmp_path / "got.csv"
     with open(got, "w") as fh:     # `--csv /dev/stdout > got.csv`: the report goes to stderr
-        r = _cli(["replay", str(DEMO), "--cache-mb", "256", "--csv", "/dev/stdout"], stdout=fh,
+        inode = os.fstat(fh.fileno()).st_ino
+        r = _cli(["replay", str(DEMO), "--cache-mb", "256", "--csv", out], stdout=fh,
                  stderr=subprocess.PIPE)
     assert r.returncode == 0 and got.read_text() == want.read_text()
+    assert os.stat(got).st_ino == inode          # written through the descriptor, not replaced
     assert r.stderr.startswith("trace: ")
+    assert not via_link or (tmp_path / "link").is_symlink()
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")

@@ -1,4 +1,4 @@
-"""Write ``route_trace v1`` files (10 columns, the engine's current writer), atomically.
+"""Write ``route_trace v1`` files (10 columns, the engine's current writer) by :mod:`refsim.fileio`'s rules.
 
 Rows are written as the engine flushes them: per decode, layer-major, then position, then
 slot. ``residency`` and ``expert_bytes`` are what the cache model recorded for the event
