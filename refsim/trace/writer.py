@@ -1,4 +1,5 @@
-"""Write ``route_trace v1`` files (10 columns, the engine's current writer) by :mod:`refsim.fileio`'s rules.
+"""Write ``route_trace v1`` files (10 columns, the engine's current writer) by the rules of
+:mod:`refsim.fileio` (a file is replaced atomically, ``-`` is stdout, a FIFO is streamed).
 
 Rows are written as the engine flushes them: per decode, layer-major, then position, then
 slot. ``residency`` and ``expert_bytes`` are what the cache model recorded for the event
