@@ -15,3 +15,8 @@ class TraceFormatError(RefsimError):
 
 class ConfigError(RefsimError):
     """A bad flag, value or combination (names the flag and the accepted values)."""
+
+
+class MetricsFormatError(RefsimError):
+    """An engine per-token metrics CSV (or its ``.metrics`` sidecar) is malformed (names the file,
+    the line number and what was expected)."""

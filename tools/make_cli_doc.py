@@ -58,6 +58,11 @@ def render() -> str:
     out += [CONVENTIONS]
     for name, p in sub.choices.items():
         out += [f"## `refsim {name}`", "", "```", p.format_help().rstrip(), "```", ""]
+        for action in p._actions:  # a command with actions of its own (refsim timing fit ...)
+            if action.__class__.__name__ == "_SubParsersAction":
+                for sub_name, sp in action.choices.items():
+                    out += [f"### `refsim {name} {sub_name}`", "", "```",
+                            sp.format_help().rstrip(), "```", ""]
     return "\n".join(out)
 
 

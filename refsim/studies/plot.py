@@ -59,6 +59,29 @@ def _pyplot():
     return plt
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend.
+
+    Raises
+    ------
+    ConfigError
+        ``--plot: matplotlib is not installed; ...`` when it is missing.
+    """
+    return _pyplot()
+
+
+def finish_figure(plt, fig, path: str, title: str = "") -> None:
+    """Title (when given), tight layout, save ``fig`` to ``path`` in the format its extension
+    names (:func:`plot_format`: PNG, PDF or SVG) by :mod:`refsim.fileio`'s rules, close it."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def _save(fig, path: str) -> None:
     """Save ``fig`` to ``path`` in the format its extension names (:func:`plot_format`), by
     :func:`refsim.fileio.atomic_path`'s rules (a regular file: temp file + rename)."""
@@ -70,8 +93,8 @@ def _save(fig, path: str) -> None:
 def plot_sweep(result, path: str, title: str = "") -> None:
     """Hit % (decode-only solid, cumulative dotted) and decode MiB/token against the budget,
     one colour per policy, with the token cycle T marked and the points that hold more than their
-    budget (:attr:`refsim.studies.sweep.SweepRow.over_budget`) ringed in red; written to ``path`` (PNG, PDF or SVG by
-    its extension, :func:`plot_format`).
+    budget (:attr:`refsim.studies.sweep.SweepRow.over_budget`) ringed in red; written to
+    ``path`` (PNG, PDF or SVG by its extension, :func:`plot_format`).
 
     Parameters
     ----------
@@ -89,6 +112,7 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     plt = _pyplot()
     fig, (ax_hit, ax_mib) = plt.subplots(1, 2, figsize=(12, 4.8))
     t_mib = result.t_bytes / MIB
+
     def y(v):                                   # an undefined rate (None) is a gap, not a 0
         return math.nan if v is None else v
 
@@ -122,10 +146,4 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     ax_hit.legend(fontsize=8)
     if marked:
         ax_mib.legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    finish_figure(plt, fig, path, title)

@@ -15,8 +15,16 @@ def test_every_subcommand_and_flag_is_documented():
     for name, p in sub.choices.items():
         if f"## `refsim {name}`" not in DOC:
             missing.append(name)
+        parsers = [(name, p)]
         for action in p._actions:
-            for flag in action.option_strings:
-                if flag not in DOC:
-                    missing.append(f"{name} {flag}")
+            if action.__class__.__name__ == "_SubParsersAction":
+                for sub_name, sp in action.choices.items():
+                    if f"### `refsim {name} {sub_name}`" not in DOC:
+                        missing.append(f"{name} {sub_name}")
+                    parsers.append((f"{name} {sub_name}", sp))
+        for label, pp in parsers:
+            for action in pp._actions:
+                for flag in action.option_strings:
+                    if flag not in DOC:
+                        missing.append(f"{label} {flag}")
     assert not missing, f"regenerate docs/cli.md (python tools/make_cli_doc.py): {missing}"

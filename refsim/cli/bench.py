@@ -1,0 +1,87 @@
+"""``refsim bench RUN.csv... [--md OUT] [--json] [--compare] [--plot OUT.png]``: throughput,
+pressure, the trimmed per-token mean with its bootstrap CI and the time split of the engine's
+recorded runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from refsim.cli.common import check_outputs, nonneg_int, positive_int
+from refsim.errors import ConfigError
+from refsim.fileio import write_text_atomic
+from refsim.studies.bench import (DEFAULT_RESAMPLES, DEFAULT_SEED, DEFAULT_TRIM, MAX_RESAMPLES,
+                                  bench_run, compare_runs, format_markdown, format_text)
+from refsim.telemetry.metrics_reader import read_metrics
+
+
+def _resamples(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_RESAMPLES:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_RESAMPLES}, got {text!r}")
+    return value
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench", help="throughput and device-pressure tables of the engine's metrics CSVs",
+        description="Read the engine's per-token metrics CSVs (bmoe_metrics v2, v1 or the legacy "
+                    "layout, with the .metrics sidecar when present) and print the tables of the "
+                    "engine's bench-analyze.py (throughput, device pressure) plus the per-token "
+                    "mean after warm-up with its bootstrap 95%% CI, the compute / I/O / stall "
+                    "split and the effective flash bandwidth. Definitions: docs/analysis.md.")
+    p.add_argument("runs", nargs="+", metavar="RUN.csv", help="per-token metrics CSV(s)")
+    p.add_argument("--md", metavar="OUT", help="also write the tables as Markdown to OUT")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--compare", action="store_true",
+                   help="exactly two runs A B: print B - A with the CI of the difference and say "
+                        "whether the two CIs overlap")
+    p.add_argument("--trim", type=nonneg_int, default=DEFAULT_TRIM, metavar="N",
+                   help=f"warm-up tokens left out of the per-token mean (default {DEFAULT_TRIM})")
+    p.add_argument("--resamples", type=_resamples, default=DEFAULT_RESAMPLES, metavar="N",
+                   help=f"bootstrap resamples (default {DEFAULT_RESAMPLES}, at most {MAX_RESAMPLES})")
+    p.add_argument("--seed", type=nonneg_int, default=DEFAULT_SEED, metavar="N",
+                   help=f"bootstrap seed for numpy.random.default_rng (default {DEFAULT_SEED})")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="PNG: tok/s per token with the trimmed mean and CI, and the "
+                        "compute / flash wait / mgmt split per token (needs matplotlib)")
+    p.set_defaults(func=run)
+
+
+def _labels(paths: list[str]) -> list[str]:
+    """File names, or the paths as given when two runs share a file name."""
+    names = [os.path.basename(p) for p in paths]
+    return names if len(set(names)) == len(names) else list(paths)
+
+
+def run(args) -> int:
+    if args.compare and len(args.runs) != 2:
+        raise ConfigError(f"--compare: expected exactly two runs A B, got {len(args.runs)}")
+    check_outputs({"--md": args.md, "--plot": args.plot},
+                  {f"RUN {p}": p for p in args.runs})
+    if args.plot is not None:
+        from refsim.studies.plot import require_matplotlib
+        require_matplotlib()
+    runs = [read_metrics(p) for p in args.runs]
+    rows = [bench_run(r, label, args.trim, args.resamples, args.seed)
+            for r, label in zip(runs, _labels(args.runs))]
+    comparison = (compare_runs(runs[0], rows[0], runs[1], rows[1], args.resamples, args.seed)
+                  if args.compare else None)
+    if args.md is not None:
+        write_text_atomic(args.md, format_markdown(rows, comparison), what="--md")
+    if args.plot is not None:
+        from refsim.studies.bench_plot import MAX_PLOTTED_RUNS, plot_bench
+        shown = plot_bench(runs, rows, args.plot)
+        if shown < len(rows):
+            print(f"refsim bench: note: --plot shows the first {MAX_PLOTTED_RUNS} runs only",
+                  file=sys.stderr)
+    if args.json:
+        out = {"runs": [r.as_dict() for r in rows]}
+        if comparison is not None:
+            out["comparison"] = comparison.as_dict()
+        print(json.dumps(out))
+    else:
+        sys.stdout.write(format_text(rows, comparison))
+    return 0

@@ -1,0 +1,216 @@
+"""``refsim timing fit|predict|validate``: a device model fitted to the engine's recorded runs
+(docs/timing.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from refsim.cli.common import check_outputs, int_range, nonneg_float, nonneg_int, positive_int
+from refsim.fileio import write_text_atomic
+from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
+from refsim.timing.breakeven import DEFAULT_EPS, breakeven
+from refsim.timing.model import PARAMS
+from refsim.timing.runs import split_spec
+
+RUN_HELP = ("per-token metrics CSV(s) of one device (bmoe_metrics v1/v2 or legacy); a file that "
+            "does not say its model or lanes (legacy) takes them after '@': "
+            "RUN.csv@model=NAME,io_threads=N[,overlap=0|1][,cache_mb=M]")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("timing", help="a device time model fitted to recorded runs (fit, predict, "
+                                      "validate)",
+                       description="A per-token time model of one device (compute floor, cache "
+                                   "bookkeeping, flash bandwidth and lanes, the --overlap stall), "
+                                   "fitted to the engine's per-token metrics CSVs. docs/timing.md.")
+    tsub = p.add_subparsers(dest="timing_command", metavar="ACTION")
+    tsub.required = True
+
+    f = tsub.add_parser("fit", help="fit a device's parameters to several of its runs",
+                        description="Fit one device's parameters to several of its runs; print "
+                                    "each with its jackknife standard error and the fit's "
+                                    "per-run residuals; write DEVICE.json.")
+    f.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
+    f.add_argument("--out", required=True, metavar="DEVICE.json", help="the device file to write")
+    f.add_argument("--name", default="", help="a name stored in the device file")
+    _common(f)
+    f.set_defaults(func=run_fit)
+
+    q = tsub.add_parser("predict", help="predict runs' decode tok/s from their counters",
+                        description="Predict each run's mean decode tok/s (after the warm-up "
+                                    "trim) from its configuration and per-token flash reads "
+                                    "alone, and print it beside the measured figure.")
+    q.add_argument("device", metavar="DEVICE.json", help="written by refsim timing fit")
+    q.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
+    q.add_argument("--trim", type=nonneg_int, default=None, metavar="N",
+                   help="warm-up tokens left out (default: the device file's)")
+    q.add_argument("--json", action="store_true", help="print JSON (keys predicted_tok_s, "
+                                                        "measured_tok_s, error_pct, ...)")
+    q.set_defaults(func=run_predict)
+
+    b = tsub.add_parser("breakeven", help="the acceptance a draft width needs to beat plain "
+                                          "decoding at a cache budget",
+                        description="From a route trace's verify-batch widening at --cache-mb "
+                                    "(refsim union) and a device model: per draft width, the "
+                                    "tokens a drafted decode must confirm and the acceptance it "
+                                    "needs to beat plain decoding. docs/timing.md.")
+    b.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1)")
+    b.add_argument("--device", required=True, metavar="DEVICE.json", help="from refsim timing fit")
+    b.add_argument("--cache-mb", required=True, metavar="N", help="cache budget, MiB")
+    b.add_argument("--draft", type=int_range, default=int_range("1..8"), metavar="D",
+                   help="draft widths: N, N,M,... or A..B (default 1..8)")
+    b.add_argument("--model", metavar="KEY", help="which of the device's compute floors to use "
+                                                  "(default: its only one)")
+    b.add_argument("--io-threads", type=positive_int, default=4, metavar="L",
+                   help="I/O lanes (default 4, the engine's)")
+    b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
+    b.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
+                   help=f"compute of each extra verify position as a fraction of one position's "
+                        f"(default {DEFAULT_EPS}; docs/timing.md gives 0.2-0.4)")
+    b.add_argument("--draft-ms", type=nonneg_float, default=0.0, metavar="MS",
+                   help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
+    b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    b.set_defaults(func=run_breakeven)
+
+    v = tsub.add_parser("validate", help="leave-one-run-out check of the model on one device's runs",
+                        description="For each run: fit on the others, predict it; print "
+                                    "predicted vs measured tok/s, the error, its median and worst.")
+    v.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
+    _common(v)
+    v.set_defaults(func=run_validate)
+
+
+def _common(p) -> None:
+    p.add_argument("--trim", type=nonneg_int, default=50, metavar="N",
+                   help="warm-up tokens left out of every run (default 50, as the engine authors' "
+                        "drop-cold findings)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _runs(args, trim: int):
+    runs, notes = load_runs(args.runs, trim, skip_unmodelled=True)
+    for note in notes:
+        print(f"refsim timing: note: {note}", file=sys.stderr)
+    return runs
+
+
+def _fmt(v: float | None, nd: int = 3) -> str:
+    return "n/a" if v is None else f"{v:.{nd}g}" if abs(v) < 1e-3 and v != 0 else f"{v:.{nd}f}"
+
+
+def run_fit(args) -> int:
+    check_outputs({"--out": args.out}, {f"RUN {p}": split_spec(p)[0] for p in args.runs})
+    runs = _runs(args, args.trim)
+    dev = fit_device(runs, name=args.name)
+    preds = [predict_run(dev, r) for r in runs]
+    write_text_atomic(args.out, dev.to_json(), what="--out")
+    if args.json:
+        doc = json.loads(dev.to_json())
+        doc["residuals"] = [p.as_dict() for p in preds]
+        print(json.dumps(doc))
+        return 0
+    print(f"device: {dev.name}; {len(runs)} runs ({dev.serial_runs} serial, {dev.overlap_runs} "
+          f"--overlap), first {dev.trim} tokens of each left out")
+    print("parameter  value  (jackknife s.e.)  unit  meaning")
+    for m, c in sorted(dev.compute.items()):
+        print(f"  C[{m}]  {_fmt(c.value, 2)}  ({_fmt(c.se, 2)})  ms/token  compute floor")
+    for k, (unit, meaning) in PARAMS.items():
+        p = dev.params[k]
+        shown = f"{_fmt(p.value)}  ({_fmt(p.se)})" if p.identified else "not identified (0)"
+        print(f"  {k}  {shown}  {unit}  {meaning}")
+    a = dev.params["a"]
+    if a.identified and a.value > 0:
+        print(f"flash bandwidth ceiling 1000/a: {1000.0 / a.value:.0f} MiB/s")
+    print("fit residuals (mean decode tok/s over the kept tokens):")
+    for p in preds:
+        print(f"  {p.label}: predicted {p.predicted_tok_s:.3f}, measured {p.measured_tok_s:.3f}, "
+              f"error {p.error_pct:+.1f}%")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def run_predict(args) -> int:
+    dev = load_device(args.device)
+    runs = _runs(args, dev.trim if args.trim is None else args.trim)
+    preds = [predict_run(dev, r) for r in runs]
+    if args.json:
+        print(json.dumps({"device": args.device, "runs": [p.as_dict() for p in preds]}))
+        return 0
+    for p in preds:
+        print(f"{p.label}: predicted {p.predicted_tok_s:.3f} tok/s ({p.predicted_ms:.1f} ms/token), "
+              f"measured {p.measured_tok_s:.3f} tok/s ({p.measured_ms:.1f} ms/token), error "
+              f"{p.error_pct:+.1f}% over {p.tokens} tokens")
+    return 0
+
+
+def run_validate(args) -> int:
+    runs = _runs(args, args.trim)
+    held = leave_one_out(runs)
+    errs = [abs(h.prediction.error_pct) for h in held if h.prediction is not None]
+    summary = {"median_abs_error_pct": float(np.median(errs)) if errs else None,
+               "worst_abs_error_pct": float(max(errs)) if errs else None,
+               "predicted": len(errs), "runs": len(held)}
+    if args.json:
+        print(json.dumps({"holdouts": [
+            {"run": h.label, **(h.prediction.as_dict() if h.prediction else {}),
+             "reason": h.reason or None} for h in held], **summary}))
+        return 0
+    print("leave-one-run-out: each run predicted by a fit on the others (mean decode tok/s)")
+    for h in held:
+        if h.prediction is None:
+            print(f"  {h.label}: not predicted: {h.reason}")
+        else:
+            p = h.prediction
+            print(f"  {h.label}: predicted {p.predicted_tok_s:.3f}, measured {p.measured_tok_s:.3f}, "
+                  f"error {p.error_pct:+.1f}%")
+    med, worst = summary["median_abs_error_pct"], summary["worst_abs_error_pct"]
+    print(f"|error|: median {_fmt(med, 1)}%, worst {_fmt(worst, 1)}% over {len(errs)} of "
+          f"{len(held)} runs")
+    return 0
+
+
+def run_breakeven(args) -> int:
+    from refsim import MIB
+    from refsim.cache import ExpertCache
+    from refsim.errors import ConfigError
+    from refsim.studies.union import union_study
+    from refsim.trace import read_trace
+
+    dev = load_device(args.device)
+    if args.model is None:
+        if len(dev.compute) != 1:
+            raise ConfigError(f"--model: the device knows {len(dev.compute)} models "
+                              f"({', '.join(sorted(dev.compute))}); name one")
+        model = next(iter(dev.compute))
+    else:
+        model = args.model
+        dev.compute_floor(model, where=f"--model {model}")
+    budget = ExpertCache.mib_to_bytes(args.cache_mb)
+    trace = read_trace(args.trace)
+    widths = sorted({1} | {d + 1 for d in args.draft})
+    rows = breakeven(dev, union_study(trace, widths, budget), model, args.io_threads,
+                     args.overlap, True, args.position_cost, args.draft_ms)
+    rows = [r for r in rows if r.draft in set(args.draft)]
+    if args.json:
+        print(json.dumps({"trace": args.trace, "device": args.device, "model": model,
+                          "cache_mb": budget / MIB, "io_threads": args.io_threads,
+                          "overlap": args.overlap, "position_cost": args.position_cost,
+                          "draft_ms": args.draft_ms, "rows": [r.as_dict() for r in rows]}))
+        return 0
+    print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); budget "
+          f"{budget / MIB:.1f} MiB; {args.io_threads} lanes; "
+          f"{'--overlap' if args.overlap else 'serial'}; extra position {args.position_cost:g} x C; "
+          f"drafting {args.draft_ms:g} ms per drafted decode")
+    if rows:
+        print(f"plain decode: {rows[0].plain_ms:.1f} ms ({1000.0 / rows[0].plain_ms:.2f} tok/s)")
+    print(f"{'draft':>5}  {'MiB/decode':>10}  {'verify_ms':>9}  {'tokens_needed':>13}  "
+          f"{'acceptance_needed':>17}")
+    for r in rows:
+        print(f"{r.draft:>5}  {r.mib_per_decode:>10.1f}  {r.verify_ms:>9.1f}  "
+              f"{r.tokens_needed:>13.2f}  {r.acceptance_needed_pct:>16.1f}%")
+    print("a drafted decode pays off when it confirms more than tokens_needed tokens, i.e. when "
+          "acceptance (accepted / drafted) exceeds acceptance_needed, whatever the coverage")
+    return 0

@@ -1,0 +1,253 @@
+"""The device model: a decode token's wall time from its flash read and the run's configuration.
+
+Rules (docs/timing.md states them with their sources and what the data can identify). For a token
+that reads ``x`` MiB from flash in a run of model ``m`` with ``L`` I/O lanes:
+
+- CPU time (compute + cache management; ms)::
+
+      cpu = C[m] + cache * (m0 + m1 * x) + overlap * kappa * x
+
+  ``C[m]`` is the per-token compute floor of model ``m`` on this device (the DRAM-bound GEMVs:
+  desktop findings.md, "~0.11 s/token floor in every cell"); ``m0``, ``m1`` the expert cache's
+  bookkeeping (``mgmt_ms``: lookups, evictions, inserts, more with more misses); ``kappa`` the
+  compute slow-down per MiB read concurrently under ``--overlap`` (the async reads compete with
+  compute for DRAM bandwidth: desktop findings.md, Round 3).
+- Serial flash time (ms), one lane's reads queued behind the others::
+
+      io = i0 + x * (a + b / L)
+
+  ``a`` is the bandwidth-bound part (ms per MiB whatever the lanes: 1000 / a MiB/s is the
+  ceiling), ``b / L`` the latency-bound part that lanes divide.
+- With ``--overlap`` the wall clock waits only for the I/O the previous layer's compute did not
+  hide (``stall_ms``)::
+
+      stall = max(0, s0 + s1 * x - h * C[m])
+
+- The token's wall time: ``tail * (cpu + io)`` serially, ``tail * (cpu + stall)`` with
+  ``--overlap`` (the engine's ``wall_ms`` decomposes into those parts: telemetry.md; every shared
+  run agrees within a few ms). The terms are fitted robustly, to the typical token; ``tail``
+  (>= 1 in practice) scales them to the mean, which the rare slow tokens pull up.
+
+All parameters are in ms (per token), ms/MiB or ms·lane/MiB; ``h`` is a fraction. MiB = 2^20 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refsim.errors import ConfigError
+
+FORMAT = "refsim_device v1"
+"""The first key's value in a device JSON file (:func:`load_device`)."""
+
+PARAMS = {
+    "m0": ("ms/token", "cache bookkeeping per token with an expert cache on"),
+    "m1": ("ms/MiB", "cache bookkeeping per MiB read (misses: evict + insert)"),
+    "kappa": ("ms/MiB", "compute slow-down per MiB read under --overlap (DRAM contention)"),
+    "i0": ("ms/token", "serial flash time per token, fixed part"),
+    "a": ("ms/MiB", "serial flash time per MiB, bandwidth-bound part (1000/a = MiB/s ceiling)"),
+    "b": ("ms*lane/MiB", "serial flash time per MiB that the I/O lanes divide (latency-bound)"),
+    "s0": ("ms/token", "overlap stall, fixed part"),
+    "s1": ("ms/MiB", "overlap stall per MiB read"),
+    "h": ("fraction", "share of the compute floor C[m] that hides flash reads under --overlap"),
+    "tail": ("ratio", "mean token time / the robust fit's (the slow tokens' share: scheduling, "
+                      "page faults, throttling)"),
+}
+"""Every scalar parameter: (unit, meaning)."""
+
+MAX_ABS_PARAM = 1e7
+"""Bound on any parameter read from a device file (ms per token or per MiB; a real device is
+many orders of magnitude below)."""
+MAX_MODELS = 1024
+
+
+@dataclass(frozen=True)
+class Param:
+    """A fitted value with its jackknife standard error (None: fewer than 2 replicates) and
+    whether the runs identify it (False: the runs cannot tell it apart from other terms; value 0)."""
+
+    value: float
+    se: float | None = None
+    identified: bool = True
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """One device's fitted parameters (see the module docstring for the rules and units).
+
+    Attributes
+    ----------
+    params : dict of str -> Param
+        Every key of :data:`PARAMS`.
+    compute : dict of str -> Param
+        ``C[m]``, ms/token, per model file name.
+    name : str
+        Free text (the runs it was fitted on, by default).
+    trim : int
+        Warm-up tokens left out of every run when fitting (and, by default, when predicting).
+    fitted_on : tuple of str
+    serial_runs, overlap_runs : int
+        How many of the runs were serial / overlap (a model with no serial run cannot predict a
+        serial one, and likewise).
+    """
+
+    params: dict
+    compute: dict
+    name: str = ""
+    trim: int = 50
+    fitted_on: tuple = ()
+    serial_runs: int = 0
+    overlap_runs: int = 0
+    notes: tuple = field(default_factory=tuple)
+
+    def value(self, key: str) -> float:
+        return self.params[key].value
+
+    def compute_floor(self, model: str, where: str = "") -> float:
+        """``C[model]`` in ms/token.
+
+        Raises
+        ------
+        ConfigError
+            The device was not fitted on that model (names the models it knows).
+        """
+        if model not in self.compute:
+            known = ", ".join(sorted(self.compute)) or "none"
+            raise ConfigError(f"{where or 'device'}: model {model!r} was not among the fitted runs "
+                              f"(known: {known}); its compute floor is unknown")
+        return self.compute[model].value
+
+    def token_ms(self, x: np.ndarray, model: str, lanes: int, overlap: bool, cache: bool,
+                 where: str = "") -> dict:
+        """Predicted ms of each token reading ``x`` MiB ((n,) float64).
+
+        Returns a dict of (n,) float64 arrays: ``cpu``, ``io`` (serial flash time, also under
+        overlap, for reference), ``stall`` (zeros when serial), each as the robust fit gives it,
+        and ``wall`` = ``tail * (cpu + io or stall)``.
+
+        Raises
+        ------
+        ConfigError
+            Unknown model; a serial (overlap) prediction from a device fitted on no serial
+            (overlap) run.
+        """
+        if overlap and not self.overlap_runs:
+            raise ConfigError(f"{where or 'device'}: an --overlap run, but the device was fitted on "
+                              f"serial runs only: its overlap stall is unknown")
+        if not overlap and not self.serial_runs:
+            raise ConfigError(f"{where or 'device'}: a serial run, but the device was fitted on "
+                              f"--overlap runs only: its serial flash time is unknown")
+        x = np.asarray(x, dtype=np.float64)
+        c = self.compute_floor(model, where)
+        v = self.value
+        cpu = c + (v("m0") + v("m1") * x if cache else 0.0) + (v("kappa") * x if overlap else 0.0)
+        cpu = np.broadcast_to(cpu, x.shape).astype(np.float64)
+        io = v("i0") + x * (v("a") + v("b") / lanes)
+        if overlap:
+            stall = np.maximum(0.0, v("s0") + v("s1") * x - v("h") * c)
+            wall = cpu + stall
+        else:
+            stall = np.zeros_like(x)
+            wall = cpu + io
+        return {"cpu": cpu, "io": io, "stall": stall, "wall": v("tail") * wall}
+
+    def to_json(self) -> str:
+        def p(par: Param) -> dict:
+            return {"value": par.value, "se": par.se, "identified": par.identified}
+        doc = {
+            "format": FORMAT,
+            "name": self.name,
+            "trim": self.trim,
+            "fitted_on": list(self.fitted_on),
+            "serial_runs": self.serial_runs,
+            "overlap_runs": self.overlap_runs,
+            "units": {k: u for k, (u, _) in PARAMS.items()} | {"compute_ms": "ms/token"},
+            "params": {k: p(self.params[k]) for k in PARAMS},
+            "compute_ms": {m: p(c) for m, c in sorted(self.compute.items())},
+            "notes": list(self.notes),
+        }
+        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+def _num(path: str, where: str, value, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or abs(value) > MAX_ABS_PARAM:
+        raise ConfigError(f"{path}: {where}: expected a finite number of magnitude <= "
+                          f"{MAX_ABS_PARAM:g}, got {value!r}")
+    return float(value)
+
+
+def _param(path: str, where: str, obj) -> Param:
+    if not isinstance(obj, dict) or set(obj) != {"value", "se", "identified"}:
+        raise ConfigError(f"{path}: {where}: expected an object with keys value, se, identified")
+    if not isinstance(obj["identified"], bool):
+        raise ConfigError(f"{path}: {where}.identified: expected true or false")
+    se = _num(path, f"{where}.se", obj["se"], allow_none=True)
+    if se is not None and se < 0:
+        raise ConfigError(f"{path}: {where}.se: expected >= 0, got {se!r}")
+    return Param(_num(path, f"{where}.value", obj["value"]), se, obj["identified"])
+
+
+def load_device(path: str) -> DeviceModel:
+    """Read a device file written by ``refsim timing fit`` (validated: untrusted input).
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the key: not JSON, another format, a missing or extra key, a value of
+        the wrong type or out of bounds (:data:`MAX_ABS_PARAM`, :data:`MAX_MODELS`).
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read((1 << 20) + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the device file: {exc.strerror}") from None
+    if len(raw) > 1 << 20:
+        raise ConfigError(f"{path}: larger than 1 MiB; not a device file")
+    try:
+        doc = json.loads(raw.decode("utf-8"), parse_constant=lambda c: c)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ConfigError(f"{path}: not a JSON device file{where}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f"{path}: expected a JSON object with \"format\": \"{FORMAT}\" "
+                          f"(written by refsim timing fit)")
+    need = {"format", "name", "trim", "fitted_on", "serial_runs", "overlap_runs", "units",
+            "params", "compute_ms", "notes"}
+    if set(doc) != need:
+        extra, missing = sorted(set(doc) - need), sorted(need - set(doc))
+        raise ConfigError(f"{path}: keys differ from a device file's (missing {missing}, "
+                          f"unexpected {extra})")
+    params = doc["params"]
+    if not isinstance(params, dict) or set(params) != set(PARAMS):
+        raise ConfigError(f"{path}: params: expected exactly the keys {', '.join(PARAMS)}")
+    comp = doc["compute_ms"]
+    if not isinstance(comp, dict) or not 1 <= len(comp) <= MAX_MODELS:
+        raise ConfigError(f"{path}: compute_ms: expected an object of 1..{MAX_MODELS} models")
+    for key in ("trim", "serial_runs", "overlap_runs"):
+        v = doc[key]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 31:
+            raise ConfigError(f"{path}: {key}: expected an integer 0..2^31, got {v!r}")
+    if doc["serial_runs"] + doc["overlap_runs"] == 0:
+        raise ConfigError(f"{path}: serial_runs + overlap_runs is 0: fitted on no run")
+    for key in ("fitted_on", "notes"):
+        if not isinstance(doc[key], list) or not all(isinstance(s, str) for s in doc[key]):
+            raise ConfigError(f"{path}: {key}: expected a list of strings")
+    if not isinstance(doc["name"], str):
+        raise ConfigError(f"{path}: name: expected a string")
+    pars = {k: _param(path, f"params.{k}", params[k]) for k in PARAMS}
+    compute = {}
+    for m, obj in comp.items():
+        c = _param(path, f"compute_ms[{m!r}]", obj)
+        if c.value <= 0:
+            raise ConfigError(f"{path}: compute_ms[{m!r}].value: expected > 0, got {c.value!r}")
+        compute[m] = c
+    return DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
+                       fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
+                       overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]))
