@@ -174,3 +174,55 @@ def test_a_report_to_a_full_disk_is_one_line(tmp_path):
                  stderr=subprocess.PIPE)
         assert r.returncode == 1
         assert r.stderr == "refsim replay: error: --csv -: write failed: No space left on device\n"
+
+
+# --- the same rules for the commands merged from main: bench --md, analyze/bench --plot, view ---
+
+RUN2 = ("step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms\n"
+        "1,2,100.000,60.000,40.000,1048576,10.00,0.000,0.000\n"
+        "2,2,200.000,150.000,50.000,0,20.00,0.000,0.000\n")
+
+
+def test_bench_md_dash_is_the_markdown_on_stdout_and_the_tables_on_stderr(tmp_path, capsys):
+    run = tmp_path / "r.csv"
+    run.write_text(RUN2)
+    md = tmp_path / "r.md"
+    assert main(["bench", str(run), "--trim", "0", "--resamples", "20", "--md", str(md)]) == 0
+    text = capsys.readouterr().out
+    assert main(["bench", str(run), "--trim", "0", "--resamples", "20", "--md", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out == md.read_text() and err == text
+
+
+@pytest.mark.parametrize("argv", [["analyze", str(DEMO), "--view", "reuse"],
+                                  ["bench", "RUN"]])
+def test_analyze_and_bench_refuse_a_plot_extension_before_any_work(tmp_path, capsys, argv):
+    run = tmp_path / "r.csv"
+    run.write_text(RUN2)
+    argv = [str(run) if a == "RUN" else a for a in argv]
+    bad = str(tmp_path / "p.gif")
+    assert main(argv + ["--plot", bad]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.endswith(f"--plot {bad}: unsupported extension '.gif'; "
+                                      f"expected .png, .pdf or .svg\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]
+
+
+def test_view_html_to_a_fifo_and_to_dash(tmp_path, capsys):
+    fifo = tmp_path / "page"
+    os.mkfifo(fifo)
+    got = []
+
+    def reader():
+        with open(fifo, "rb") as fh:
+            got.append(fh.read())
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    assert main(["view", str(DEMO), "--html", str(fifo)]) == 0
+    t.join(10)
+    assert got and got[0].lstrip().lower().startswith(b"<!doctype html")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    capsys.readouterr()
+    assert main(["view", str(DEMO), "--html", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out.encode() == got[0] and err.startswith("wrote - (")

@@ -95,3 +95,26 @@ def test_run_stats_with_no_draft_and_no_lookup_print_na():
     assert "tok/s=0.000" in summary_trailer(z).split() and "cache_hit_pct=0.0" in summary_trailer(z).split()
     assert '"tok_s":0.000' in done_line(z) and '"prefill_tps":0.000' in done_line(z)
     assert dataclasses.asdict(z)["tokens"] == 4
+
+
+def test_analyze_and_view_of_a_prefill_only_trace_have_no_mib_per_token(prefill_only_trace, capsys):
+    assert main(["analyze", str(prefill_only_trace), "--view", "bytes", "--phase", "all",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    found = [v for v in _walk(rep) if isinstance(v, dict) and "mib_per_token" in v]
+    assert found and all(v["tokens"] == 0 and v["mib_per_token"] is None for v in found)
+    from refsim.analysis.viewer import page_data
+    from refsim.trace import read_trace
+    totals = page_data(read_trace(prefill_only_trace))["totals"]
+    assert totals["tokens"] == 0 and totals["mib_per_token"] is None
+    assert totals["hit_pct_decode"] is None
+
+
+def _walk(x):
+    yield x
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _walk(v)

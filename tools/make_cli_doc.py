@@ -14,8 +14,8 @@ from refsim.fileio import write_text_atomic  # noqa: E402
 
 CONVENTIONS = """## Conventions: outputs, `-`, numbers, Ctrl-C
 
-**Outputs** (`--csv`, `--route-trace`, `--plot`, `synth --out`; `refsim.fileio`). Nothing at an
-output path is destroyed:
+**Outputs** (`--csv`, `--route-trace`, `--md`, `--html`, `timing fit --out`, `--plot`,
+`synth --out`; `refsim.fileio`). Nothing at an output path is destroyed:
 
 - A regular file or a new path is written to a temporary file in the folder of the *resolved*
   path, then renamed over it. A symlink keeps pointing at its target, and the target is the file
@@ -23,7 +23,8 @@ output path is destroyed:
   that fails or is interrupted leaves the earlier file as it was and no temporary behind.
 - A FIFO, a character device (`/dev/null`, a terminal) or any path under `/dev/` or `/proc/`
   (`/dev/stdout`, `/dev/fd/N`) is opened and written in place, streamed as it is produced.
-- `-` is standard output for every text output (`--csv`, `--route-trace`). The command's own
+- `-` is standard output for every text output (`--csv`, `--route-trace`, `--md`, `--html`,
+  `timing fit --out`). The command's own
   report (text or `--json`) then goes to standard error, so the stream holds only the file. Two
   outputs cannot both be `-`.
 - Binary outputs (`synth --out` GGUF, `--plot` figures) refuse `-`, because binary bytes on a
@@ -35,8 +36,9 @@ output path is destroyed:
   built-in model counts as an input.
 - A write that fails (`ENOSPC` on `/dev/full` or a full disk, `EIO`) is one line,
   `--out /dev/full: write failed: No space left on device`, exit 1.
-- `--plot` writes the format its extension names: `.png`, `.pdf` or `.svg`. Any other
-  extension is refused before any work. A FIFO or device without an extension gets PNG.
+- `--plot` (`sweep`, `analyze`, `bench`) writes the format its extension names: `.png`, `.pdf`
+  or `.svg`. Any other extension is refused before any work. A FIFO or device without an
+  extension gets PNG.
 
 **Numbers** (`refsim.fmt`; docs/telemetry.md "Undefined and unmeasured values"). A ratio over
 zero events prints `n/a` (JSON `null`, `nan` in a numeric CSV column), never `0.0%`. Counters a
