@@ -29,7 +29,8 @@ CONVENTIONS = """## Conventions: outputs, `-`, numbers, Ctrl-C
   outputs cannot both be `-`.
 - Binary outputs (`synth --out` GGUF, `--plot` figures) refuse `-`, because binary bytes on a
   terminal are noise and would be mixed with the report. Name `/dev/stdout` to stream one on
-  purpose; `synth` then prints the path on standard error.
+  purpose. When its output is written in place (`/dev/stdout`, a FIFO, a device), `synth`
+  prints the path on standard error, not into the stream.
 - A folder, a path whose folder is missing or not writable, and an existing file or device
   without write permission are refused before any work (exit 1, one line). An output may not
   be an input or another output (by real path); for `refsim run` without MODEL, the cached
