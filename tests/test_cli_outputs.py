@@ -42,7 +42,8 @@ import os  # noqa: E402
 import stat  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
+
+from refsim.testing.fifo import read_fifo_in_background  # noqa: E402
 
 
 def test_replay_csv_dash_is_the_csv_on_stdout_and_the_report_on_stderr(capsys, tmp_path):
@@ -70,13 +71,7 @@ def test_csv_through_a_symlink_to_a_fifo_is_streamed(capsys, tmp_path):
     os.mkfifo(fifo)
     link = tmp_path / "link-to-pipe"
     link.symlink_to(fifo)
-    got = []
-
-    def reader():
-        with open(fifo, "rb") as fh:
-            got.append(fh.read())
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
+    t, got = read_fifo_in_background(fifo)
     assert main(["replay", str(DEMO), "--cache-mb", "256", "--csv", str(link)]) == 0
     t.join(10)
     assert got and got[0].startswith(b"event,kind,step,n_pos,")
@@ -211,13 +206,7 @@ def test_analyze_and_bench_refuse_a_plot_extension_before_any_work(tmp_path, cap
 def test_view_html_to_a_fifo_and_to_dash(tmp_path, capsys):
     fifo = tmp_path / "page"
     os.mkfifo(fifo)
-    got = []
-
-    def reader():
-        with open(fifo, "rb") as fh:
-            got.append(fh.read())
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
+    t, got = read_fifo_in_background(fifo)
     assert main(["view", str(DEMO), "--html", str(fifo)]) == 0
     t.join(10)
     assert got and got[0].lstrip().lower().startswith(b"<!doctype html")

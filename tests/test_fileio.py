@@ -46,10 +46,10 @@ def test_written_files_get_the_usual_mode(tmp_path):
 import errno  # noqa: E402
 import os  # noqa: E402
 import stat  # noqa: E402
-import threading  # noqa: E402
 
 from refsim.fileio import (OutputKind, check_writable, open_output,  # noqa: E402
                            resolve_output)
+from refsim.testing.fifo import read_fifo_in_background  # noqa: E402
 
 
 def test_a_symlink_keeps_pointing_at_its_target_and_the_target_is_replaced(tmp_path):
@@ -86,19 +86,12 @@ def test_an_existing_files_permission_bits_are_kept(tmp_path):
     assert stat.S_IMODE(p.stat().st_mode) == 0o604 and p.read_bytes() == b"GGUF"
 
 
-def _fifo_reader(path, got):
-    with open(path, "rb") as fh:
-        got.append(fh.read())
-
-
 def test_a_fifo_is_streamed_into_not_replaced(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     assert resolve_output(fifo, "--csv").kind is OutputKind.DIRECT
     check_writable(fifo, "--csv")              # must not open it (that would block: no reader yet)
-    got = []
-    t = threading.Thread(target=_fifo_reader, args=(fifo, got), daemon=True)
-    t.start()
+    t, got = read_fifo_in_background(fifo)
     write_text_atomic(fifo, "a,b\n1,2\n", what="--csv")
     t.join(10)
     assert got == [b"a,b\n1,2\n"]
@@ -111,9 +104,7 @@ def test_a_symlink_to_a_fifo_streams_into_the_fifo(tmp_path):
     os.mkfifo(fifo)
     link = tmp_path / "link"
     link.symlink_to(fifo)
-    got = []
-    t = threading.Thread(target=_fifo_reader, args=(fifo, got), daemon=True)
-    t.start()
+    t, got = read_fifo_in_background(fifo)
     with atomic_path(link, "--out") as dest:       # binary, path-based writer
         with open(dest, "wb") as fh:
             fh.write(b"\x00\x01")
