@@ -38,7 +38,7 @@ def run(args) -> int:
     base = None
     for r in rows:
         line = (f"{r.window:>2}  {r.n_windows:>7}  {r.union_mean:>6.2f}  {r.union_p50:>5.1f}  "
-                f"{r.union_p90:>5.1f}  {r.union_mib_mean:>9.1f}")
+                f"{r.union_p90:>5.1f}  {num(r.union_mib_mean, 1):>9}")
         if budget is not None:
             if r.window == 1:
                 base = r.mib_per_token
