@@ -59,3 +59,17 @@ def test_the_plot_rings_the_points_over_budget(trace, tmp_path):
     assert [r.over_budget for r in over.rows] == [True, False]
     assert "holds &gt; budget" in (tmp_path / "over.svg").read_text()
     assert "holds &gt; budget" not in (tmp_path / "fine.svg").read_text()
+
+
+def test_on_the_qwen_trace_layer_at_250_mib_holds_one_token_cycle(qwen_trace):
+    """The issue's figure: ``layer`` at 250 MiB holds T = 784.7 MiB, 3.14x the budget."""
+    from refsim.cache.batches import BatchTrace
+    from refsim.studies.sweep import format_table, sweep_budgets
+    h = qwen_trace.header
+    bt = BatchTrace.from_events(qwen_trace.events, h.expert_bytes, h.n_expert)
+    res = sweep_budgets(bt, [250, 4000], ["layer"], h.token_cycle_bytes)
+    low, high = res.rows
+    assert low.over_budget and low.held_bytes == h.token_cycle_bytes   # 48 layers x 6 entries
+    assert not high.over_budget
+    assert format_table(res)[1].endswith(f"holds {h.token_cycle_bytes / (250 * MIB):.2f}x")
+    assert f"{h.token_cycle_bytes / (250 * MIB):.2f}" == "3.14"
