@@ -17,11 +17,14 @@ Printed per cell, with the engine's definitions (docs/telemetry.md, refsim.telem
 - tok/dec = tokens per target decode (plain + verify);
 - drafted = decodes that carried a draft / decodes (%, "drafted steps");
 - MiB/tok = dense bytes read per token: every target decode reads every tensor once (the 18
-  blocks, ``output_norm`` and the tied ``token_embd``, 246,587,904 bytes = 235.17 MiB; there
+  blocks, ``output_norm`` and the tied ``token_embd``, 246,587,904 bytes = 235.16 MiB; there
   is no expert cache to hit), so ``decodes * 246587904 / 2**20 / tokens``; the prefill is not
   counted, as in the engine's per-token figure;
 - tok/s = tokens / measured seconds of refsim's own target decodes (this machine, not a device);
 - same = the emitted ids equal plain greedy's (speculation must not change greedy output).
+
+One cell at a time, with the metrics CSV and the engine's summary lines, is
+``refsim run <gemma.gguf> --ngram --draft 3 --ngram-min-match 5 -n 256 --numerics ggml``.
 
 Usage::
 
@@ -95,8 +98,9 @@ CELLS = [(None, None)] + [(d, m) for d in (1, 3) for m in (3, 5, 8)]
 
 
 def dense_bytes_per_decode(model) -> int:
-    """Bytes of every tensor in the file: what one dense decode reads (tied output included)."""
-    return sum(ti.n_bytes for ti in model.tensors.values())
+    """Bytes of every tensor in the file: what one dense decode reads (tied output included);
+    the figure ``refsim run`` prints for a dense model."""
+    return model.bytes.file_tensor_bytes
 
 
 def run_cells(target: ForwardTarget, prompt: np.ndarray, n_predict: int, per_decode: int):

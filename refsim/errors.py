@@ -20,3 +20,18 @@ class ConfigError(RefsimError):
 class MetricsFormatError(RefsimError):
     """An engine per-token metrics CSV (or its ``.metrics`` sidecar) is malformed (names the file,
     the line number and what was expected)."""
+
+
+class UsageError(ConfigError):
+    """A mistake the command line alone shows: a flag value outside what the flag accepts, a bound
+    set by another flag, flags that conflict or need another flag. The CLI exits 2 for it, as
+    argparse does for its own usage errors (docs/cli.md, "Conventions"); library callers can catch
+    it as a :class:`ConfigError`. Value messages read ``argument FLAG: expected RANGE, got 'TEXT'``
+    (:func:`value_message`), argparse's form."""
+
+
+def value_message(flag: str, expected: str, got) -> str:
+    """``"argument --draft: expected an integer in 1..8, got '0'"``: the one form of a bad flag
+    value, whether argparse's ``type=`` validator or a later check reports it. ``got`` is quoted
+    as text (``str(got)``), as the user typed it when it is the flag's text."""
+    return f"argument {flag}: expected {expected}, got {str(got)!r}"

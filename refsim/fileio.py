@@ -30,7 +30,7 @@ import enum
 import os
 import stat
 import sys
-import tempfile
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -149,13 +149,11 @@ def resolve_output(path: str | os.PathLike, what: str = "output", binary: bool =
     if st is not None and not os.access(real, os.W_OK):
         raise ConfigError(f"{what} {path}: cannot write here: the file is not writable "
                           f"(permission denied)")
-    folder = os.path.dirname(real)
+    made: list[str] = []
     try:                                         # the real test: can a temporary be made there?
-        fd, probe = tempfile.mkstemp(prefix=".refsim-", suffix=".check", dir=folder)
-    except OSError as exc:
-        raise ConfigError(f"{what} {path}: cannot write here: {exc.strerror}") from None
-    os.close(fd)
-    os.unlink(probe)
+        _new_temp(os.path.dirname(real), ".check", made, what, path)
+    finally:
+        _remove(made)
     return OutputTarget(path, OutputKind.REPLACE, real,
                         None if st is None else stat.S_IMODE(st.st_mode))
 
@@ -213,29 +211,53 @@ def atomic_path(path: str | os.PathLike, what: str = "output", suffix: str = ".t
         except OSError as exc:
             raise _write_failed(what, target.path, exc) from None
         return
-    tmp = _temp_beside(target, what, suffix)
+    made: list[str] = []
     try:
+        tmp = _new_temp(os.path.dirname(target.real), suffix, made, what, target.path)
         yield tmp
         os.chmod(tmp, target.mode if target.mode is not None else 0o666 & ~_umask())
         os.replace(tmp, target.real)
+        made.clear()
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(made)
         if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
             raise _write_failed(what, target.path, exc) from None
         raise
 
 
-def _temp_beside(target: OutputTarget, what: str, suffix: str) -> str:
-    """Create an empty temporary file in the resolved destination's folder; its name."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".refsim-", suffix=suffix, dir=os.path.dirname(target.real))
-    except OSError as exc:
-        raise ConfigError(f"{what} {target.path}: cannot write here: {exc.strerror}") from None
-    os.close(fd)
-    return tmp
+def _new_temp(folder: str, suffix: str, made: list[str], what: str, path: str) -> str:
+    """Create an empty ``.refsim-<random><suffix>`` file (mode 0600) in ``folder``; its name.
+
+    The name is put in ``made`` *before* the file is created, so a Ctrl-C at any moment (even
+    between the creation and the return) leaves the caller a name to remove (``tempfile.mkstemp``
+    returns the name only after creating the file, a window where a KeyboardInterrupt leaks it).
+
+    Raises
+    ------
+    ConfigError
+        ``"<what> <path>: cannot write here: <reason>"`` if the folder refuses the file.
+    """
+    while True:
+        name = os.path.join(folder, f".refsim-{secrets.token_hex(8)}{suffix}")
+        made[:] = [name]
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            return name
+        except FileExistsError:
+            made.clear()                        # someone else's file: never remove it
+        except OSError as exc:
+            made.clear()
+            raise ConfigError(f"{what} {path}: cannot write here: {exc.strerror}") from None
+
+
+def _remove(made: list[str]) -> None:
+    """Remove the temporaries named in ``made`` (a missing one is fine)."""
+    for name in made:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+    made.clear()
 
 
 @contextmanager

@@ -12,6 +12,7 @@ Counters and their definitions (docs/cache-studies.md, docs/telemetry.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.cache.lru import NIL, lru_apply_event
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, UsageError, value_message
 from refsim.events import N_KINDS, DecodeEvent, DecodeKind
 
 
@@ -83,6 +84,9 @@ class CacheStats:
 
 MAX_CACHE_MIB = 1 << 40
 """Largest ``--cache-mb`` accepted: 2**40 MiB = 1 EiB (byte counts stay far inside int64)."""
+
+CACHE_MB_RANGE = "a number of MiB from 2^-20 (one byte) to 2^40 (1 EiB)"
+"""What ``--cache-mb`` accepts (:meth:`ExpertCache.mib_to_bytes`), in every command's message."""
 
 TARGET_DECODE_KINDS = (DecodeKind.PLAIN, DecodeKind.VERIFY)
 """Target-model decodes after prefill (the engine's 'decode' phase, trace phase 1)."""
@@ -192,21 +196,19 @@ class ExpertCache:
     def mib_to_bytes(cache_mb: float) -> int:
         """``--cache-mb`` value to bytes (MiB = 2**20 bytes, rounded down to whole bytes).
 
+        Accepted: :data:`CACHE_MB_RANGE`, a finite number ``2**-20 <= v <= 2**40`` (at least one
+        byte, at most :data:`MAX_CACHE_MIB`); text is read as ``float`` reads it.
+
         Raises
         ------
-        ConfigError
-            If the value is not a finite number > 0.
+        UsageError
+            ``"argument --cache-mb: expected <CACHE_MB_RANGE>, got '<value>'"`` otherwise
+            (a :class:`ConfigError`; the CLI exits 2).
         """
         try:
             value = float(cache_mb)
         except (TypeError, ValueError):
-            raise ConfigError(f"--cache-mb: expected a positive number of MiB, got {cache_mb!r}") \
-                from None
-        if not (value > 0 and np.isfinite(value)):
-            raise ConfigError(f"--cache-mb: expected a positive number of MiB, got {cache_mb!r}")
-        if value > MAX_CACHE_MIB:
-            raise ConfigError(f"--cache-mb: {cache_mb!r} MiB is more than {MAX_CACHE_MIB} MiB (1 EiB), "
-                              f"the largest budget refsim counts")
-        if int(value * MIB) < 1:
-            raise ConfigError(f"--cache-mb: {cache_mb!r} MiB is less than one byte")
+            value = math.nan
+        if not (np.isfinite(value) and 1 <= value * MIB and value <= MAX_CACHE_MIB):
+            raise UsageError(value_message("--cache-mb", CACHE_MB_RANGE, cache_mb))
         return int(value * MIB)

@@ -3,7 +3,10 @@
 Each module ``refsim/cli/<name>.py`` defines ``add_parser(subparsers)`` (which must call
 ``set_defaults(func=run)``) and ``run(args) -> int``. A subcommand maps flags onto one library
 call; logic lives in the library. ``main`` catches :class:`refsim.errors.RefsimError`, prints
-one line to stderr and returns 1, so a user mistake never shows a traceback.
+one line to stderr and returns 1, so a user mistake never shows a traceback; a
+:class:`refsim.errors.UsageError` (the command line alone is wrong) is reported as argparse
+reports its own (the usage, then ``refsim CMD: error: ...``) and returns 2 (docs/cli.md,
+"Conventions").
 
 Ctrl-C (SIGINT) at any moment of ``main`` -- building the parser (which imports every subcommand
 and through them numpy and numba), parsing, running -- prints one line and returns 130 (128 +
@@ -52,6 +55,16 @@ def make_parser():
                 continue  # subcommand not built yet
             raise
         module.add_parser(sub)
+    from refsim.cli.common import NUMBER_ARGUMENT
+    todo = [parser]
+    while todo:                     # every parser, nested ones (refsim timing fit) included
+        p = todo.pop()
+        # "--cache-mb -inf" is the value -inf for the flag's validator, as "-1" is (argparse's
+        # own pattern knows only -1 and -1.5); no refsim flag looks like a negative number
+        p._negative_number_matcher = NUMBER_ARGUMENT
+        p.set_defaults(_parser=p)   # the innermost parser's default wins: its usage on an error
+        todo += [c for a in p._actions if isinstance(a, argparse._SubParsersAction)
+                 for c in a.choices.values()]
     return parser
 
 
@@ -60,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     130 interrupted by Ctrl-C)."""
     command = None
     try:
-        from refsim.errors import RefsimError
+        from refsim.errors import RefsimError, UsageError
         parser = make_parser()
         args = parser.parse_args(argv)
         command = args.command
@@ -74,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             code = int(args.func(args) or 0)
             sys.stdout.flush()          # a full disk under `> file` fails here, not at exit
             return code
+        except UsageError as exc:
+            args._parser.print_usage(sys.stderr)
+            print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
+            return 2
         except RefsimError as exc:
             print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
             return 1

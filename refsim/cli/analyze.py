@@ -8,7 +8,7 @@ import json
 from refsim.analysis import FRAMINGS, VIEWS, AnalyzeOptions, analyze, format_text, parse_span
 from refsim.analysis.report import CELL_MODES
 from refsim.cache import ExpertCache
-from refsim.cli.common import check_outputs, nonneg_int, positive_int
+from refsim.cli.common import cache_mib, check_outputs, nonneg_int, positive_int
 from refsim.errors import ConfigError
 from refsim.trace import read_trace
 
@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
                    help="matrix view: units shown when --steps is absent (default 20, 0 = all)")
     p.add_argument("--cells", default="experts", choices=CELL_MODES,
                    help="matrix view: what a cell shows (default experts)")
-    p.add_argument("--cache-mb", default=None, metavar="N",
+    p.add_argument("--cache-mb", default=None, metavar="N", type=cache_mib,
                    help="cache view: also replay the trace through refsim's LRU at N MiB")
     p.add_argument("--json", action="store_true", help="print the view as one JSON object")
     p.add_argument("--plot", metavar="OUT.png",

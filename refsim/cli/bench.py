@@ -4,12 +4,11 @@ recorded runs."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
-from refsim.cli.common import check_outputs, nonneg_int, positive_int, report_stream
+from refsim.cli.common import check_outputs, int_in, nonneg_int, report_stream, seed
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
 from refsim.studies.bench import (DEFAULT_RESAMPLES, DEFAULT_SEED, DEFAULT_TRIM, MAX_RESAMPLES,
@@ -17,11 +16,8 @@ from refsim.studies.bench import (DEFAULT_RESAMPLES, DEFAULT_SEED, DEFAULT_TRIM,
 from refsim.telemetry.metrics_reader import read_metrics
 
 
-def _resamples(text: str) -> int:
-    value = positive_int(text)
-    if value > MAX_RESAMPLES:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_RESAMPLES}, got {text!r}")
-    return value
+_resamples = int_in(1, MAX_RESAMPLES)
+"""``--resamples``: an integer in 1..MAX_RESAMPLES (docs/cli.md "Conventions")."""
 
 
 def add_parser(sub) -> None:
@@ -42,7 +38,7 @@ def add_parser(sub) -> None:
                    help=f"warm-up tokens left out of the per-token mean (default {DEFAULT_TRIM})")
     p.add_argument("--resamples", type=_resamples, default=DEFAULT_RESAMPLES, metavar="N",
                    help=f"bootstrap resamples (default {DEFAULT_RESAMPLES}, at most {MAX_RESAMPLES})")
-    p.add_argument("--seed", type=nonneg_int, default=DEFAULT_SEED, metavar="N",
+    p.add_argument("--seed", type=seed, default=DEFAULT_SEED, metavar="N",
                    help=f"bootstrap seed for numpy.random.default_rng (default {DEFAULT_SEED})")
     p.add_argument("--plot", metavar="OUT.png",
                    help="figure (.png, .pdf or .svg by the extension): tok/s per token with the "

@@ -9,8 +9,8 @@ speculation takes from the expert cache. Logic: :mod:`refsim.cache.ledger`.
 from __future__ import annotations
 
 from refsim import MIB
-from refsim.cli.common import nonneg_float, nonneg_int, positive_float, positive_int
-from refsim.errors import ConfigError
+from refsim.cli.common import draft_width, mib, nonneg_int, positive_int, positive_mib
+from refsim.errors import ConfigError, UsageError
 from refsim.fmt import budget_mib, num
 
 CTX_DEFAULT = 2048
@@ -25,12 +25,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ctx", type=positive_int, default=None,
                    help="context length in tokens, 1..the model's n_ctx_train (default 2048, or "
                         "n_ctx_train if smaller)")
-    p.add_argument("--draft", type=int, default=None,
+    p.add_argument("--draft", type=draft_width, default=None,
                    help="draft width 1..8 (default 3); needs --mtp or --ngram")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--mtp", action="store_true", help="MTP draft source (needs a nextn block)")
     src.add_argument("--ngram", action="store_true", help="n-gram draft source")
-    p.add_argument("--ram-mb", type=positive_float, default=None, metavar="R",
+    p.add_argument("--ram-mb", type=positive_mib, default=None, metavar="R",
                    help="MiB available before the contexts are created (> 0); prints the auto budget")
     p.add_argument("--ubatch", type=nonneg_int, default=0,
                    help="target ubatch (default 0 = --ctx); with --ngram or --mtp it must "
@@ -39,8 +39,8 @@ def add_parser(subparsers) -> None:
                    help="how the engine holds the dense (non-expert) weights; anon and ahwb count "
                         "against --ram-mb in the auto budget (default anon, the engine's; "
                         "bmoe-engine.md §3.3-3.4)")
-    p.add_argument("--cache-floor-mb", type=nonneg_float, default=1536.0, help="default 1536")
-    p.add_argument("--cache-ceil-mb", type=nonneg_float, default=0.0, help="default 0 (no cap)")
+    p.add_argument("--cache-floor-mb", type=mib, default=1536.0, help="default 1536")
+    p.add_argument("--cache-ceil-mb", type=mib, default=0.0, help="default 0 (no cap)")
     p.set_defaults(func=run)
 
 
@@ -53,8 +53,8 @@ def run(args) -> int:
     # the engine's rules, as refsim run applies them: --draft 1..8, only with a draft source
     config = SpecConfig.from_flags(ngram=args.ngram, mtp=args.mtp, draft=args.draft)
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
-        raise ConfigError(f"--ubatch: expected 0 (= --ctx) or >= --draft + 1 = "
-                          f"{config.draft_max + 1} (the verify batch), got {args.ubatch}")
+        raise UsageError(f"argument --ubatch: expected 0 (= --ctx) or an integer >= --draft + 1 = "
+                         f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
     model = open_model(args.model)
     n_ctx_train = model.spec.n_ctx_train
     if args.ctx is None:

@@ -5,42 +5,16 @@ comma-separated ids, or an empty line when it drafts nothing. A debugging aid ov
 :data:`refsim.spec.peers.RULES`. Flags follow the engine's load-time rules
 (:class:`refsim.spec.config.SpecConfig`): ``--draft`` 1..8, ``--min-match`` 1..``--max-match``
 (1..12 at the default 12), ``--max-match`` 1..64; a value the engine would refuse is refused
-here rather than answered with an empty or misleading draft.
+here rather than answered with an empty or misleading draft. ``--min-match`` is checked once
+``--max-match`` is known, so every bad value gets the same range text (docs/cli.md, "Conventions").
 """
 
 from __future__ import annotations
 
-import argparse
-
-from refsim.errors import ConfigError
+from refsim.cli.common import check_value, draft_width, int_in, token_ids
 from refsim.spec.constants import (DRAFT_MAX_LIMIT, NGRAM_MATCH_LIMIT, NGRAM_MAX_MATCH,
                                    NGRAM_MIN_MATCH_DEFAULT)
 from refsim.spec.peers import RULES
-
-
-def _token_list(text: str) -> list[int]:
-    try:
-        out = [int(t) for t in text.split(",") if t.strip() != ""]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated token ids like 1,2,3, got {text!r}") from None
-    if not out or any(t < 0 for t in out):
-        raise argparse.ArgumentTypeError(
-            f"expected at least one non-negative token id, got {text!r}")
-    return out
-
-
-def _bounded(lo: int, hi: int):
-    """``type=`` validator factory: an integer in ``lo..hi``, quoting the bad value."""
-    def check(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = lo - 1
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"expected {lo}..{hi}, got {text!r}")
-        return value
-    return check
 
 
 def add_parser(sub) -> None:
@@ -49,17 +23,16 @@ def add_parser(sub) -> None:
         description="Print the draft an n-gram matcher proposes for CORPUS (prompt + generated "
                     "+ the just-confirmed token, last) as comma-separated ids; an empty line "
                     "when it drafts nothing.")
-    p.add_argument("--corpus", required=True, type=_token_list, metavar="IDS",
+    p.add_argument("--corpus", required=True, type=token_ids, metavar="IDS",
                    help="comma-separated token ids; the last is the just-confirmed token")
-    p.add_argument("--draft", type=_bounded(1, DRAFT_MAX_LIMIT), default=3, metavar="N",
+    p.add_argument("--draft", type=draft_width, default=3, metavar="N",
                    help=f"most draft tokens, 1..{DRAFT_MAX_LIMIT} (default 3)")
-    p.add_argument("--min-match", type=_bounded(1, NGRAM_MATCH_LIMIT),
-                   default=NGRAM_MIN_MATCH_DEFAULT, metavar="M",
+    p.add_argument("--min-match", default=str(NGRAM_MIN_MATCH_DEFAULT), metavar="M",
                    help="shortest match that drafts, 1..--max-match (default 3; for "
                         "llama-simple the fixed n-gram size)")
-    p.add_argument("--max-match", type=_bounded(1, NGRAM_MATCH_LIMIT), default=NGRAM_MAX_MATCH,
+    p.add_argument("--max-match", type=int_in(1, NGRAM_MATCH_LIMIT), default=NGRAM_MAX_MATCH,
                    metavar="K",
-                   help="match-length cap (default 12, the engine's fixed value)")
+                   help=f"match-length cap, 1..{NGRAM_MATCH_LIMIT} (default 12, the engine's fixed value)")
     p.add_argument("--rule", choices=list(RULES), default="engine",
                    help="matcher: the engine's (default), earliest occurrence (vLLM/HF), or "
                         "llama.cpp ngram-simple")
@@ -67,9 +40,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    if args.min_match > args.max_match:
-        raise ConfigError(f"--min-match: expected 1..{args.max_match} (at most --max-match), "
-                          f"got {args.min_match}")
-    draft = RULES[args.rule](args.corpus, args.draft, args.min_match, args.max_match)
+    min_match = check_value("--min-match", args.min_match,
+                            int_in(1, args.max_match, " (at most --max-match)"))
+    draft = RULES[args.rule](args.corpus, args.draft, min_match, args.max_match)
     print(",".join(str(int(t)) for t in draft))
     return 0

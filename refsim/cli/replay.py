@@ -9,7 +9,7 @@ import json
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
+from refsim.cli.common import cache_mib, check_outputs, report_stream, warn_below_token_cycle
 from refsim.errors import ConfigError
 from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
         description="Replay a route_trace v1 file through the engine's LRU expert cache and "
                     "compare with the residency the engine recorded.")
     p.add_argument("trace", help="route trace file (route_trace v1)")
-    p.add_argument("--cache-mb", required=True, metavar="N",
-                   help="cache budget in MiB (2^20 bytes), a positive number")
+    p.add_argument("--cache-mb", required=True, metavar="N", type=cache_mib,
+                   help="cache budget in MiB (2^20 bytes), 2^-20..2^40")
     p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)

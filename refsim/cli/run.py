@@ -1,10 +1,15 @@
 """``refsim run [MODEL.gguf] [--prompt TEXT | --prompt-tokens IDS] -n N [--cache-mb M] ...``:
 greedy (optionally n-gram speculative) generation with refsim's reference forward pass, every
-decode fed to the engine's expert-cache model."""
+decode fed to the engine's expert-cache model.
+
+A dense model (``n_expert == 0``, the real Gemma-3-270M) runs the same loop without an expert
+cache: every target decode reads every tensor of the file once (docs/real-model.md, "Byte
+accounting"), so its flash bytes are ``decodes * file_tensor_bytes``; ``--cache-mb`` and
+``--route-trace`` (whose rows are expert routings) are refused for it.
+"""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -13,22 +18,12 @@ import sys
 import time
 
 from refsim import MIB
-from refsim.errors import ConfigError, RefsimError
+from refsim.errors import ConfigError, RefsimError, UsageError
 from refsim.fmt import budget_mib, num, pct_text, ratio
 
 
-def _token_ids(text: str) -> list[int]:
-    try:
-        ids = [int(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected token ids like '1,5,77', got {text!r}") from None
-    if not ids or min(ids) < 0:
-        raise argparse.ArgumentTypeError(f"expected one or more token ids >= 0, got {text!r}")
-    return ids
-
-
 def add_parser(sub) -> None:
-    from refsim.cli.common import add_spec_args, nonneg_int, positive_int
+    from refsim.cli.common import add_spec_args, cache_mib, nonneg_int, positive_int, token_ids
     from refsim.forward.builtin import BUILTIN_CACHE_MB
     p = sub.add_parser(
         "run", help="generate with the reference forward pass and count expert-cache traffic",
@@ -38,22 +33,25 @@ def add_parser(sub) -> None:
     p.add_argument("model", nargs="?", help="GGUF model (default: the built-in synthetic qwen3moe)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
-    g.add_argument("--prompt-tokens", metavar="IDS", type=_token_ids, help="prompt token ids, e.g. 1,5,77")
+    g.add_argument("--prompt-tokens", metavar="IDS", type=token_ids, help="prompt token ids, e.g. 1,5,77")
     p.add_argument("-n", "--n-predict", type=positive_int, default=32, metavar="N",
                    help="tokens to generate (default 32); prompt + N must fit the model's "
                         "n_ctx_train")
-    p.add_argument("--cache-mb", metavar="M",
+    p.add_argument("--cache-mb", metavar="M", type=cache_mib,
                    help=f"expert cache budget in MiB (2^20 bytes); default {BUILTIN_CACHE_MB:g} for the "
-                        f"built-in model, else half of all expert bytes")
-    p.add_argument("--numerics", choices=("exact", "ggml"), default="exact",
+                        f"built-in model, else half of all expert bytes (MoE models only: a dense "
+                        f"model has no expert cache)")
+    p.add_argument("--numerics", choices=("exact", "ggml", "llamacpp"), default="exact",
                    help="exact: float64-accumulated reference; ggml: llama.cpp CPU activation "
-                        "quantisation (Q8_0/Q8_K)")
+                        "quantisation (Q8_0/Q8_K); llamacpp (gemma3 only): llama.cpp's x86 CPU "
+                        "arithmetic bit for bit, F32 KV cache")
     add_spec_args(p)
     p.add_argument("--ubatch", type=nonneg_int, default=0, metavar="N",
                    help="ubatch (default 0 = n_batch); with --ngram or --mtp it must hold the "
                         "verify batch (--draft + 1)")
     p.add_argument("--route-trace", metavar="OUT",
-                   help="write the run's route trace (route_trace v1) to OUT (- = stdout)")
+                   help="write the run's route trace (route_trace v1; MoE models only) to OUT "
+                        "(- = stdout)")
     p.add_argument("--csv", metavar="OUT",
                    help="write the per-token metrics CSV (bmoe_metrics v2) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -67,6 +65,92 @@ def _ids_text(model, ids, tokenizer=None) -> str:
         return (tokenizer or Tokenizer.from_model(model)).decode(ids)
     except RefsimError:
         return "".join(f"[{int(i)}]" for i in ids)
+
+
+def refuse_cache_flags(args, path: str, model) -> None:
+    """A dense model has no expert cache: refuse the flags that size or record one.
+
+    Raises
+    ------
+    ConfigError
+        ``--cache-mb`` or ``--route-trace`` given for a model with ``n_expert == 0``.
+    """
+    why = (f"MODEL {path} is {model.spec.arch}, a dense model (no routed experts): it has no "
+           f"expert cache, every decode reads all {num(model.bytes.file_tensor_bytes / MIB, 2)} MiB "
+           f"of its tensors")
+    if args.cache_mb is not None:
+        raise ConfigError(f"--cache-mb {args.cache_mb:g}: {why}; drop --cache-mb")
+    if args.route_trace is not None:
+        raise ConfigError(f"--route-trace {args.route_trace}: {why}, and a route trace records "
+                          f"expert routings; drop --route-trace (--csv writes the per-token metrics)")
+
+
+def stop_fields(result) -> dict:
+    """``--json`` keys of how the generation stopped: ``stop`` (``'eog'`` or ``'n_predict'``,
+    :attr:`refsim.spec.RunResult.stop_reason`) and ``eog_token`` (the end-of-generation id, never
+    emitted; ``None`` when the run stopped at ``-n``). ``refsim ngram-whatif --eog ID -n N``
+    replays such a run."""
+    return {"stop": result.stop_reason, "n_predict": result.n_predict,
+            "eog_token": int(result.eog_token) if result.eog else None}
+
+
+def _stop_note(result) -> str:
+    if not result.eog:
+        return ""
+    return (f" (stopped at the end-of-generation token {result.eog_token} before -n "
+            f"{result.n_predict}; ngram-whatif replays it with --eog {result.eog_token} "
+            f"-n {result.n_predict})")
+
+
+def _write_metrics(args, result, stats, config, path: str, arch: str) -> None:
+    """``--csv``: the per-token metrics CSV (bmoe_metrics v2), when asked."""
+    if args.csv is None:
+        return
+    import numba
+    from refsim.telemetry import MetricsPreamble, write_metrics_csv
+    preamble = MetricsPreamble.for_run(
+        result, config, model=path, arch=arch, threads=numba.get_num_threads(),
+        n_ubatch=args.ubatch)
+    write_metrics_csv(args.csv, result, stats, preamble)
+
+
+def _report_dense(args, model, path, prompt, tokenizer, result, stats, config, decode_tps,
+                  sim_tps, load_s, wall_s, margin) -> int:
+    """Print (or ``--json``) a dense model's run: no expert cache; every target decode reads
+    every tensor once, ``file_tensor_bytes`` (docs/real-model.md, "Byte accounting"; the prefill
+    is not counted, as in the engine's per-token figure)."""
+    from refsim.telemetry import summary_lines
+    spec = model.spec
+    per_decode = model.bytes.file_tensor_bytes
+    read = stats.decodes * per_decode
+    mib_per_token = read / MIB / result.n_gen if result.n_gen else None
+    text = _ids_text(model, result.tokens, tokenizer)
+    if args.json:
+        print(json.dumps({
+            "model": path, "builtin": False, "arch": spec.arch, "dense": True,
+            "numerics": args.numerics, "spec": result.spec,
+            "prompt_tokens": [int(t) for t in prompt], "tokens": result.tokens.tolist(),
+            "text": text, **stop_fields(result),
+            "decodes": stats.decodes, "drafted": stats.drafted, "accepted": stats.accepted,
+            "dense_bytes_per_decode": per_decode, "read_bytes": read, "read_mib": read / MIB,
+            "mib_per_token": mib_per_token, "cache": None,
+            "sim_tok_per_s": decode_tps, "sim_total_tok_per_s": sim_tps,
+            "min_margin": margin, "load_s": load_s, "wall_s": wall_s}))
+        return 0
+    print(f"model: {path} arch={spec.arch} n_layer={spec.n_layer} dense (n_expert=0) "
+          f"numerics={args.numerics}")
+    print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}{_stop_note(result)}: {text!r}")
+    print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
+    for line in summary_lines(stats):
+        print(line)
+    per_tok = "n/a (no tokens)" if mib_per_token is None else f"{num(mib_per_token, 2)} MiB/token"
+    print(f"dense: no expert cache (a dense model routes no experts; --cache-mb does not apply): "
+          f"every decode reads all {per_decode} B = {num(per_decode / MIB, 2)} MiB of tensors; "
+          f"{stats.decodes} decodes read {num(read / MIB, 2)} MiB, {per_tok} "
+          f"(decode reads / generated tokens)")
+    print(f"simulator: {num(decode_tps, 2)} tok/s decode ({stats.decodes} decodes), "
+          f"{num(sim_tps, 2)} tok/s incl. prefill; smallest top-1/top-2 logit margin {margin:.4g}")
+    return 0
 
 
 def run(args) -> int:
@@ -83,14 +167,14 @@ def _run(args, report: contextlib.ExitStack) -> int:
     from refsim.model import open_model
     from refsim.model.tokenizer import Tokenizer
     from refsim.spec import SpecConfig, draft_source_for, run_generation
-    from refsim.telemetry import MetricsPreamble, RunStats, summary_lines, write_metrics_csv
+    from refsim.telemetry import RunStats, summary_lines
     from refsim.trace import TraceHeader
 
     # every flag and output path is checked before the model is built or opened
     config = SpecConfig.from_args(args)
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
-        raise ConfigError(f"--ubatch: expected 0 (= n_batch) or >= --draft + 1 = "
-                          f"{config.draft_max + 1} (the verify batch), got {args.ubatch}")
+        raise UsageError(f"argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = "
+                         f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
     budget = None if args.cache_mb is None else ExpertCache.mib_to_bytes(args.cache_mb)
     builtin = args.model is None
     check_outputs({"--route-trace": args.route_trace, "--csv": args.csv},
@@ -100,10 +184,9 @@ def _run(args, report: contextlib.ExitStack) -> int:
     path = builtin_model_path() if builtin else args.model
     t0 = time.perf_counter()
     model = open_model(path)
-    if not model.spec.n_expert:
-        raise ConfigError(f"MODEL {path}: {model.spec.arch} is dense (no routed experts); refsim run "
-                          f"simulates the expert cache of MoE models (qwen3moe, qwen35moe). For the "
-                          f"dense Gemma-3 pass see examples/ngram_real_text.py")
+    dense = not model.spec.n_expert
+    if dense:
+        refuse_cache_flags(args, path, model)
     if config.spec == "mtp":
         from refsim.spec.mtp import mtp_source_for
         target, source = mtp_source_for(model, config, args.numerics, args.ubatch)
@@ -127,36 +210,40 @@ def _run(args, report: contextlib.ExitStack) -> int:
                           f"{len(prompt) + args.n_predict} tokens exceeds the model's n_ctx_train "
                           f"{spec.n_ctx_train} (positions past it are outside what the model was "
                           f"trained on); {fix}")
-    expert_bytes = [model.expert_bytes(il) for il in range(target.n_layer)]  # + the MTP head with --mtp
-    if budget is None:  # no --cache-mb
-        budget = (ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB) if builtin
-                  else sum(expert_bytes) * spec.n_expert // 2)
-    cache = ExpertCache(expert_bytes, spec.n_expert, budget)
+    cache = None
+    if not dense:
+        expert_bytes = [model.expert_bytes(il) for il in range(target.n_layer)]  # + the MTP head with --mtp
+        if budget is None:  # no --cache-mb
+            budget = (ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB) if builtin
+                      else sum(expert_bytes) * spec.n_expert // 2)
+        cache = ExpertCache(expert_bytes, spec.n_expert, budget)
     t1 = time.perf_counter()
     result = run_generation(target, source, prompt, args.n_predict, cache=cache,
                             draft_max=config.draft_max)
     wall_s = time.perf_counter() - t1
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
+    sim_tps = ratio(result.n_gen + len(prompt), wall_s)    # None (n/a, null) if no time was measured
+    decode_tps = stats.tok_s
+    to_stdout = report_stream({"--route-trace": args.route_trace, "--csv": args.csv})
+    if dense:
+        _write_metrics(args, result, stats, config, path, model.spec.arch)
+        # the outputs are written: the report goes to stderr if one of them went to stdout
+        report.enter_context(contextlib.redirect_stdout(to_stdout))
+        return _report_dense(args, model, path, prompt, tokenizer, result, stats, config,
+                             decode_tps, sim_tps, load_s, wall_s,
+                             getattr(target, "inner", target).min_margin)
     t_bytes = model.t_bytes()
     summary = CacheSummary.from_stats(cache.stats, budget, result.n_gen, t_bytes)
     warn_below_token_cycle("run", [budget], t_bytes)
-    sim_tps = ratio(result.n_gen + len(prompt), wall_s)    # None (n/a, null) if no time was measured
-    decode_tps = stats.tok_s
     if args.route_trace is not None:
         header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
                              n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
                              dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
                              extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
         result.write_trace(args.route_trace, header)
-    if args.csv is not None:
-        import numba
-        preamble = MetricsPreamble.for_run(
-            result, config, model=path, arch=spec.arch, threads=numba.get_num_threads(),
-            n_ubatch=args.ubatch)
-        write_metrics_csv(args.csv, result, stats, preamble)
+    _write_metrics(args, result, stats, config, path, spec.arch)
     # the outputs are written: the report goes to stderr if one of them went to stdout
-    report.enter_context(contextlib.redirect_stdout(
-        report_stream({"--route-trace": args.route_trace, "--csv": args.csv})))
+    report.enter_context(contextlib.redirect_stdout(to_stdout))
     text = _ids_text(model, result.tokens, tokenizer)
     out = {
         "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,
@@ -168,6 +255,7 @@ def _run(args, report: contextlib.ExitStack) -> int:
         "sim_tok_per_s": decode_tps, "sim_total_tok_per_s": sim_tps,
         "min_margin": getattr(target, "inner", target).min_margin, "load_s": load_s, "wall_s": wall_s,
         "cache": summary.as_dict(),      # every counter, as `refsim replay --json` prints them
+        "dense": False, **stop_fields(result),
     }
     if args.json:
         print(json.dumps(out))
@@ -181,9 +269,7 @@ def _run(args, report: contextlib.ExitStack) -> int:
           f"(1 + n_rs_seq {led.n_rs_seq} slots), draft context "
           f"{num((led.draft_kv_bytes + led.draft_buffer_bytes) / MIB, 2)} MiB; speculation takes "
           f"{num(led.speculation_bytes / MIB, 2)} MiB (refsim memory for the auto budget)")
-    stop = (f" (stopped at an end-of-generation token before -n {args.n_predict})"
-            if result.eog and result.n_gen < args.n_predict else "")
-    print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}{stop}: {text!r}")
+    print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}{_stop_note(result)}: {text!r}")
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)

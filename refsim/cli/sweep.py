@@ -6,7 +6,7 @@ from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
 from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
-from refsim.errors import ConfigError
+from refsim.errors import UsageError, value_message
 from refsim.fmt import num
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, write_sweep_csv)
@@ -37,10 +37,13 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     budgets = parse_budgets_mib(args.cache_mb)
-    if args.policy is not None and not args.policy.strip(", "):
-        raise ConfigError(f"--policy: empty list; expected names from {','.join(known_policies())}")
-    policies = ([x.strip() for x in args.policy.split(",") if x.strip()] if args.policy
-                else known_policies())
+    known = known_policies()
+    policies = ([x.strip() for x in args.policy.split(",") if x.strip()] if args.policy is not None
+                else known)
+    bad = [x for x in policies if x not in known]
+    if not policies or bad:
+        raise UsageError(value_message("--policy", f"comma-separated names from {','.join(known)}",
+                                       bad[0] if bad else args.policy))
     check_outputs({"--csv": args.csv, "--plot": args.plot}, {"TRACE": args.trace})
     if args.plot is not None:
         from refsim.studies.plot import plot_format, require_matplotlib

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
-
+from refsim.cli.common import seed as _seed
 from refsim.model.synth import QUANTS
-
-
-def _seed(text: str) -> int:
-    """``--seed`` validator: an integer in 0..2**32-1 (NumPy's seed range), quoting a bad value."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"expected an integer in 0..4294967295, got {text!r}")
-    return value
 
 
 def add_parser(subparsers) -> None:

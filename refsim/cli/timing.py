@@ -9,8 +9,9 @@ import sys
 
 import numpy as np
 
-from refsim.cli.common import (check_outputs, int_range, nonneg_float, nonneg_int, positive_int,
-                               report_stream)
+from refsim.cli.common import (cache_mib, check_outputs, int_list, nonneg_float, nonneg_int,
+                               positive_int, report_stream)
+from refsim.spec.constants import DRAFT_MAX_LIMIT
 from refsim.fileio import write_text_atomic
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
 from refsim.timing.breakeven import DEFAULT_EPS, breakeven
@@ -61,9 +62,10 @@ def add_parser(sub) -> None:
                                     "needs to beat plain decoding. docs/timing.md.")
     b.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1)")
     b.add_argument("--device", required=True, metavar="DEVICE.json", help="from refsim timing fit")
-    b.add_argument("--cache-mb", required=True, metavar="N", help="cache budget, MiB")
-    b.add_argument("--draft", type=int_range, default=int_range("1..8"), metavar="D",
-                   help="draft widths: N, N,M,... or A..B (default 1..8)")
+    b.add_argument("--cache-mb", required=True, metavar="N", type=cache_mib,
+                   help="cache budget, MiB (2^-20..2^40)")
+    b.add_argument("--draft", type=int_list(1, DRAFT_MAX_LIMIT), default=list(range(1, 9)),
+                   metavar="D", help="draft widths: N, N,M,... or A..B, 1..8 (default 1..8)")
     b.add_argument("--model", metavar="KEY", help="which of the device's compute floors to use "
                                                   "(default: its only one)")
     b.add_argument("--io-threads", type=positive_int, default=4, metavar="L",

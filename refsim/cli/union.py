@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from refsim.cache import ExpertCache
-from refsim.cli.common import int_range
+from refsim.cli.common import cache_mib, int_list
 from refsim.fmt import NA, budget_mib, num, ratio
 from refsim.studies.union import union_study
 from refsim.trace import read_trace
@@ -16,9 +16,9 @@ def add_parser(sub) -> None:
                     "top-k sets (mean, p50, p90) and, with --cache-mb, the flash MiB a verify "
                     "batch of width w would read (decode positions replayed in batches of w).")
     p.add_argument("trace", help="route trace file (route_trace v1)")
-    p.add_argument("--window", type=int_range, default=int_range("1..8"), metavar="W",
+    p.add_argument("--window", type=int_list(1), default=list(range(1, 9)), metavar="W",
                    help="window widths: N, N,M,... or A..B (default 1..8)")
-    p.add_argument("--cache-mb", metavar="N",
+    p.add_argument("--cache-mb", metavar="N", type=cache_mib,
                    help="cache budget in MiB for the replay (omit: union sizes only)")
     p.set_defaults(func=run)
 

@@ -20,6 +20,14 @@ from refsim.model import Model, open_model
 from refsim.spec.target import TargetOutput
 
 
+def eog_ids(model: Model) -> frozenset[int]:
+    """The end-of-generation ids the loop stops at for ``model``: ``tokenizer.ggml.eos_token_id``
+    when the file has one (what ``refsim run`` stops at, and ``refsim ngram-whatif --model``
+    replays), else none."""
+    eos = model.metadata.get("tokenizer.ggml.eos_token_id")
+    return frozenset() if eos is None else frozenset([int(eos)])
+
+
 class ForwardTarget:
     """A GGUF model run by refsim's reference pass, one greedy sequence.
 
@@ -84,8 +92,7 @@ class ForwardTarget:
         self.n_layer = spec.n_layer
         self.n_expert = spec.n_expert
         self.n_expert_used = spec.n_expert_used
-        eos = self.model.metadata.get("tokenizer.ggml.eos_token_id")
-        self.eos_ids = frozenset() if eos is None else frozenset([int(eos)])
+        self.eos_ids = eog_ids(self.model)
         self.min_margin = float("inf")
         self.results: list[DecodeResult] = []
 

@@ -2,16 +2,17 @@
 
 Sources: bmoe-engine.md §1 (Parameters) and §2 ("Open-time setup and load-time rejections";
 the engine's core/src/config.cpp validate and cli/main.cpp). Every rejection raises
-:class:`refsim.errors.ConfigError` naming the flag and the accepted values; where the engine's
-CLI exits with code 2 (``--ngram`` together with ``--mtp``) refsim raises ConfigError too, so
-``refsim run`` exits 1 with one line on stderr.
+:class:`refsim.errors.UsageError` (a ConfigError) naming the flag and the accepted values: the
+command line alone decides them, so the CLI exits 2, as the engine's CLI does for ``--ngram``
+together with ``--mtp`` (docs/cli.md, "Conventions"). Value messages have the CLI's one form,
+``argument --draft: expected an integer in 1..8, got '0'``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refsim.errors import ConfigError
+from refsim.errors import UsageError, value_message
 from refsim.spec.constants import (DRAFT_MAX_DEFAULT, DRAFT_MAX_LIMIT, NGRAM_MATCH_LIMIT,
                                    NGRAM_MAX_MATCH, NGRAM_MIN_MATCH_DEFAULT, SPEC_MTP,
                                    SPEC_NGRAM, SPEC_OFF)
@@ -38,8 +39,8 @@ class SpecConfig:
 
     Raises
     ------
-    ConfigError
-        For any value or combination the engine rejects at load.
+    UsageError
+        For any value or combination the engine rejects at load (a ConfigError).
     """
 
     spec: str = SPEC_OFF
@@ -51,23 +52,25 @@ class SpecConfig:
 
     def __post_init__(self) -> None:
         if self.spec not in (SPEC_OFF, SPEC_NGRAM, SPEC_MTP):
-            raise ConfigError(f"spec: expected one of off, ngram, mtp, got {self.spec!r}")
+            raise UsageError(f"spec: expected one of off, ngram, mtp, got {self.spec!r}")
         if not 1 <= self.draft_max <= DRAFT_MAX_LIMIT:
-            raise ConfigError(f"--draft: expected 1..{DRAFT_MAX_LIMIT}, got {self.draft_max}")
+            raise UsageError(value_message("--draft", f"an integer in 1..{DRAFT_MAX_LIMIT}",
+                                           self.draft_max))
         if not 1 <= self.ngram_max_match <= NGRAM_MATCH_LIMIT:
-            raise ConfigError(f"ngram_max_match: expected 1..{NGRAM_MATCH_LIMIT}, "
-                              f"got {self.ngram_max_match}")
+            raise UsageError(value_message("--max-match", f"an integer in 1..{NGRAM_MATCH_LIMIT}",
+                                           self.ngram_max_match))
         if not 1 <= self.ngram_min_match <= self.ngram_max_match:
-            raise ConfigError(f"--ngram-min-match: expected 1..{self.ngram_max_match}, "
-                              f"got {self.ngram_min_match}")
+            raise UsageError(value_message("--ngram-min-match",
+                                           f"an integer in 1..{self.ngram_max_match}",
+                                           self.ngram_min_match))
         if self.spec == SPEC_MTP and not 0.0 <= self.mtp_p_min <= 1.0:
-            raise ConfigError(f"--mtp-p-min: expected a probability in [0, 1], "
-                              f"got {self.mtp_p_min}")
+            raise UsageError(value_message("--mtp-p-min", "a probability in [0, 1]",
+                                           self.mtp_p_min))
         if self.spec == SPEC_NGRAM and self.mtp_p_min != 0.0:
-            raise ConfigError(f"--mtp-p-min {self.mtp_p_min}: an MTP-only knob; with --ngram "
+            raise UsageError(f"--mtp-p-min {self.mtp_p_min}: an MTP-only knob; with --ngram "
                               f"it must be 0")
         if self.spec != SPEC_OFF and self.temp > 0.0:
-            raise ConfigError(f"--temp {self.temp}: speculation requires greedy sampling "
+            raise UsageError(f"--temp {self.temp}: speculation requires greedy sampling "
                               f"(temp 0)")
 
     @property
@@ -91,7 +94,7 @@ class SpecConfig:
 
         Raises
         ------
-        ConfigError
+        UsageError
             ``--ngram`` with ``--mtp`` ("two draft sources for the same verify loop"); a
             speculation knob given without a draft source (``--draft`` or
             ``--ngram-min-match`` without ``--ngram``/``--mtp``, ``--mtp-p-min`` without
@@ -99,13 +102,13 @@ class SpecConfig:
             did not ask for); and every rejection of the constructor.
         """
         if ngram and mtp:
-            raise ConfigError("--ngram with --mtp: two draft sources for the same verify "
+            raise UsageError("--ngram with --mtp: two draft sources for the same verify "
                               "loop; choose one")
         if not (ngram or mtp):
             given = [f for f, v in (("--draft", draft), ("--ngram-min-match", ngram_min_match),
                                     ("--mtp-p-min", mtp_p_min)) if v is not None]
             if given:
-                raise ConfigError(f"{', '.join(given)} without a draft source: add --ngram or "
+                raise UsageError(f"{', '.join(given)} without a draft source: add --ngram or "
                                   f"--mtp (without one the run does not speculate)")
         spec = SPEC_NGRAM if ngram else SPEC_MTP if mtp else SPEC_OFF
         return cls(spec=spec,

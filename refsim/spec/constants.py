@@ -27,3 +27,6 @@ LLAMA_SIMPLE_SIZE_M = 48
 
 SPEC_OFF, SPEC_MTP, SPEC_NGRAM = "off", "mtp", "ngram"
 """Values of the metrics preamble key ``spec=`` (bmoe-engine.md §4.1)."""
+
+TOKEN_ID_MAX = 2**31 - 1
+"""Largest token id: llama.cpp's ``llama_token`` is ``int32_t`` (include/llama.h)."""

@@ -124,6 +124,9 @@ class RunResult:
     n_predict : int
     eog : bool
         The generation ended on an end-of-generation token.
+    eog_token : int
+        That token's id (never emitted): the target's prediction fed as ``tok``, or an accepted
+        draft token; -1 when the run stopped at ``n_predict``.
     prefill_s : float
         Measured seconds of ``target.prefill``.
     tail_s : float
@@ -141,6 +144,7 @@ class RunResult:
     draft_max: int
     n_predict: int
     eog: bool = False
+    eog_token: int = -1
     prefill_s: float = 0.0
     tail_s: float = 0.0
     cache: ExpertCache | None = field(default=None, repr=False)
@@ -152,6 +156,12 @@ class RunResult:
     @property
     def n_gen(self) -> int:
         return int(self.tokens.size)
+
+    @property
+    def stop_reason(self) -> str:
+        """``'eog'`` (an end-of-generation token, :attr:`eog_token`) or ``'n_predict'``
+        (``n_predict`` tokens were emitted)."""
+        return "eog" if self.eog else "n_predict"
 
     def write_trace(self, path, header) -> None:
         """Write the run's route trace (engine framing: one block per decode, every position
@@ -294,11 +304,11 @@ class SpeculativeLoop:
         tok = int(out.argmax()[-1])
         n_past = n_prompt
         prev_end = t1
-        eog = False
+        eog, eog_token = False, -1
         spec_on = self.spec_on
         while len(gen) < self.n_predict:
             if tok in eos:
-                eog = True
+                eog, eog_token = True, tok
                 break
             room = self.n_predict - len(gen) - 1
             drafts = np.zeros(0, dtype=np.int64)
@@ -353,7 +363,7 @@ class SpeculativeLoop:
                 cum_hits=st.total("hits") if st else 0, draft_read_bytes=draft_read))
             prev_end = w1
             if res.eog:
-                eog = True
+                eog, eog_token = True, int(drafts[res.n_acc - 1])
                 break
             n_past += 1 + res.n_acc
             tok = res.next_token
@@ -362,7 +372,7 @@ class SpeculativeLoop:
             prompt=prompt, tokens=np.asarray(gen, dtype=np.int32), steps=steps, events=events,
             records=records, spec=self.draft_source.name,
             draft_max=self.draft_max if spec_on else 0, n_predict=self.n_predict, eog=eog,
-            prefill_s=t1 - t0, tail_s=t_end - prev_end, cache=self.cache)
+            eog_token=eog_token, prefill_s=t1 - t0, tail_s=t_end - prev_end, cache=self.cache)
 
 
 def run_generation(target: Target, draft_source: DraftSource | None, prompt, n_predict: int,

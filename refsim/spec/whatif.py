@@ -4,16 +4,24 @@ grid from one greedy token stream.
 Why it is exact: with greedy decoding and a batch-invariant target, the target's argmax after
 position ``p`` is the greedy stream's token ``p + 1`` whatever was drafted, so every verify
 decode's outcome is decided by the stream alone (bmoe-engine.md §2 steps 2-9 with the target
-replaced by the stream). For each cell the loop is replayed with the engine's matcher:
+replaced by the stream). For each cell the loop is replayed with the engine's matcher and the
+live loop's stop rule (:class:`refsim.spec.loop.SpeculativeLoop`):
 
-- ``tok`` = stream[P + n_gen]; corpus = stream[: P + n_gen + 1];
+- ``tok`` = stream[P + n_gen]; if ``tok`` is the end-of-generation token, stop;
+- corpus = stream[: P + n_gen + 1];
 - ``room = n_predict - n_gen - 1``; draft = matcher(corpus, min(draft, room), min_match, 12);
-- ``n_acc`` = longest draft prefix equal to stream[P + n_gen + 1 ...];
-- ``decodes += 1``, ``n_gen += 1 + n_acc``; ``n_predict`` = the stream's generated length.
+- ``n_acc`` = longest draft prefix equal to stream[P + n_gen + 1 ...]; an accepted EOG counts
+  in ``n_acc``, is not emitted and ends the generation;
+- ``decodes += 1``, ``n_gen += 1 + n_acc``.
 
-The stream carries no end-of-generation token (it ends where generation ended), so the count
-of tokens per cell is the same for every cell: ``tokens = decodes + accepted``. Flash bytes are
-not predicted here (they depend on routes; use a live run or a trace).
+Two ways a live run ends, so two ways to replay it. Stopped at ``-n``: ``n_predict`` is the
+stream's generated length. Stopped at an end-of-generation token ``eog`` before ``-n``: the
+stream is followed by ``eog`` (the target's prediction after the last emitted token, never
+emitted), and ``n_predict`` is the run's ``-n``, which bounds ``room`` near the end (the live
+loop drafts there while a replay that took the stream's length would not; ``refsim run --json``
+prints ``stop``, ``n_predict`` and ``eog_token``). Either way every cell emits the stream's
+generated tokens, so ``tokens`` is the same in every cell. Flash bytes are not predicted here
+(they depend on routes; use a live run or a trace).
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fmt import pct, ratio
-from refsim.spec.constants import NGRAM_MAX_MATCH
+from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH, TOKEN_ID_MAX
 from refsim.spec.ngram_numba import ngram_draft_numba
 
 
@@ -59,70 +67,119 @@ class WhatIfCell:
 
 
 def whatif_cell(stream, prompt_len: int, draft: int, min_match: int,
-                max_match: int = NGRAM_MAX_MATCH) -> WhatIfCell:
+                max_match: int = NGRAM_MAX_MATCH, n_predict: int | None = None,
+                eog: int | None = None) -> WhatIfCell:
     """Replay the loop for one cell.
 
     Parameters
     ----------
     stream : (P + n_gen,) int array-like
-        Prompt tokens followed by the greedy generated tokens.
+        Prompt tokens followed by the greedy generated tokens (an end token not included).
     prompt_len : int
         ``P``, 1 <= P < len(stream).
     draft, min_match, max_match : int
         ``--draft``, ``--ngram-min-match``, ``ngram_max_match``.
+    n_predict : int, optional
+        The run's ``-n``; default ``n_gen`` (the run stopped at ``-n``).
+    eog : int, optional
+        The end-of-generation token that stopped the run (needed when ``n_predict > n_gen``);
+        its id is also the stop rule for drafted tokens.
 
     Returns
     -------
     WhatIfCell
-    """
-    s = np.ascontiguousarray(stream, dtype=np.int64)
-    n_predict = s.size - prompt_len
-    n_gen = decodes = drafted = accepted = drafted_steps = 0
-    while n_gen < n_predict:
-        base = prompt_len + n_gen            # index of tok in the stream
-        room = n_predict - n_gen - 1
-        d = ngram_draft_numba(s[: base + 1], min(draft, room), min_match, max_match) \
-            if room > 0 else np.zeros(0, dtype=np.int32)
-        n = d.size
-        truth = s[base + 1: base + 1 + n]
-        n_acc = 0
-        while n_acc < n and d[n_acc] == truth[n_acc]:
-            n_acc += 1
-        decodes += 1
-        drafted += n
-        accepted += n_acc
-        drafted_steps += int(n > 0)
-        n_gen += 1 + n_acc
-    return WhatIfCell(draft=draft, min_match=min_match, tokens=n_gen, decodes=decodes,
-                      drafted=drafted, accepted=accepted, drafted_steps=drafted_steps)
-
-
-def ngram_whatif(stream, prompt_len: int, drafts: Iterable[int], min_matches: Iterable[int],
-                 max_match: int = NGRAM_MAX_MATCH) -> list[WhatIfCell]:
-    """The whole grid, draft-major.
 
     Raises
     ------
     ConfigError
-        ``--prompt-len`` outside ``1..len(stream)-1``, a draft outside 1..8 or a min-match
-        outside ``1..max_match`` (the engine's ranges).
+        From :func:`check_stop` (the stream, ``n_predict`` and ``eog`` cannot be one run).
+    """
+    s = np.ascontiguousarray(stream, dtype=np.int64)
+    n_predict = check_stop(s, prompt_len, n_predict, eog)
+    ext = s if eog is None else np.append(s, np.int64(eog))   # the target's prediction at the end
+    n_gen = decodes = drafted = accepted = drafted_steps = 0
+    while n_gen < n_predict:
+        base = prompt_len + n_gen            # index of tok in the stream
+        if ext[base] == eog:
+            break                            # tok is end-of-generation: never decoded
+        room = n_predict - n_gen - 1
+        d = ngram_draft_numba(ext[: base + 1], min(draft, room), min_match, max_match) \
+            if room > 0 else np.zeros(0, dtype=np.int32)
+        n = d.size
+        truth = ext[base + 1: base + 1 + n]
+        n_acc, ended = 0, False
+        while n_acc < min(n, truth.size) and d[n_acc] == truth[n_acc]:
+            n_acc += 1
+            if d[n_acc - 1] == eog:
+                ended = True                 # an accepted EOG: counted, not emitted, the end
+                break
+        decodes += 1
+        drafted += n
+        accepted += n_acc
+        drafted_steps += int(n > 0)
+        n_gen += n_acc if ended else 1 + n_acc
+        if ended:
+            break
+    return WhatIfCell(draft=draft, min_match=min_match, tokens=n_gen, decodes=decodes,
+                      drafted=drafted, accepted=accepted, drafted_steps=drafted_steps)
+
+
+def check_stop(stream: np.ndarray, prompt_len: int, n_predict: int | None,
+               eog: int | None) -> int:
+    """The ``n_predict`` a replay of ``stream`` runs to, after checking that the stream, ``-n``
+    and the end token describe one live run (:class:`refsim.spec.loop.SpeculativeLoop` stops at
+    ``n_predict`` emitted tokens or before, at an end-of-generation token, never emitted).
+
+    Raises
+    ------
+    ConfigError
+        ``--prompt-len`` outside ``1..len(stream)-1``; more generated tokens than ``-n``; fewer
+        without an end token (``--eog``); the end token inside the generated part (the run
+        would have stopped there).
+    """
+    n_gen = stream.size - prompt_len
+    if not 1 <= prompt_len < stream.size:
+        raise ConfigError(f"--prompt-len: expected 1..{stream.size - 1} (the stream has "
+                          f"{stream.size} tokens), got {prompt_len}")
+    n_predict = n_gen if n_predict is None else int(n_predict)
+    if n_predict < n_gen:
+        raise ConfigError(f"-n {n_predict}: the stream has {n_gen} generated tokens, more than "
+                          f"-n (expected the run's -n, at least {n_gen})")
+    if n_predict > n_gen and eog is None:
+        raise ConfigError(f"-n {n_predict}: the stream has {n_gen} generated tokens, fewer than "
+                          f"-n; a run stops early only at an end-of-generation token: give --eog "
+                          f"ID (refsim run --json prints eog_token) or --model")
+    if eog is not None:
+        hits = np.flatnonzero(stream[prompt_len:] == eog)
+        if hits.size:
+            raise ConfigError(f"--eog {eog}: generated token {int(hits[0])} (stream index "
+                              f"{prompt_len + int(hits[0])}) is that end-of-generation token; the "
+                              f"live loop stops there and never emits it")
+    return n_predict
+
+
+def ngram_whatif(stream, prompt_len: int, drafts: Iterable[int], min_matches: Iterable[int],
+                 max_match: int = NGRAM_MAX_MATCH, n_predict: int | None = None,
+                 eog: int | None = None) -> list[WhatIfCell]:
+    """The whole grid, draft-major (``n_predict`` and ``eog`` as in :func:`whatif_cell`).
+
+    Raises
+    ------
+    ConfigError
+        From :func:`check_stop`; a draft outside 1..8 or a min-match outside ``1..max_match``
+        (the engine's ranges; a :class:`refsim.errors.UsageError`).
     """
     s = np.asarray(stream, dtype=np.int64).reshape(-1)
-    if not 1 <= prompt_len < s.size:
-        raise ConfigError(f"--prompt-len: expected 1..{s.size - 1} (the stream has {s.size} "
-                          f"tokens), got {prompt_len}")
+    check_stop(s, prompt_len, n_predict, eog)
     drafts, min_matches = list(drafts), list(min_matches)
     for d in drafts:
-        if not 1 <= d <= 8:
-            raise ConfigError(f"--draft: expected values in 1..8, got {d}")
+        if not 1 <= d <= DRAFT_MAX_LIMIT:
+            raise UsageError(value_message("--draft", f"values in 1..{DRAFT_MAX_LIMIT}", d))
     for m in min_matches:
         if not 1 <= m <= max_match:
-            raise ConfigError(f"--min-match: expected values in 1..{max_match}, got {m}")
-    return [whatif_cell(s, prompt_len, d, m, max_match) for d in drafts for m in min_matches]
-
-
-TOKEN_ID_MAX = 2**31 - 1
-"""Largest token id: llama.cpp's ``llama_token`` is ``int32_t`` (include/llama.h)."""
+            raise UsageError(value_message("--min-match", f"values in 1..{max_match}", m))
+    return [whatif_cell(s, prompt_len, d, m, max_match, n_predict, eog)
+            for d in drafts for m in min_matches]
 
 
 def read_token_file(path, flag: str = "--tokens") -> np.ndarray:

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from refsim import MIB
 from refsim.cache.batches import BatchTrace
-from refsim.cache.expert_cache import ExpertCache
+from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.cache.mrc import lru_curve
 from refsim.cache.policy import POLICIES, get_policy, replay_policy
 from refsim.cache.summary import CacheSummary
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import csv_num, num
 
@@ -67,38 +67,50 @@ MAX_BUDGETS = 10_000
 
 def parse_budgets_mib(text: str) -> list[float]:
     """Parse ``--cache-mb`` lists: ``"250,500,1000"``, ``"250:8000:250"`` (start:stop:step,
-    stop included when reached) or a mix (``"250:1000:250,4000"``). Values are MiB (2**20 B).
+    stop included when reached) or a mix (``"250:1000:250,4000"``). Values are MiB (2**20 B),
+    each in :data:`refsim.cache.expert_cache.CACHE_MB_RANGE` (the bounds of a single
+    ``--cache-mb``, :meth:`ExpertCache.mib_to_bytes`).
 
     Raises
     ------
-    ConfigError
-        Naming ``--cache-mb``, the bad item and the expected forms, if an item is not a
-        positive finite number or a range is empty or has a step <= 0.
+    UsageError
+        ``"argument --cache-mb: expected N[,N,...] or START:STOP:STEP, each <CACHE_MB_RANGE>,
+        got '<item>'"`` naming the bad item: not a number, out of range, an empty range
+        (stop < start), a step that is not a number > 0; or more than :data:`MAX_BUDGETS`.
     """
     out: list[float] = []
-    expected = "expected N[,N...] or START:STOP:STEP in MiB, each > 0"
+    expected = f"N[,N,...] or START:STOP:STEP, each {CACHE_MB_RANGE}"
     for item in text.split(","):
         item = item.strip()
         try:
             parts = [float(x) for x in item.split(":")]
         except ValueError:
-            raise ConfigError(f"--cache-mb: bad item {item!r}; {expected}") from None
+            parts = []
         if len(parts) not in (1, 3) or not all(math.isfinite(p) and p > 0 for p in parts):
-            raise ConfigError(f"--cache-mb: bad item {item!r}; {expected}")
+            raise UsageError(value_message("--cache-mb", expected, item))
         if len(parts) == 1:
+            if not _in_range(parts[0]):
+                raise UsageError(value_message("--cache-mb", expected, item))
             out.append(parts[0])
             continue
         start, stop, step = parts
-        if stop < start:
-            raise ConfigError(f"--cache-mb: empty range {item!r} (stop < start); {expected}")
+        if stop < start or not (_in_range(start) and _in_range(stop)):
+            raise UsageError(value_message("--cache-mb", expected + " (START <= STOP)", item))
         n = int(math.floor((stop - start) / step + 1e-9)) + 1
         if len(out) + n > MAX_BUDGETS:
-            raise ConfigError(f"--cache-mb: {item!r} gives {n} budgets; at most {MAX_BUDGETS} "
-                              f"in one sweep (use a larger step)")
+            raise UsageError(value_message("--cache-mb", f"at most {MAX_BUDGETS} budgets in one "
+                                           f"sweep (use a larger step)", item))
         out.extend(start + i * step for i in range(n))
-    for v in out:
-        ExpertCache.mib_to_bytes(v)  # the same bounds as a single --cache-mb
     return out
+
+
+def _in_range(mib: float) -> bool:
+    """``mib`` is a budget :meth:`ExpertCache.mib_to_bytes` accepts."""
+    try:
+        ExpertCache.mib_to_bytes(mib)
+    except ConfigError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

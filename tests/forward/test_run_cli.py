@@ -99,10 +99,12 @@ def test_run_errors(builtin_cache, capsys, tmp_path):
     assert "no such file" in capsys.readouterr().err
     assert main(["run", "-n", "2", "--cache-mb", "0.5"]) == 0      # below T = 0.84 MiB: a warning
     assert "refsim run: warning: budget 0.5 MiB is below one token cycle T = 0.84 MiB" in capsys.readouterr().err
-    assert main(["run", "-n", "1", "--draft", "2"]) == 1     # no source: would not speculate
+    assert main(["run", "-n", "1", "--draft", "2"]) == 2     # no source: would not speculate
     assert "--draft without a draft source: add --ngram or --mtp" in capsys.readouterr().err
-    assert main(["run", "-n", "1", "--ngram", "--draft", "9"]) == 1
-    assert "--draft: expected 1..8, got 9" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "-n", "1", "--ngram", "--draft", "9"])
+    assert exc.value.code == 2
+    assert "argument --draft: expected an integer in 1..8, got '9'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "--prompt", "a", "--prompt-tokens", "1"])
     with pytest.raises(SystemExit):
@@ -123,24 +125,32 @@ def test_run_metrics_csv_preamble_names_the_model_and_the_flags(builtin_cache, c
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (["--cache-mb", "0"], "--cache-mb: expected a positive number of MiB, got '0'"),
-    (["--cache-mb", "lots"], "--cache-mb: expected a positive number of MiB, got 'lots'"),
+    (["--cache-mb", "0"], "argument --cache-mb: expected a number of MiB from 2^-20 (one byte) to 2^40 "
+                          "(1 EiB), got '0'"),
+    (["--cache-mb", "lots"], "argument --cache-mb: expected a number of MiB from 2^-20 (one byte)"),
     (["--ngram", "--draft", "8", "--ubatch", "4"],
-     "--ubatch: expected 0 (= n_batch) or >= --draft + 1 = 9 (the verify batch), got 4"),
-    (["--ngram", "--ubatch", "3"], "--ubatch: expected 0 (= n_batch) or >= --draft + 1 = 4"),
+     "argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = 9 (the verify batch), "
+     "got '4'"),
+    (["--ngram", "--ubatch", "3"], "argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = 4"),
 ])
-def test_run_flag_errors_are_one_line_like_replay(builtin_cache, capsys, argv, msg):
-    # --cache-mb 0 was an argparse usage error (exit 2 + usage block); replay/sweep give exit 1
-    assert main(["run", "-n", "1"] + argv) == 1
+def test_run_flag_errors_are_usage_errors_like_replay(builtin_cache, capsys, argv, msg):
+    # one convention (docs/cli.md "Conventions"): the command line alone is wrong -> exit 2, the
+    # usage, then one error line, in run as in replay and sweep (tests/cli/test_conventions.py)
+    try:
+        code = main(["run", "-n", "1"] + argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith(f"refsim run: error: {msg}") and err.count("\n") == 1
+    assert out == "" and err.startswith("usage: refsim run ")
+    assert err.splitlines()[-1].startswith(f"refsim run: error: {msg}")
 
 
 def test_run_rejects_a_negative_ubatch(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--ubatch", "-1"])
     assert exc.value.code == 2
-    assert "--ubatch: expected an integer >= 0, got '-1'" in capsys.readouterr().err
+    assert "--ubatch: expected an integer in 0..2147483647, got '-1'" in capsys.readouterr().err
 
 
 def test_run_checks_output_paths_before_generating(builtin_cache, capsys, tmp_path, monkeypatch):

@@ -38,12 +38,11 @@ def test_ngram_max_match(capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--corpus", "1,x"], "expected comma-separated token ids"),
-    (["--corpus", "1,2", "--draft", "-1"], "--draft: expected 1..8, got '-1'"),
-    (["--corpus", "1,2", "--draft", "0"], "--draft: expected 1..8, got '0'"),
-    (["--corpus", "1,2", "--draft", "99"], "--draft: expected 1..8, got '99'"),
-    (["--corpus", "1,2", "--min-match", "0"], "--min-match: expected 1..64, got '0'"),
-    (["--corpus", "1,2", "--max-match", "65"], "expected 1..64"),
+    (["--corpus", "1,x"], "expected token ids like 1,5,77"),
+    (["--corpus", "1,2", "--draft", "-1"], "--draft: expected an integer in 1..8, got '-1'"),
+    (["--corpus", "1,2", "--draft", "0"], "--draft: expected an integer in 1..8, got '0'"),
+    (["--corpus", "1,2", "--draft", "99"], "--draft: expected an integer in 1..8, got '99'"),
+    (["--corpus", "1,2", "--max-match", "65"], "expected an integer in 1..64"),
     (["--corpus", "1,2", "--rule", "vllm"], "invalid choice"),
 ])
 def test_ngram_bad_flags(argv, msg, capsys):
@@ -54,14 +53,17 @@ def test_ngram_bad_flags(argv, msg, capsys):
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (["--min-match", "5", "--max-match", "2"], "--min-match: expected 1..2 (at most --max-match), got 5"),
-    (["--min-match", "13"], "--min-match: expected 1..12 (at most --max-match), got 13"),
+    (["--min-match", "5", "--max-match", "2"],
+     "argument --min-match: expected an integer in 1..2 (at most --max-match), got '5'"),
+    (["--min-match", "13"], "argument --min-match: expected an integer in 1..12 (at most --max-match), got '13'"),
+    (["--min-match", "0"], "argument --min-match: expected an integer in 1..12 (at most --max-match), got '0'"),
 ])
 def test_ngram_min_match_above_max_match_is_refused(argv, msg, capsys):
-    # the engine's rule (SpecConfig): 1 <= min-match <= max-match; it used to print an empty draft
-    assert main(["ngram", "--corpus", "1,2,3,1,2,3"] + argv) == 1
+    # the engine's rule (SpecConfig): 1 <= min-match <= max-match; it used to print an empty
+    # draft, and 0 and 13 used to name different ranges
+    assert main(["ngram", "--corpus", "1,2,3,1,2,3"] + argv) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err == f"refsim ngram: error: {msg}\n"
+    assert out == "" and err.splitlines()[-1] == f"refsim ngram: error: {msg}"
 
 
 # --- what-if ---------------------------------------------------------------------------
@@ -118,7 +120,7 @@ def test_whatif_bad_input(tmp_path, capsys):
     path.write_text("1 2 3\n")
     with pytest.raises(ConfigError, match=r"--prompt-len: expected 1\.\.2"):
         ngram_whatif(read_token_file(path), 3, [1], [1])
-    with pytest.raises(ConfigError, match=r"--draft: expected values in 1\.\.8, got 9"):
+    with pytest.raises(ConfigError, match=r"--draft: expected values in 1\.\.8, got '9'"):
         ngram_whatif([1, 2, 3], 1, [9], [1])
 
 
@@ -159,7 +161,11 @@ def test_whatif_huge_range_is_a_usage_error(tmp_path, capsys):
         main(["ngram-whatif", "--tokens", str(path), "--prompt-len", "1",
               "--draft", "1..100000000000"])
     assert exc.value.code == 2
-    assert "--draft: expected at most 10000 values" in capsys.readouterr().err
+    assert "--draft: expected N, N,M,... or A..B with A <= B, each an integer in 1..8" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:          # within the bounds, too long a list
+        main(["union", str(path), "--window", "1..2000000"])
+    assert exc.value.code == 2
+    assert "--window: expected at most 10000 values" in capsys.readouterr().err
 
 
 # --- spec flags ---------------------------------------------------------------------------
@@ -176,10 +182,12 @@ def test_spec_flags():
     assert _parse([]).spec == "off"
     with pytest.raises(ConfigError, match="two draft sources"):
         _parse(["--ngram", "--mtp"])
-    with pytest.raises(ConfigError, match=r"--draft: expected 1\.\.8, got 0"):
-        _parse(["--ngram", "--draft", "0"])
-    with pytest.raises(ConfigError, match=r"--ngram-min-match: expected 1\.\.12, got 13"):
+    with pytest.raises(SystemExit):
+        _parse(["--ngram", "--draft", "0"])            # the parser's validator: exit 2
+    with pytest.raises(SystemExit):
         _parse(["--ngram", "--ngram-min-match", "13"])
+    with pytest.raises(ConfigError, match=r"argument --draft: expected an integer in 1\.\.8, got '0'"):
+        SpecConfig.from_flags(ngram=True, draft=0)      # the library's own check, the same text
     with pytest.raises(ConfigError, match="MTP-only"):
         _parse(["--ngram", "--mtp-p-min", "0.2"])
     for knob in (["--draft", "3"], ["--ngram-min-match", "5"], ["--mtp-p-min", "0.1"]):

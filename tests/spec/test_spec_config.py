@@ -16,7 +16,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("draft", [0, 9, -1])
 def test_draft_outside_1_to_8_is_rejected(draft):
-    with pytest.raises(ConfigError, match=r"--draft: expected 1\.\.8, got"):
+    with pytest.raises(ConfigError, match=r"argument --draft: expected an integer in 1\.\.8, got"):
         SpecConfig(spec="ngram", draft_max=draft)
 
 
@@ -27,7 +27,7 @@ def test_draft_bounds_accepted(draft):
 
 @pytest.mark.parametrize("m", [0, 13])
 def test_min_match_outside_1_to_12(m):
-    with pytest.raises(ConfigError, match=r"--ngram-min-match: expected 1\.\.12"):
+    with pytest.raises(ConfigError, match=r"argument --ngram-min-match: expected an integer in 1\.\.12"):
         SpecConfig(spec="ngram", ngram_min_match=m)
 
 

@@ -349,7 +349,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys, argv, fragment):
 def test_cli_rejects_bad_resamples(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", "x.csv", "--resamples", "0"])
-    assert exc.value.code == 2 and "positive integer" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--resamples: expected an integer in 1..100000, got '0'" in capsys.readouterr().err
 
 
 def test_cli_plot(tmp_path, capsys):

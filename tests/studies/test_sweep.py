@@ -7,7 +7,7 @@ import pytest
 
 from refsim.cli import main
 from refsim.errors import ConfigError
-from refsim.studies.sweep import SWEEP_CSV_COLUMNS, parse_budgets_mib
+from refsim.studies.sweep import SWEEP_CSV_COLUMNS, known_policies, parse_budgets_mib
 
 
 def test_budget_lists_and_ranges():
@@ -70,11 +70,12 @@ def test_cli_writes_the_engine_csv_and_a_table(tmp_path, capsys):
     assert "T = 9.0 MiB" in text  # 2 x (1 + 1 + 1.5 + 1) and "belady" in text
 
 
-def test_cli_rejects_an_unknown_policy_in_one_line(tmp_path, capsys):
+def test_cli_rejects_an_unknown_policy_as_a_usage_error(tmp_path, capsys):
     trace = write_demo_trace(tmp_path)
-    assert main(["sweep", str(trace), "--policy", "lru,mru"]) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown policy 'mru'" in err
+    assert main(["sweep", str(trace), "--policy", "lru,mru"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (f"refsim sweep: error: argument --policy: expected comma-separated names from "
+                       f"{','.join(known_policies())}, got 'mru'")
 
 
 def test_plot_is_written(tmp_path):

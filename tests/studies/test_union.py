@@ -1,6 +1,7 @@
 """refsim union: window unions (hand-worked and properties) and the widened-batch replay."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -73,5 +74,8 @@ def test_cli_prints_one_row_per_window(qwen_trace_path, capsys):
     assert main(["union", str(qwen_trace_path), "--window", "1,4"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2].split()[:2] == ["1", "128"] and out[-1].split()[:2] == ["4", "125"]
-    assert main(["union", str(qwen_trace_path), "--window", "0"]) == 1
-    assert "--window: 0 is outside 1..128" in capsys.readouterr().err
+    assert main(["union", str(qwen_trace_path), "--window", "129"]) == 1     # the trace's bound
+    assert "--window: 129 is outside 1..128" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:                                   # the flag's own
+        main(["union", str(qwen_trace_path), "--window", "0"])
+    assert exc.value.code == 2

@@ -398,3 +398,29 @@ def test_published_speculation_verdicts_agree_in_sign():
     for cell, predicted in checks:
         published_gain = cell.tok_s > offs[cell.name]
         assert (predicted > offs[cell.name]) == published_gain, (cell.name, predicted)
+
+
+# --- what-ifs in seconds ---------------------------------------------------------------------
+
+def test_device_whatif_hand_worked():
+    from refsim.timing.whatif import device_whatif, resolve_model
+    dev = device(values={**KNOWN, "tail": 1.0})
+    # plain: 10 MiB/token, 1 token/decode: 121.25 ms (test_token_ms_hand_worked) -> 0.12125 s/tok
+    w = device_whatif(dev, "d.json", 10.0, 1.0, "m", 4, False)
+    assert w.predicted_s_per_token == pytest.approx(0.12125)
+    assert w.predicted_tok_s == pytest.approx(1 / 0.12125)
+    assert w.predicted_effective_tok_s == w.predicted_tok_s
+    # verify: 20 MiB/token at 2 tokens/decode -> X = 40 MiB at w = 2, eps 0.5:
+    # cpu 113, io 48, + 0.5 * 100 = 211 ms per decode -> 0.1055 s/token; drafting 0.0045 s/token
+    w = device_whatif(dev, "d.json", 20.0, 2.0, "m", 4, False, True, 0.5, 0.0045)
+    assert w.ms_per_decode == pytest.approx(211.0)
+    assert w.predicted_s_per_token == pytest.approx(0.1055)
+    assert w.predicted_effective_tok_s == pytest.approx(1 / 0.11)
+    assert "predicted, not measured" in w.line()
+    assert resolve_model(dev, None) == "m"
+    with pytest.raises(ConfigError, match="not among the fitted runs"):
+        resolve_model(dev, "x")
+    with pytest.raises(ConfigError, match="knows 2 models"):
+        resolve_model(device(compute={"a": 1.0, "b": 2.0}), None)
+    with pytest.raises(ConfigError, match="expected >= 1"):
+        device_whatif(dev, "d", 1.0, 0.5, "m", 4, False)

@@ -1,0 +1,47 @@
+"""The ``--device`` flags every what-if command shares (docs/timing.md): a fitted device model
+turns the command's counters into predicted s/token and tok/s. Not a subcommand."""
+
+from __future__ import annotations
+
+from refsim.cli.common import nonneg_float, positive_int
+from refsim.timing.breakeven import DEFAULT_EPS
+
+
+def add_device_args(p) -> None:
+    """Add ``--device``, ``--device-model``, ``--io-threads``, ``--overlap``, ``--position-cost``."""
+    g = p.add_argument_group("time on a device (predicted; docs/timing.md)")
+    g.add_argument("--device", metavar="DEVICE.json",
+                   help="a device model from refsim timing fit: also print predicted s/token and "
+                        "tok/s (predictions, never measurements)")
+    g.add_argument("--device-model", metavar="KEY",
+                   help="which of the device's compute floors stands for this model (default: its "
+                        "only one)")
+    g.add_argument("--io-threads", type=positive_int, default=4, metavar="L",
+                   help="with --device: I/O lanes (default 4, the engine's)")
+    g.add_argument("--overlap", action="store_true",
+                   help="with --device: the engine's --overlap (reads overlapped with compute)")
+    g.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
+                   help=f"with --device: compute of each extra verify position as a fraction of "
+                        f"one position's (default {DEFAULT_EPS}; docs/timing.md)")
+
+
+def load_device_args(args):
+    """``(device, name, model)`` from the parsed flags, or None without ``--device``: loaded and
+    checked before the command's work (a bad device file costs nothing)."""
+    if getattr(args, "device", None) is None:
+        return None
+    from refsim.timing import load_device
+    from refsim.timing.whatif import resolve_model
+    dev = load_device(args.device)
+    return dev, args.device, resolve_model(dev, args.device_model)
+
+
+def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,
+                   draft_s_per_token: float = 0.0, cache: bool = True):
+    """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if, or None without ``--device``."""
+    if loaded is None:
+        return None
+    from refsim.timing.whatif import device_whatif
+    dev, name, model = loaded
+    return device_whatif(dev, name, mib_per_token, tokens_per_decode, model, args.io_threads,
+                         args.overlap, cache, args.position_cost, draft_s_per_token)
