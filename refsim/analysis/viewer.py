@@ -32,6 +32,7 @@ from refsim import MIB
 from refsim.analysis import views as V
 from refsim.analysis.frame import frame_trace
 from refsim.fileio import write_text_atomic
+from refsim.fmt import pct, ratio
 from refsim.studies.union import decode_positions, window_union_sizes
 from refsim.trace import RouteTrace
 
@@ -118,8 +119,9 @@ def page_data(trace: RouteTrace, metrics: dict | None = None) -> dict:
                       accepted=[e.accepted for e in events], tokens=fr.unit_tokens.tolist()),
         "totals": dict(decodes=int(dec.sum()), verify=int((fr.unit_kind == 2).sum()),
                        tokens=tokens, decode_read_mib=float(read[dec].sum()) / MIB,
-                       mib_per_token=float(read[dec].sum()) / MIB / tokens if tokens else 0.0,
-                       hit_pct_decode=100.0 * d_hit / d_look if d_look else 0.0,
+                       # None (JSON null, "n/a" on the page) over zero tokens / lookups
+                       mib_per_token=ratio(float(read[dec].sum()) / MIB, tokens),
+                       hit_pct_decode=pct(d_hit, d_look),
                        dropped=int(fr.dropped.sum())),
         "union": union,
         "hot": hot,
@@ -215,7 +217,7 @@ function el(tag, attrs, text){ const e = document.createElement(tag);
 const SVGNS = "http://www.w3.org/2000/svg";
 function sv(tag, attrs, text){ const e = document.createElementNS(SVGNS, tag);
   for (const a in attrs) e.setAttribute(a, attrs[a]); if (text !== undefined) e.textContent = text; return e; }
-const fmt = (x, d) => Number(x).toFixed(d);
+const fmt = (x, d) => (x === null || x === undefined) ? "n/a" : Number(x).toFixed(d);
 
 $("title").textContent = "Route trace: " + (D.meta.label || "(no model name)");
 $("subtitle").textContent = D.meta.model + "  ·  " + D.meta.arch + "  ·  " + D.meta.path;

@@ -21,6 +21,7 @@ import numpy as np
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.events import DecodeKind
+from refsim.fmt import ratio
 from refsim.analysis.frame import Framed
 from refsim.studies.replay import replay_events
 
@@ -374,5 +375,5 @@ def view_bytes(fr: Framed) -> dict:
                per_unit_bytes=per_unit.tolist())
     if fr.framing == "decode":
         tokens = int(fr.unit_tokens.sum())
-        out.update(tokens=tokens, mib_per_token=total / MIB / tokens if tokens else 0.0)
+        out.update(tokens=tokens, mib_per_token=ratio(total / MIB, tokens))   # None: no token
     return out

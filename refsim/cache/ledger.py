@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from refsim import MIB
 from refsim.errors import ConfigError
+from refsim.fmt import budget_mib, num
 
 CACHE_MIN_MB = 1500
 """``cache_min_mb``: the smallest auto (or explicit) budget without ``--force-cache`` (§3.2)."""
@@ -198,7 +199,7 @@ class MemoryLedger:
 
     def lines(self) -> list[str]:
         """The ledger as ``refsim memory`` prints it (also the run preamble's ``# memory`` lines)."""
-        m = lambda b: f"{b / MIB:10.1f} MiB"  # noqa: E731
+        m = lambda b: f"{num(b / MIB, 1):>10} MiB"  # noqa: E731
         out = [f"kv:        {m(self.kv_bytes)}  ({self.n_ctx} tokens x {self.kv_bytes // max(self.n_ctx, 1)} B/token)",
                f"recurrent: {m(self.recurrent_bytes)}  ((1 + n_rs_seq {self.n_rs_seq}) x "
                f"{self.recurrent_slot_bytes} B per sequence)",
@@ -213,7 +214,7 @@ class MemoryLedger:
                 f"spec:      {m(self.speculation_bytes)}  (snapshots + draft context)"]
         if self.ram_bytes:
             out += [f"ram:       {m(self.ram_bytes)}  -> MemAvailable at cache init {m(self.avail_bytes).strip()}",
-                    f"cache-mb auto: {self.budget_bytes / MIB:.1f} MiB (the preamble's cache_mb="
+                    f"cache-mb auto: {budget_mib(self.budget_bytes)} MiB (the preamble's cache_mb="
                     f"{self.budget_bytes // MIB}; floor {self.floor_mb:g} MiB, ceil {self.ceil_mb:g} MiB)"]
         return out
 

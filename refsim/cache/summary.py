@@ -10,6 +10,9 @@ Definitions (docs/cache-studies.md):
   ``decode_read_bytes`` excludes prefill, as the engine's summary ``read_MiB`` does.
 - ``mib_per_token`` = decode_read_bytes / 2**20 / tokens, tokens = confirmed tokens.
 - ``t_mib`` = one token cycle, Σ_layers min(k, n_expert) × expert_bytes / 2**20.
+
+A rate over zero events is ``None`` (printed ``n/a``, JSON ``null``; :mod:`refsim.fmt`): the
+decode-only hit rate of a trace with no decode, MiB/token with no token.
 """
 
 from __future__ import annotations
@@ -19,23 +22,23 @@ from dataclasses import asdict, dataclass
 from refsim import MIB
 from refsim.cache.expert_cache import TARGET_DECODE_KINDS, CacheStats
 from refsim.events import DecodeKind
-
-
-def _pct(num: int, den: int) -> float:
-    return 100.0 * num / den if den else 0.0
+from refsim.fmt import pct, ratio
 
 
 @dataclass(frozen=True)
 class CacheSummary:
-    """Headline counters of a run or replay (units in the names; MiB = 2**20 bytes)."""
+    """Headline counters of a run or replay (units in the names; MiB = 2**20 bytes).
+
+    ``hit_pct_cum``, ``hit_pct_decode`` and ``mib_per_token`` are ``None`` when their
+    denominator (lookups, decode lookups, tokens) is 0."""
 
     budget_bytes: int
     lookups: int
     hits: int
-    hit_pct_cum: float
+    hit_pct_cum: float | None
     decode_lookups: int
     decode_hits: int
-    hit_pct_decode: float
+    hit_pct_decode: float | None
     prefill_lookups: int
     prefill_hits: int
     read_bytes: int
@@ -45,7 +48,7 @@ class CacheSummary:
     decode_read_mib: float
     draft_read_bytes: int
     tokens: int
-    mib_per_token: float
+    mib_per_token: float | None
     resident_bytes: int
     evictions: int
     rereads: int
@@ -65,16 +68,16 @@ class CacheSummary:
         d_read = stats.total("read_bytes", dec + drf)
         return cls(
             budget_bytes=int(budget_bytes), lookups=lookups, hits=hits,
-            hit_pct_cum=_pct(hits, lookups), decode_lookups=d_look, decode_hits=d_hits,
-            hit_pct_decode=_pct(d_hits, d_look), prefill_lookups=stats.total("lookups", pre),
+            hit_pct_cum=pct(hits, lookups), decode_lookups=d_look, decode_hits=d_hits,
+            hit_pct_decode=pct(d_hits, d_look), prefill_lookups=stats.total("lookups", pre),
             prefill_hits=stats.total("hits", pre), read_bytes=stats.total("read_bytes"),
             read_mib=stats.total("read_bytes") / MIB,
             prefill_read_bytes=stats.total("read_bytes", pre), decode_read_bytes=d_read,
             decode_read_mib=d_read / MIB, draft_read_bytes=stats.total("read_bytes", drf),
-            tokens=int(tokens), mib_per_token=(d_read / MIB / tokens) if tokens else 0.0,
+            tokens=int(tokens), mib_per_token=ratio(d_read / MIB, tokens),
             resident_bytes=stats.resident_bytes, evictions=stats.evictions,
             rereads=stats.rereads, t_bytes=int(t_bytes), t_mib=t_bytes / MIB)
 
     def as_dict(self) -> dict:
-        """Plain dict (full precision) for JSON output."""
+        """Plain dict (full precision) for JSON output (an undefined rate is ``None``: ``null``)."""
         return asdict(self)

@@ -7,16 +7,19 @@ one line to stderr and returns 1, so a user mistake never shows a traceback; a
 :class:`refsim.errors.UsageError` (the command line alone is wrong) is reported as argparse
 reports its own (the usage, then ``refsim CMD: error: ...``) and returns 2 (docs/cli.md,
 "Conventions").
+
+Ctrl-C (SIGINT) at any moment of ``main`` -- building the parser (which imports every subcommand
+and through them numpy and numba), parsing, running -- prints one line and returns 130 (128 +
+SIGINT, the shell's code for a command ended by Ctrl-C). This module imports only ``sys`` at
+the top, so the console script's ``from refsim.cli import main`` leaves no window of its own.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import logging
 import sys
 
-from refsim.errors import RefsimError, UsageError
+INTERRUPTED_EXIT = 130
+"""Exit code after Ctrl-C: 128 + SIGINT (2)."""
 
 # Workflow order; each name is a module in this package.
 COMMANDS = ["replay", "sweep", "union", "analyze", "view", "bench", "timing", "inspect", "synth",
@@ -32,8 +35,11 @@ def _version() -> str:
         return "unknown"
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """Build the top-level parser with every available subcommand."""
+def make_parser():
+    """Build the top-level parser (an ``argparse.ArgumentParser``) with every available
+    subcommand."""
+    import argparse
+    import importlib
     parser = argparse.ArgumentParser(
         prog="refsim",
         description="Reference simulator of the streamed-MoE speculative decoding loop.",
@@ -63,29 +69,55 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (0 ok, 1 refsim error, 2 usage error)."""
-    parser = make_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="refsim: %(levelname)s: %(message)s")
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Run the CLI; returns the process exit code (0 ok, 1 refsim error, 2 usage error,
+    130 interrupted by Ctrl-C)."""
+    command = None
     try:
-        return int(args.func(args) or 0)
-    except UsageError as exc:
-        args._parser.print_usage(sys.stderr)
-        print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
-        return 2
-    except RefsimError as exc:
-        print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
-        return 0
+        from refsim.errors import RefsimError, UsageError
+        parser = make_parser()
+        args = parser.parse_args(argv)
+        command = args.command
+        import logging
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                            format="refsim: %(levelname)s: %(message)s")
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        try:
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()          # a full disk under `> file` fails here, not at exit
+            return code
+        except UsageError as exc:
+            args._parser.print_usage(sys.stderr)
+            print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
+            return 2
+        except RefsimError as exc:
+            print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:
+            return 0
+        except OSError as exc:
+            import errno
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            # the report on stdout could not be written (files are refsim.fileio's, which
+            # names them); a full disk is not a bug to show a traceback for
+            print(f"refsim {args.command}: error: standard output: write failed: {exc.strerror}",
+                  file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
-        print(f"refsim {args.command}: interrupted (outputs not completed were not written)",
-              file=sys.stderr)
-        return 130
+        return interrupted(command)
+
+
+def interrupted(command: str | None = None) -> int:
+    """Print the one Ctrl-C line (naming the subcommand once it is known) and return
+    :data:`INTERRUPTED_EXIT`."""
+    name = f"refsim {command}" if command else "refsim"
+    try:
+        print(f"{name}: interrupted (outputs not completed were not written)", file=sys.stderr)
+    except OSError:
+        pass
+    return INTERRUPTED_EXIT
 
 
 if __name__ == "__main__":  # pragma: no cover

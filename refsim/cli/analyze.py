@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
                    help="cache view: also replay the trace through refsim's LRU at N MiB")
     p.add_argument("--json", action="store_true", help="print the view as one JSON object")
     p.add_argument("--plot", metavar="OUT.png",
-                   help="reuse, workset, overlap: also write a PNG (needs matplotlib)")
+                   help="reuse, workset, overlap: also write a figure, .png, .pdf or .svg by the "
+                        "extension (needs matplotlib)")
     p.set_defaults(func=run)
 
 
@@ -69,6 +70,9 @@ def run(args) -> int:
         from refsim.analysis.plot import require_matplotlib
         require_matplotlib()
     check_outputs({"--plot": args.plot}, {"TRACE": args.trace})
+    if args.plot is not None:
+        from refsim.studies.plot import plot_format
+        plot_format(args.plot)          # the extension names a format we write, before any work
     trace = read_trace(args.trace)
     if trace.n_rows == 0:
         raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to analyze)")

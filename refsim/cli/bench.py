@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from refsim.cli.common import check_outputs, int_in, nonneg_int, seed
+from refsim.cli.common import check_outputs, int_in, nonneg_int, report_stream, seed
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
 from refsim.studies.bench import (DEFAULT_RESAMPLES, DEFAULT_SEED, DEFAULT_TRIM, MAX_RESAMPLES,
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                     "mean after warm-up with its bootstrap 95%% CI, the compute / I/O / stall "
                     "split and the effective flash bandwidth. Definitions: docs/analysis.md.")
     p.add_argument("runs", nargs="+", metavar="RUN.csv", help="per-token metrics CSV(s)")
-    p.add_argument("--md", metavar="OUT", help="also write the tables as Markdown to OUT")
+    p.add_argument("--md", metavar="OUT", help="also write the tables as Markdown to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--compare", action="store_true",
                    help="exactly two runs A B: print B - A with the CI of the difference and say "
@@ -41,8 +41,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=seed, default=DEFAULT_SEED, metavar="N",
                    help=f"bootstrap seed for numpy.random.default_rng (default {DEFAULT_SEED})")
     p.add_argument("--plot", metavar="OUT.png",
-                   help="PNG: tok/s per token with the trimmed mean and CI, and the "
-                        "compute / flash wait / mgmt split per token (needs matplotlib)")
+                   help="figure (.png, .pdf or .svg by the extension): tok/s per token with the "
+                        "trimmed mean and CI, and the compute / flash wait / mgmt split per token "
+                        "(needs matplotlib)")
     p.set_defaults(func=run)
 
 
@@ -58,7 +59,8 @@ def run(args) -> int:
     check_outputs({"--md": args.md, "--plot": args.plot},
                   {f"RUN {p}": p for p in args.runs})
     if args.plot is not None:
-        from refsim.studies.plot import require_matplotlib
+        from refsim.studies.plot import plot_format, require_matplotlib
+        plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
     runs = [read_metrics(p) for p in args.runs]
     rows = [bench_run(r, label, args.trim, args.resamples, args.seed)
@@ -73,11 +75,12 @@ def run(args) -> int:
         if shown < len(rows):
             print(f"refsim bench: note: --plot shows the first {MAX_PLOTTED_RUNS} runs only",
                   file=sys.stderr)
+    report = report_stream({"--md": args.md})       # stderr when the Markdown went to stdout
     if args.json:
         out = {"runs": [r.as_dict() for r in rows]}
         if comparison is not None:
             out["comparison"] = comparison.as_dict()
-        print(json.dumps(out))
+        print(json.dumps(out), file=report)
     else:
-        sys.stdout.write(format_text(rows, comparison))
+        report.write(format_text(rows, comparison))
     return 0

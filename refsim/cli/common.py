@@ -9,6 +9,7 @@ after parsing by :func:`check_value` with the same text (:class:`refsim.errors.U
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import re
@@ -17,7 +18,8 @@ import sys
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, MAX_CACHE_MIB, ExpertCache
 from refsim.errors import ConfigError, UsageError
-from refsim.fileio import check_writable
+from refsim.fileio import STDOUT, OutputKind, check_writable, resolve_output
+from refsim.fmt import budget_mib, num
 from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH, TOKEN_ID_MAX
 
 
@@ -219,31 +221,39 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
                    help="MTP only: stop drafting below this top-1 probability, in [0, 1] (default 0)")
 
 
-def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
+def check_outputs(outputs: dict, inputs: dict | None = None, binary: tuple = ("--plot",)) -> None:
     """Fail before any work if an output cannot be written or would overwrite an input or another
-    output (the same file by real path).
+    output (the same file by real path), by the rules of :mod:`refsim.fileio`.
 
     Parameters
     ----------
     outputs : dict of flag -> path or None
-        Output flags as given (``None`` = not given; ``""`` is refused).
+        Output flags as given (``None`` = not given; ``""`` is refused; ``-`` = standard output).
     inputs : dict of name -> path, optional
         Files the command reads (``TRACE``, ``MODEL``, ...).
+    binary : tuple of str
+        The flags whose output is binary (``-`` refused for them; default ``--plot``).
 
     Raises
     ------
     ConfigError
-        From :func:`check_output_path`, or ``"--csv x: is also the TRACE input; expected another
-        file"`` / ``"--csv x and --route-trace x: the same file; expected two files"``.
+        From :func:`refsim.fileio.resolve_output`, or ``"--csv x: is also the TRACE input;
+        expected another file"`` / ``"--csv x and --route-trace x: the same file; expected two files"`` /
+        ``"--csv - and --route-trace -: both standard output; expected at most one -"``.
     """
     given = {flag: path for flag, path in outputs.items() if path is not None}
-    for flag, path in given.items():
-        check_output_path(path, flag)
+    kinds = {flag: resolve_output(path, flag, flag in binary).kind for flag, path in given.items()}
+    to_stdout = [flag for flag, path in given.items() if path == STDOUT]
+    if len(to_stdout) > 1:
+        raise ConfigError(f"{' and '.join(f'{f} -' for f in to_stdout)}: both standard output; "
+                          f"expected at most one -")
     seen: dict[str, str] = {}
     for name, path in (inputs or {}).items():
         if path:
             seen.setdefault(os.path.realpath(path), name)
     for flag, path in given.items():
+        if kinds[flag] is not OutputKind.REPLACE:
+            continue                    # stdout, a FIFO or a device: written in place, not replaced
         real = os.path.realpath(path)
         if real in seen:
             other = seen[real]
@@ -253,18 +263,32 @@ def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
         seen[real] = flag
 
 
-def check_output_path(path: str | None, flag: str) -> None:
+def check_output_path(path: str | None, flag: str, binary: bool = False) -> None:
     """Fail before any work if output flag ``flag``'s ``path`` cannot be written
-    (:func:`refsim.fileio.check_writable`: the checks :func:`refsim.fileio.atomic_path` makes when
-    the file is finally written). ``None`` (flag not given) passes.
+    (:func:`refsim.fileio.check_writable`). ``None`` (flag not given) passes.
 
     Raises
     ------
     ConfigError
-        ``"<flag> <path>: is a folder; expected a file name"`` or ``"<flag> <path>: cannot
-        write here: <reason>"``.
+        The messages of :func:`refsim.fileio.resolve_output`.
     """
-    check_writable(path, flag)
+    check_writable(path, flag, binary)
+
+
+def report_stream(outputs: dict):
+    """Where a command prints its report: ``sys.stderr`` when one of ``outputs`` (flag -> path or
+    None) is standard output (``-``, or a path naming the same file as standard output, such as
+    ``/dev/stdout``), so the stream holds only that file; else ``sys.stdout``."""
+    return sys.stderr if any(_is_stdout(p) for p in outputs.values() if p is not None) else sys.stdout
+
+
+def _is_stdout(path) -> bool:
+    if path == STDOUT:
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
 
 
 def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
@@ -277,9 +301,9 @@ def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
     low = sorted({b for b in budgets_bytes if b < t_bytes})
     if not low:
         return
-    shown = ", ".join(f"{b / MIB:g}" for b in low[:5]) + (", ..." if len(low) > 5 else "")
+    shown = ", ".join(budget_mib(b) for b in low[:5]) + (", ..." if len(low) > 5 else "")
     what = f"budget {shown} MiB is" if len(low) == 1 else f"budgets {shown} MiB are"
     print(f"refsim {cmd}: warning: {what} below one token cycle "
-          f"T = {t_bytes / MIB:.1f} MiB: a global LRU evicts what the next layers need, and its "
+          f"T = {num(t_bytes / MIB, 1)} MiB: a global LRU evicts what the next layers need, and its "
           f"hit rate collapses toward 0 (exactly 0 once the budget is short of T by more than a "
           f"few entries; docs/cache-studies.md)", file=sys.stderr)

@@ -8,6 +8,7 @@ import json
 
 from refsim import MIB
 from refsim.cli.common import positive_int
+from refsim.fmt import num
 
 
 def add_parser(subparsers) -> None:
@@ -54,7 +55,7 @@ def summary(path: str, k: int | None = None) -> dict:
 
 def render(r: dict) -> str:
     """Human-readable tables of a :func:`summary` dict."""
-    mib = lambda n: f"{n / MIB:.2f}"  # noqa: E731
+    mib = lambda n: num(n / MIB, 2)  # noqa: E731
     lines = [f"model   {r['path']}" + ("" if r["has_data"] else "   (header-only: no tensor data)"),
              f"arch    {r['arch']}  n_layer={r['n_layer']} (+{r['nextn_predict_layers']} nextn)  n_embd={r['n_embd']}  "
              f"n_head={r['n_head']}/{r['n_head_kv']}  head_dim={r['head_dim_k']}/{r['head_dim_v']}  n_vocab={r['n_vocab']}",
@@ -74,7 +75,7 @@ def render(r: dict) -> str:
               f"total expert  {mib(r['total_expert_bytes'])} MiB (trunk {mib(r['trunk_expert_bytes'])} MiB)",
               f"total dense   {mib(r['total_dense_bytes'])} MiB   global (embd/output) {mib(r['global_bytes'])} MiB   "
               f"all tensors {mib(r['file_tensor_bytes'])} MiB",
-              f"T (k={r['k']})     {r['t_mib']:.2f} MiB ({r['t_bytes']} B) per token cycle"
+              f"T (k={r['k']})     {num(r['t_mib'], 2)} MiB ({r['t_bytes']} B) per token cycle"
               + (f"; nextn {mib(r['t_nextn_bytes'])} MiB" if r["t_nextn_bytes"] else ""),
               f"KV (F16)      {r['kv_bytes_per_token']} B/token"
               + (f" (+{r['kv_bytes_per_token_nextn']} B/token nextn)" if r["kv_bytes_per_token_nextn"] else ""),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from refsim import MIB
 from refsim.cli.common import draft_width, mib, nonneg_int, positive_int, positive_mib
 from refsim.errors import ConfigError, UsageError
+from refsim.fmt import budget_mib, num
 
 CTX_DEFAULT = 2048
 """``--ctx`` when not given (clamped to the model's ``n_ctx_train``)."""
@@ -76,9 +77,9 @@ def run(args) -> int:
         print(line)
     if ram_mb and spec_on:
         diff = base_budget - led_budget
-        change = (f"speculation takes {diff / MIB:.1f} MiB from the expert cache" if diff >= 0 else
-                  f"the budget grows by {-diff / MIB:.1f} MiB: the cap is the streamed set, and --mtp "
+        change = (f"speculation takes {num(diff / MIB, 1)} MiB from the expert cache" if diff >= 0 else
+                  f"the budget grows by {num(-diff / MIB, 1)} MiB: the cap is the streamed set, and --mtp "
                   f"adds the head's experts to it")
-        print(f"cache-mb auto without speculation: {base_budget / MIB:.1f} MiB; {change} "
-              f"(context items {led.speculation_bytes / MIB:.1f} MiB)")
+        print(f"cache-mb auto without speculation: {budget_mib(base_budget)} MiB; {change} "
+              f"(context items {num(led.speculation_bytes / MIB, 1)} MiB)")
     return 0

@@ -5,7 +5,8 @@ Acceptance, coverage and tokens per decode for every (draft, min-match) cell, fr
 token stream (prompt + generated): :func:`refsim.spec.whatif.ngram_whatif`, with the live run's
 stop rule: ``-n`` and, for a run that stopped at an end-of-generation token, that token
 (``--eog ID``, or the model's ``tokenizer.ggml.eos_token_id`` with ``--model``, the rule
-``refsim run`` stops by).
+``refsim run`` stops by). A cell that never drafted has no acceptance: ``n/a`` in the table,
+``nan`` in the CSV (:mod:`refsim.fmt`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 
 from refsim.cli.common import int_list, positive_int, token_id
 from refsim.errors import ConfigError
+from refsim.fmt import csv_num, num, pct_text
 from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
 from refsim.spec.whatif import ngram_whatif, read_token_file
 
@@ -71,8 +73,8 @@ def run(args) -> int:
         w.writerow(COLUMNS)
         for c in cells:
             w.writerow([c.draft, c.min_match, c.tokens, c.decodes, c.drafted, c.accepted,
-                        c.drafted_steps, f"{c.acceptance_pct:.1f}", f"{c.coverage_pct:.1f}",
-                        f"{c.tokens_per_decode:.2f}"])
+                        c.drafted_steps, csv_num(c.acceptance_pct, 1), csv_num(c.coverage_pct, 1),
+                        csv_num(c.tokens_per_decode, 2)])
         return 0
     n_gen = stream.size - args.prompt_len
     stop = (f"stopped at -n {n_gen}" if args.n_predict in (None, n_gen)
@@ -80,6 +82,6 @@ def run(args) -> int:
     print(f"stream: {stream.size} tokens, prompt {args.prompt_len}, generated {n_gen} ({stop})")
     print(f"{'draft':>5} {'min':>4} {'accept':>8} {'coverage':>8} {'tok/dec':>8} {'decodes':>8}")
     for c in cells:
-        print(f"{c.draft:>5} {c.min_match:>4} {c.acceptance_pct:>7.1f}% {c.coverage_pct:>7.1f}% "
-              f"{c.tokens_per_decode:>8.2f} {c.decodes:>8}")
+        print(f"{c.draft:>5} {c.min_match:>4} {pct_text(c.acceptance_pct):>8} "
+              f"{pct_text(c.coverage_pct):>8} {num(c.tokens_per_decode, 2):>8} {c.decodes:>8}")
     return 0

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cli.common import cache_mib, check_outputs, warn_below_token_cycle
+from refsim.cli.common import cache_mib, check_outputs, report_stream, warn_below_token_cycle
 from refsim.errors import ConfigError, UsageError, value_message
-from refsim.fileio import atomic_path
+from refsim.fileio import open_output
+from refsim.fmt import budget_mib, num, pct_text
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.trace import read_trace
 
@@ -30,20 +32,19 @@ def add_parser(sub) -> None:
                    help="cache policy NAME or NAME:KEY=VALUE[,KEY=VALUE] (refsim sweep --help "
                         "lists them; default: %(default)s, the engine's). Other than lru: a "
                         "summary only (no --csv, no residency comparison)")
-    p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT")
+    p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
 
 
 def write_event_csv(path: str, report: ReplayReport) -> None:
-    """Per-event table: one row per decode event (prefill chunks included), atomically."""
-    with atomic_path(path, "--csv") as tmp:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(CSV_COLUMNS)
-            for i, r in enumerate(report.records):
-                w.writerow([i, r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
-                            r.read_bytes, r.resident_bytes])
+    """Per-event table: one row per decode event (prefill chunks included), by refsim.fileio's rules (``-`` = stdout)."""
+    with open_output(path, "--csv") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(CSV_COLUMNS)
+        for i, r in enumerate(report.records):
+            w.writerow([i, r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
+                        r.read_bytes, r.resident_bytes])
 
 
 def summary_json(report: ReplayReport) -> dict:
@@ -56,13 +57,13 @@ def summary_json(report: ReplayReport) -> dict:
 
 def print_counters(s) -> None:
     """The budget, lookup, hit and read lines of a CacheSummary (both replay paths)."""
-    print(f"budget: {s.budget_bytes / MIB:.1f} MiB; T (one token cycle): {s.t_mib:.1f} MiB")
+    print(f"budget: {budget_mib(s.budget_bytes)} MiB; T (one token cycle): {num(s.t_mib, 1)} MiB")
     print(f"lookups: {s.lookups} (prefill {s.prefill_lookups}, decode {s.decode_lookups}); "
           f"hits: {s.hits}")
-    print(f"hit: {s.hit_pct_cum:.1f}% cumulative (prefill included), "
-          f"{s.hit_pct_decode:.1f}% decode-only")
-    print(f"read: {s.read_mib:.1f} MiB in all, {s.decode_read_mib:.1f} MiB in decode, "
-          f"{s.mib_per_token:.2f} MiB/token")
+    print(f"hit: {pct_text(s.hit_pct_cum)} cumulative (prefill included), "
+          f"{pct_text(s.hit_pct_decode)} decode-only")
+    print(f"read: {num(s.read_mib, 1)} MiB in all, {num(s.decode_read_mib, 1)} MiB in decode, "
+          f"{num(s.mib_per_token, 2)} MiB/token")
 
 
 def print_text(trace, report: ReplayReport) -> None:
@@ -74,7 +75,7 @@ def print_text(trace, report: ReplayReport) -> None:
     print(f"events: {len(trace.events)} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
           f"tokens), {trace.n_rows} rows")
     print_counters(s)
-    print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions, "
+    print(f"resident: {num(s.resident_bytes / MIB, 1)} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")
     if report.residency_rows:
         n_bad = report.residency_rows - report.residency_agree
@@ -118,7 +119,7 @@ def run_policy(args, trace, policy, budget: int) -> int:
     print(f"trace: {trace.path}")
     print(f"policy: {policy.label}")
     print_counters(s)
-    print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions")
+    print(f"resident: {num(s.resident_bytes / MIB, 1)} MiB; {s.evictions} evictions")
     return 0
 
 
@@ -136,8 +137,7 @@ def run(args) -> int:
             raise UsageError(f"--csv with --policy {policy.label}: the per-decode table needs "
                              f"--policy lru")
         trace = read_trace(args.trace)
-        if trace.n_rows == 0:
-            raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to replay)")
+        trace.require_rows("replay")
         return run_policy(args, trace, policy, budget)
     check_outputs({"--csv": args.csv}, {"TRACE": args.trace})
     trace = read_trace(args.trace)
@@ -146,8 +146,9 @@ def run(args) -> int:
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None:
         write_event_csv(args.csv, report)
-    if args.json:
-        print(json.dumps(summary_json(report)))
-    else:
-        print_text(trace, report)
+    with contextlib.redirect_stdout(report_stream({"--csv": args.csv})):  # stderr if the CSV is on stdout
+        if args.json:
+            print(json.dumps(summary_json(report)))
+        else:
+            print_text(trace, report)
     return 0

@@ -10,6 +10,7 @@ accounting"), so its flash bytes are ``decodes * file_tensor_bytes``; ``--cache-
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -18,6 +19,7 @@ import time
 
 from refsim import MIB
 from refsim.errors import ConfigError, RefsimError, UsageError
+from refsim.fmt import budget_mib, num, pct_text, ratio
 
 
 def add_parser(sub) -> None:
@@ -48,8 +50,10 @@ def add_parser(sub) -> None:
                    help="ubatch (default 0 = n_batch); with --ngram or --mtp it must hold the "
                         "verify batch (--draft + 1)")
     p.add_argument("--route-trace", metavar="OUT",
-                   help="write the run's route trace (route_trace v1; MoE models only)")
-    p.add_argument("--csv", metavar="OUT", help="write the per-token metrics CSV (bmoe_metrics v2)")
+                   help="write the run's route trace (route_trace v1; MoE models only) to OUT "
+                        "(- = stdout)")
+    p.add_argument("--csv", metavar="OUT",
+                   help="write the per-token metrics CSV (bmoe_metrics v2) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=run)
 
@@ -72,7 +76,7 @@ def refuse_cache_flags(args, path: str, model) -> None:
         ``--cache-mb`` or ``--route-trace`` given for a model with ``n_expert == 0``.
     """
     why = (f"MODEL {path} is {model.spec.arch}, a dense model (no routed experts): it has no "
-           f"expert cache, every decode reads all {model.bytes.file_tensor_bytes / MIB:.2f} MiB "
+           f"expert cache, every decode reads all {num(model.bytes.file_tensor_bytes / MIB, 2)} MiB "
            f"of its tensors")
     if args.cache_mb is not None:
         raise ConfigError(f"--cache-mb {args.cache_mb:g}: {why}; drop --cache-mb")
@@ -116,7 +120,6 @@ def _report_dense(args, model, path, prompt, tokenizer, result, stats, config, d
     every tensor once, ``file_tensor_bytes`` (docs/real-model.md, "Byte accounting"; the prefill
     is not counted, as in the engine's per-token figure)."""
     from refsim.telemetry import summary_lines
-    _write_metrics(args, result, stats, config, path, model.spec.arch)
     spec = model.spec
     per_decode = model.bytes.file_tensor_bytes
     read = stats.decodes * per_decode
@@ -140,22 +143,27 @@ def _report_dense(args, model, path, prompt, tokenizer, result, stats, config, d
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)
-    per_tok = "n/a (no tokens)" if mib_per_token is None else f"{mib_per_token:.2f} MiB/token"
+    per_tok = "n/a (no tokens)" if mib_per_token is None else f"{num(mib_per_token, 2)} MiB/token"
     print(f"dense: no expert cache (a dense model routes no experts; --cache-mb does not apply): "
-          f"every decode reads all {per_decode} B = {per_decode / MIB:.2f} MiB of tensors; "
-          f"{stats.decodes} decodes read {read / MIB:.2f} MiB, {per_tok} "
+          f"every decode reads all {per_decode} B = {num(per_decode / MIB, 2)} MiB of tensors; "
+          f"{stats.decodes} decodes read {num(read / MIB, 2)} MiB, {per_tok} "
           f"(decode reads / generated tokens)")
-    print(f"simulator: {decode_tps:.2f} tok/s decode ({stats.decodes} decodes), "
-          f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin {margin:.4g}")
+    print(f"simulator: {num(decode_tps, 2)} tok/s decode ({stats.decodes} decodes), "
+          f"{num(sim_tps, 2)} tok/s incl. prefill; smallest top-1/top-2 logit margin {margin:.4g}")
     return 0
 
 
 def run(args) -> int:
+    with contextlib.ExitStack() as report:
+        return _run(args, report)
+
+
+def _run(args, report: contextlib.ExitStack) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
-    from refsim.cli.common import check_outputs, warn_below_token_cycle
+    from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
     from refsim.forward import ForwardTarget
-    from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
+    from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_file, builtin_model_path
     from refsim.model import open_model
     from refsim.model.tokenizer import Tokenizer
     from refsim.spec import SpecConfig, draft_source_for, run_generation
@@ -168,8 +176,9 @@ def run(args) -> int:
         raise UsageError(f"argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = "
                          f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
     budget = None if args.cache_mb is None else ExpertCache.mib_to_bytes(args.cache_mb)
-    check_outputs({"--route-trace": args.route_trace, "--csv": args.csv}, {"MODEL": args.model})
     builtin = args.model is None
+    check_outputs({"--route-trace": args.route_trace, "--csv": args.csv},
+                  {"MODEL": args.model} if not builtin else {"built-in MODEL": builtin_model_file()})
     if not builtin and not os.path.exists(args.model):
         raise ConfigError(f"MODEL {args.model}: no such file")
     path = builtin_model_path() if builtin else args.model
@@ -213,9 +222,13 @@ def run(args) -> int:
                             draft_max=config.draft_max)
     wall_s = time.perf_counter() - t1
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
-    sim_tps = (result.n_gen + len(prompt)) / wall_s if wall_s > 0 else 0.0
+    sim_tps = ratio(result.n_gen + len(prompt), wall_s)    # None (n/a, null) if no time was measured
     decode_tps = stats.tok_s
+    to_stdout = report_stream({"--route-trace": args.route_trace, "--csv": args.csv})
     if dense:
+        _write_metrics(args, result, stats, config, path, model.spec.arch)
+        # the outputs are written: the report goes to stderr if one of them went to stdout
+        report.enter_context(contextlib.redirect_stdout(to_stdout))
         return _report_dense(args, model, path, prompt, tokenizer, result, stats, config,
                              decode_tps, sim_tps, load_s, wall_s,
                              getattr(target, "inner", target).min_margin)
@@ -226,9 +239,11 @@ def run(args) -> int:
         header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
                              n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
                              dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
-                             extra=(("cache_mb", f"{budget / MIB:.10g}"),))   # the recording budget
+                             extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
         result.write_trace(args.route_trace, header)
     _write_metrics(args, result, stats, config, path, spec.arch)
+    # the outputs are written: the report goes to stderr if one of them went to stdout
+    report.enter_context(contextlib.redirect_stdout(to_stdout))
     text = _ids_text(model, result.tokens, tokenizer)
     out = {
         "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,
@@ -250,28 +265,29 @@ def run(args) -> int:
     from refsim.cache.ledger import memory_ledger
     led = memory_ledger(model, len(prompt) + args.n_predict, config.draft_max if config.enabled else 0,
                         config.spec == "mtp")
-    print(f"memory: kv {led.kv_bytes / MIB:.2f} MiB, recurrent {led.recurrent_bytes / MIB:.2f} MiB "
-          f"(1 + n_rs_seq {led.n_rs_seq} slots), draft context {(led.draft_kv_bytes + led.draft_buffer_bytes) / MIB:.2f} "
-          f"MiB; speculation takes {led.speculation_bytes / MIB:.2f} MiB (refsim memory for the auto budget)")
+    print(f"memory: kv {num(led.kv_bytes / MIB, 2)} MiB, recurrent {num(led.recurrent_bytes / MIB, 2)} MiB "
+          f"(1 + n_rs_seq {led.n_rs_seq} slots), draft context "
+          f"{num((led.draft_kv_bytes + led.draft_buffer_bytes) / MIB, 2)} MiB; speculation takes "
+          f"{num(led.speculation_bytes / MIB, 2)} MiB (refsim memory for the auto budget)")
     print(f"prompt: {len(prompt)} tokens; generated {result.n_gen}{_stop_note(result)}: {text!r}")
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)
     head = ", the MTP head's draft lookups" if config.spec == "mtp" else ""
-    print(f"cache: budget {budget / MIB:.2f} MiB, T (one token cycle) {t_bytes / MIB:.2f} MiB; "
-          f"{summary.hit_pct_cum:.1f}% hit cumulative (prefill{head} included), "
-          f"{summary.hit_pct_decode:.1f}% decode-only (the target's decodes), "
-          f"{summary.mib_per_token:.3f} MiB/token (decode reads / generated tokens)")
-    draft = f", MTP head {summary.draft_read_bytes / MIB:.2f}" if config.spec == "mtp" else ""
-    print(f"cache: {summary.lookups} lookups, {summary.hits} hits; read {summary.read_mib:.2f} MiB in all "
-          f"(prefill {summary.prefill_read_bytes / MIB:.2f}, decode {summary.decode_read_mib:.2f}{draft}); "
+    print(f"cache: budget {budget_mib(budget)} MiB, T (one token cycle) {num(t_bytes / MIB, 2)} MiB; "
+          f"{pct_text(summary.hit_pct_cum)} hit cumulative (prefill{head} included), "
+          f"{pct_text(summary.hit_pct_decode)} decode-only (the target's decodes), "
+          f"{num(summary.mib_per_token, 3)} MiB/token (decode reads / generated tokens)")
+    draft = f", MTP head {num(summary.draft_read_bytes / MIB, 2)}" if config.spec == "mtp" else ""
+    print(f"cache: {summary.lookups} lookups, {summary.hits} hits; read {num(summary.read_mib, 2)} MiB in all "
+          f"(prefill {num(summary.prefill_read_bytes / MIB, 2)}, decode {num(summary.decode_read_mib, 2)}{draft}); "
           f"{summary.evictions} evictions, {summary.rereads} re-reads")
-    print(f"simulator: {decode_tps:.2f} tok/s decode ({stats.decodes} decodes), "
-          f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin "
+    print(f"simulator: {num(decode_tps, 2)} tok/s decode ({stats.decodes} decodes), "
+          f"{num(sim_tps, 2)} tok/s incl. prefill; smallest top-1/top-2 logit margin "
           f"{getattr(target, 'inner', target).min_margin:.4g}")
     if args.route_trace is not None:
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
-              f"{budget / MIB:.10g})", file=sys.stderr)
+              f"{budget_mib(budget)})", file=sys.stderr)
         if config.spec == "mtp":
             print("route trace: the MTP draft context's routings are not in it (the engine's format "
                   "omits them), so its replay differs from this run by the head's lookups and reads",

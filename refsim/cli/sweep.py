@@ -6,7 +6,8 @@ from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
 from refsim.cache.policy import parse_policy_list
-from refsim.cli.common import check_outputs, warn_below_token_cycle
+from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
+from refsim.fmt import num
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, write_sweep_csv)
 from refsim.trace import read_trace
@@ -27,9 +28,11 @@ def add_parser(sub) -> None:
                         "(e.g. lru,s3fifo:small=0.2,ghost=0.9,arc); a repeated one is dropped "
                         f"(first kept) (default: all: {','.join(known_policies())})")
     p.add_argument("--csv", metavar="OUT",
-                   help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib to OUT")
+                   help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib,over_budget "
+                        "to OUT (- = stdout)")
     p.add_argument("--plot", metavar="OUT.png",
-                   help="write a PNG of hit %% and MiB/token against the budget (matplotlib)")
+                   help="write a plot of hit %% and MiB/token against the budget (matplotlib); "
+                        "the format is the extension's: .png, .pdf or .svg")
     p.set_defaults(func=run)
 
 
@@ -38,7 +41,8 @@ def run(args) -> int:
     policies = parse_policy_list(args.policy) if args.policy is not None else known_policies()
     check_outputs({"--csv": args.csv, "--plot": args.plot}, {"TRACE": args.trace})
     if args.plot is not None:
-        from refsim.studies.plot import require_matplotlib
+        from refsim.studies.plot import plot_format, require_matplotlib
+        plot_format(args.plot)  # the extension names a format we write
         require_matplotlib()  # before the sweep, not after it
     trace = read_trace(args.trace)
     trace.require_rows("sweep")
@@ -46,13 +50,14 @@ def run(args) -> int:
     batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
     result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
     warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], h.token_cycle_bytes)
-    print(f"model: {h.model} arch={h.arch}")
+    out = report_stream({"--csv": args.csv})   # stderr when the CSV goes to stdout
+    print(f"model: {h.model} arch={h.arch}", file=out)
     print(f"shape: {h.n_layer} layers, {h.n_expert} experts, top-{h.n_expert_used}, "
-          f"{h.expert_bytes[0] / MIB:.2f} MiB/expert (layer 0)")
+          f"{num(h.expert_bytes[0] / MIB, 2)} MiB/expert (layer 0)", file=out)
     print(f"batches: {batches.n_batch} ({trace.n_prompt} prompt positions, "
-          f"{batches.tokens} decoded tokens); T = {h.token_cycle_bytes / MIB:.1f} MiB")
+          f"{batches.tokens} decoded tokens); T = {num(h.token_cycle_bytes / MIB, 1)} MiB", file=out)
     for line in format_table(result):
-        print(line)
+        print(line, file=out)
     if args.csv is not None:
         write_sweep_csv(args.csv, result)
     if args.plot is not None:

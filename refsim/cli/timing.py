@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
 import numpy as np
 
 from refsim.cli.common import (cache_mib, check_outputs, int_list, nonneg_float, nonneg_int,
-                               positive_int)
+                               positive_int, report_stream)
 from refsim.spec.constants import DRAFT_MAX_LIMIT
 from refsim.fileio import write_text_atomic
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
@@ -36,7 +37,7 @@ def add_parser(sub) -> None:
                                     "each with its jackknife standard error and the fit's "
                                     "per-run residuals; write DEVICE.json.")
     f.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
-    f.add_argument("--out", required=True, metavar="DEVICE.json", help="the device file to write")
+    f.add_argument("--out", required=True, metavar="DEVICE.json", help="the device file to write (- = stdout)")
     f.add_argument("--name", default="", help="a name stored in the device file")
     _common(f)
     f.set_defaults(func=run_fit)
@@ -110,6 +111,12 @@ def run_fit(args) -> int:
     dev = fit_device(runs, name=args.name)
     preds = [predict_run(dev, r) for r in runs]
     write_text_atomic(args.out, dev.to_json(), what="--out")
+    with contextlib.redirect_stdout(report_stream({"--out": args.out})):   # stderr if --out -
+        return _report_fit(args, dev, runs, preds)
+
+
+def _report_fit(args, dev, runs, preds) -> int:
+    """The ``timing fit`` report (JSON or text) on ``sys.stdout``."""
     if args.json:
         doc = json.loads(dev.to_json())
         doc["residuals"] = [p.as_dict() for p in preds]

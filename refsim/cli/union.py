@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cli.common import cache_mib, int_list
+from refsim.fmt import NA, budget_mib, num, ratio
 from refsim.studies.union import union_study
 from refsim.trace import read_trace
 
@@ -32,18 +32,18 @@ def run(args) -> int:
           f"top-{h.n_expert_used})")
     head = f"{'w':>2}  {'windows':>7}  {'union':>6}  {'p50':>5}  {'p90':>5}  {'union_MiB':>9}"
     if budget is not None:
-        print(f"replay at {budget / MIB:.1f} MiB; decode positions in batches of w")
+        print(f"replay at {budget_mib(budget)} MiB; decode positions in batches of w")
         head += f"  {'decodes':>7}  {'read_MiB':>9}  {'MiB/token':>9}  {'x w=1':>6}  {'hit_dec%':>8}"
     print(head)
     base = None
     for r in rows:
         line = (f"{r.window:>2}  {r.n_windows:>7}  {r.union_mean:>6.2f}  {r.union_p50:>5.1f}  "
-                f"{r.union_p90:>5.1f}  {r.union_mib_mean:>9.1f}")
+                f"{r.union_p90:>5.1f}  {num(r.union_mib_mean, 1):>9}")
         if budget is not None:
             if r.window == 1:
                 base = r.mib_per_token
-            ratio = f"{r.mib_per_token / base:>6.2f}" if base else f"{'-':>6}"
-            line += (f"  {r.decodes:>7}  {r.read_mib:>9.1f}  {r.mib_per_token:>9.2f}  {ratio}  "
-                     f"{r.hit_pct_decode:>8.3f}")
+            rel = num(ratio(r.mib_per_token, base), 2) if r.mib_per_token is not None and base else NA
+            line += (f"  {r.decodes:>7}  {num(r.read_mib, 1):>9}  {num(r.mib_per_token, 2):>9}  {rel:>6}  "
+                     f"{num(r.hit_pct_decode, 3):>8}")
         print(line)
     return 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from refsim.analysis.viewer import metrics_columns, write_page
-from refsim.cli.common import check_outputs
+from refsim.cli.common import check_outputs, report_stream
 from refsim.errors import ConfigError
+from refsim.fmt import num
 from refsim.trace import read_trace
 
 
@@ -16,7 +17,7 @@ def add_parser(sub) -> None:
                     "outcome, per-decode reads and hit rate, verify batches, the union widening per "
                     "layer and hot experts. docs/analysis.md, 'refsim view'.")
     p.add_argument("trace", help="route trace file (route_trace v1)")
-    p.add_argument("--html", required=True, metavar="OUT.html", help="page to write")
+    p.add_argument("--html", required=True, metavar="OUT.html", help="page to write (- = stdout)")
     p.add_argument("--metrics", metavar="RUN.csv",
                    help="per-token metrics CSV of the same run (# bmoe_metrics v2 or v1)")
     p.set_defaults(func=run)
@@ -29,5 +30,5 @@ def run(args) -> int:
         raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to show)")
     metrics = metrics_columns(args.metrics) if args.metrics is not None else None
     size = write_page(trace, args.html, metrics)
-    print(f"wrote {args.html} ({size / 1024:.1f} KiB)")
+    print(f"wrote {args.html} ({num(size / 1024, 1)} KiB)", file=report_stream({"--html": args.html}))
     return 0

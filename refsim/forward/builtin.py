@@ -9,6 +9,7 @@ identical file.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -31,8 +32,17 @@ def cache_dir() -> Path:
     return d
 
 
+def builtin_model_file() -> str:
+    """Where the built-in model lives (``cache_dir() / BUILTIN_NAME``), without writing it: what
+    ``refsim run`` with no MODEL compares its output paths with (an output there would overwrite
+    the model every later run reads)."""
+    return str(cache_dir() / BUILTIN_NAME)
+
+
 def builtin_model_path() -> str:
-    """Path of the built-in model, writing it on first use.
+    """Path of the built-in model, writing it on first use, and again when the cached file is
+    damaged (it does not open as a GGUF: wrong magic, truncated, ...; a warning says so and names
+    the file), so a damaged cache never becomes an error the user must fix by hand.
 
     Returns
     -------
@@ -43,10 +53,17 @@ def builtin_model_path() -> str:
     ConfigError
         If the cache folder cannot be written (names it and the environment variable).
     """
-    from refsim.errors import ConfigError
-    from refsim.model import write_synthetic
+    from refsim.errors import ConfigError, RefsimError
+    from refsim.model import open_model, write_synthetic
     try:
         path = cache_dir() / BUILTIN_NAME
+        if path.exists():
+            try:
+                open_model(path)              # header, tensor table and data extent checked
+            except RefsimError as exc:
+                logging.getLogger(__name__).warning(
+                    "the cached built-in model %s is damaged (%s); rebuilding it", path, exc)
+                path.unlink()
         if not path.exists():
             write_synthetic(path, arch="qwen3moe", quant=BUILTIN_QUANT, seed=BUILTIN_SEED, dims=BUILTIN_DIMS)
     except OSError as exc:

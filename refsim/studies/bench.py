@@ -209,7 +209,7 @@ def bench_run(run, label: str | None = None, trim: int = DEFAULT_TRIM,
     elif summ:
         n_prompt = sum(s.get("n_prompt", 0.0) for s in summ)
         pre_s = sum(s.get("prefill_s", 0.0) for s in summ)
-        prefill_tps = n_prompt / pre_s if pre_s > 0 else 0.0
+        prefill_tps = n_prompt / pre_s if pre_s > 0 else None     # n/a: no measured second
     else:
         prefill_tps = None
     load_s, prefill_s = first.get("load_s"), first.get("prefill_s")

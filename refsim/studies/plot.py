@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 
+import math
+import os
+
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fileio import atomic_path
+from refsim.fileio import OutputKind, atomic_path, resolve_output
+from refsim.fmt import num
 
 INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
+
+PLOT_FORMATS = ("png", "pdf", "svg")
+"""The ``--plot`` formats, named by the file's extension (matplotlib's ``savefig(format=)``)."""
+
+
+def plot_format(path: str, what: str = "--plot") -> str:
+    """The format ``path``'s extension names (``out.pdf`` -> ``"pdf"``, case-insensitive), checked
+    before any work; a FIFO or device without an extension (``/dev/stdout``, ``/dev/null``)
+    gets ``"png"``.
+
+    Raises
+    ------
+    ConfigError
+        ``"--plot out.jpg: unsupported extension '.jpg'; expected .png, .pdf or .svg"`` (also for a
+        regular file with no extension), or the messages of :func:`refsim.fileio.resolve_output`.
+    """
+    ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if ext in PLOT_FORMATS:
+        return ext
+    if not ext and resolve_output(path, what, binary=True).kind is OutputKind.DIRECT:
+        return "png"
+    shown = f"unsupported extension '.{ext}'" if ext else "no extension"
+    raise ConfigError(f"{what} {path}: {shown}; expected "
+                      f"{', '.join('.' + f for f in PLOT_FORMATS[:-1])} or .{PLOT_FORMATS[-1]}")
 
 
 def require_matplotlib() -> None:
@@ -43,7 +71,8 @@ def pyplot():
 
 
 def finish_figure(plt, fig, path: str, title: str = "") -> None:
-    """Title (when given), tight layout, save ``fig`` as PNG to ``path`` atomically, close it."""
+    """Title (when given), tight layout, save ``fig`` to ``path`` in the format its extension
+    names (:func:`plot_format`: PNG, PDF or SVG) by :mod:`refsim.fileio`'s rules, close it."""
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -54,20 +83,24 @@ def finish_figure(plt, fig, path: str, title: str = "") -> None:
 
 
 def _save(fig, path: str) -> None:
-    """Save ``fig`` as PNG to ``path`` atomically (temp file in the same folder + rename)."""
-    with atomic_path(path, "--plot", suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
+    """Save ``fig`` to ``path`` in the format its extension names (:func:`plot_format`), by
+    :func:`refsim.fileio.atomic_path`'s rules (a regular file: temp file + rename)."""
+    fmt = plot_format(path)
+    with atomic_path(path, "--plot", suffix=f".{fmt}") as tmp:
+        fig.savefig(tmp, format=fmt, dpi=110)
 
 
 def plot_sweep(result, path: str, title: str = "") -> None:
     """Hit % (decode-only solid, cumulative dotted) and decode MiB/token against the budget,
-    one colour per policy, with the token cycle T marked; written to ``path`` (PNG).
+    one colour per policy, with the token cycle T marked and the points that hold more than their
+    budget (:attr:`refsim.studies.sweep.SweepRow.over_budget`) ringed in red; written to
+    ``path`` (PNG, PDF or SVG by its extension, :func:`plot_format`).
 
     Parameters
     ----------
     result : refsim.studies.sweep.SweepResult
     path : str
-        Output PNG path.
+        Output path (``.png``, ``.pdf`` or ``.svg``).
     title : str, optional
 
     Raises
@@ -79,18 +112,31 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     plt = _pyplot()
     fig, (ax_hit, ax_mib) = plt.subplots(1, 2, figsize=(12, 4.8))
     t_mib = result.t_bytes / MIB
+
+    def y(v):                                   # an undefined rate (None) is a gap, not a 0
+        return math.nan if v is None else v
+
+    marked = False
     for i, pol in enumerate(result.policies):
         rows = [r for r in result.rows if r.policy == pol]
         x = [r.budget_mib for r in rows]
         color = f"C{i}"
-        ax_hit.plot(x, [r.summary.hit_pct_decode for r in rows], "-o", ms=3, color=color,
+        ax_hit.plot(x, [y(r.summary.hit_pct_decode) for r in rows], "-o", ms=3, color=color,
                     label=pol)
-        ax_hit.plot(x, [r.summary.hit_pct_cum for r in rows], ":", color=color)
-        ax_mib.plot(x, [r.summary.mib_per_token for r in rows], "-o", ms=3, color=color,
+        ax_hit.plot(x, [y(r.summary.hit_pct_cum) for r in rows], ":", color=color)
+        ax_mib.plot(x, [y(r.summary.mib_per_token) for r in rows], "-o", ms=3, color=color,
                     label=pol)
+        over = [r for r in rows if r.over_budget]      # holds more than the budget: ringed
+        if over:
+            label = None if marked else "holds > budget"
+            marked = True
+            ax_hit.plot([r.budget_mib for r in over], [y(r.summary.hit_pct_decode) for r in over],
+                        "o", ms=9, mfc="none", mec="red", label=label)
+            ax_mib.plot([r.budget_mib for r in over], [y(r.summary.mib_per_token) for r in over],
+                        "o", ms=9, mfc="none", mec="red", label=label)
     for ax in (ax_hit, ax_mib):
         ax.axvline(t_mib, color="k", lw=0.8, ls="--")
-        ax.text(t_mib, 0.98, f" T = {t_mib:.0f} MiB", transform=ax.get_xaxis_transform(),
+        ax.text(t_mib, 0.98, f" T = {num(t_mib, 0)} MiB", transform=ax.get_xaxis_transform(),
                 va="top", fontsize=8)
         ax.set_xlabel("cache budget (MiB)")
         ax.grid(alpha=0.3)
@@ -98,4 +144,6 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     ax_hit.set_ylim(0, 100)
     ax_mib.set_ylabel("flash read, MiB per token (decode)")
     ax_hit.legend(fontsize=8)
+    if marked:
+        ax_mib.legend(fontsize=8)
     finish_figure(plt, fig, path, title)

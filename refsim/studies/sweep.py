@@ -8,6 +8,11 @@ fast path (:func:`refsim.cache.policy.replay_policy`). The CSV matches the engin
 hit_pct_decode,read_mib`` formatted ``%s,%s,%.3f,%.3f,%.1f``, where ``read_mib`` includes
 prefill reads (CacheSummary.read_mib) and the budget is printed as given (:func:`format_budget`;
 whole MiB print as integers, as the engine's ``%.0f`` does for its integer budgets).
+
+refsim's CSV adds one column after the engine's five, ``over_budget`` (1 when the policy holds
+more than the budget after the last batch, see :attr:`SweepRow.over_budget`, else 0), and a
+rate over zero events (the decode-only hit rate of a trace without decodes) is ``nan`` where the
+engine writes 0.000 (:mod:`refsim.fmt`).
 """
 
 from __future__ import annotations
@@ -23,15 +28,19 @@ from refsim.cache.mrc import lru_curve
 from refsim.cache.policy import POLICIES, get_policy, replay_policy
 from refsim.cache.summary import CacheSummary
 from refsim.errors import ConfigError, UsageError, value_message
-from refsim.fileio import atomic_path
+from refsim.fileio import open_output
+from refsim.fmt import csv_num, num
 
 CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
 """The engine's replay-curve columns (route-replay.py ``--csv``)."""
 
-CSV_FORMATS = ("{}", "{}", "{:.3f}", "{:.3f}", "{:.1f}")
-"""Formats for :data:`CSV_COLUMNS`: the engine's ``%.3f,%.3f,%.1f`` for the numbers; the budget
-column is :func:`format_budget`'s text (the engine's ``%.0f`` rounded 100.4 and 100.6 MiB to
-"100" and "101", two rows that look like other budgets)."""
+SWEEP_CSV_COLUMNS = CSV_COLUMNS + ("over_budget",)
+"""The columns ``refsim sweep --csv`` writes: the engine's five, then ``over_budget`` (0/1)."""
+
+CSV_DECIMALS = (3, 3, 1)
+"""Fraction digits of ``hit_pct_cum``, ``hit_pct_decode``, ``read_mib``: the engine's
+``%.3f,%.3f,%.1f``; the budget column is :func:`format_budget`'s text (the engine's ``%.0f``
+rounded 100.4 and 100.6 MiB to "100" and "101", two rows that look like other budgets)."""
 
 
 def format_budget(mib: float) -> str:
@@ -113,10 +122,32 @@ class SweepRow:
     summary: CacheSummary
 
     def csv_fields(self) -> list[str]:
-        """The engine-format CSV fields of this row."""
+        """The engine-format CSV fields of this row (:data:`CSV_COLUMNS`; an undefined rate is
+        ``nan``)."""
         s = self.summary
-        vals = (format_budget(self.budget_mib), self.policy, s.hit_pct_cum, s.hit_pct_decode, s.read_mib)
-        return [f.format(v) for f, v in zip(CSV_FORMATS, vals)]
+        nums = (s.hit_pct_cum, s.hit_pct_decode, s.read_mib)
+        return [format_budget(self.budget_mib), self.policy] + \
+            [csv_num(v, d) for v, d in zip(nums, CSV_DECIMALS)]
+
+    @property
+    def held_bytes(self) -> int | None:
+        """Resident entry bytes after the last batch, or None where the replay does not track
+        them (the one-pass ``lru`` curve)."""
+        held = self.summary.resident_bytes
+        return held if held >= 0 else None
+
+    @property
+    def over_budget(self) -> bool:
+        """The policy holds more than the budget after the last batch.
+
+        A partitioned policy (``layer``, ``layerlfu``) gives each layer ``budget // n_layer``
+        bytes and never evicts what the layer's current batch touched (bmoe-engine.md §5,
+        route-replay.py's simulator), so below about one token cycle T each layer still holds its
+        batch: at 250 MiB on the qwen trace it holds T, 3.1x the budget. Such a point is not a
+        cache of that size, and the table, CSV and plot mark it.
+        """
+        held = self.held_bytes
+        return held is not None and held > self.summary.budget_bytes
 
 
 @dataclass(frozen=True)
@@ -192,31 +223,42 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
 
 
 def write_sweep_csv(path: str, result: SweepResult) -> None:
-    """Write the engine-format curve CSV to ``path`` atomically (temp file + rename).
+    """Write the engine-format curve CSV (:data:`SWEEP_CSV_COLUMNS`: the engine's five columns,
+    then ``over_budget``) to ``path`` by :func:`refsim.fileio.open_output`'s rules.
 
     Raises
     ------
     ConfigError
         Naming ``--csv`` and the path if the folder cannot be written.
     """
-    with atomic_path(path, "--csv") as tmp:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(CSV_COLUMNS)
-            for r in result.rows:
-                w.writerow(r.csv_fields())
+    with open_output(path, "--csv") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(SWEEP_CSV_COLUMNS)
+        for r in result.rows:
+            w.writerow(r.csv_fields() + [int(r.over_budget)])
 
 
 def format_table(result: SweepResult) -> list[str]:
     """Text table: one line per (budget, policy), hit % cumulative and decode-only, read MiB
-    (prefill included) and decode MiB/token."""
+    (prefill included) and decode MiB/token; a point that holds more than its budget
+    (:attr:`SweepRow.over_budget`) ends in ``holds N.Nx`` (held bytes / budget) and a note
+    follows the table. An undefined rate prints ``n/a``."""
     w = max(8, *(len(p) for p in result.policies))
     lines = [f"{'budget_mib':>10}  {'policy':<{w}}  {'hit_cum%':>8}  {'hit_dec%':>8}  "
              f"{'read_MiB':>10}  {'MiB/token':>9}"]
+    over = False
     for r in result.rows:
         s = r.summary
-        lines.append(f"{format_budget(r.budget_mib):>10}  {r.policy:<{w}}  {s.hit_pct_cum:>8.3f}  "
-                     f"{s.hit_pct_decode:>8.3f}  {s.read_mib:>10.1f}  {s.mib_per_token:>9.2f}")
+        line = (f"{format_budget(r.budget_mib):>10}  {r.policy:<{w}}  {num(s.hit_pct_cum, 3):>8}  "
+                f"{num(s.hit_pct_decode, 3):>8}  {num(s.read_mib, 1):>10}  {num(s.mib_per_token, 2):>9}")
+        if r.over_budget:
+            over = True
+            line += f"  holds {num(r.held_bytes / s.budget_bytes, 2)}x"
+        lines.append(line)
+    if over:
+        lines.append("holds Nx: the policy holds N times the budget after the last batch (a layer "
+                     "partition cannot evict its current batch), so the point is not a cache of "
+                     "that size")
     return lines
 
 
@@ -228,5 +270,6 @@ def known_policies() -> list[str]:
 
 
 __all__ = ["sweep_budgets", "SweepResult", "SweepRow", "parse_budgets_mib", "write_sweep_csv",
+           "SWEEP_CSV_COLUMNS",
            "format_budget",
            "format_table", "known_policies", "CSV_COLUMNS", "DEFAULT_BUDGETS_MIB", "MIB"]

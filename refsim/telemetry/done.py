@@ -16,8 +16,10 @@ from refsim.telemetry.stats import RunStats
 
 def done_values(s: RunStats, *, id: str = "", text: str = "", reasoning: str = "",
                 cancelled: bool = False) -> dict:
-    """The DONE line's values by key."""
-    return {
+    """The DONE line's values by key (a rate over zero events is the engine's 0:
+    :func:`refsim.telemetry.metrics_csv.engine_number`)."""
+    from refsim.telemetry.metrics_csv import engine_number
+    vals = {
         "id": id, "cancelled": cancelled, "tokens": s.tokens, "tok_s": s.tok_s,
         "prefill_s": s.prefill_s, "prefill_tps": s.prefill_tps, "load_s": s.load_s,
         "cache_hit_pct": s.cache_hit_pct, "n_prompt": s.n_prompt, "n_past": s.n_past,
@@ -29,6 +31,7 @@ def done_values(s: RunStats, *, id: str = "", text: str = "", reasoning: str = "
         "mtp_draft_s_tok": s.draft_s_per_tok, "drafted_steps": s.drafted_steps,
         "loop_overhead_s_tok": s.loop_overhead_s_per_tok, "reasoning": reasoning, "text": text,
     }
+    return {k: v if isinstance(v, (str, bool)) else engine_number(v) for k, v in vals.items()}
 
 
 def done_line(s: RunStats, **kw) -> str:

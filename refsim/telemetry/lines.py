@@ -9,15 +9,24 @@ Printed in the engine's order; refsim prints the lines it can fill:
   the ``ngram:`` coverage line for the n-gram source;
 - ``prefill:``;
 - ``moe-stream:`` / ``moe-cache:`` when the run had an expert cache (the engine's
-  ``--moe-stream``); the churn line only when evictions or re-reads > 0. Flash I/O, cache
-  management and load seconds are unmeasured and print as 0; MiB/s (read MiB / I/O seconds)
-  prints 0 when I/O seconds are 0.
+  ``--moe-stream``); the churn line only when evictions or re-reads > 0. Flash I/O and cache
+  management seconds are not measured by a simulator, and neither is MiB/s (read MiB / I/O
+  seconds): they print ``n/a``, not zeros that read like measurements.
+
+Numbers use the engine's fixed printf formats (:func:`refsim.fmt.num` with ``sig=None``); a rate
+over zero events (acceptance with no draft, tok/s over no measured second) prints ``n/a``.
 """
 
 from __future__ import annotations
 
 from refsim import MIB
+from refsim.fmt import NA, num, ratio
 from refsim.telemetry.stats import RunStats
+
+
+def _f(x, decimals: int) -> str:
+    """The engine's ``%.<decimals>f``, ``n/a`` for an undefined rate."""
+    return num(x, decimals, sig=None)
 
 
 def spec_lines(s: RunStats) -> list[str]:
@@ -34,39 +43,42 @@ def spec_lines(s: RunStats) -> list[str]:
         return []
     src = s.spec
     out = [
-        f"{src}: {s.accepted}/{s.drafted} drafts accepted ({s.acceptance_pct:.1f}%), "
-        f"{s.tokens_per_decode:.2f} tokens per verify decode ({s.decodes} decodes for "
+        f"{src}: {s.accepted}/{s.drafted} drafts accepted ({_pct(s.acceptance_pct)}), "
+        f"{_f(s.tokens_per_decode, 2)} tokens per verify decode ({s.decodes} decodes for "
         f"{s.tokens} tokens)",
-        f"{src}: drafting costs {s.draft_s_per_tok:.4f} s/token on top of decode \u2192 "
-        f"{s.effective_tok_s:.2f} tok/s effective (vs {s.tok_s:.2f} reported)",
+        f"{src}: drafting costs {_f(s.draft_s_per_tok, 4)} s/token on top of decode \u2192 "
+        f"{_f(s.effective_tok_s, 2)} tok/s effective (vs {_f(s.tok_s, 2)} reported)",
     ]
     if src == "ngram":
         out.append(f"ngram: drafted on {s.drafted_steps} of {s.decodes} steps "
-                   f"({s.coverage_pct:.1f}%); the rest decoded plainly")
+                   f"({_pct(s.coverage_pct)}); the rest decoded plainly")
     if src == "mtp" and s.read_bytes > 0:
         draft_mib = s.draft_read_bytes / MIB
-        out.append(f"mtp: of {s.read_mib:.1f} MiB streamed, {draft_mib:.1f} MiB "
-                   f"({100.0 * s.draft_read_bytes / s.read_bytes:.1f}%) was the head's own routing, "
-                   f"{s.read_mib - draft_mib:.1f} MiB the widened verify batch")
+        out.append(f"mtp: of {_f(s.read_mib, 1)} MiB streamed, {_f(draft_mib, 1)} MiB "
+                   f"({_pct(100.0 * s.draft_read_bytes / s.read_bytes)}) was the head's own routing, "
+                   f"{_f(s.read_mib - draft_mib, 1)} MiB the widened verify batch")
     return out
+
+
+def _pct(x) -> str:
+    """``44.2%``; ``n/a`` (no percent sign) for an undefined rate."""
+    return NA if x is None else f"{_f(x, 1)}%"
 
 
 def summary_lines(s: RunStats) -> list[str]:
     """All summary lines refsim can fill, in the engine's order (no trailing newlines)."""
-    out = [f"generation: {s.tokens} tokens, {s.s_per_tok:.3f} s/token ({s.tok_s:.3f} tok/s)"]
+    out = [f"generation: {s.tokens} tokens, {_f(s.s_per_tok, 3)} s/token ({_f(s.tok_s, 3)} tok/s)"]
     out += spec_lines(s)
-    out.append(f"prefill: {s.n_prompt} tokens, {s.prefill_s:.3f} s ({s.prefill_tps:.1f} tok/s) "
-               f"| model load {s.load_s:.3f} s | TTFT {s.load_s + s.prefill_s:.3f} s")
+    out.append(f"prefill: {s.n_prompt} tokens, {_f(s.prefill_s, 3)} s ({_f(s.prefill_tps, 1)} tok/s) "
+               f"| model load {_f(s.load_s, 3)} s | TTFT {_f(s.load_s + s.prefill_s, 3)} s")
     if s.has_cache:
-        io_s = 0.0
-        mib_s = s.read_mib / io_s if io_s else 0.0
-        out.append(f"moe-stream: read {s.read_mib:.1f} MiB ({s.mib_per_token:.2f} MiB/token), "
-                   f"decode {s.s_per_tok:.3f} s/token (compute {s.s_per_tok:.3f} + cache mgmt "
-                   f"{0.0:.3f} + flash I/O {0.0:.3f} s/token, {mib_s:.0f} MiB/s)")
-        out.append(f"moe-cache: {s.cache_hit_pct:.1f}% hit, resident "
-                   f"{s.resident_bytes / MIB:.1f} MiB")
+        # cache management, flash I/O and MiB/s (read MiB / I/O seconds) are not measured
+        out.append(f"moe-stream: read {_f(s.read_mib, 1)} MiB ({_f(s.mib_per_token, 2)} MiB/token), "
+                   f"decode {_f(s.s_per_tok, 3)} s/token (compute {_f(s.s_per_tok, 3)} + cache mgmt "
+                   f"{NA} + flash I/O {NA} s/token, {NA} MiB/s)")
+        out.append(f"moe-cache: {_pct(s.cache_hit_pct)} hit, resident "
+                   f"{_f(s.resident_bytes / MIB, 1)} MiB")
         if s.evictions or s.rereads:
-            rr_tok = s.rereads / s.tokens if s.tokens else 0.0
             out.append(f"moe-cache: {s.evictions} evictions, {s.rereads} re-reads "
-                       f"({rr_tok:.1f}/token) \u2014 bytes the cache had already paid for once")
+                       f"({_f(ratio(s.rereads, s.tokens), 1)}/token) \u2014 bytes the cache had already paid for once")
     return out

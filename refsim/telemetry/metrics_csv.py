@@ -163,10 +163,18 @@ def metric_rows(result) -> list[str]:
     return rows
 
 
+def engine_number(x: float | None) -> float:
+    """A rate for a file in the engine's numeric format: the engine's 0 where the rate is over
+    zero events (``None``; the engine's ``x / y if y else 0``). Text reports print ``n/a``
+    instead (docs/telemetry.md)."""
+    return 0.0 if x is None else x
+
+
 def summary_values(s: RunStats) -> dict[str, float | int]:
-    """The trailer's values by key (unmeasured quantities are 0)."""
+    """The trailer's values by key (unmeasured quantities are 0, a rate over zero events is the
+    engine's 0: :func:`engine_number`)."""
     cache_mib = s.resident_bytes / MIB
-    return {
+    vals = {
         "tokens": s.tokens, "s/tok": s.s_per_tok, "tok/s": s.tok_s, "read_MiB": s.read_mib,
         "io_s": 0.0, "compute_s/tok": s.s_per_tok, "io_s/tok": 0.0,
         "cache_hit_pct": s.cache_hit_pct, "n_prompt": s.n_prompt, "load_s": s.load_s,
@@ -183,6 +191,7 @@ def summary_values(s: RunStats) -> dict[str, float | int]:
         "ra_issue_ms/tok": 0.0, "ra_wd_ms/tok": 0.0, "drain_s/tok": 0.0, "adopt_s/tok": 0.0,
         "evictions": s.evictions, "rereads": s.rereads,
     }
+    return {k: engine_number(v) for k, v in vals.items()}
 
 
 def summary_trailer(s: RunStats) -> str:

@@ -18,6 +18,10 @@ Definitions (docs/telemetry.md; bmoe-engine.md §2, §3.7, §4.1):
 - ``n_past``: positions in the target's KV at the end (the BMOE_DONE key).
 - ``token_demand_bytes``: distinct-expert bytes of the last decode graph (union over its
   positions per layer); ``layer_demand_bytes``: the largest layer's share of it.
+
+Every rate over zero events is ``None`` (acceptance with no draft, tokens per decode with no
+decode, tok/s with no measured second, ...): text prints ``n/a``, JSON ``null``
+(:mod:`refsim.fmt`); the engine-format files write the engine's 0 (docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -28,10 +32,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.events import DecodeKind
-
-
-def _div(a: float, b: float) -> float:
-    return a / b if b else 0.0
+from refsim.fmt import pct, ratio as _div
 
 
 def _final_n_past(result) -> int:
@@ -115,58 +116,61 @@ class RunStats:
         return self.spec != "off"
 
     @property
-    def acceptance_pct(self) -> float:
-        """100 × accepted / drafted (0 when nothing was drafted)."""
-        return 100.0 * _div(self.accepted, self.drafted)
+    def acceptance_pct(self) -> float | None:
+        """100 × accepted / drafted (None when nothing was drafted)."""
+        return pct(self.accepted, self.drafted)
 
     @property
-    def tokens_per_decode(self) -> float:
+    def tokens_per_decode(self) -> float | None:
         """tokens / decodes ("tokens per verify decode")."""
         return _div(self.tokens, self.decodes)
 
     @property
-    def coverage_pct(self) -> float:
+    def coverage_pct(self) -> float | None:
         """100 × drafted_steps / decodes."""
-        return 100.0 * _div(self.drafted_steps, self.decodes)
+        return pct(self.drafted_steps, self.decodes)
 
     @property
-    def s_per_tok(self) -> float:
+    def s_per_tok(self) -> float | None:
         return _div(self.decode_s, self.tokens)
 
     @property
-    def tok_s(self) -> float:
+    def tok_s(self) -> float | None:
         return _div(self.tokens, self.decode_s)
 
     @property
-    def draft_s_per_tok(self) -> float:
+    def draft_s_per_tok(self) -> float | None:
         return _div(self.draft_s, self.tokens)
 
     @property
-    def effective_tok_s(self) -> float:
+    def effective_tok_s(self) -> float | None:
         """1 / (s_per_tok + draft_s_per_tok)."""
+        if self.s_per_tok is None or self.draft_s_per_tok is None:
+            return None
         return _div(1.0, self.s_per_tok + self.draft_s_per_tok)
 
     @property
-    def loop_overhead_s_per_tok(self) -> float:
+    def loop_overhead_s_per_tok(self) -> float | None:
         return _div(self.loop_overhead_s, self.tokens)
 
     @property
-    def prefill_tps(self) -> float:
+    def prefill_tps(self) -> float | None:
         return _div(self.n_prompt, self.prefill_s)
 
     @property
-    def cache_hit_pct(self) -> float:
-        """Lifetime hit %, prefill included; -1 without a cache."""
+    def cache_hit_pct(self) -> float | None:
+        """Lifetime hit %, prefill included; -1 without a cache (the engine's value), None with a
+        cache that had no lookup."""
         if not self.has_cache:
             return -1.0
-        return 100.0 * _div(self.hits, self.lookups)
+        return pct(self.hits, self.lookups)
 
     @property
     def read_mib(self) -> float:
         return self.read_bytes / MIB
 
     @property
-    def mib_per_token(self) -> float:
+    def mib_per_token(self) -> float | None:
         return _div(self.read_mib, self.tokens)
 
     def as_dict(self) -> dict:

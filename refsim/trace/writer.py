@@ -1,4 +1,5 @@
-"""Write ``route_trace v1`` files (10 columns, the engine's current writer), atomically.
+"""Write ``route_trace v1`` files (10 columns, the engine's current writer) by the rules of
+:mod:`refsim.fileio` (a file is replaced atomically, ``-`` is stdout, a FIFO is streamed).
 
 Rows are written as the engine flushes them: per decode, layer-major, then position, then
 slot. ``residency`` and ``expert_bytes`` are what the cache model recorded for the event
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from refsim.events import DecodeEvent
-from refsim.fileio import atomic_path
+from refsim.fileio import open_output
 from refsim.trace.format import TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
 
 
@@ -101,13 +102,17 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
 
 def write_trace(path: str | os.PathLike, header: TraceHeader,
                 events: Iterable[DecodeEvent], residency: Sequence[np.ndarray],
-                charged_bytes: Sequence[np.ndarray]) -> None:
-    """Write a route trace: a temporary file in the same folder, then an atomic rename.
+                charged_bytes: Sequence[np.ndarray], what: str = "--route-trace") -> None:
+    """Write a route trace by :func:`refsim.fileio.open_output`'s rules: a regular file is
+    replaced atomically (temp file beside it + rename), ``-`` is standard output, a FIFO or device
+    is streamed in place.
 
     Parameters
     ----------
     path : str or path-like
         Destination; an existing file is replaced only once the new one is complete.
+    what : str
+        The flag named in errors (default ``--route-trace``).
     header : TraceHeader
     events : iterable of DecodeEvent
         Prefill, plain and verify events in decode order (``DRAFT`` events are skipped,
@@ -118,12 +123,11 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
     Raises
     ------
     ConfigError
-        If the folder cannot be written (names the path).
+        If the destination cannot be written or a write fails (names ``what`` and the path).
     """
-    with atomic_path(path, "route trace") as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(format_header(header))
-            for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
-                if ev.kind.draft_context:
-                    continue
-                fh.write(format_event_rows(ev, res, chg))
+    with open_output(path, what) as fh:
+        fh.write(format_header(header))
+        for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
+            if ev.kind.draft_context:
+                continue
+            fh.write(format_event_rows(ev, res, chg))

@@ -98,7 +98,7 @@ def test_run_errors(builtin_cache, capsys, tmp_path):
     assert main(["run", str(tmp_path / "missing.gguf")]) == 1
     assert "no such file" in capsys.readouterr().err
     assert main(["run", "-n", "2", "--cache-mb", "0.5"]) == 0      # below T = 0.84 MiB: a warning
-    assert "refsim run: warning: budget 0.5 MiB is below one token cycle T = 0.8 MiB" in capsys.readouterr().err
+    assert "refsim run: warning: budget 0.5 MiB is below one token cycle T = 0.84 MiB" in capsys.readouterr().err
     assert main(["run", "-n", "1", "--draft", "2"]) == 2     # no source: would not speculate
     assert "--draft without a draft source: add --ngram or --mtp" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:

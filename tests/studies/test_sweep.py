@@ -7,7 +7,7 @@ import pytest
 
 from refsim.cli import main
 from refsim.errors import ConfigError
-from refsim.studies.sweep import CSV_COLUMNS, known_policies, parse_budgets_mib
+from refsim.studies.sweep import SWEEP_CSV_COLUMNS, known_policies, parse_budgets_mib
 
 
 def test_budget_lists_and_ranges():
@@ -61,7 +61,7 @@ def test_cli_writes_the_engine_csv_and_a_table(tmp_path, capsys):
     assert main(["sweep", str(trace), "--cache-mb", "2:10:4", "--policy", "lru,belady",
                  "--csv", str(out)]) == 0
     rows = list(csv.reader(open(out)))
-    assert tuple(rows[0]) == CSV_COLUMNS
+    assert tuple(rows[0]) == SWEEP_CSV_COLUMNS
     assert [r[:2] for r in rows[1:]] == [["2", "lru"], ["2", "belady"], ["6", "lru"],
                                          ["6", "belady"], ["10", "lru"], ["10", "belady"]]
     for r in rows[1:]:
