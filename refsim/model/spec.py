@@ -192,7 +192,7 @@ class ModelSpec:
             Hk, Hv, d_inner = self.ssm_n_group, self.ssm_dt_rank, self.ssm_d_inner
             if (min(Hk, Hv, d_inner, self.ssm_d_state, self.ssm_d_conv) <= 0 or Hv % Hk or d_inner % Hv):
                 raise ModelFormatError(
-                    f"{a}: {a}.ssm dims conv_kernel {self.ssm_d_conv}, state_size {self.ssm_d_state}, group_count {Hk}, "
+                    f"{a}: {a}.ssm.* conv_kernel {self.ssm_d_conv}, state_size {self.ssm_d_state}, group_count {Hk}, "
                     f"time_step_rank {Hv}, inner_size {d_inner}: need all > 0, time_step_rank % group_count == 0 "
                     f"and inner_size % time_step_rank == 0")
 
