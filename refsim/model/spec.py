@@ -254,7 +254,8 @@ class ModelSpec:
             raise ModelFormatError(f"{path}: missing general.architecture")
         arch = kr.string("general.architecture")
         if arch not in SUPPORTED_ARCHS:
-            raise ModelFormatError(f"{path}: unsupported architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+            raise ModelFormatError(f"{path}: general.architecture: unsupported architecture {arch!r} "
+                                   f"(supported: {', '.join(SUPPORTED_ARCHS)})")
         missing = [k.format(arch=arch) for k in ARCH_KEYS[arch] if k.format(arch=arch) not in metadata]
         if missing:
             raise ModelFormatError(f"{path}: missing required key(s) for {arch}: {', '.join(missing)}")

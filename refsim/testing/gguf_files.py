@@ -48,8 +48,12 @@ class Tensor:
 
     @property
     def n_bytes(self) -> int:
-        """Size the ``ne`` and type imply, bytes (``prod(ne) / block_size * type_size``)."""
-        block, size = GGML_QUANT_SIZES[self.qtype]
+        """Size the ``ne`` and type imply, bytes (``prod(ne) / block_size * type_size``); the data's
+        own length for a type gguf-py does not know."""
+        try:
+            block, size = GGML_QUANT_SIZES[self.qtype]
+        except (KeyError, ValueError):
+            return len(self.data)
         return int(np.prod(self.ne, dtype=object)) // block * size
 
 
@@ -240,12 +244,96 @@ def encode(value, dtype: str) -> bytes:
     return v.to_bytes(dt.itemsize, "little")
 
 
+SCALAR_TYPES = tuple(_FMT)
+"""Every scalar GGUF value type."""
+
+
+def retyped(kv: KV, how: str, vtype: GGUFValueType, number: float) -> KV:
+    """``kv`` written another way, keeping the file well-formed (a writer's slip, not a byte flip).
+
+    ``how``: ``"scalar"`` (a scalar of ``vtype`` holding ``number``), ``"string"``, ``"array1"``
+    (a 1-element array of ``vtype``), ``"arrayN"`` (``int(number) % 7`` elements, may be 0),
+    ``"nested"`` (an array of arrays), ``"value"`` (same type, ``number`` as the value or as
+    one element).
+    """
+    if vtype == GGUFValueType.BOOL:
+        number = 1
+    elif vtype in (GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16):
+        number = int(abs(number)) % 100 if np.isfinite(number) else 1
+    if vtype not in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64) and not np.isfinite(number):
+        number = 1
+    as_type = number if vtype in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64) else int(number)
+    if vtype in (GGUFValueType.UINT32, GGUFValueType.UINT64, GGUFValueType.UINT8, GGUFValueType.UINT16,
+                 GGUFValueType.BOOL):
+        as_type = abs(as_type)
+    if how == "scalar":
+        return KV(kv.key, vtype, as_type)
+    if how == "string":
+        return KV(kv.key, GGUFValueType.STRING, str(as_type))
+    if how == "array1":
+        return KV(kv.key, GGUFValueType.ARRAY, [as_type], vtype)
+    if how == "arrayN":
+        return KV(kv.key, GGUFValueType.ARRAY, [as_type] * (int(abs(as_type)) % 7 if np.isfinite(as_type) else 2), vtype)
+    if how == "nested":
+        return KV(kv.key, GGUFValueType.ARRAY, [(GGUFValueType.INT32, [1, 2]), (GGUFValueType.INT32, [3])],
+                  GGUFValueType.ARRAY)
+    # "value": same type, another value
+    if kv.vtype == GGUFValueType.ARRAY:
+        vals = list(kv.value)
+        if not vals:
+            return kv
+        j = int(abs(as_type)) % len(vals) if np.isfinite(as_type) else 0
+        if kv.etype == GGUFValueType.STRING:
+            vals[j] = vals[(j + 1) % len(vals)] if int(abs(as_type)) % 2 else ""
+        elif kv.etype in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
+            vals[j] = float(number)
+        else:
+            vals[j] = int(abs(number)) % (1 << 31) if np.isfinite(number) else 0
+        return KV(kv.key, kv.vtype, vals, kv.etype)
+    if kv.vtype == GGUFValueType.STRING:
+        return KV(kv.key, kv.vtype, kv.value[:-1] if kv.value else "x")
+    if kv.vtype in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
+        return KV(kv.key, kv.vtype, float(number))
+    if kv.vtype == GGUFValueType.BOOL:
+        return KV(kv.key, kv.vtype, not kv.value)
+    bits = 8 * struct.calcsize(_FMT[kv.vtype])
+    v = int(abs(number)) if np.isfinite(number) else 0
+    return KV(kv.key, kv.vtype, v % (1 << (bits - 1)))
+
+
+RESHAPES = ("drop", "add", "half", "double", "swap", "one")
+
+
+def reshaped(t: Tensor, op: str, dim: int) -> Tensor:
+    """``t`` with its ``ne`` changed by ``op`` at ``dim`` (see :data:`RESHAPES`); the data is cut
+    or zero-padded to the new size, so the file stays well-formed."""
+    ne = list(t.ne)
+    j = dim % len(ne)
+    if op == "drop" and len(ne) > 1:
+        ne.pop()
+    elif op == "add" and len(ne) < 4:
+        ne.append(2)
+    elif op == "half":
+        ne[j] = max(ne[j] // 2, 1)
+    elif op == "double":
+        ne[j] *= 2
+    elif op == "swap" and len(ne) > 1:
+        ne[0], ne[1] = ne[1], ne[0]
+    elif op == "one":
+        ne[j] = 1
+    out = replace(t, ne=tuple(ne))
+    n = out.n_bytes
+    out.data = (t.data + bytes(max(0, n - len(t.data))))[:n] if t.data else b""
+    return out
+
+
 # --- the oracle -----------------------------------------------------------------------------
 
-def check_against_gguf_py(header, path) -> list[str]:
+def check_against_gguf_py(header, path, data: bool = True) -> list[str]:
     """Where refsim's parse of ``path`` (``header``, a :class:`refsim.model.GGUFHeader`) and
     gguf-py's ``GGUFReader`` disagree: keys, value types, values, tensor names, ``ne``, types,
-    absolute data offsets and sizes. Empty list = they agree.
+    absolute data offsets and sizes, and (``data``) every tensor's bytes as each maps them.
+    Empty list = they agree.
 
     Only for files with a data section (``GGUFReader`` maps every tensor's data).
     """
@@ -304,8 +392,11 @@ def check_against_gguf_py(header, path) -> list[str]:
         if (tuple(int(x) for x in t.shape) != tuple(ti.shape_gguf) or int(t.tensor_type) != int(ti.ggml_type)
                 or int(t.data_offset) != ti.data_offset or int(t.n_bytes) != ti.n_bytes):
             diffs.append(f"tensor {name}: ne/type/offset/size differ from gguf-py's")
+        elif data and not np.array_equal(np.asarray(header.tensor_data(name)).reshape(-1),
+                                         np.asarray(t.data).view(np.uint8).reshape(-1)):
+            diffs.append(f"tensor {name}: bytes differ from gguf-py's")
     return diffs
 
 
-__all__ = ["GGUFFile", "INTERESTING_FLOATS", "INTERESTING_INTS", "KV", "Site", "Tensor", "apply",
-           "check_against_gguf_py", "encode", "from_file", "mutation_sites", "to_bytes"]
+__all__ = ["GGUFFile", "INTERESTING_FLOATS", "INTERESTING_INTS", "KV", "RESHAPES", "SCALAR_TYPES", "Site", "Tensor",
+           "apply", "check_against_gguf_py", "encode", "from_file", "mutation_sites", "reshaped", "retyped", "to_bytes"]
