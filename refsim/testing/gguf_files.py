@@ -14,6 +14,7 @@ a mutated file refsim accepted: gguf-py must read the same keys, types, values a
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, replace
 from typing import Any
@@ -248,57 +249,56 @@ SCALAR_TYPES = tuple(_FMT)
 """Every scalar GGUF value type."""
 
 
+def _as_type(vtype: GGUFValueType, number: float):
+    """``number`` as a value of scalar ``vtype``: floats kept, integers truncated and clamped to
+    the type's range (non-finite -> 1), bools True."""
+    if vtype in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
+        return float(number)
+    if vtype == GGUFValueType.BOOL:
+        return True
+    n = int(number) if math.isfinite(number) else 1
+    bits = 8 * struct.calcsize(_FMT[vtype])
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if _FMT[vtype].islower() else (0, (1 << bits) - 1)
+    return min(max(n, lo), hi)
+
+
 def retyped(kv: KV, how: str, vtype: GGUFValueType, number: float) -> KV:
     """``kv`` written another way, keeping the file well-formed (a writer's slip, not a byte flip).
 
     ``how``: ``"scalar"`` (a scalar of ``vtype`` holding ``number``), ``"string"``, ``"array1"``
-    (a 1-element array of ``vtype``), ``"arrayN"`` (``int(number) % 7`` elements, may be 0),
+    (a 1-element array of ``vtype``), ``"arrayN"`` (``|number| % 7`` elements, may be 0),
     ``"nested"`` (an array of arrays), ``"value"`` (same type, ``number`` as the value or as
     one element).
     """
-    if vtype == GGUFValueType.BOOL:
-        number = 1
-    elif vtype in (GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16):
-        number = int(abs(number)) % 100 if np.isfinite(number) else 1
-    if vtype not in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64) and not np.isfinite(number):
-        number = 1
-    as_type = number if vtype in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64) else int(number)
-    if vtype in (GGUFValueType.UINT32, GGUFValueType.UINT64, GGUFValueType.UINT8, GGUFValueType.UINT16,
-                 GGUFValueType.BOOL):
-        as_type = abs(as_type)
+    v = _as_type(vtype, number)
+    count = int(abs(number)) % 7 if math.isfinite(number) else 2
     if how == "scalar":
-        return KV(kv.key, vtype, as_type)
+        return KV(kv.key, vtype, v)
     if how == "string":
-        return KV(kv.key, GGUFValueType.STRING, str(as_type))
+        return KV(kv.key, GGUFValueType.STRING, str(v))
     if how == "array1":
-        return KV(kv.key, GGUFValueType.ARRAY, [as_type], vtype)
+        return KV(kv.key, GGUFValueType.ARRAY, [v], vtype)
     if how == "arrayN":
-        return KV(kv.key, GGUFValueType.ARRAY, [as_type] * (int(abs(as_type)) % 7 if np.isfinite(as_type) else 2), vtype)
+        return KV(kv.key, GGUFValueType.ARRAY, [v] * count, vtype)
     if how == "nested":
         return KV(kv.key, GGUFValueType.ARRAY, [(GGUFValueType.INT32, [1, 2]), (GGUFValueType.INT32, [3])],
                   GGUFValueType.ARRAY)
     # "value": same type, another value
     if kv.vtype == GGUFValueType.ARRAY:
         vals = list(kv.value)
-        if not vals:
+        if not vals or kv.etype == GGUFValueType.ARRAY:
             return kv
-        j = int(abs(as_type)) % len(vals) if np.isfinite(as_type) else 0
+        j = count % len(vals)
         if kv.etype == GGUFValueType.STRING:
-            vals[j] = vals[(j + 1) % len(vals)] if int(abs(as_type)) % 2 else ""
-        elif kv.etype in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
-            vals[j] = float(number)
+            vals[j] = vals[(j + 1) % len(vals)] if count % 2 else ""
         else:
-            vals[j] = int(abs(number)) % (1 << 31) if np.isfinite(number) else 0
+            vals[j] = _as_type(kv.etype, number)
         return KV(kv.key, kv.vtype, vals, kv.etype)
     if kv.vtype == GGUFValueType.STRING:
         return KV(kv.key, kv.vtype, kv.value[:-1] if kv.value else "x")
-    if kv.vtype in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
-        return KV(kv.key, kv.vtype, float(number))
     if kv.vtype == GGUFValueType.BOOL:
         return KV(kv.key, kv.vtype, not kv.value)
-    bits = 8 * struct.calcsize(_FMT[kv.vtype])
-    v = int(abs(number)) if np.isfinite(number) else 0
-    return KV(kv.key, kv.vtype, v % (1 << (bits - 1)))
+    return KV(kv.key, kv.vtype, _as_type(kv.vtype, number))
 
 
 RESHAPES = ("drop", "add", "half", "double", "swap", "one")
