@@ -121,10 +121,11 @@ def check_vocab(metadata: Mapping[str, Any], path: str, types: Mapping | None = 
     00ad355e): "invalid gguf type for tokenizer.ggml.tokens" unless arr[str]; scores arr[f32] or
     arr[i32]; token_type arr[i32]; "duplicate token in vocabulary: '%s' has ids %d and %u";
     special ids and flags through ``get_key<uint32_t>`` / ``get_key<bool>``. refsim is stricter in
-    three places, each a file llama.cpp would load into another vocabulary than it says: a
+    four places, each a file llama.cpp would load into another vocabulary than it says: a
     special id out of range is an error (llama.cpp warns and keeps its default), scores/types
     longer than the token list are an error (llama.cpp ignores the tail), an empty piece is an
-    error (llama.cpp renames it ``[EMPTY_i]``).
+    error (llama.cpp renames it ``[EMPTY_i]``), a NaN/inf score is an error (the merge order it
+    sets is undefined).
     """
     kr = KeyReader(metadata, path, types)
     if _KEY_MODEL in metadata:
