@@ -97,7 +97,8 @@ class ForwardTarget:
         self.results: list[DecodeResult] = []
 
     def _run(self, tokens, positions, out_rows=None) -> DecodeResult:
-        res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows)
+        with np.errstate(invalid="ignore", over="ignore"):   # NaN/inf from the file: refused just below, in one line
+            res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows)
         bad = ~np.isfinite(res.logits)
         if bad.any():
             row, col = (int(v[0]) for v in np.nonzero(bad))

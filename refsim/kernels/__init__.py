@@ -20,23 +20,18 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
-from gguf import GGMLQuantizationType
 
 from refsim.errors import ConfigError
 from refsim.kernels import floats, k_quants, legacy, mxfp4  # noqa: F401  (registers the types)
 from refsim.kernels.loops import dequantize_rows_kernel, matmul_kernel
 from refsim.kernels.mxfp4 import KVALUES
-from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel
+from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel, kernel_for
 
 __all__ = ["KERNELS", "QuantKernel", "dequantize_rows", "matmul", "matvec", "row_bytes"]
 
 
 def _entry(qtype) -> QuantKernel:
-    try:
-        return KERNELS[GGMLQuantizationType(qtype)]
-    except (ValueError, KeyError):
-        names = ", ".join(t.name for t in KERNELS)
-        raise ConfigError(f"no kernel for ggml type {qtype!r} (supported: {names})") from None
+    return kernel_for(qtype)
 
 
 def row_bytes(qtype, n_cols: int) -> int:

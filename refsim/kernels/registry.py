@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from refsim.errors import ConfigError
+
 F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 """(65536,) float32 table: IEEE half bits -> float32, made by NumPy's own conversion (so a kernel's
 half decode is bit-identical to gguf-py's ``view(np.float16).astype(np.float32)``, NaN payloads too)."""
@@ -55,3 +57,37 @@ def register(qtype: GGMLQuantizationType, family: str) -> None:
     assert qtype not in KERNELS, f"{qtype.name} registered twice"
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     KERNELS[qtype] = QuantKernel(qtype, block_size, type_size, family)
+
+
+def kernel_for(qtype, tensor: str | None = None) -> QuantKernel:
+    """The registered kernel of ``qtype``.
+
+    Parameters
+    ----------
+    qtype : gguf.GGMLQuantizationType or int
+        ggml type id.
+    tensor : str, optional
+        What holds the data (``"model.gguf: tensor 'blk.0.attn_q.weight'"``), named in the error.
+
+    Returns
+    -------
+    QuantKernel
+
+    Raises
+    ------
+    ConfigError
+        ``no kernel for ggml type NAME (id N)``, naming ``tensor`` and the supported types, when
+        refsim cannot decode ``qtype`` (the file may still be inspected: byte accounting needs no
+        kernel). Family modules must have registered first (``import refsim.kernels``).
+    """
+    try:
+        qt = GGMLQuantizationType(int(qtype))
+    except ValueError:
+        qt = None
+    k = KERNELS.get(qt)
+    if k is None:
+        name = f"{qt.name} (id {int(qt)})" if qt is not None else f"{qtype!r}"
+        supported = ", ".join(t.name for t in KERNELS)
+        where = f"{tensor}: " if tensor else ""
+        raise ConfigError(f"{where}no kernel for ggml type {name} (supported: {supported})")
+    return k

@@ -93,7 +93,8 @@ def expert_stride(ti: TensorInfo, n_expert: int) -> int:
         raise ModelFormatError(f"tensor {ti.name!r} has shape {list(ti.shape_gguf)}: expert count "
                                f"ne2 disagrees with expert_count {n_expert}")
     stride = ti.shape_gguf[1] * ti.row_bytes
-    assert stride * n_expert == ti.n_bytes
+    if stride * n_expert != ti.n_bytes:   # cannot happen for a table read_header built; never an assert
+        raise ModelFormatError(f"tensor {ti.name!r}: {n_expert} expert slices of {stride} bytes != its {ti.n_bytes} bytes")
     return stride
 
 

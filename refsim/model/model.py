@@ -16,10 +16,97 @@ from refsim.errors import ModelFormatError
 from refsim.model.bytes import EXPERT_SUFFIXES, LayerBytes, ModelBytes, expert_stride, model_bytes
 from refsim.model.gguf_io import GGUFHeader, TensorInfo, read_header
 from refsim.model.spec import ModelSpec
+from refsim.model.tokenizer import check_vocab
 
-_QWEN_ATTN = ("attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm")
-_SHEXP = ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
-_GDN = ("attn_qkv", "attn_gate", "ssm_conv1d", "ssm_beta", "ssm_alpha", "ssm_norm", "ssm_out")
+Shape = tuple[int, ...]
+
+
+def tensor_shapes(spec: ModelSpec) -> tuple[dict[str, tuple[Shape, ...]], list[str]]:
+    """Every tensor refsim's reader of ``spec.arch`` knows, with the GGUF ``ne`` it must have.
+
+    Returns
+    -------
+    shapes : dict
+        Name -> accepted shapes (GGUF ``ne`` order, fastest first), one per alternative.
+    required : list of str
+        Names the file must contain. Routed gate/up may instead be one fused
+        ``ffn_gate_up_exps`` (checked apart in :func:`_check_tensors`); ``output``,
+        ``nextn.embed_tokens``, ``nextn.shared_head_norm`` and ``nextn.shared_head_head`` are
+        optional (tied to ``token_embd`` / ``output_norm`` / ``output`` when absent).
+
+    Notes
+    -----
+    Dimension names: D = n_embd, V = n_vocab, H / KV = heads, hd / hdv = key / value head dims,
+    E = n_expert, F = n_ff_exp, S = n_ff_shexp; gated delta net Hk = group_count,
+    Dk = state_size, Hv = time_step_rank, Dv = inner_size / Hv, C = 2 Hk Dk + Hv Dv. These are
+    the shapes llama.cpp's ``create_tensor`` demands (src/llama-model.cpp ``load_arch_tensors``,
+    "tensor '%s' has wrong shape"; llama-cpp-notes.md sections 1.1, 2.2, 3.2, 3.6) and the ones
+    the forward passes read (refsim/forward/qwen3moe.py, qwen35moe.py, gemma3.py).
+    """
+    s = spec
+    D, V, H, KV, hd, hdv = s.n_embd, s.n_vocab, s.n_head, s.n_head_kv, s.head_dim_k, s.head_dim_v
+    E, F, S = s.n_expert, s.n_ff_exp, s.n_ff_shexp
+    shapes: dict[str, tuple[Shape, ...]] = {}
+    required: list[str] = []
+
+    def add(name: str, *accepted: Shape, req: bool = True) -> None:
+        shapes[name] = accepted
+        if req:
+            required.append(name)
+
+    add("token_embd.weight", (D, V))
+    add("output_norm.weight", (D,))
+    add("output.weight", (D, V), req=False)
+    for il in range(s.n_layer_all):
+        w = lambda suffix: f"blk.{il}.{suffix}.weight"  # noqa: E731
+        add(w("attn_norm"), (D,))
+        if s.arch == "gemma3":
+            attn = [("attn_q", (D, H * hd))]
+        elif s.arch == "qwen35moe":
+            attn = [("attn_q", (D, 2 * H * hd))]   # [q | gate] per head
+        else:
+            attn = [("attn_q", (D, H * hd))]
+        attn += [("attn_k", (D, KV * hd)), ("attn_v", (D, KV * hdv)), ("attn_output", (H * hdv, D)),
+                 ("attn_q_norm", (hd,)), ("attn_k_norm", (hd,))]
+        if s.arch == "gemma3":
+            for suffix, shape in attn + [("post_attention_norm", (D,)), ("ffn_norm", (D,)), ("ffn_gate", (D, s.n_ff)),
+                                         ("ffn_up", (D, s.n_ff)), ("ffn_down", (s.n_ff, D)), ("post_ffw_norm", (D,))]:
+                add(w(suffix), shape)
+            continue
+        add(w("ffn_gate_inp"), (D, E))
+        add(w("ffn_down_exps"), (F, D, E))
+        for suffix in ("ffn_gate_exps", "ffn_up_exps"):
+            add(w(suffix), (D, F, E), req=False)
+        add(w("ffn_gate_up_exps"), (D, 2 * F, E), req=False)
+        if s.arch == "qwen3moe":
+            for suffix, shape in attn + [("ffn_norm", (D,))]:
+                add(w(suffix), shape)
+            continue
+        add(w("post_attention_norm"), (D,))
+        add(w("ffn_gate_inp_shexp"), (D,), (D, 1))
+        for suffix, shape in (("ffn_gate_shexp", (D, S)), ("ffn_up_shexp", (D, S)), ("ffn_down_shexp", (S, D))):
+            add(w(suffix), shape)
+        if s.is_recurrent(il):
+            Hk, Dk, Hv = s.ssm_n_group, s.ssm_d_state, s.ssm_dt_rank
+            Dv = s.ssm_d_inner // Hv
+            C = 2 * Hk * Dk + Hv * Dv
+            for suffix, shape in (("attn_qkv", (D, C)), ("attn_gate", (D, Hv * Dv)), ("ssm_conv1d", (s.ssm_d_conv, C)),
+                                  ("ssm_beta", (D, Hv)), ("ssm_alpha", (D, Hv)), ("ssm_norm", (Dv,)),
+                                  ("ssm_out", (Hv * Dv, D))):
+                add(w(suffix), shape)
+            add(f"blk.{il}.ssm_dt.bias", (Hv,))
+            add(f"blk.{il}.ssm_a", (Hv,))
+            continue
+        for suffix, shape in attn:
+            add(w(suffix), shape)
+        if il >= s.n_layer:   # the MTP block
+            add(w("nextn.eh_proj"), (2 * D, D))
+            add(w("nextn.enorm"), (D,))
+            add(w("nextn.hnorm"), (D,))
+            add(w("nextn.embed_tokens"), (D, V), req=False)
+            add(w("nextn.shared_head_norm"), (D,), req=False)
+            add(w("nextn.shared_head_head"), (D, V), req=False)
+    return shapes, required
 
 
 def required_tensors(spec: ModelSpec) -> list[str]:
@@ -31,43 +118,14 @@ def required_tensors(spec: ModelSpec) -> list[str]:
     Source: shared/reference/oracle/README.md section 4 (required-tensor scan) and llama.cpp
     ``load_arch_tensors``; gemma3 from the real Gemma-3-270M tensor list.
     """
-    w = lambda il, s: f"blk.{il}.{s}.weight"  # noqa: E731
-    names = ["token_embd.weight", "output_norm.weight"]
-    for il in range(spec.n_layer_all):
-        if spec.arch == "gemma3":
-            names += [w(il, s) for s in ("attn_norm", *_QWEN_ATTN, "post_attention_norm", "ffn_norm",
-                                         "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm")]
-        elif spec.arch == "qwen3moe":
-            names += [w(il, s) for s in ("attn_norm", *_QWEN_ATTN, "ffn_norm", "ffn_gate_inp", "ffn_down_exps")]
-        else:  # qwen35moe
-            names += [w(il, s) for s in ("attn_norm", "post_attention_norm", "ffn_gate_inp", "ffn_down_exps", *_SHEXP)]
-            if il >= spec.n_layer:
-                names += [w(il, s) for s in (*_QWEN_ATTN, "nextn.eh_proj", "nextn.enorm", "nextn.hnorm")]
-            elif spec.is_recurrent(il):
-                names += [w(il, s) for s in _GDN] + [f"blk.{il}.ssm_dt.bias", f"blk.{il}.ssm_a"]
-            else:
-                names += [w(il, s) for s in _QWEN_ATTN]
-    return names
-
-
-def _expected_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
-    """Suffix -> expected GGUF ``ne`` for the tensors whose shape carries n_expert / widths."""
-    D, E, F = spec.n_embd, spec.n_expert, spec.n_ff_exp
-    shapes = {"ffn_gate_inp": (D, E), "ffn_gate_exps": (D, F, E), "ffn_up_exps": (D, F, E),
-              "ffn_down_exps": (F, D, E), "ffn_gate_up_exps": (D, 2 * F, E),
-              "attn_k": (D, spec.n_embd_k_gqa), "attn_v": (D, spec.n_embd_v_gqa)}
-    if spec.arch == "qwen35moe":
-        S = spec.n_ff_shexp
-        shapes.update({"ffn_gate_shexp": (D, S), "ffn_up_shexp": (D, S), "ffn_down_shexp": (S, D)})
-    if spec.arch == "gemma3":
-        for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps"):
-            del shapes[s]
-    return shapes
+    return tensor_shapes(spec)[1]
 
 
 def _check_tensors(header: GGUFHeader, spec: ModelSpec) -> None:
+    """Required tensors present, no tensor the arch does not have, every shape as the hparams say."""
     path, tensors = header.path, header.tensors
-    missing = [n for n in required_tensors(spec) if n not in tensors]
+    shapes, required = tensor_shapes(spec)
+    missing = [n for n in required if n not in tensors]
     if spec.arch != "gemma3":
         for il in range(spec.n_layer_all):
             fused = f"blk.{il}.ffn_gate_up_exps.weight" in tensors
@@ -77,20 +135,23 @@ def _check_tensors(header: GGUFHeader, spec: ModelSpec) -> None:
     if missing:
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         raise ModelFormatError(f"{path}: missing required tensor(s) for {spec.arch}: {', '.join(missing[:5])}{more}")
-    emb = tensors["token_embd.weight"]
-    if emb.shape_gguf[0] != spec.n_embd:
-        raise ModelFormatError(f"{path}: token_embd.weight ne0 {emb.shape_gguf[0]} != embedding_length {spec.n_embd}")
-    shapes = _expected_shapes(spec)
-    for il in range(spec.n_layer_all):
-        for suffix, want in shapes.items():
-            ti = tensors.get(f"blk.{il}.{suffix}.weight")
-            if ti is None or tuple(ti.shape_gguf) == want:
-                continue
-            e_dim = 2 if suffix in EXPERT_SUFFIXES else 1 if suffix == "ffn_gate_inp" else None
-            if e_dim is not None and (len(ti.shape_gguf) <= e_dim or ti.shape_gguf[e_dim] != spec.n_expert):
-                raise ModelFormatError(f"{path}: tensor {ti.name!r} shape {list(ti.shape_gguf)}: expert count "
-                                       f"(ne{e_dim}) disagrees with {spec.arch}.expert_count = {spec.n_expert}")
-            raise ModelFormatError(f"{path}: tensor {ti.name!r} has shape {list(ti.shape_gguf)}, expected {list(want)}")
+    unknown = [n for n in tensors if n not in shapes]
+    if unknown:
+        more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
+        raise ModelFormatError(f"{path}: tensor(s) {', '.join(map(repr, unknown[:3]))}{more} are not part of a "
+                               f"{spec.arch} model with block_count {spec.n_layer_all} (llama.cpp refuses unused "
+                               f"tensors: 'wrong number of tensors')")
+    for name, ti in tensors.items():
+        want = shapes[name]
+        if tuple(ti.shape_gguf) in want:
+            continue
+        suffix = name.split(".", 2)[-1][:-len(".weight")] if name.startswith("blk.") else ""
+        e_dim = 2 if suffix in EXPERT_SUFFIXES else 1 if suffix == "ffn_gate_inp" else None
+        if e_dim is not None and (len(ti.shape_gguf) <= e_dim or ti.shape_gguf[e_dim] != spec.n_expert):
+            raise ModelFormatError(f"{path}: tensor {name!r} shape {list(ti.shape_gguf)}: expert count "
+                                   f"(ne{e_dim}) disagrees with {spec.arch}.expert_count = {spec.n_expert}")
+        raise ModelFormatError(f"{path}: tensor {name!r} has shape {list(ti.shape_gguf)}, expected "
+                               f"{' or '.join(str(list(w)) for w in want)} (from the {spec.arch} hparams)")
 
 
 @dataclass(frozen=True)
@@ -169,8 +230,16 @@ class Model:
         ------
         ModelFormatError
             Header-only file, or unknown tensor.
+        ConfigError
+            refsim has no kernel for the tensor's ggml type (the error names the tensor and the
+            type): weights refsim cannot decode are never handed to a forward pass.
         """
+        self._kernel(name)
         return self.header.tensor_data(name)
+
+    def _kernel(self, name: str):
+        from refsim.kernels import kernel_for
+        return kernel_for(self.tensor(name).ggml_type, f"{self.path}: tensor {name!r}")
 
     def expert_raw(self, name: str, e: int) -> np.ndarray:
         """Raw bytes of expert ``e``'s slice of a 3-D expert tensor (only those bytes are touched).
@@ -184,8 +253,11 @@ class Model:
         ------
         ModelFormatError
             Header-only file, unknown tensor, not an expert tensor, or ``e`` out of range.
+        ConfigError
+            No kernel for the tensor's type (see :meth:`raw`).
         """
         ti = self.tensor(name)
+        self._kernel(name)
         stride = expert_stride(ti, self.spec.n_expert)
         if not 0 <= e < self.spec.n_expert:
             raise ModelFormatError(f"{self.path}: expert {e} out of range 0..{self.spec.n_expert - 1}")
@@ -230,13 +302,17 @@ def open_model(path: str | os.PathLike) -> Model:
     ------
     ModelFormatError
         Any malformed header (see :func:`refsim.model.gguf_io.read_header`), an unsupported
-        architecture, a missing required key or tensor, a tensor shape that disagrees with the
-        metadata (e.g. expert count), each naming the file.
+        architecture, a missing required key or a key of the wrong type
+        (:meth:`ModelSpec.from_metadata`), a bad vocabulary
+        (:func:`refsim.model.tokenizer.check_vocab`), a missing required tensor, a tensor the
+        architecture does not have, or any tensor whose shape disagrees with the hparams
+        (:func:`tensor_shapes`), each naming the file.
     """
     header = read_header(path)
+    check_vocab(header.metadata, header.path, header.types)
     emb = header.tensors.get("token_embd.weight")
     try:
-        spec = ModelSpec.from_metadata(header.metadata, header.path,
+        spec = ModelSpec.from_metadata(header.metadata, header.path, types=header.types,
                                        token_embd_rows=emb.shape_gguf[1] if emb and len(emb.shape_gguf) > 1 else 0)
     except ModelFormatError as exc:
         msg = str(exc)

@@ -12,17 +12,28 @@ from a synthetic file and loading it in llama.cpp).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gguf import Keys
+import numpy as np
+from gguf import GGUFValueType, Keys
 
 from refsim.errors import ModelFormatError
+from refsim.model.gguf_io import KeyReader
 
 SUPPORTED_ARCHS = ("qwen3moe", "qwen35moe", "gemma3")
 
-MAX_BLOCKS = 4096
-"""Sanity bound on ``block_count`` (real models have < 200 blocks); guards against corrupt headers."""
+MAX_BLOCKS = 512
+"""Bound on ``block_count``: llama.cpp's ``LLAMA_MAX_LAYERS`` (src/llama-hparams.h; load_hparams asserts
+``0 < n_layer_all <= LLAMA_MAX_LAYERS``)."""
+
+MAX_EXPERTS = 512
+"""Bound on ``expert_count``: llama.cpp's ``LLAMA_MAX_EXPERTS`` (src/llama-hparams.h, "Qwen3 Next";
+load_hparams asserts ``n_expert <= LLAMA_MAX_EXPERTS``)."""
+
+ROPE_FREQ_BASE_SWA_KEY = "gemma3.rope.freq_base_swa"
+"""gemma3's optional local-layer RoPE base (f32; llama.cpp ``LLM_KV_ROPE_FREQ_BASE_SWA``, default 10000)."""
 
 RECURRENT_LAYERS_KEY = "{arch}.attention.recurrent_layers"
 """Optional per-layer bool array overriding ``full_attention_interval`` (llama.cpp ``LLM_KV_ATTENTION_RECURRENT_LAYERS``;
@@ -42,16 +53,6 @@ ARCH_KEYS: dict[str, tuple[str, ...]] = {
     "gemma3": _COMMON_REQUIRED + (Keys.LLM.FEED_FORWARD_LENGTH,),
 }
 """Metadata key templates (``{arch}`` filled in) each architecture must have."""
-
-
-def _int(v: Any) -> int:
-    if hasattr(v, "__len__") and not isinstance(v, str):
-        if len(v) != 1:  # per-layer arrays (e.g. head_count_kv per layer) are not supported
-            raise TypeError("array")
-        v = v[0]
-    if isinstance(v, (str, float)):
-        raise TypeError("not an integer")
-    return int(v)
 
 
 @dataclass(frozen=True)
@@ -129,21 +130,71 @@ class ModelSpec:
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
-            raise ModelFormatError(f"unsupported architecture {self.arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
-        for name in ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim_k", "head_dim_v"):
+            raise ModelFormatError(f"unsupported general.architecture {self.arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+        a = self.arch
+        for name, key in (("n_layer", "block_count - nextn_predict_layers"), ("n_embd", "embedding_length"),
+                          ("n_head", "attention.head_count"), ("n_head_kv", "attention.head_count_kv"),
+                          ("head_dim_k", "attention.key_length"), ("head_dim_v", "attention.value_length")):
             if getattr(self, name) <= 0:
-                raise ModelFormatError(f"{self.arch}: {name} must be > 0, got {getattr(self, name)}")
+                raise ModelFormatError(f"{a}: {a}.{key} ({name}) must be > 0, got {getattr(self, name)}")
         if self.n_head % self.n_head_kv:
-            raise ModelFormatError(f"{self.arch}: n_head {self.n_head} is not a multiple of n_head_kv {self.n_head_kv}")
-        if self.arch != "gemma3":
+            raise ModelFormatError(f"{a}: {a}.attention.head_count {self.n_head} is not a multiple of "
+                                   f"{a}.attention.head_count_kv {self.n_head_kv}")
+        if a != "gemma3":
             if self.n_expert <= 0 or not 0 < self.n_expert_used <= self.n_expert:
-                raise ModelFormatError(f"{self.arch}: need 0 < expert_used_count ({self.n_expert_used}) <= "
-                                       f"expert_count ({self.n_expert})")
+                raise ModelFormatError(f"{a}: need 0 < {a}.expert_used_count ({self.n_expert_used}) <= "
+                                       f"{a}.expert_count ({self.n_expert})")
             if self.n_ff_exp <= 0:
-                raise ModelFormatError(f"{self.arch}: expert_feed_forward_length must be > 0, got {self.n_ff_exp}")
+                raise ModelFormatError(f"{a}: {a}.expert_feed_forward_length must be > 0, got {self.n_ff_exp}")
         if self.n_layer_all != self.n_layer + self.nextn_predict_layers:
             raise ModelFormatError(f"{self.arch}: block_count {self.n_layer_all} != n_layer {self.n_layer} + "
                                    f"nextn_predict_layers {self.nextn_predict_layers}")
+        if self.n_ctx_train <= 0:
+            raise ModelFormatError(f"{a}: {a}.context_length must be > 0, got {self.n_ctx_train}")
+        if self.n_vocab <= 0:
+            raise ModelFormatError(f"{a}: the vocabulary is empty (n_vocab {self.n_vocab}: no tokenizer.ggml.tokens, "
+                                   f"{a}.vocab_size or token_embd rows)")
+        if self.n_expert > MAX_EXPERTS:
+            raise ModelFormatError(f"{a}: {a}.expert_count {self.n_expert} exceeds {MAX_EXPERTS} "
+                                   f"(llama.cpp LLAMA_MAX_EXPERTS)")
+        self._check_arch()
+
+    def _check_arch(self) -> None:
+        """Per-architecture rules the forward passes rely on, checked when the file is opened.
+
+        qwen3moe: ``rope.dimension_count == key_length == value_length`` (llama.cpp
+        src/models/qwen3moe.cpp asserts both). gemma3: the same (refsim's pass implements only
+        full-head RoPE), ``feed_forward_length > 0``. qwen35moe: ``rope.dimension_count`` even and
+        in 1..key_length (partial IMRoPE), 4 non-negative ``rope.dimension_sections``, at most one
+        nextn block (llama-cpp-notes.md section 3.6), a shared expert width > 0, and, with
+        recurrent layers, gated-delta-net dims with ``time_step_rank`` a multiple of ``group_count``
+        and ``inner_size`` a multiple of ``time_step_rank`` (section 3.2).
+        """
+        a = self.arch
+        if a in ("qwen3moe", "gemma3") and not self.n_rot == self.head_dim_k == self.head_dim_v:
+            raise ModelFormatError(f"{a}: needs {a}.rope.dimension_count == attention.key_length == value_length, got "
+                                   f"{self.n_rot}, {self.head_dim_k}, {self.head_dim_v}")
+        if a == "gemma3" and self.n_ff <= 0:
+            raise ModelFormatError(f"{a}: {a}.feed_forward_length must be > 0, got {self.n_ff}")
+        if a != "qwen35moe":
+            return
+        if self.n_rot % 2 or not 0 < self.n_rot <= self.head_dim_k:
+            raise ModelFormatError(f"{a}: {a}.rope.dimension_count {self.n_rot} must be even and in 1..key_length "
+                                   f"{self.head_dim_k}")
+        if len(self.rope_sections) != 4 or min(self.rope_sections) < 0:
+            raise ModelFormatError(f"{a}: {a}.rope.dimension_sections {list(self.rope_sections)}: expected 4 values >= 0")
+        if self.nextn_predict_layers > 1:
+            raise ModelFormatError(f"{a}: {a}.nextn_predict_layers {self.nextn_predict_layers}: only 1 MTP block "
+                                   f"is supported (as in llama.cpp)")
+        if self.n_ff_shexp <= 0:
+            raise ModelFormatError(f"{a}: {a}.expert_shared_feed_forward_length must be > 0, got {self.n_ff_shexp}")
+        if any(self.recurrent_layers):
+            Hk, Hv, d_inner = self.ssm_n_group, self.ssm_dt_rank, self.ssm_d_inner
+            if (min(Hk, Hv, d_inner, self.ssm_d_state, self.ssm_d_conv) <= 0 or Hv % Hk or d_inner % Hv):
+                raise ModelFormatError(
+                    f"{a}: {a}.ssm.* conv_kernel {self.ssm_d_conv}, state_size {self.ssm_d_state}, group_count {Hk}, "
+                    f"time_step_rank {Hv}, inner_size {d_inner}: need all > 0, time_step_rank % group_count == 0 "
+                    f"and inner_size % time_step_rank == 0")
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -165,8 +216,8 @@ class ModelSpec:
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any], path: str = "<gguf>",
-                      token_embd_rows: int = 0) -> "ModelSpec":
-        """Build the spec from GGUF metadata.
+                      token_embd_rows: int = 0, types: Mapping | None = None) -> "ModelSpec":
+        """Build the spec from GGUF metadata, each key read with the type llama.cpp demands.
 
         Parameters
         ----------
@@ -176,74 +227,104 @@ class ModelSpec:
             File name for messages.
         token_embd_rows : int
             ``token_embd.weight`` ne1, the vocab size fallback.
+        types : mapping, optional
+            Key -> ``(value type, element type)`` (:attr:`GGUFHeader.types`); inferred from the
+            values when absent (metadata built in memory).
 
         Raises
         ------
         ModelFormatError
-            No or unsupported ``general.architecture``; a required key missing or of the wrong type.
+            No or unsupported ``general.architecture``; a required key missing; a key of the wrong
+            type (naming the key, its type and the expected type); a per-layer array of the wrong
+            length or with values that differ by layer; a value out of range (see ``__post_init__``).
+
+        Notes
+        -----
+        Types (llama.cpp ``src/llama-model.cpp`` ``load_hparams`` and the per-arch loaders, read
+        through ``llama_model_loader::get_key`` / ``get_key_or_arr``, see
+        :class:`refsim.model.gguf_io.KeyReader`): every count and length is u32;
+        ``feed_forward_length``, ``attention.head_count`` and ``attention.head_count_kv`` are a
+        u32 or an array with one entry per block; ``layer_norm_rms_epsilon``, ``rope.freq_base``
+        (and gemma3's ``rope.freq_base_swa``) are f32; ``rope.dimension_sections`` is an i32 or an
+        array of 4 integers; ``attention.recurrent_layers`` a bool or an array of one integer or
+        bool per block; ``general.architecture`` a str.
         """
-        arch = metadata.get("general.architecture")
-        if not isinstance(arch, str):
+        kr = KeyReader(metadata, path, types)
+        if "general.architecture" not in metadata:
             raise ModelFormatError(f"{path}: missing general.architecture")
+        arch = kr.string("general.architecture")
         if arch not in SUPPORTED_ARCHS:
-            raise ModelFormatError(f"{path}: unsupported architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+            raise ModelFormatError(f"{path}: general.architecture: unsupported architecture {arch!r} "
+                                   f"(supported: {', '.join(SUPPORTED_ARCHS)})")
         missing = [k.format(arch=arch) for k in ARCH_KEYS[arch] if k.format(arch=arch) not in metadata]
         if missing:
             raise ModelFormatError(f"{path}: missing required key(s) for {arch}: {', '.join(missing)}")
+        key = lambda template: template.format(arch=arch)  # noqa: E731
+        U32 = GGUFValueType.UINT32
 
-        def get(template: str, default: Any = None, kind=_int) -> Any:
-            key = template.format(arch=arch)
-            if key not in metadata:
-                return default
-            try:
-                return kind(metadata[key])
-            except (TypeError, ValueError):
-                raise ModelFormatError(f"{path}: key {key} has a bad value {metadata[key]!r}") from None
+        n_layer_all = kr.u32(key(Keys.LLM.BLOCK_COUNT))
+        if not 0 < n_layer_all <= MAX_BLOCKS:
+            raise ModelFormatError(f"{path}: {arch}.block_count {n_layer_all} out of range 1..{MAX_BLOCKS} "
+                                   f"(llama.cpp LLAMA_MAX_LAYERS)")
 
-        n_embd, n_head = get(Keys.LLM.EMBEDDING_LENGTH), get(Keys.Attention.HEAD_COUNT)
+        def per_layer(template: str, default: Any = None) -> int:
+            k = key(template)
+            vals = kr.int_or_array(k, n_layer_all, U32, *(() if default is None else (default,)))
+            if len(set(vals)) > 1:
+                raise ModelFormatError(f"{path}: key {k} differs by layer ({list(vals[:8])}"
+                                       f"{' ...' if len(vals) > 8 else ''}); refsim models one value for every layer")
+            return vals[0]
+
+        n_embd, n_head = kr.u32(key(Keys.LLM.EMBEDDING_LENGTH)), per_layer(Keys.Attention.HEAD_COUNT)
         if n_head <= 0:
             raise ModelFormatError(f"{path}: {arch}.attention.head_count must be > 0, got {n_head}")
-        head_dim_k = get(Keys.Attention.KEY_LENGTH, n_embd // n_head)
-        n_layer_all = get(Keys.LLM.BLOCK_COUNT)
-        if not 0 < n_layer_all <= MAX_BLOCKS:
-            raise ModelFormatError(f"{path}: {arch}.block_count {n_layer_all} out of range 1..{MAX_BLOCKS}")
-        nextn = get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) if arch == "qwen35moe" else 0
+        head_dim_k = kr.u32(key(Keys.Attention.KEY_LENGTH), n_embd // n_head)
+        nextn = kr.u32(key(Keys.LLM.NEXTN_PREDICT_LAYERS), 0) if arch == "qwen35moe" else 0
         n_layer = n_layer_all - nextn
-        n_ff = get(Keys.LLM.FEED_FORWARD_LENGTH, 0)
-        tokens = metadata.get(Keys.Tokenizer.LIST)
-        n_vocab = len(tokens) if tokens is not None else get(Keys.LLM.VOCAB_SIZE, token_embd_rows)
+        n_ff = per_layer(Keys.LLM.FEED_FORWARD_LENGTH, 0)
+        n_vocab = token_embd_rows
+        vocab_size = kr.u32(key(Keys.LLM.VOCAB_SIZE), None)
+        if Keys.Tokenizer.LIST in metadata:
+            n_vocab = len(kr.array(Keys.Tokenizer.LIST, (GGUFValueType.STRING,)))
+            if vocab_size is not None and vocab_size != n_vocab:
+                raise ModelFormatError(f"{path}: key {key(Keys.LLM.VOCAB_SIZE)} = {vocab_size} but "
+                                       f"{Keys.Tokenizer.LIST} has {n_vocab} tokens")
+        elif vocab_size is not None:
+            n_vocab = vocab_size
         extra: dict[str, Any] = {}
         if arch == "qwen35moe":
-            interval = get(Keys.LLM.FULL_ATTENTION_INTERVAL, 4)
+            interval = kr.u32(key(Keys.LLM.FULL_ATTENTION_INTERVAL), 4)
             if interval <= 0:
                 raise ModelFormatError(f"{path}: {arch}.full_attention_interval must be > 0, got {interval}")
-            rec_key = RECURRENT_LAYERS_KEY.format(arch=arch)
+            rec_key = key(RECURRENT_LAYERS_KEY)
             if rec_key in metadata:
-                rec = tuple(bool(x) for x in metadata[rec_key])[:n_layer]
+                rec = tuple(bool(x) for x in kr.int_or_array(rec_key, n_layer_all, GGUFValueType.BOOL))[:n_layer]
             else:
                 rec = tuple((il + 1) % interval != 0 for il in range(max(n_layer, 0)))
-            sections = metadata[Keys.Rope.DIMENSION_SECTIONS.format(arch=arch)]
+            sections = kr.int_or_array(key(Keys.Rope.DIMENSION_SECTIONS), 4, GGUFValueType.INT32)
             extra = dict(
-                full_attention_interval=interval, recurrent_layers=rec,
-                rope_sections=tuple(int(x) for x in sections),
-                ssm_d_conv=get(Keys.SSM.CONV_KERNEL), ssm_d_state=get(Keys.SSM.STATE_SIZE),
-                ssm_n_group=get(Keys.SSM.GROUP_COUNT), ssm_dt_rank=get(Keys.SSM.TIME_STEP_RANK),
-                ssm_d_inner=get(Keys.SSM.INNER_SIZE), nextn_predict_layers=nextn,
-                n_ff_shexp=get(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, n_ff))
+                full_attention_interval=interval, recurrent_layers=rec, rope_sections=sections,
+                ssm_d_conv=kr.u32(key(Keys.SSM.CONV_KERNEL)), ssm_d_state=kr.u32(key(Keys.SSM.STATE_SIZE)),
+                ssm_n_group=kr.u32(key(Keys.SSM.GROUP_COUNT)), ssm_dt_rank=kr.u32(key(Keys.SSM.TIME_STEP_RANK)),
+                ssm_d_inner=kr.u32(key(Keys.SSM.INNER_SIZE)), nextn_predict_layers=nextn,
+                n_ff_shexp=kr.u32(key(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), n_ff))
+        floats = [(key(Keys.Attention.LAYERNORM_RMS_EPS), None), (key(Keys.Rope.FREQ_BASE), 10000.0)]
         if arch == "gemma3":
-            extra["sliding_window"] = get(Keys.Attention.SLIDING_WINDOW, 0)
-        rms_eps = get(Keys.Attention.LAYERNORM_RMS_EPS, kind=float)
-        rope_base = get(Keys.Rope.FREQ_BASE, 10000.0, kind=float)
-        for template, value in ((Keys.Attention.LAYERNORM_RMS_EPS, rms_eps), (Keys.Rope.FREQ_BASE, rope_base)):
-            if not (math.isfinite(value) and value > 0):   # NaN/inf here makes every logit NaN
-                raise ModelFormatError(f"{path}: key {template.format(arch=arch)} is {value!r}, "
-                                       f"expected a finite number > 0")
+            extra["sliding_window"] = kr.u32(key(Keys.Attention.SLIDING_WINDOW), 0)
+            floats.append((ROPE_FREQ_BASE_SWA_KEY, 10000.0))
+        values = []
+        for k, default in floats:
+            value = kr.f32(k) if default is None else kr.f32(k, default)
+            # NaN/inf here makes every logit NaN; 0 (or a value that is 0 in float32) divides by zero
+            if not (math.isfinite(value) and np.float32(value) > 0):
+                raise ModelFormatError(f"{path}: key {k} is {value!r}, expected a finite number > 0")
+            values.append(value)
         return cls(
             arch=arch, n_layer=n_layer, n_layer_all=n_layer_all, n_embd=n_embd, n_head=n_head,
-            n_head_kv=get(Keys.Attention.HEAD_COUNT_KV), head_dim_k=head_dim_k,
-            head_dim_v=get(Keys.Attention.VALUE_LENGTH, head_dim_k), n_ff=n_ff,
-            n_expert=get(Keys.LLM.EXPERT_COUNT, 0), n_expert_used=get(Keys.LLM.EXPERT_USED_COUNT, 0),
-            n_ff_exp=get(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 0),
-            n_ctx_train=get(Keys.LLM.CONTEXT_LENGTH), n_vocab=n_vocab,
-            rms_eps=rms_eps, rope_freq_base=rope_base,
-            n_rot=get(Keys.Rope.DIMENSION_COUNT, head_dim_k), **extra)
+            n_head_kv=per_layer(Keys.Attention.HEAD_COUNT_KV), head_dim_k=head_dim_k,
+            head_dim_v=kr.u32(key(Keys.Attention.VALUE_LENGTH), head_dim_k), n_ff=n_ff,
+            n_expert=kr.u32(key(Keys.LLM.EXPERT_COUNT), 0), n_expert_used=kr.u32(key(Keys.LLM.EXPERT_USED_COUNT), 0),
+            n_ff_exp=kr.u32(key(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), 0),
+            n_ctx_train=kr.u32(key(Keys.LLM.CONTEXT_LENGTH)), n_vocab=n_vocab,
+            rms_eps=values[0], rope_freq_base=values[1],
+            n_rot=kr.u32(key(Keys.Rope.DIMENSION_COUNT), head_dim_k), **extra)

@@ -46,14 +46,17 @@ Source: llama.cpp ``src/llama-vocab.cpp`` (``llm_tokenizer_spm_session``,
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from gguf import GGUFValueType, Keys
 
 from refsim.errors import ModelFormatError
+from refsim.model.gguf_io import KeyReader
 
 _TOKENS = "tokenizer.ggml.tokens"
 
@@ -72,6 +75,106 @@ UNK_TEXT = "\u2585"
 _KEY_MODEL = "tokenizer.ggml.model"
 _KEY_SCORES = "tokenizer.ggml.scores"
 _KEY_TYPES = "tokenizer.ggml.token_type"
+
+SPECIAL_ID_KEYS = tuple(v for k, v in vars(Keys.Tokenizer).items() if k.endswith("_ID"))
+"""``tokenizer.ggml.bos_token_id``, ``eos``, ``unknown``, ``padding``, ``eot``, ``fim_*``, ...: u32 token ids."""
+
+FLAG_KEYS = (Keys.Tokenizer.ADD_BOS, Keys.Tokenizer.ADD_EOS, Keys.Tokenizer.ADD_SEP, Keys.Tokenizer.ADD_PREFIX,
+             Keys.Tokenizer.REMOVE_EXTRA_WS)
+"""Tokenizer flags: bool."""
+
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>\Z")
+
+
+def check_vocab(metadata: Mapping[str, Any], path: str, types: Mapping | None = None) -> int | None:
+    """Check the ``tokenizer.ggml.*`` keys as llama.cpp's vocabulary loader reads them.
+
+    Run by :func:`refsim.model.open_model` (so ``inspect``, ``memory`` and ``run`` all report a
+    bad vocabulary) and by :meth:`Tokenizer.from_metadata`.
+
+    Parameters
+    ----------
+    metadata : mapping
+        GGUF metadata.
+    path : str
+        File name for messages.
+    types : mapping, optional
+        Key -> ``(value type, element type)`` (:attr:`refsim.model.gguf_io.GGUFHeader.types`).
+
+    Returns
+    -------
+    int or None
+        The number of tokens, or None when the file has no ``tokenizer.ggml.tokens``.
+
+    Raises
+    ------
+    ModelFormatError
+        Naming the key (and the token index where one is at fault): ``tokens`` not an array of
+        str, empty, with an empty or a duplicate piece; ``scores`` not f32/i32, ``token_type``
+        not i32, either of another length than ``tokens``, a non-finite score; a BYTE-typed
+        piece that is not ``<0xXX>``; a special id that is not a u32 below the token count;
+        ``model`` not a str; a flag not a bool.
+
+    Notes
+    -----
+    llama.cpp ``src/llama-vocab.cpp`` ``llama_vocab::impl::load`` (ggml-org/llama.cpp at
+    00ad355e): "invalid gguf type for tokenizer.ggml.tokens" unless arr[str]; scores arr[f32] or
+    arr[i32]; token_type arr[i32]; "duplicate token in vocabulary: '%s' has ids %d and %u";
+    special ids and flags through ``get_key<uint32_t>`` / ``get_key<bool>``. refsim is stricter in
+    four places, each a file llama.cpp would load into another vocabulary than it says: a
+    special id out of range is an error (llama.cpp warns and keeps its default), scores/types
+    longer than the token list are an error (llama.cpp ignores the tail), an empty piece is an
+    error (llama.cpp renames it ``[EMPTY_i]``), a NaN/inf score is an error (the merge order it
+    sets is undefined).
+    """
+    kr = KeyReader(metadata, path, types)
+    if _KEY_MODEL in metadata:
+        kr.string(_KEY_MODEL)
+    for k in FLAG_KEYS:
+        if k in metadata:
+            kr.boolean(k)
+    if Keys.Tokenizer.MERGES in metadata:
+        kr.array(Keys.Tokenizer.MERGES, (GGUFValueType.STRING,))
+    if _TOKENS not in metadata:
+        for k in SPECIAL_ID_KEYS:
+            if k in metadata:
+                kr.u32(k)
+        return None
+    pieces = kr.array(_TOKENS, (GGUFValueType.STRING,))
+    n = len(pieces)
+    if n == 0:
+        raise ModelFormatError(f"{path}: key {_TOKENS} is empty (a vocabulary needs at least one token)")
+    if len(set(pieces)) != n or "" in pieces:
+        seen: dict[str, int] = {}
+        for i, p in enumerate(pieces):
+            if not p:
+                raise ModelFormatError(f"{path}: key {_TOKENS}[{i}] is an empty piece")
+            j = seen.setdefault(p, i)
+            if j != i:
+                raise ModelFormatError(f"{path}: key {_TOKENS}: duplicate piece {p[:40]!r} at indices {j} and {i}")
+    for key, etypes in ((_KEY_SCORES, (GGUFValueType.FLOAT32, GGUFValueType.INT32)), (_KEY_TYPES, (GGUFValueType.INT32,))):
+        if key in metadata:
+            arr = kr.array(key, etypes)
+            if len(arr) != n:
+                raise ModelFormatError(f"{path}: {_TOKENS} has {n} entries but {key} has {len(arr)}; "
+                                       f"expected equal lengths")
+    if _KEY_SCORES in metadata:
+        bad = np.flatnonzero(~np.isfinite(np.asarray(metadata[_KEY_SCORES], dtype=np.float64)))
+        if bad.size:
+            raise ModelFormatError(f"{path}: key {_KEY_SCORES}[{int(bad[0])}] is "
+                                   f"{float(metadata[_KEY_SCORES][bad[0]])!r}, expected a finite merge score")
+    if _KEY_TYPES in metadata:
+        for i in np.flatnonzero(np.asarray(metadata[_KEY_TYPES]) == BYTE).tolist():
+            if not _BYTE_PIECE.match(pieces[i]):
+                raise ModelFormatError(f"{path}: key {_KEY_TYPES}[{i}] is BYTE ({BYTE}) but the piece is "
+                                       f"{pieces[i][:40]!r}, expected '<0xXX>'")
+    for k in SPECIAL_ID_KEYS:
+        if k in metadata:
+            v = kr.u32(k)
+            if v >= n:
+                raise ModelFormatError(f"{path}: key {k} = {v} is not a token id: {_TOKENS} has {n} tokens "
+                                       f"(0..{n - 1})")
+    return n
 
 
 def _varint(n: int) -> bytes:
@@ -217,7 +320,8 @@ class Tokenizer:
         return len(self.pieces)
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any], path: str = "<gguf>") -> "Tokenizer":
+    def from_metadata(cls, metadata: Mapping[str, Any], path: str = "<gguf>",
+                      key_types: Mapping | None = None) -> "Tokenizer":
         """Build from GGUF metadata (``tokenizer.ggml.*``).
 
         Parameters
@@ -226,13 +330,17 @@ class Tokenizer:
             As :attr:`refsim.model.Model.metadata`.
         path : str
             File name for messages.
+        key_types : mapping, optional
+            Key -> ``(value type, element type)`` (inferred from the values when absent).
 
         Raises
         ------
         ModelFormatError
-            ``tokenizer.ggml.model`` is not ``'llama'`` (SPM); tokens missing; scores or types of
-            another length; no ``<0xXX>`` byte token for some byte; a special id out of range.
+            Anything :func:`check_vocab` refuses; ``tokenizer.ggml.model`` is not ``'llama'``
+            (SPM); tokens missing; no ``<0xXX>`` byte token for some byte; a vocabulary
+            SentencePiece refuses (its message, naming the file).
         """
+        check_vocab(metadata, path, key_types)
         kind = metadata.get(_KEY_MODEL)
         if kind != "llama":
             raise ModelFormatError(f"{path}: {_KEY_MODEL} is {kind!r}; refsim's tokenizer reads SPM "
@@ -265,7 +373,11 @@ class Tokenizer:
                 raise ModelFormatError(f"{path}: no byte token <0x{b:02X}> (type {BYTE}) for byte fallback")
         import sentencepiece as spm  # imported here: only a tokenizer build needs it
         proto = sentencepiece_model_bytes(list(pieces), scores, types, unk_id, bos_id, eos_id, pad_id)
-        sp = spm.SentencePieceProcessor(model_proto=proto)
+        try:
+            sp = spm.SentencePieceProcessor(model_proto=proto)
+        except RuntimeError as exc:   # a vocabulary check above missed: still one line naming the file
+            msg = " ".join(str(exc).split())
+            raise ModelFormatError(f"{path}: SentencePiece refuses the vocabulary: {msg}") from None
         specials = sorted(((pieces[i], int(i)) for i in np.flatnonzero(types == USER_DEFINED)),
                           key=lambda st: -len(st[0].encode("utf-8")))
         return cls(tuple(pieces), types, bos_id, eos_id, unk_id, flag("add_bos_token", True),
@@ -274,7 +386,7 @@ class Tokenizer:
     @classmethod
     def from_model(cls, model) -> "Tokenizer":
         """Build from an opened :class:`refsim.model.Model`."""
-        return cls.from_metadata(model.metadata, model.path)
+        return cls.from_metadata(model.metadata, model.path, model.header.types)
 
     def encode(self, text: str, add_bos: bool | None = None) -> np.ndarray:
         """Text -> token ids, as llama.cpp's ``llama_tokenize(..., parse_special=false)``.

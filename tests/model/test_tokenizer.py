@@ -127,9 +127,13 @@ def test_errors_name_the_file_and_key():
     md = tiny_metadata()
     md["tokenizer.ggml.tokens"] = list(md["tokenizer.ggml.tokens"])
     md["tokenizer.ggml.tokens"][4 + 0x41] = "A"
+    with pytest.raises(ModelFormatError, match=r"token_type\[69\] is BYTE \(6\) but the piece is 'A'"):
+        Tokenizer.from_metadata(md, "tiny.gguf")
+    md["tokenizer.ggml.token_type"] = md["tokenizer.ggml.token_type"].copy()
+    md["tokenizer.ggml.token_type"][4 + 0x41] = NORMAL     # a NORMAL 'A': then byte 0x41 has no token
     with pytest.raises(ModelFormatError, match="no byte token <0x41>"):
         Tokenizer.from_metadata(md, "tiny.gguf")
-    with pytest.raises(ModelFormatError, match="bos_token_id = 999 outside"):
+    with pytest.raises(ModelFormatError, match="bos_token_id = 999 is not a token id"):
         Tokenizer.from_metadata(tiny_metadata(**{"tokenizer.ggml.bos_token_id": 999}), "tiny.gguf")
     with pytest.raises(ModelFormatError, match="token id -1 outside"):
         tok().piece_bytes(-1)
