@@ -7,6 +7,10 @@ Counters and their definitions (docs/cache-studies.md, docs/telemetry.md):
 - read bytes: ``expert_bytes(layer)`` per missed lookup (unaligned; the engine's O_DIRECT reads
   round each slice up to 4 KiB windows, +0.2-0.4 %, bmoe-engine.md §3.1);
 - resident bytes: sum of the entry sizes resident after the event;
+- with ``--drop-cold-experts`` / ``--prefetch`` (:class:`~refsim.cache.knobs.StreamKnobs`):
+  ``experts_routed`` / ``experts_dropped`` (router_hook.cpp) and ``spec_read_bytes`` (a subset
+  of read bytes), ``spec_experts`` (prefetched entries integrated), ``spec_useful`` (of those,
+  the ones a later real lookup hit) (expert_stream_source.cpp);
 - every counter is kept per decode kind (prefill, plain, verify, draft) and per event.
 """
 
@@ -18,10 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from refsim import MIB
+from refsim.cache import lru as _lru
+from refsim.cache.knobs import StreamKnobs
 from refsim.cache.lru import NIL, lru_apply_event
 from refsim.errors import ConfigError
 from refsim.events import N_KINDS, DecodeEvent, DecodeKind
-
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,13 @@ class EventRecord:
     residency : (n_pos, n_layer, k) int8 ndarray
         Per slot: 1 resident before its layer batch, 0 not, -1 not routed or dropped.
     charged_bytes : (n_pos, n_layer, k) int64 ndarray
-        Per slot: the entry size on the first occurrence of a missed id, else 0.
+        Per slot: the entry size on the first non-dropped occurrence of a missed id, else 0.
+    dropped : (n_pos, n_layer, k) bool ndarray or None
+        Slots dropped in this event (recorded, or decided by ``--drop-cold-experts``); None
+        when nothing was dropped.
+    experts_dropped, spec_read_bytes : int
+        Slots the drop policy dropped in this event; bytes prefetch read in this event (also
+        in ``read_bytes``).
     """
 
     kind: DecodeKind
@@ -55,6 +66,9 @@ class EventRecord:
     resident_bytes: int
     residency: np.ndarray
     charged_bytes: np.ndarray
+    dropped: np.ndarray | None = None
+    experts_dropped: int = 0
+    spec_read_bytes: int = 0
 
 
 @dataclass
@@ -69,6 +83,11 @@ class CacheStats:
     hits: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     read_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     events: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    experts_routed: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    experts_dropped: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    spec_read_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    spec_experts: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    spec_useful: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     evictions: int = 0
     rereads: int = 0
     resident_bytes: int = 0
@@ -99,6 +118,8 @@ class ExpertCache:
         Experts per layer.
     budget_bytes : int
         Cache budget in bytes (the engine's ``--cache-mb`` × 2**20).
+    knobs : StreamKnobs, optional
+        ``--drop-cold-experts`` and ``--prefetch`` (default: both off, the bare cache).
 
     Raises
     ------
@@ -111,7 +132,8 @@ class ExpertCache:
     ``layer * n_expert + expert``.
     """
 
-    def __init__(self, expert_bytes, n_expert: int, budget_bytes: int):
+    def __init__(self, expert_bytes, n_expert: int, budget_bytes: int,
+                 knobs: StreamKnobs | None = None):
         eb = np.asarray(expert_bytes, dtype=np.int64)
         if eb.ndim != 1 or eb.size == 0 or (eb <= 0).any():
             raise ConfigError(f"expert_bytes must be a non-empty list of positive sizes, got {eb}")
@@ -132,7 +154,15 @@ class ExpertCache:
         self._next = np.full(n_keys, NIL, dtype=np.int64)
         self._head_tail = np.full(2, NIL, dtype=np.int64)
         self._gen = 0
-        self._counters = np.zeros(6, dtype=np.int64)
+        self.knobs = knobs if knobs is not None else StreamKnobs()
+        self._charged_gen = np.zeros(n_keys, dtype=np.int64)
+        self._spec = np.zeros(n_keys, dtype=np.bool_)
+        self._queued = np.zeros(n_keys, dtype=np.bool_)
+        self._queue = np.zeros(n_keys, dtype=np.int64)
+        self._prev_ids = None                  # (n_layer, k) int16, sized by the first event
+        self._has_prev = np.zeros(self.n_layer, dtype=np.bool_)
+        self._learned = np.zeros(self.n_layer, dtype=np.bool_)   # terminal weight node known
+        self._counters = np.zeros(_lru.N_COUNTERS, dtype=np.int64)
         self.layer_lookups = np.zeros(self.n_layer, dtype=np.int64)
         """(n_layer,) int64: lifetime lookups per layer."""
         self.layer_hits = np.zeros(self.n_layer, dtype=np.int64)
@@ -163,30 +193,65 @@ class ExpertCache:
         if routes.size and int(routes.max()) >= self.n_expert:
             raise ConfigError(
                 f"event routes expert {int(routes.max())}, the cache has n_expert={self.n_expert}")
-        dropped = event.dropped if event.dropped is not None else np.zeros(routes.shape, np.bool_)
+        n_pos, n_layer, k = routes.shape
+        knobs = self.knobs
+        routed_layers = (routes >= 0).any(axis=(0, 2))
+        armed = knobs.armed(event.phase)
+        deferred = (self._learned & routed_layers) if armed else np.zeros(n_layer, np.bool_)
+        if event.weights is not None:
+            weights = np.ascontiguousarray(event.weights, dtype=np.float32)
+        else:
+            weights = np.full(routes.shape, np.nan, np.float32)
+        if deferred.any():
+            look = (routes >= 0) & deferred[None, :, None]
+            if not np.isfinite(weights[look]).all():
+                raise ConfigError(
+                    "--drop-cold-experts: the policy needs every routed slot's final weight, and "
+                    f"an event at position {int(event.positions[0])} has none (weight 'nan')")
+        if knobs.drop_on or event.dropped is None:   # the policy decides; a recorded column is not used
+            dropped_in = np.zeros(routes.shape, np.bool_)
+        else:
+            dropped_in = np.ascontiguousarray(event.dropped, dtype=np.bool_)
+        if self._prev_ids is None or self._prev_ids.shape[1] != k:
+            self._prev_ids = np.full((n_layer, k), -1, np.int16)
+            self._has_prev[:] = False
         residency = np.empty(routes.shape, dtype=np.int8)
         charged = np.empty(routes.shape, dtype=np.int64)
+        dropped_out = np.empty(routes.shape, dtype=np.bool_)
         before = self._counters.copy()
         self._gen = lru_apply_event(
-            routes, dropped, self.expert_bytes, self.n_expert, self.budget_bytes,
-            self._resident, self._ever_evicted, self._touched_gen, self._first_res,
+            routes, weights, dropped_in, knobs.drop_threshold(k), deferred, knobs.drop_on,
+            knobs.prefetch, self._prev_ids, self._has_prev, self.expert_bytes, self.n_expert,
+            self.budget_bytes, self._resident, self._ever_evicted, self._touched_gen,
+            self._first_res, self._charged_gen, self._spec, self._queued, self._queue,
             self._prev, self._next, self._head_tail, self._gen, self._counters,
-            residency, charged, self.layer_lookups, self.layer_hits)
+            residency, charged, dropped_out, self.layer_lookups, self.layer_hits)
+        if knobs.traced or armed:                    # this graph showed its weight chain
+            self._learned |= routed_layers
         delta = self._counters - before
         kind = int(event.kind)
         st = self.stats
-        st.lookups[kind] += delta[0]
-        st.hits[kind] += delta[1]
-        st.read_bytes[kind] += delta[2]
+        st.lookups[kind] += delta[_lru.C_LOOKUPS]
+        st.hits[kind] += delta[_lru.C_HITS]
+        st.read_bytes[kind] += delta[_lru.C_READ]
+        st.experts_routed[kind] += delta[_lru.C_ROUTED]
+        st.experts_dropped[kind] += delta[_lru.C_DROPPED]
+        st.spec_read_bytes[kind] += delta[_lru.C_SPEC_READ]
+        st.spec_experts[kind] += delta[_lru.C_SPEC_EXPERTS]
+        st.spec_useful[kind] += delta[_lru.C_SPEC_USEFUL]
         st.events[kind] += 1
-        st.evictions = int(self._counters[4])
-        st.rereads = int(self._counters[5])
-        st.resident_bytes = int(self._counters[3])
+        st.evictions = int(self._counters[_lru.C_EVICTIONS])
+        st.rereads = int(self._counters[_lru.C_REREADS])
+        st.resident_bytes = int(self._counters[_lru.C_RESIDENT])
         return EventRecord(
             kind=event.kind, first_position=int(event.positions[0]) if event.n_pos else -1,
-            n_pos=event.n_pos, lookups=int(delta[0]), hits=int(delta[1]),
-            read_bytes=int(delta[2]), resident_bytes=int(self._counters[3]),
-            residency=residency, charged_bytes=charged)
+            n_pos=event.n_pos, lookups=int(delta[_lru.C_LOOKUPS]), hits=int(delta[_lru.C_HITS]),
+            read_bytes=int(delta[_lru.C_READ]),
+            resident_bytes=int(self._counters[_lru.C_RESIDENT]),
+            residency=residency, charged_bytes=charged,
+            dropped=dropped_out if dropped_out.any() else None,
+            experts_dropped=int(delta[_lru.C_DROPPED]),
+            spec_read_bytes=int(delta[_lru.C_SPEC_READ]))
 
     @staticmethod
     def mib_to_bytes(cache_mb: float) -> int:
