@@ -158,3 +158,50 @@ def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
           f"T = {t_bytes / MIB:.1f} MiB: a global LRU evicts what the next layers need, and its "
           f"hit rate collapses toward 0 (exactly 0 once the budget is short of T by more than a "
           f"few entries; docs/cache-studies.md)", file=sys.stderr)
+
+
+def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True) -> None:
+    """The engine's cache-side knobs: ``--drop-cold-experts F``, ``--drop-no-renorm``,
+    ``--drop-in-prefill`` and (unless ``prefetch=False``) ``--prefetch K``.
+
+    Turn them into :class:`refsim.cache.knobs.StreamKnobs` with :func:`knobs_from_args`, which
+    applies the engine's validation (ConfigError).
+    """
+    g = parser.add_argument_group("streaming knobs (the engine's; docs/streaming-knobs.md)")
+    g.add_argument("--drop-cold-experts", type=float, default=0.0, metavar="F",
+                   help="drop a routed expert that misses the cache, is not the row's top expert and "
+                        "weighs below F x 1/k; F in [0, 1], 0 = off (default 0)")
+    g.add_argument("--drop-no-renorm", action="store_true",
+                   help="do not rescale the surviving weights after a drop (forward pass only)")
+    g.add_argument("--drop-in-prefill", action="store_true",
+                   help="arm --drop-cold-experts in prefill graphs too")
+    if prefetch:
+        g.add_argument("--prefetch", type=int, default=0, metavar="K",
+                       help="temporal prefetch: at layer l read ahead what the previous token routed "
+                            "at layers l+1..l+K; 0..8, 0 = off (default 0)")
+
+
+def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
+    """:class:`~refsim.cache.knobs.StreamKnobs` from :func:`add_knob_args`'s flags; prints the
+    engine's top-k <= 4 warning on stderr when dropping is armed on a narrow routing.
+
+    Parameters
+    ----------
+    k : int
+        The routing's effective top-k (the trace's or model's ``n_expert_used``).
+    traced : bool
+        Whether the run asks for weights in every graph (a replay models a traced run).
+
+    Raises
+    ------
+    ConfigError
+        For F outside [0, 1] or K outside 0..8 (flag named).
+    """
+    from refsim.cache.knobs import StreamKnobs, low_topk_warning
+    knobs = StreamKnobs(drop_frac=args.drop_cold_experts, drop_renorm=not args.drop_no_renorm,
+                        drop_in_prefill=args.drop_in_prefill, traced=traced,
+                        prefetch=getattr(args, "prefetch", 0))
+    warning = low_topk_warning(knobs, k)
+    if warning:
+        print(warning, file=sys.stderr)
+    return knobs

@@ -8,10 +8,12 @@ import json
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cli.common import check_outputs, warn_below_token_cycle
+from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args,
+                               warn_below_token_cycle)
 from refsim.errors import ConfigError
 from refsim.fileio import atomic_path
 from refsim.studies.replay import ReplayReport, replay_trace
+from refsim.telemetry.lines import knob_lines
 from refsim.trace import read_trace
 
 CSV_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
@@ -28,6 +30,10 @@ def add_parser(sub) -> None:
                    help="cache budget in MiB (2^20 bytes), a positive number")
     p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--predict-log", action="store_true",
+                   help="score the previous-token predictor and a static hot list per layer "
+                        "(the engine's expert-prediction.md; decode rows)")
+    add_knob_args(p)
     p.set_defaults(func=run)
 
 
@@ -47,6 +53,8 @@ def summary_json(report: ReplayReport) -> dict:
     out = report.summary.as_dict()
     out["residency_rows"] = report.residency_rows
     out["residency_agree"] = report.residency_agree
+    if report.knobs is not None:
+        out["knobs"] = report.knobs.as_dict()
     return out
 
 
@@ -67,6 +75,9 @@ def print_text(trace, report: ReplayReport) -> None:
           f"{s.mib_per_token:.2f} MiB/token")
     print(f"resident: {s.resident_bytes / MIB:.1f} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")
+    if report.knobs is not None:
+        for line in knob_lines(report.knobs):
+            print(line)
     if report.residency_rows:
         n_bad = report.residency_rows - report.residency_agree
         listed = (f"; the first {len(report.disagreements)} of the {n_bad} that differ:"
@@ -98,7 +109,8 @@ def run(args) -> int:
     trace = read_trace(args.trace)
     if trace.n_rows == 0:
         raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to replay)")
-    report = replay_trace(trace, budget)
+    knobs = knobs_from_args(args, trace.header.n_expert_used)
+    report = replay_trace(trace, budget, knobs=knobs)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None:
         write_event_csv(args.csv, report)

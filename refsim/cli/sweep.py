@@ -5,10 +5,12 @@ from __future__ import annotations
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
-from refsim.cli.common import check_outputs, warn_below_token_cycle
+from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args,
+                               warn_below_token_cycle)
 from refsim.errors import ConfigError
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
-                                  parse_budgets_mib, sweep_budgets, write_sweep_csv)
+                                  parse_budgets_mib, sweep_budgets, sweep_knobs,
+                                  write_sweep_csv)
 from refsim.trace import read_trace
 
 
@@ -29,6 +31,7 @@ def add_parser(sub) -> None:
                    help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib to OUT")
     p.add_argument("--plot", metavar="OUT.png",
                    help="write a PNG of hit %% and MiB/token against the budget (matplotlib)")
+    add_knob_args(p)
     p.set_defaults(func=run)
 
 
@@ -44,14 +47,23 @@ def run(args) -> int:
         require_matplotlib()  # before the sweep, not after it
     trace = read_trace(args.trace)
     h = trace.header
-    batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
-    result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
+    knobs = knobs_from_args(args, h.n_expert_used)
+    if knobs.any_on:
+        if args.policy is None:
+            policies = ["lru"]                    # the knobs exist for the engine's LRU only
+        result = sweep_knobs(trace, budgets, knobs, policies)
+    else:
+        batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
+        result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
     warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], h.token_cycle_bytes)
     print(f"model: {h.model} arch={h.arch}")
     print(f"shape: {h.n_layer} layers, {h.n_expert} experts, top-{h.n_expert_used}, "
           f"{h.expert_bytes[0] / MIB:.2f} MiB/expert (layer 0)")
-    print(f"batches: {batches.n_batch} ({trace.n_prompt} prompt positions, "
-          f"{batches.tokens} decoded tokens); T = {h.token_cycle_bytes / MIB:.1f} MiB")
+    print(f"batches: {result.n_batch} ({trace.n_prompt} prompt positions, "
+          f"{result.tokens} decoded tokens); T = {h.token_cycle_bytes / MIB:.1f} MiB")
+    if knobs.any_on:
+        print(f"knobs: --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}; "
+              f"one ExpertCache replay per budget (dropped, spec_MiB, useful: decode only)")
     for line in format_table(result):
         print(line)
     if args.csv is not None:

@@ -70,3 +70,23 @@ def summary_lines(s: RunStats) -> list[str]:
             out.append(f"moe-cache: {s.evictions} evictions, {s.rereads} re-reads "
                        f"({rr_tok:.1f}/token) \u2014 bytes the cache had already paid for once")
     return out
+
+
+def knob_lines(k) -> list[str]:
+    """The engine's ``moe-prefetch:`` and ``moe-drop:`` lines (bmoe-engine.md §4.2;
+    engine-docs/telemetry.md) for a :class:`refsim.cache.summary.KnobSummary`; each only when
+    its knob is on.
+
+    Examples
+    --------
+    ``moe-prefetch: 812.4 MiB speculative, 410/1024 experts useful (40%)``;
+    ``moe-drop: 5146/81920 routed experts dropped (6.3%), threshold 0.75 x uniform``.
+    """
+    out = []
+    if k.prefetch > 0:
+        out.append(f"moe-prefetch: {k.spec_read_mib:.1f} MiB speculative, {k.spec_useful}/"
+                   f"{k.spec_experts} experts useful ({k.useful_pct:.0f}%)")
+    if k.drop_frac > 0:
+        out.append(f"moe-drop: {k.experts_dropped}/{k.experts_routed} routed experts dropped "
+                   f"({k.dropped_pct:.1f}%), threshold {k.drop_frac:.2f} x uniform")
+    return out
