@@ -239,6 +239,7 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
                                  resident, queued, queue, qn, ever_evicted, counters)
         qn = _settle(queue, qn, queued, resident, spec, expert_bytes, n_expert, prev, next_,
                      head_tail, counters)
+        # classify every slot of every row against the residency before the call, then load
         for p in range(n_pos):
             best = row_best(routes[p, il], weights[p, il])
             for s in range(k):
@@ -252,6 +253,8 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
                         counters[C_DROPPED] += 1
                 else:
                     dropped_out[p, il, s] = dropped_in[p, il, s]
+        for p in range(n_pos):
+            best = row_best(routes[p, il], weights[p, il])
             for s in range(k):
                 e = routes[p, il, s]
                 write = True
