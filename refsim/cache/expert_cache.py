@@ -70,6 +70,13 @@ class EventRecord:
     experts_dropped: int = 0
     spec_read_bytes: int = 0
 
+    def trace_residency(self) -> np.ndarray:
+        """Residency as a route trace records it: a dropped slot keeps the router's residency,
+        which is 0 (a slot drops only on a miss; §3.6 "Trace columns"), instead of -1."""
+        if self.dropped is None:
+            return self.residency
+        return np.where(self.dropped, np.int8(0), self.residency).astype(np.int8)
+
 
 @dataclass
 class CacheStats:

@@ -16,7 +16,7 @@ import sys
 from refsim.errors import RefsimError
 
 # Workflow order; each name is a module in this package.
-COMMANDS = ["replay", "sweep", "union", "inspect", "synth", "run", "ngram", "ngram_whatif", "memory"]
+COMMANDS = ["replay", "sweep", "union", "drop_replay", "inspect", "synth", "run", "ngram", "ngram_whatif", "memory"]
 
 
 def _version() -> str:

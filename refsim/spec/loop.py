@@ -173,7 +173,7 @@ class RunResult:
             raise ConfigError("a route trace needs a run with an expert cache (--cache-mb)")
         traced = [(e, r) for e, r in zip(self.events, self.records)
                   if not e.kind.draft_context]
-        write_trace(path, header, [e for e, _ in traced], [r.residency for _, r in traced],
+        write_trace(path, header, [e for e, _ in traced], [r.trace_residency() for _, r in traced],
                     [r.charged_bytes for _, r in traced])
 
 
