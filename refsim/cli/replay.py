@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 
@@ -12,6 +13,7 @@ from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args,
                                warn_below_token_cycle)
 from refsim.errors import ConfigError
 from refsim.fileio import atomic_path
+from refsim.studies.predict import predict_lines, predict_log
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.telemetry.lines import knob_lines
 from refsim.trace import read_trace
@@ -114,8 +116,17 @@ def run(args) -> int:
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None:
         write_event_csv(args.csv, report)
+    pred = predict_log(trace) if args.predict_log else None
     if args.json:
-        print(json.dumps(summary_json(report)))
+        out = summary_json(report)
+        if pred is not None:
+            out["predict"] = {n: dataclasses.asdict(s) | {"hit_pct": s.hit_pct,
+                                                          "exact_pct": s.exact_pct}
+                              for n, s in pred.total.items()}
+        print(json.dumps(out))
     else:
         print_text(trace, report)
+        if pred is not None:
+            for line in predict_lines(pred):
+                print(line)
     return 0
