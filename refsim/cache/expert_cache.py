@@ -169,6 +169,7 @@ class ExpertCache:
         self._prev_ids = None                  # (n_layer, k) int16, sized by the first event
         self._has_prev = np.zeros(self.n_layer, dtype=np.bool_)
         self._learned = np.zeros(self.n_layer, dtype=np.bool_)   # terminal weight node known
+        self._qstate = np.zeros(1, dtype=np.int64)
         self._counters = np.zeros(_lru.N_COUNTERS, dtype=np.int64)
         self.layer_lookups = np.zeros(self.n_layer, dtype=np.int64)
         """(n_layer,) int64: lifetime lookups per layer."""
@@ -188,12 +189,34 @@ class ExpertCache:
     def apply(self, event: DecodeEvent) -> EventRecord:
         """Load one event's per-layer batches; returns what it did.
 
+        With ``--drop-cold-experts`` armed, the rule decides each deferred layer's drops from
+        the cache state (a recorded ``dropped`` column is not used); otherwise a recorded
+        ``dropped`` column is honoured.
+
         Raises
         ------
         ConfigError
-            If the event's layer span or expert ids do not fit this cache.
+            If the event's layer span or expert ids do not fit this cache, or the policy needs
+            a weight the event lacks.
         """
-        routes = event.routes
+        ctx = self._begin(event.kind, event.positions, event.routes, event.weights,
+                          None if self.knobs.drop_on else event.dropped)
+        if ctx.deferred.any():
+            look = (ctx.routes >= 0) & ctx.deferred[None, :, None]
+            if not np.isfinite(ctx.weights[look]).all():
+                raise ConfigError(
+                    "--drop-cold-experts: the policy needs every routed slot's final weight, and "
+                    f"an event at position {int(event.positions[0])} has none (weight 'nan')")
+        self._run(ctx, 0, self.n_layer, classify=True)
+        return self._finish(ctx)
+
+    def open_event(self, kind: DecodeKind, positions, k: int) -> "LayerFeed":
+        """Feed one event layer by layer, as a live forward pass produces it (the engine's
+        hook calls ``load_layer`` per layer); see :class:`LayerFeed`."""
+        return LayerFeed(self, kind, positions, k)
+
+    def _begin(self, kind, positions, routes, weights, dropped):
+        routes = np.ascontiguousarray(routes, np.int16)
         if routes.shape[1] != self.n_layer:
             raise ConfigError(
                 f"event routes {routes.shape[1]} layers, the cache has n_layer={self.n_layer}")
@@ -201,42 +224,38 @@ class ExpertCache:
             raise ConfigError(
                 f"event routes expert {int(routes.max())}, the cache has n_expert={self.n_expert}")
         n_pos, n_layer, k = routes.shape
-        knobs = self.knobs
+        armed = self.knobs.armed(DecodeKind(kind).phase)
         routed_layers = (routes >= 0).any(axis=(0, 2))
-        armed = knobs.armed(event.phase)
         deferred = (self._learned & routed_layers) if armed else np.zeros(n_layer, np.bool_)
-        if event.weights is not None:
-            weights = np.ascontiguousarray(event.weights, dtype=np.float32)
-        else:
-            weights = np.full(routes.shape, np.nan, np.float32)
-        if deferred.any():
-            look = (routes >= 0) & deferred[None, :, None]
-            if not np.isfinite(weights[look]).all():
-                raise ConfigError(
-                    "--drop-cold-experts: the policy needs every routed slot's final weight, and "
-                    f"an event at position {int(event.positions[0])} has none (weight 'nan')")
-        if knobs.drop_on or event.dropped is None:   # the policy decides; a recorded column is not used
-            dropped_in = np.zeros(routes.shape, np.bool_)
-        else:
-            dropped_in = np.ascontiguousarray(event.dropped, dtype=np.bool_)
+        w = (np.ascontiguousarray(weights, np.float32) if weights is not None
+             else np.full(routes.shape, np.nan, np.float32))
+        d = (np.ascontiguousarray(dropped, np.bool_) if dropped is not None
+             else np.zeros(routes.shape, np.bool_))
         if self._prev_ids is None or self._prev_ids.shape[1] != k:
             self._prev_ids = np.full((n_layer, k), -1, np.int16)
             self._has_prev[:] = False
-        residency = np.empty(routes.shape, dtype=np.int8)
-        charged = np.empty(routes.shape, dtype=np.int64)
-        dropped_out = np.empty(routes.shape, dtype=np.bool_)
-        before = self._counters.copy()
+        return _EventCtx(kind=DecodeKind(kind), positions=np.asarray(positions, np.int64),
+                         routes=routes, weights=w, dropped_in=d, armed=armed, deferred=deferred,
+                         residency=np.full(routes.shape, -1, np.int8),
+                         charged=np.zeros(routes.shape, np.int64),
+                         dropped_out=np.zeros(routes.shape, np.bool_),
+                         before=self._counters.copy())
+
+    def _run(self, ctx, l0: int, l1: int, classify: bool) -> None:
         self._gen = lru_apply_event(
-            routes, weights, dropped_in, knobs.drop_threshold(k), deferred, knobs.drop_on,
-            knobs.prefetch, self._prev_ids, self._has_prev, self.expert_bytes, self.n_expert,
-            self.budget_bytes, self._resident, self._ever_evicted, self._touched_gen,
-            self._first_res, self._charged_gen, self._spec, self._queued, self._queue,
-            self._prev, self._next, self._head_tail, self._gen, self._counters,
-            residency, charged, dropped_out, self.layer_lookups, self.layer_hits)
-        if knobs.traced or armed:                    # this graph showed its weight chain
-            self._learned |= routed_layers
-        delta = self._counters - before
-        kind = int(event.kind)
+            ctx.routes, ctx.weights, ctx.dropped_in, self.knobs.drop_threshold(ctx.routes.shape[2]),
+            ctx.deferred, classify, self.knobs.drop_on, self.knobs.prefetch, self._prev_ids,
+            self._has_prev, self.expert_bytes, self.n_expert, self.budget_bytes, self._resident,
+            self._ever_evicted, self._touched_gen, self._first_res, self._charged_gen, self._spec,
+            self._queued, self._queue, self._qstate, self._prev, self._next, self._head_tail,
+            self._gen, self._counters, ctx.residency, ctx.charged, ctx.dropped_out,
+            self.layer_lookups, self.layer_hits, l0, l1)
+
+    def _finish(self, ctx) -> EventRecord:
+        if self.knobs.traced or ctx.armed:           # this graph showed its weight chain
+            self._learned |= (ctx.routes >= 0).any(axis=(0, 2))
+        delta = self._counters - ctx.before
+        kind = int(ctx.kind)
         st = self.stats
         st.lookups[kind] += delta[_lru.C_LOOKUPS]
         st.hits[kind] += delta[_lru.C_HITS]
@@ -250,13 +269,14 @@ class ExpertCache:
         st.evictions = int(self._counters[_lru.C_EVICTIONS])
         st.rereads = int(self._counters[_lru.C_REREADS])
         st.resident_bytes = int(self._counters[_lru.C_RESIDENT])
+        n_pos = ctx.routes.shape[0]
         return EventRecord(
-            kind=event.kind, first_position=int(event.positions[0]) if event.n_pos else -1,
-            n_pos=event.n_pos, lookups=int(delta[_lru.C_LOOKUPS]), hits=int(delta[_lru.C_HITS]),
+            kind=ctx.kind, first_position=int(ctx.positions[0]) if n_pos else -1,
+            n_pos=n_pos, lookups=int(delta[_lru.C_LOOKUPS]), hits=int(delta[_lru.C_HITS]),
             read_bytes=int(delta[_lru.C_READ]),
             resident_bytes=int(self._counters[_lru.C_RESIDENT]),
-            residency=residency, charged_bytes=charged,
-            dropped=dropped_out if dropped_out.any() else None,
+            residency=ctx.residency, charged_bytes=ctx.charged,
+            dropped=ctx.dropped_out if ctx.dropped_out.any() else None,
             experts_dropped=int(delta[_lru.C_DROPPED]),
             spec_read_bytes=int(delta[_lru.C_SPEC_READ]))
 
@@ -282,3 +302,85 @@ class ExpertCache:
         if int(value * MIB) < 1:
             raise ConfigError(f"--cache-mb: {cache_mb!r} MiB is less than one byte")
         return int(value * MIB)
+
+
+@dataclass
+class _EventCtx:
+    """The arrays of one event being applied (internal to ExpertCache and LayerFeed)."""
+
+    kind: DecodeKind
+    positions: np.ndarray
+    routes: np.ndarray
+    weights: np.ndarray
+    dropped_in: np.ndarray
+    armed: bool
+    deferred: np.ndarray
+    residency: np.ndarray
+    charged: np.ndarray
+    dropped_out: np.ndarray
+    before: np.ndarray
+
+
+class LayerFeed:
+    """One event fed to the cache layer by layer by a live forward pass: the seam through which
+    the pass asks "which of these ids are resident now?" before a layer's FFN, and reports what
+    it routed. The pass never sees a byte count; the cache applies each layer with the same
+    kernel as :meth:`ExpertCache.apply` (docs/architecture.md, "The drop seam").
+
+    Use: for each MoE layer in order, ``drop_threshold(il)`` (None: do not drop at this layer),
+    ``resident(il, ids)``, then ``routed(il, rows, ids, weights, dropped)`` with the router's
+    ids and weights and the slots the pass dropped; finally :meth:`close` with the event.
+    """
+
+    def __init__(self, cache: ExpertCache, kind: DecodeKind, positions, k: int):
+        positions = np.asarray(positions, np.int64)
+        shape = (positions.size, cache.n_layer, int(k))
+        self.cache = cache
+        self.ctx = cache._begin(kind, positions, np.full(shape, -1, np.int16), None, None)
+        self.ctx.deferred[:] = cache._learned if self.ctx.armed else False
+        self._next = 0
+
+    @property
+    def drop_renorm(self) -> bool:
+        """``--drop-no-renorm`` not given: survivors are rescaled after a drop."""
+        return self.cache.knobs.drop_renorm
+
+    def drop_threshold(self, il: int):
+        """``F / k`` (float32) when the drop rule applies at layer ``il`` of this event (armed
+        for its phase and the layer's decision point known), else None."""
+        return self.cache.knobs.drop_threshold(self.ctx.routes.shape[2]) if self.ctx.deferred[il] else None
+
+    def resident(self, il: int, ids: np.ndarray) -> np.ndarray:
+        """Per id of layer ``il`` (any shape, -1 allowed): resident now or a prefetch that will
+        have landed when the layer loads (the engine settles speculation first)."""
+        self._catch_up(il)
+        ids = np.asarray(ids, np.int64)
+        keys = il * self.cache.n_expert + np.maximum(ids, 0)
+        return (ids >= 0) & (self.cache._resident[keys] | self.cache._queued[keys])
+
+    def routed(self, il: int, rows, ids, weights, dropped=None) -> None:
+        """Layer ``il`` routed ``ids`` / ``weights`` ((n, k), the router's) for event positions
+        ``rows``; ``dropped`` (n, k) bool = the slots the pass dropped. Loads the layer."""
+        if il < self._next:
+            raise ConfigError(f"layer {il} fed twice or out of order (next is {self._next})")
+        c = self.ctx
+        c.routes[rows, il] = ids
+        c.weights[rows, il] = weights
+        if dropped is not None:
+            c.dropped_in[rows, il] = dropped
+        self._catch_up(il + 1)
+
+    def _catch_up(self, il: int) -> None:
+        if il > self._next:
+            c = self.ctx           # a layer that routed nothing loads as apply() would load it
+            c.deferred[self._next:il] &= (c.routes[:, self._next:il] >= 0).any(axis=(0, 2))
+            self.cache._run(self.ctx, self._next, il, classify=False)
+            self._next = il
+
+    def close(self, event: DecodeEvent) -> EventRecord:
+        """Finish the event (layers never fed route nothing) and return its record; ``event``
+        must carry the routes fed."""
+        self._catch_up(self.cache.n_layer)
+        if not np.array_equal(event.routes, self.ctx.routes):
+            raise ConfigError("LayerFeed.close: the event's routes differ from the layers fed")
+        return self.cache._finish(self.ctx)

@@ -38,6 +38,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from refsim.drop_rule import drop_row, row_best
+
 NIL = -1
 
 # counter slots of ``lru_apply_event``'s ``counters`` array
@@ -84,22 +86,6 @@ def _push_tail(key, prev, next_, head_tail):
     else:
         head_tail[0] = key
     head_tail[1] = key
-
-
-@nb.njit(cache=True)
-def row_best(ids, w):
-    """Best slot of one token row: the routed slot with the largest weight, ties to the lowest
-    slot index (router_hook.cpp ``apply_drop``). -1 if the row routes nothing or a routed
-    weight is not finite. ``ids``: (k,) int16, ``w``: (k,) float32."""
-    best = -1
-    for s in range(ids.size):
-        if ids[s] < 0:
-            continue
-        if not np.isfinite(w[s]):
-            return -1
-        if best < 0 or w[s] > w[best]:
-            best = s
-    return best
 
 
 @nb.njit(cache=True)
@@ -162,12 +148,12 @@ def _settle(queue, qn, queued, resident, spec, expert_bytes, n_expert, prev, nex
 
 
 @nb.njit(cache=True)
-def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_routed,
+def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, count_routed,
                     prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert, budget_bytes,
                     resident, ever_evicted, touched_gen, first_res, charged_gen, spec, queued,
-                    queue, prev, next_, head_tail, gen, counters, residency_out, charged_out,
-                    dropped_out, layer_lookups, layer_hits):
-    """Apply one event's per-layer batches to the LRU state (in place).
+                    queue, qstate, prev, next_, head_tail, gen, counters, residency_out,
+                    charged_out, dropped_out, layer_lookups, layer_hits, l0, l1):
+    """Apply an event's per-layer batches ``l0 <= il < l1`` to the LRU state (in place).
 
     Parameters
     ----------
@@ -180,7 +166,11 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
     drop_thr : float32
         ``F / k`` of ``--drop-cold-experts`` (float32, as the engine computes it).
     deferred : (n_layer,) bool ndarray
-        Layers whose drop decision runs in this event (armed and terminal node known).
+        Layers whose load is deferred to the drop decision point (armed and terminal node
+        known): their prefetch hint is issued before the load instead of after it.
+    classify : bool
+        Decide the drops of deferred layers here (a replay); False when the caller decided them
+        (a live run's forward pass) and passes them in ``dropped_in``.
     count_routed : bool
         Count routed slots into ``experts_routed`` (the engine does so while F > 0).
     prefetch_depth : int
@@ -197,8 +187,8 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
         Generation of the last batch that touched / charged each key.
     first_res : (n_keys,) int8 ndarray
         Scratch: residency of a key at its first occurrence in the current batch.
-    queue : (n_keys,) int64 ndarray
-        Scratch: the prefetch queue.
+    queue : (n_keys,) int64 ndarray, qstate : (1,) int64 ndarray
+        The prefetch queue and its length (kept between calls).
     prev, next_ : (n_keys,) int64 ndarray
         The LRU list (head = most recent).
     head_tail : (2,) int64 ndarray
@@ -218,6 +208,8 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
         Written: the slots dropped (recorded or decided here).
     layer_lookups, layer_hits : (n_layer,) int64 ndarray
         Accumulated per layer.
+    l0, l1 : int
+        The layer range applied (the whole event: 0, n_layer).
 
     Returns
     -------
@@ -225,8 +217,9 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
         The generation after this event.
     """
     n_pos, n_layer, k = routes.shape
-    qn = 0
-    for il in range(n_layer):
+    qn = qstate[0]
+    res_row = np.zeros(k, np.bool_)
+    for il in range(l0, l1):
         gen += 1
         eb = expert_bytes[il]
         if count_routed:
@@ -241,18 +234,17 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
                      head_tail, counters)
         # classify every slot of every row against the residency before the call, then load
         for p in range(n_pos):
-            best = row_best(routes[p, il], weights[p, il])
-            for s in range(k):
-                e = routes[p, il, s]
-                if e < 0:
-                    dropped_out[p, il, s] = False
-                elif deferred[il]:
-                    d = s != best and not resident[il * n_expert + e] and weights[p, il, s] < drop_thr
-                    dropped_out[p, il, s] = d
-                    if d:
+            if deferred[il] and classify:
+                for s in range(k):
+                    e = routes[p, il, s]
+                    res_row[s] = e >= 0 and resident[il * n_expert + e]
+                counters[C_DROPPED] += drop_row(routes[p, il], weights[p, il], res_row, drop_thr,
+                                                dropped_out[p, il])
+            else:
+                for s in range(k):
+                    dropped_out[p, il, s] = routes[p, il, s] >= 0 and dropped_in[p, il, s]
+                    if deferred[il] and dropped_out[p, il, s]:
                         counters[C_DROPPED] += 1
-                else:
-                    dropped_out[p, il, s] = dropped_in[p, il, s]
         for p in range(n_pos):
             best = row_best(routes[p, il], weights[p, il])
             for s in range(k):
@@ -321,4 +313,5 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, count_route
                     prev_ids[il, s] = routes[p, il, s]
                 has_prev[il] = True
                 break
+    qstate[0] = qn
     return gen

@@ -26,7 +26,7 @@ def _token_ids(text: str) -> list[int]:
 
 
 def add_parser(sub) -> None:
-    from refsim.cli.common import add_spec_args, nonneg_int, positive_int
+    from refsim.cli.common import add_knob_args, add_spec_args, nonneg_int, positive_int
     from refsim.forward.builtin import BUILTIN_CACHE_MB
     p = sub.add_parser(
         "run", help="generate with the reference forward pass and count expert-cache traffic",
@@ -53,6 +53,7 @@ def add_parser(sub) -> None:
     p.add_argument("--route-trace", metavar="OUT", help="write the run's route trace (route_trace v1)")
     p.add_argument("--csv", metavar="OUT", help="write the per-token metrics CSV (bmoe_metrics v2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_knob_args(p)
     p.set_defaults(func=run)
 
 
@@ -68,7 +69,7 @@ def _ids_text(model, ids, tokenizer=None) -> str:
 def run(args) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
-    from refsim.cli.common import check_outputs, warn_below_token_cycle
+    from refsim.cli.common import check_outputs, knobs_from_args, warn_below_token_cycle
     from refsim.forward import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
     from refsim.model import open_model
@@ -121,7 +122,11 @@ def run(args) -> int:
     if budget is None:  # no --cache-mb
         budget = (ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB) if builtin
                   else sum(expert_bytes) * spec.n_expert // 2)
-    cache = ExpertCache(expert_bytes, spec.n_expert, budget)
+    knobs = knobs_from_args(args, spec.n_expert_used, traced=args.route_trace is not None)
+    if knobs.drop_on and config.spec == "mtp":
+        raise ConfigError("--drop-cold-experts with --mtp: refsim does not run the MTP head's pass "
+                          "through the drop seam yet; use --ngram or no speculation")
+    cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
     t1 = time.perf_counter()
     result = run_generation(target, source, prompt, args.n_predict, cache=cache,
                             draft_max=config.draft_max)
@@ -129,6 +134,8 @@ def run(args) -> int:
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
     t_bytes = model.t_bytes()
     summary = CacheSummary.from_stats(cache.stats, budget, result.n_gen, t_bytes)
+    from refsim.cache.summary import KnobSummary
+    knob_summary = KnobSummary.from_stats(cache.stats, knobs) if knobs.any_on else None
     warn_below_token_cycle("run", [budget], t_bytes)
     sim_tps = (result.n_gen + len(prompt)) / wall_s if wall_s > 0 else 0.0
     decode_tps = stats.tok_s
@@ -156,6 +163,8 @@ def run(args) -> int:
         "min_margin": getattr(target, "inner", target).min_margin, "load_s": load_s, "wall_s": wall_s,
         "cache": summary.as_dict(),      # every counter, as `refsim replay --json` prints them
     }
+    if knob_summary is not None:
+        out["knobs"] = knob_summary.as_dict()
     if args.json:
         print(json.dumps(out))
         return 0
@@ -173,6 +182,10 @@ def run(args) -> int:
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)
+    if knob_summary is not None:
+        from refsim.telemetry.lines import knob_lines
+        for line in knob_lines(knob_summary):
+            print(line)
     head = ", the MTP head's draft lookups" if config.spec == "mtp" else ""
     print(f"cache: budget {budget / MIB:.2f} MiB, T (one token cycle) {t_bytes / MIB:.2f} MiB; "
           f"{summary.hit_pct_cum:.1f}% hit cumulative (prefill{head} included), "
@@ -186,8 +199,12 @@ def run(args) -> int:
           f"{sim_tps:.2f} tok/s incl. prefill; smallest top-1/top-2 logit margin "
           f"{getattr(target, 'inner', target).min_margin:.4g}")
     if args.route_trace is not None:
+        flags = "".join(f" {f} {v}" for f, v, on in (
+            ("--drop-cold-experts", f"{knobs.drop_frac:g}", knobs.drop_on),
+            ("--prefetch", knobs.prefetch, knobs.prefetch > 0)) if on)
+        flags += " --drop-in-prefill" if knobs.drop_on and knobs.drop_in_prefill else ""
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
-              f"{budget / MIB:.10g})", file=sys.stderr)
+              f"{budget / MIB:.10g}{flags})", file=sys.stderr)
         if config.spec == "mtp":
             print("route trace: the MTP draft context's routings are not in it (the engine's format "
                   "omits them), so its replay differs from this run by the head's lookups and reads",

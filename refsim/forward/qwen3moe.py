@@ -37,6 +37,7 @@ from typing import Callable
 
 import numpy as np
 
+from refsim.drop_rule import gate_layer
 from refsim.errors import ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
@@ -151,7 +152,7 @@ def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
 
 def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None) -> DecodeResult:
+           tap: Tap | None = None, gate=None) -> DecodeResult:
     """Decode ``tokens`` at ``positions``, appending them to the KV cache.
 
     Parameters
@@ -171,6 +172,11 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         ``tap(name, il, array)`` with llama.cpp's names: ``attn_norm``, ``Qcur``, ``Kcur``,
         ``Vcur``, ``kqv_out``, ``ffn_inp``, ``ffn_norm``, ``ffn_moe_logits``, ``ffn_moe_topk``,
         ``ffn_moe_weights_norm``, ``ffn_moe_out``, ``l_out``, ``result_norm``, ``result_output``.
+    gate : LayerFeed-like, optional
+        The drop seam (:func:`refsim.drop_rule.gate_layer`): before each layer's expert FFN the
+        pass asks it whether ``--drop-cold-experts`` applies and which ids are resident, applies
+        the rule to the routing the FFN uses, and reports the router's routing. The pass never
+        counts bytes. ``routes`` / ``weights`` stay the router's; ``dropped`` marks the drops.
 
     Returns
     -------
@@ -193,6 +199,7 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     routes = np.full((n_pos, n_layer, k), NOT_ROUTED, dtype=np.int16)
     rweights = np.full((n_pos, n_layer, k), np.nan, dtype=np.float32)
     rmargin = np.full((n_pos, n_layer), np.nan, dtype=np.float32)
+    dropped = np.zeros((n_pos, n_layer, k), dtype=bool)
     start = state.n
 
     h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
@@ -225,6 +232,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
             routes[0, il] = ids[0]
             rweights[0, il] = w[0]
             rmargin[0, il] = m[0]
+            if gate is not None:
+                ids, w, dropped[:1, il] = gate_layer(gate, il, [0], ids, w)
             moe = moe_ffn(f, ids, w, L.experts, numerics)                        # [1, n_embd]
             t("ffn_moe_out", il, moe)
             h = h + moe
@@ -246,6 +255,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         routes[idx, il] = ids
         rweights[idx, il] = w
         rmargin[idx, il] = m
+        if gate is not None:
+            ids, w, dropped[idx, il] = gate_layer(gate, il, idx, ids, w)
         moe = moe_ffn(f, ids, w, L.experts, numerics)                            # [n_act, n_embd]
         t("ffn_moe_out", il, moe)
         h2 = h.copy()
@@ -258,4 +269,5 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     logits = linear(weights.output, hn, numerics)                                 # [n_out, n_vocab]
     t("result_output", -1, logits)
     return DecodeResult(logits=logits, out_rows=rows, routes=routes, weights=rweights,
-                        margin=logit_margin(logits), route_margin=rmargin)
+                        margin=logit_margin(logits), route_margin=rmargin,
+                        dropped=dropped if gate is not None else None)

@@ -88,9 +88,18 @@ class ForwardTarget:
         self.eos_ids = frozenset() if eos is None else frozenset([int(eos)])
         self.min_margin = float("inf")
         self.results: list[DecodeResult] = []
+        self.moe_gate = None
+        """The drop seam for the next prefill/decode (set by the loop; see supports_moe_gate)."""
+
+    @property
+    def supports_moe_gate(self) -> bool:
+        """Whether this pass takes the ``--drop-cold-experts`` seam (qwen3moe, exact/ggml)."""
+        return self.model.spec.arch == "qwen3moe" and self.numerics_name != LLAMACPP
 
     def _run(self, tokens, positions, out_rows=None) -> DecodeResult:
-        res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows)
+        gate = {} if self.moe_gate is None else {"gate": self.moe_gate}
+        res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows,
+                               **gate)
         bad = ~np.isfinite(res.logits)
         if bad.any():
             row, col = (int(v[0]) for v in np.nonzero(bad))
@@ -118,12 +127,14 @@ class ForwardTarget:
         if tokens.size == 0:
             raise ConfigError("prefill: empty prompt")
         res = self._run(tokens, np.arange(tokens.size), out_rows=[tokens.size - 1])
-        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights)
+        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
+                            dropped=res.dropped)
 
     def decode(self, tokens: np.ndarray, positions: np.ndarray) -> TargetOutput:
         """Decode ``tokens`` at ``positions`` (contiguous from the KV length); a row per position."""
         res = self._run(tokens, positions)
-        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights)
+        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
+                            dropped=res.dropped)
 
     def trim(self, n_keep: int) -> None:
         """Keep KV positions ``< n_keep`` (the rollback after a rejected draft)."""
