@@ -243,3 +243,19 @@ def test_prefetch_skips_queued_and_depth_two_hints_two_layers():
     s = c.stats
     assert (s.total("spec_experts"), s.total("spec_useful")) == (3, 0)
     assert c.resident_keys() == [(2, 1)]
+
+
+def test_dynamic_drop_can_read_more_than_no_drop():
+    # docs/streaming-knobs.md's counterexample: 1 layer, 4 experts, k = 2, 1-byte entries,
+    # budget 3 B, F = 1. Row 1 of the verify batch drops expert 0, which row 0 reads anyway;
+    # the rewrite to 3 changes the eviction order, so the last decode misses 0.
+    evs = [ev(PLAIN, 0, [[1, 3]], [[0.9, 0.1]]),
+           ev(VERIFY, 1, [[0, 1], [3, 0]], [[0.6, 0.4], [0.9, 0.1]]),
+           ev(PLAIN, 3, [[1, 2]], [[0.1, 0.9]]),
+           ev(PLAIN, 4, [[0, 2]], [[0.9, 0.1]])]
+    reads = []
+    for f in (0.0, 1.0):
+        c = cache(budget=3, knobs=StreamKnobs(drop_frac=f), n_expert=4, eb=(1,))
+        recs = [c.apply(e) for e in evs]
+        reads.append([r.read_bytes for r in recs])
+    assert reads == [[2, 1, 1, 0], [2, 1, 1, 1]]
