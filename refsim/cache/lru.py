@@ -65,27 +65,27 @@ def _unlink(key, prev, next_, head_tail):
 
 
 @nb.njit(cache=True)
-def _push_head(key, prev, next_, head_tail):
-    h = head_tail[0]
-    prev[key] = NIL
-    next_[key] = h
+def _push_end(key, end, towards, away, head_tail):
+    """Link ``key`` in at one end of the list: ``end`` 0 = head (most recent; ``towards`` =
+    next_, ``away`` = prev) or 1 = tail (coldest; ``towards`` = prev, ``away`` = next_)."""
+    h = head_tail[end]
+    away[key] = NIL
+    towards[key] = h
     if h != NIL:
-        prev[h] = key
+        away[h] = key
     else:
-        head_tail[1] = key
-    head_tail[0] = key
+        head_tail[1 - end] = key
+    head_tail[end] = key
+
+
+@nb.njit(cache=True)
+def _push_head(key, prev, next_, head_tail):
+    _push_end(key, 0, next_, prev, head_tail)
 
 
 @nb.njit(cache=True)
 def _push_tail(key, prev, next_, head_tail):
-    t = head_tail[1]
-    next_[key] = NIL
-    prev[key] = t
-    if t != NIL:
-        next_[t] = key
-    else:
-        head_tail[0] = key
-    head_tail[1] = key
+    _push_end(key, 1, prev, next_, head_tail)
 
 
 @nb.njit(cache=True)
