@@ -122,3 +122,18 @@ def test_run_equals_replay_for_every_knob(seed, budget, frac, depth, in_prefill,
     with tempfile.TemporaryDirectory() as d:
         r, cache, trace = knob_run(Path(d), knobs, budget, seed=seed, k=k, draft=draft)
         assert_replays(r, cache, trace, budget, knobs)
+
+
+def test_metrics_csv_carries_the_knob_counters(tmp_path):
+    from refsim.telemetry import MetricsPreamble, format_metrics_csv
+    knobs = StreamKnobs(drop_frac=1.0, prefetch=1)
+    r, cache, _ = knob_run(tmp_path, knobs, 60_000)
+    k = KnobSummary.from_stats(cache.stats, knobs)
+    text = format_metrics_csv(r, RunStats.from_run(r), MetricsPreamble.for_run(r))
+    trailer = dict(kv.split("=", 1) for kv in text.splitlines()[-1].split()[2:])
+    assert trailer["experts_routed"] == str(k.experts_routed) and k.experts_dropped > 0
+    assert trailer["experts_dropped"] == str(k.experts_dropped)
+    assert (trailer["spec_experts"], trailer["spec_useful"]) == (str(k.spec_experts),
+                                                                 str(k.spec_useful))
+    assert trailer["spec_read_MiB"] == f"{k.spec_read_mib:.1f}"
+    assert " prefetch=1 " in text and " drop_cold_frac=1 " in text
