@@ -202,6 +202,9 @@ def dynamic_rows(trace: RouteTrace, budget_bytes: int, fracs, keeps) -> list[Dyn
     """The dynamic replay at ``budget_bytes``: no drop (``frac`` 0, the baseline), each frac,
     and each static top-k; decode figures (module docstring). A recorded ``dropped`` column is
     ignored: every row starts from the router's own routing."""
+    from refsim.studies.replay import require_weights
+    if fracs:
+        require_weights(trace, StreamKnobs(drop_frac=float(max(fracs)) or 1.0))
     events = _undropped(trace.events)
     _, _, base = _replay(trace, events, budget_bytes)
     dec = [e for e in events if e.phase == 1 and e.weights is not None]

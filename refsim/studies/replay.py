@@ -9,6 +9,7 @@ import numpy as np
 from refsim.cache import CacheSummary, EventRecord, ExpertCache
 from refsim.cache.knobs import StreamKnobs
 from refsim.cache.summary import KnobSummary
+from refsim.errors import ConfigError
 from refsim.events import confirmed_tokens
 from refsim.trace import RouteTrace
 
@@ -54,6 +55,27 @@ class ReplayReport:
     knobs: KnobSummary | None = None
 
 
+def require_weights(trace: RouteTrace, knobs: StreamKnobs | None) -> None:
+    """Fail before a replay whose drop policy would meet a routed slot without a weight.
+
+    Raises
+    ------
+    ConfigError
+        ``"<trace>: line N: weight 'nan' on a routed slot; --drop-cold-experts needs every
+        routed slot's final weight"`` for the first such row of an event the policy is armed for.
+    """
+    if knobs is None or not knobs.drop_on:
+        return
+    for ev, lines in zip(trace.events, trace.line_numbers):
+        if not knobs.armed(ev.phase):
+            continue
+        bad = (ev.routes >= 0) & (~np.isfinite(ev.weights) if ev.weights is not None else True)
+        if np.any(bad):
+            line = int(lines[bad].min())
+            raise ConfigError(f"{trace.path}: line {line}: weight 'nan' on a routed slot; "
+                              f"--drop-cold-experts needs every routed slot's final weight")
+
+
 def replay_events(events, cache: ExpertCache) -> list[EventRecord]:
     """Feed events to ``cache`` in order; returns one record per event."""
     return [cache.apply(ev) for ev in events]
@@ -83,6 +105,7 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
     ConfigError
         If the budget is not positive, or dropping needs weights the trace lacks.
     """
+    require_weights(trace, knobs)
     h = trace.header
     cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
     records = replay_events(trace.events, cache)

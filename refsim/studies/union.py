@@ -184,6 +184,8 @@ def union_study(trace, windows, budget_bytes: int | None = None,
     knobs_on = knobs is not None and knobs.any_on
     if knobs_on and budget_bytes is None:
         raise ConfigError("--drop-cold-experts/--prefetch: the union replay needs --cache-mb")
+    from refsim.studies.replay import require_weights
+    require_weights(trace, knobs)
     prefill = [e for e in trace.events if e.kind is DecodeKind.PREFILL]
     rows = []
     for w in windows:

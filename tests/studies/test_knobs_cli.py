@@ -92,3 +92,24 @@ def test_low_topk_warning_on_stderr(tmp_path, capsys):
     err = out_of(capsys, ["replay", str(path), "--cache-mb", "1", "--drop-cold-experts",
                           "0.75"]).err
     assert "WARNING drop-cold-experts=0.75 with top-k 2" in err and "37.5%" in err
+
+
+def test_a_trace_without_weights_is_a_one_line_error(tmp_path, capsys):
+    # a trace with 'nan' weights: the policy cannot run; the error names the line. (drop-replay
+    # prints "[DECODE] no rows" for it, as route-drop-replay.py does: rows without a weight
+    # form no cells.)
+    from refsim.events import DecodeEvent, DecodeKind
+    from refsim.trace import TraceHeader, write_trace
+    import numpy as np
+    h = TraceHeader(model="m", arch="qwen3moe", n_layer=1, n_expert=4, n_expert_used=2,
+                    expert_bytes=np.array([10]), dense_bytes=np.array([0]))
+    evs = [DecodeEvent(DecodeKind.PREFILL, np.array([0]), np.array([[[0, 1]]], np.int16)),
+           DecodeEvent(DecodeKind.PLAIN, np.array([1]), np.array([[[2, 3]]], np.int16))]
+    path = tmp_path / "noweights.route.csv"
+    write_trace(path, h, evs, [np.zeros((1, 1, 2), np.int8)] * 2,
+                [np.array([[[10, 10]]]), np.array([[[10, 10]]])])
+    for cmd in (["replay", str(path), "--cache-mb", "1"], ["union", str(path), "--cache-mb", "1"]):
+        assert main(cmd + ["--drop-cold-experts", "0.5"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]   # after the k <= 4 warning
+        # line 7: the decode's first row (4 preamble lines, 2 prefill rows); prefill is unarmed
+        assert err.startswith(f"refsim {cmd[0]}: error: {path}: line 7: weight 'nan'")
