@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
     p.add_argument("--route-trace", metavar="OUT", help="write the run's route trace (route_trace v1)")
     p.add_argument("--csv", metavar="OUT", help="write the per-token metrics CSV (bmoe_metrics v2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--predict-log", action="store_true",
+                   help="score the stale-gate, previous-token and control predictors per layer "
+                        "(the engine's expert-prediction.md; qwen3moe)")
     add_knob_args(p)
     p.set_defaults(func=run)
 
@@ -127,6 +130,12 @@ def run(args) -> int:
         raise ConfigError("--drop-cold-experts with --mtp: refsim does not run the MTP head's pass "
                           "through the drop seam yet; use --ngram or no speculation")
     cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
+    probe = None
+    if args.predict_log:
+        if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
+            raise ConfigError("--predict-log: refsim probes the qwen3moe pass without --mtp only")
+        from refsim.predict_stats import PredictProbe
+        probe = target.predict_probe = PredictProbe(target.n_layer)
     t1 = time.perf_counter()
     result = run_generation(target, source, prompt, args.n_predict, cache=cache,
                             draft_max=config.draft_max)
@@ -165,6 +174,8 @@ def run(args) -> int:
     }
     if knob_summary is not None:
         out["knobs"] = knob_summary.as_dict()
+    if probe is not None:
+        out["predict"] = {n: dataclasses.asdict(probe.total(n)) for n in probe.per_layer}
     if args.json:
         print(json.dumps(out))
         return 0
@@ -185,6 +196,9 @@ def run(args) -> int:
     if knob_summary is not None:
         from refsim.telemetry.lines import knob_lines
         for line in knob_lines(knob_summary):
+            print(line)
+    if probe is not None:
+        for line in probe.lines():
             print(line)
     head = ", the MTP head's draft lookups" if config.spec == "mtp" else ""
     print(f"cache: budget {budget / MIB:.2f} MiB, T (one token cycle) {t_bytes / MIB:.2f} MiB; "

@@ -152,7 +152,7 @@ def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
 
 def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None, gate=None) -> DecodeResult:
+           tap: Tap | None = None, gate=None, probe=None) -> DecodeResult:
     """Decode ``tokens`` at ``positions``, appending them to the KV cache.
 
     Parameters
@@ -177,6 +177,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         pass asks it whether ``--drop-cold-experts`` applies and which ids are resident, applies
         the rule to the routing the FFN uses, and reports the router's routing. The pass never
         counts bytes. ``routes`` / ``weights`` stay the router's; ``dropped`` marks the drops.
+    probe : refsim.predict_stats.PredictProbe, optional
+        ``--predict-log``: after each layer's routing the pass hands it the last routed
+        position's ids and gate input, and a ranking function over any layer's router.
 
     Returns
     -------
@@ -201,6 +204,11 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     rmargin = np.full((n_pos, n_layer), np.nan, dtype=np.float32)
     dropped = np.zeros((n_pos, n_layer, k), dtype=bool)
     start = state.n
+
+    def rank(j: int, x: np.ndarray) -> np.ndarray:
+        """Layer j's router on gate input x (1, n_embd): its top-k ids (1, k) (the probe's)."""
+        return route_topk(linear(weights.layers[j].ffn_gate_inp, x, numerics), k)[0]
+
 
     h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
     for il, L in enumerate(weights.layers):
@@ -232,6 +240,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
             routes[0, il] = ids[0]
             rweights[0, il] = w[0]
             rmargin[0, il] = m[0]
+            if probe is not None:
+                probe.layer(il, ids[0], f, rank)
             if gate is not None:
                 ids, w, dropped[:1, il] = gate_layer(gate, il, [0], ids, w)
             moe = moe_ffn(f, ids, w, L.experts, numerics)                        # [1, n_embd]
@@ -255,6 +265,8 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         routes[idx, il] = ids
         rweights[idx, il] = w
         rmargin[idx, il] = m
+        if probe is not None:
+            probe.layer(il, ids[-1], f[-1:], rank)
         if gate is not None:
             ids, w, dropped[idx, il] = gate_layer(gate, il, idx, ids, w)
         moe = moe_ffn(f, ids, w, L.experts, numerics)                            # [n_act, n_embd]

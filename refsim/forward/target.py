@@ -90,14 +90,20 @@ class ForwardTarget:
         self.results: list[DecodeResult] = []
         self.moe_gate = None
         """The drop seam for the next prefill/decode (set by the loop; see supports_moe_gate)."""
+        self.predict_probe = None
+        """A :class:`refsim.predict_stats.PredictProbe` fed by every graph (``--predict-log``;
+        qwen3moe, like the drop seam)."""
 
     @property
     def supports_moe_gate(self) -> bool:
         """Whether this pass takes the ``--drop-cold-experts`` seam (qwen3moe, exact/ggml)."""
         return self.model.spec.arch == "qwen3moe" and self.numerics_name != LLAMACPP
 
-    def _run(self, tokens, positions, out_rows=None) -> DecodeResult:
+    def _run(self, tokens, positions, out_rows=None, phase: int = 1) -> DecodeResult:
         gate = {} if self.moe_gate is None else {"gate": self.moe_gate}
+        if self.predict_probe is not None:
+            self.predict_probe.begin_graph(phase)
+            gate["probe"] = self.predict_probe
         res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows,
                                **gate)
         bad = ~np.isfinite(res.logits)
@@ -126,7 +132,7 @@ class ForwardTarget:
             raise ConfigError(f"prefill needs an empty KV cache (holds {self.state.n} positions)")
         if tokens.size == 0:
             raise ConfigError("prefill: empty prompt")
-        res = self._run(tokens, np.arange(tokens.size), out_rows=[tokens.size - 1])
+        res = self._run(tokens, np.arange(tokens.size), out_rows=[tokens.size - 1], phase=0)
         return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
                             dropped=res.dropped)
 

@@ -28,35 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from refsim.predict_stats import PredictorStats
+
 PREDICTORS = ("prev-token", "hot-list", "prompt-hot-list")
-
-
-@dataclass
-class PredictorStats:
-    """predict_stats.h ``PredictorStats``: rows (routings scored), slots (Σ top-k), hits
-    (predicted experts the router selected), exact (routings wholly predicted)."""
-
-    rows: int = 0
-    slots: int = 0
-    hits: int = 0
-    exact: int = 0
-
-    def add(self, predicted: set, actual: set) -> None:
-        self.rows += 1
-        self.slots += len(actual)
-        n = len(predicted & actual)
-        self.hits += n
-        self.exact += n == len(actual)
-
-    @property
-    def hit_pct(self) -> float:
-        """100 × hits / slots (0 when nothing was scored)."""
-        return 100.0 * self.hits / self.slots if self.slots else 0.0
-
-    @property
-    def exact_pct(self) -> float:
-        """100 × exact / rows (0 when nothing was scored)."""
-        return 100.0 * self.exact / self.rows if self.rows else 0.0
 
 
 @dataclass
@@ -108,10 +82,7 @@ def predict_log(trace) -> PredictReport:
     for n in PREDICTORS:
         t = PredictorStats()
         for s in rep.per_layer[n]:
-            t.rows += s.rows
-            t.slots += s.slots
-            t.hits += s.hits
-            t.exact += s.exact
+            t.merge(s)
         rep.total[n] = t
     return rep
 
