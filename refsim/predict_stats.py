@@ -126,12 +126,17 @@ class PredictProbe:
                f"moe-predict: scored — stale-gate {sg.rows} routings/{sg.slots} slots, prev-token "
                f"{pv.rows}/{pv.slots}, control {ct.rows}/{ct.slots}; {self.unranked} routings the "
                f"stale-gate could not rank",
-               f"  {'layer':>5}  {'stale':>6}  {'prev':>6}  {'ctrl':>6}  {'routings':>8}"]
-
-        def cell(s):
-            return f"{s.hit_pct:>5.1f}%" if s.rows else f"{'-':>6}"
-
-        for il in range(self.n_layer):
-            a, b, c = (self.per_layer[n][il] for n in LIVE_PREDICTORS)
-            out.append(f"  {il:>5}  {cell(a)}  {cell(b)}  {cell(c)}  {b.rows:>8}")
+               *layer_table(["stale", "prev", "ctrl"],
+                            [self.per_layer[n] for n in LIVE_PREDICTORS], self.per_layer["prev-token"])]
         return out
+
+
+def layer_table(heads: list[str], columns: list[list[PredictorStats]],
+                routings: list[PredictorStats]) -> list[str]:
+    """The per-layer table of a ``moe-predict`` report: one column of slot hit % per predictor
+    (``-`` where it scored nothing at that layer) and the routings scored (from ``routings``)."""
+    out = [f"  {'layer':>5}  " + "  ".join(f"{h:>6}" for h in heads) + f"  {'routings':>8}"]
+    for il in range(len(routings)):
+        cells = [f"{c[il].hit_pct:>5.1f}%" if c[il].rows else f"{'-':>6}" for c in columns]
+        out.append(f"  {il:>5}  " + "  ".join(cells) + f"  {routings[il].rows:>8}")
+    return out

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refsim.predict_stats import PredictorStats
+from refsim.predict_stats import PredictorStats, layer_table
 
 PREDICTORS = ("prev-token", "hot-list", "prompt-hot-list")
 
@@ -98,12 +98,6 @@ def predict_lines(rep: PredictReport) -> list[str]:
            f"list {ph.hit_pct:.1f}% ({ph.exact_pct:.1f}%)",
            f"moe-predict: scored — prev-token {pv.rows} routings/{pv.slots} slots, hot lists "
            f"{hl.rows}/{hl.slots}; the stale-gate and its control need hidden states (refsim run)",
-           f"  {'layer':>5}  {'prev':>6}  {'hot':>6}  {'prompt':>6}  {'routings':>8}"]
-
-    def cell(s):
-        return f"{s.hit_pct:>5.1f}%" if s.rows else f"{'-':>6}"
-
-    for il in range(rep.n_layer):
-        a, b, c = (rep.per_layer[n][il] for n in PREDICTORS)
-        out.append(f"  {il:>5}  {cell(a)}  {cell(b)}  {cell(c)}  {a.rows:>8}")
+           *layer_table(["prev", "hot", "prompt"], [rep.per_layer[n] for n in PREDICTORS],
+                        rep.per_layer["prev-token"])]
     return out

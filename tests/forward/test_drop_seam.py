@@ -5,7 +5,6 @@ bytes, the engine's gate G8a, and a live `refsim run` whose trace replays to its
 import json
 
 import numpy as np
-import pytest
 
 from refsim.cli import main
 from refsim.drop_rule import apply_drop, drop_rows, gate_layer
@@ -102,28 +101,19 @@ def test_the_ffn_uses_the_edited_routing(tiny_models, monkeypatch):
     assert not np.array_equal(base.logits, res.logits)     # the drop changed the computation
 
 
-@pytest.fixture(scope="module")
-def builtin_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    d = tmp_path_factory.mktemp("refsim-cache")
-    mp.setenv("REFSIM_CACHE", str(d))
-    yield d
-    mp.undo()
-
-
 def _json(capsys, argv):
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
 
 
-def test_live_run_with_drop_and_prefetch_replays_to_its_numbers(builtin_cache, capsys, tmp_path):
+def test_live_run_with_drop_and_prefetch_replays_to_its_numbers(builtin_model_cache, capsys, tmp_path):
     trace = tmp_path / "drop.route.csv"
     flags = ["--drop-cold-experts", "1.0", "--prefetch", "1"]
     run = _json(capsys, ["run", "-n", "8", "--cache-mb", "2", "--json", "--route-trace",
                          str(trace), *flags])
     k = run["knobs"]
     from refsim.model import open_model
-    spec = open_model(builtin_cache / "builtin-qwen3moe-v1.gguf").spec
+    spec = open_model(builtin_model_cache / "builtin-qwen3moe-v1.gguf").spec
     # the generation delta: every decode routes every layer's k slots (prefill excluded)
     assert k["experts_routed"] == run["decodes"] * spec.n_layer * spec.n_expert_used
     assert k["experts_dropped"] > 0
@@ -137,7 +127,7 @@ def test_live_run_with_drop_and_prefetch_replays_to_its_numbers(builtin_cache, c
     assert sum(ln.endswith(",0,1") for ln in lines) == k["experts_dropped"]   # expert_bytes 0
 
 
-def test_live_run_threshold_below_every_weight_is_the_plain_run(builtin_cache, capsys):
+def test_live_run_threshold_below_every_weight_is_the_plain_run(builtin_model_cache, capsys):
     # G8a / G8a': nothing under the threshold -> the same tokens, experts_routed > 0, 0 dropped
     plain = _json(capsys, ["run", "-n", "6", "--cache-mb", "2", "--json"])
     tiny = _json(capsys, ["run", "-n", "6", "--cache-mb", "2", "--json",

@@ -4,7 +4,6 @@ hand-worked on a fake ranking, and on the built-in qwen3moe, where the control m
 import json
 
 import numpy as np
-import pytest
 
 from refsim.cli import main
 from refsim.predict_stats import PredictProbe
@@ -34,20 +33,11 @@ def test_probe_hand_worked():
     assert p.lines()[3].split() == ["0", "-", "50.0%", "100.0%", "2"]
 
 
-@pytest.fixture(scope="module")
-def builtin_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    d = tmp_path_factory.mktemp("refsim-cache")
-    mp.setenv("REFSIM_CACHE", str(d))
-    yield d
-    mp.undo()
-
-
-def test_live_probe_on_the_builtin_model(builtin_cache, capsys):
+def test_live_probe_on_the_builtin_model(builtin_model_cache, capsys):
     assert main(["run", "-n", "8", "--json", "--predict-log"]) == 0
     run = json.loads(capsys.readouterr().out)
     from refsim.model import open_model
-    spec = open_model(builtin_cache / "builtin-qwen3moe-v1.gguf").spec
+    spec = open_model(builtin_model_cache / "builtin-qwen3moe-v1.gguf").spec
     L, k, d = spec.n_layer, spec.n_expert_used, run["decodes"]
     p = run["predict"]
     assert p["control"]["hits"] == p["control"]["slots"] == (d - 1) * L * k   # exactly 100 %
