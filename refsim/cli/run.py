@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--predict-log", action="store_true",
                    help="score the stale-gate, previous-token and control predictors per layer "
-                        "(the engine's expert-prediction.md; qwen3moe)")
+                        "(the engine's expert-prediction.md; qwen3moe, qwen35moe)")
     add_knob_args(p)
     p.set_defaults(func=run)
 
@@ -133,7 +133,7 @@ def run(args) -> int:
     probe = None
     if args.predict_log:
         if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
-            raise ConfigError("--predict-log: refsim probes the qwen3moe pass without --mtp only")
+            raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
         from refsim.predict_stats import PredictProbe
         probe = target.predict_probe = PredictProbe(target.n_layer)
     t1 = time.perf_counter()

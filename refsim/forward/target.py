@@ -96,8 +96,9 @@ class ForwardTarget:
 
     @property
     def supports_moe_gate(self) -> bool:
-        """Whether this pass takes the ``--drop-cold-experts`` seam (qwen3moe, exact/ggml)."""
-        return self.model.spec.arch == "qwen3moe" and self.numerics_name != LLAMACPP
+        """Whether this pass takes the ``--drop-cold-experts`` seam and the ``--predict-log``
+        probe (the qwen3moe and qwen35moe trunks, exact/ggml numerics)."""
+        return self.model.spec.arch in ("qwen3moe", "qwen35moe") and self.numerics_name != LLAMACPP
 
     def _run(self, tokens, positions, out_rows=None, phase: int = 1) -> DecodeResult:
         gate = {} if self.moe_gate is None else {"gate": self.moe_gate}

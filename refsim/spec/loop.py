@@ -267,7 +267,7 @@ class SpeculativeLoop:
             return None
         if not getattr(self.target, "supports_moe_gate", False):
             raise ConfigError("--drop-cold-experts: this target's forward pass has no drop seam "
-                              "(refsim runs it live for qwen3moe; replay a trace otherwise)")
+                              "(refsim runs it live for qwen3moe and qwen35moe; replay a trace otherwise)")
         gate = self.cache.open_event(kind, positions, int(self.target.n_expert_used))
         self.target.moe_gate = gate
         return gate

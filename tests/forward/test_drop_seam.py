@@ -135,3 +135,22 @@ def test_live_run_threshold_below_every_weight_is_the_plain_run(builtin_model_ca
     assert tiny["tokens"] == plain["tokens"]
     assert tiny["knobs"]["experts_routed"] > 0 and tiny["knobs"]["experts_dropped"] == 0
     assert tiny["cache"]["read_bytes"] == plain["cache"]["read_bytes"]
+
+
+def test_qwen35moe_run_with_drop_replays_and_probes(tmp_path, capsys):
+    # the hybrid trunk through the same seam: a live run with drop + prefetch replays to its
+    # numbers, and the probe's control reads 100 %
+    from refsim.model import write_synthetic
+    model = write_synthetic(tmp_path / "h.gguf", "qwen35moe", "F32", seed=3)
+    trace = tmp_path / "h.route.csv"
+    flags = ["--drop-cold-experts", "1.0", "--prefetch", "1"]
+    run = _json(capsys, ["run", str(model), "--prompt-tokens", "1,5,9,4", "-n", "6",
+                         "--cache-mb", "0.05", "--json", "--route-trace", str(trace),
+                         "--predict-log", *flags])
+    p = run["predict"]["control"]
+    assert p["hits"] == p["slots"] > 0
+    assert run["knobs"]["experts_dropped"] > 0
+    rep = _json(capsys, ["replay", str(trace), "--cache-mb", "0.05", "--json", *flags])
+    assert rep["knobs"] == run["knobs"]
+    for key, v in run["cache"].items():
+        assert rep[key] == v, key
