@@ -169,6 +169,8 @@ class ExpertCache:
         self._prev_ids = None                  # (n_layer, k) int16, sized by the first event
         self._has_prev = np.zeros(self.n_layer, dtype=np.bool_)
         self._learned = np.zeros(self.n_layer, dtype=np.bool_)   # terminal weight node known
+        self._hot = np.zeros(n_keys, dtype=np.bool_)
+        self._decodes = 0                      # target decode graphs applied (route-ahead)
         self._qstate = np.zeros(1, dtype=np.int64)
         self._counters = np.zeros(_lru.N_COUNTERS, dtype=np.int64)
         self.layer_lookups = np.zeros(self.n_layer, dtype=np.int64)
@@ -234,7 +236,10 @@ class ExpertCache:
         if self._prev_ids is None or self._prev_ids.shape[1] != k:
             self._prev_ids = np.full((n_layer, k), -1, np.int16)
             self._has_prev[:] = False
-        return _EventCtx(kind=DecodeKind(kind), positions=np.asarray(positions, np.int64),
+        kind = DecodeKind(kind)
+        # route-ahead commits in target decodes after the run's first (route-ahead.md)
+        ahead = self.knobs.route_ahead if kind in TARGET_DECODE_KINDS and self._decodes else 0
+        return _EventCtx(kind=kind, positions=np.asarray(positions, np.int64), ahead=ahead,
                          routes=routes, weights=w, dropped_in=d, armed=armed, deferred=deferred,
                          residency=np.full(routes.shape, -1, np.int8),
                          charged=np.zeros(routes.shape, np.int64),
@@ -249,11 +254,12 @@ class ExpertCache:
             self._ever_evicted, self._touched_gen, self._first_res, self._charged_gen, self._spec,
             self._queued, self._queue, self._qstate, self._prev, self._next, self._head_tail,
             self._gen, self._counters, ctx.residency, ctx.charged, ctx.dropped_out,
-            self.layer_lookups, self.layer_hits, l0, l1)
+            self.layer_lookups, self.layer_hits, l0, l1, ctx.ahead, self._hot)
 
     def _finish(self, ctx) -> EventRecord:
         if self.knobs.traced or ctx.armed:           # this graph showed its weight chain
             self._learned |= (ctx.routes >= 0).any(axis=(0, 2))
+        self._decodes += ctx.kind in TARGET_DECODE_KINDS
         delta = self._counters - ctx.before
         kind = int(ctx.kind)
         st = self.stats
@@ -310,6 +316,7 @@ class _EventCtx:
 
     kind: DecodeKind
     positions: np.ndarray
+    ahead: int
     routes: np.ndarray
     weights: np.ndarray
     dropped_in: np.ndarray

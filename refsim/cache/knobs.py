@@ -43,11 +43,16 @@ class StreamKnobs:
         ``--drop-in-prefill`` never drops its first decode token.
     prefetch : int
         ``--prefetch K``, 0..8; 0 = off.
+    route_ahead : int
+        ``--route-ahead N``, 0..8; 0 = off. The cache side: in decode graphs after the first,
+        layer L+N's committed experts are read early after layer L's load and adopted at the
+        hot end (engine-docs/route-ahead.md); the routing itself is the forward pass's.
 
     Raises
     ------
     ConfigError
-        Naming the flag, if F is not in [0, 1] or K not in 0..8.
+        Naming the flag, if F is not in [0, 1], K or N not in 0..8, both K and N are set (the
+        engine rejects the pair), or N with F > 0 (not modelled by refsim).
     """
 
     drop_frac: float = 0.0
@@ -55,15 +60,23 @@ class StreamKnobs:
     drop_in_prefill: bool = False
     traced: bool = True
     prefetch: int = 0
+    route_ahead: int = 0
 
     def __post_init__(self) -> None:
         f = self.drop_frac
         if not (isinstance(f, (int, float)) and math.isfinite(f) and 0.0 <= f <= 1.0):
             raise ConfigError(f"--drop-cold-experts: expected a fraction in [0, 1] of the uniform "
                               f"share 1/k (0 = off), got {f!r}")
-        k = self.prefetch
-        if not (isinstance(k, int) and 0 <= k <= MAX_PREFETCH):
-            raise ConfigError(f"--prefetch: expected an integer in 0..{MAX_PREFETCH}, got {k!r}")
+        for flag, k in (("--prefetch", self.prefetch), ("--route-ahead", self.route_ahead)):
+            if not (isinstance(k, int) and 0 <= k <= MAX_PREFETCH):
+                raise ConfigError(f"{flag}: expected an integer in 0..{MAX_PREFETCH}, got {k!r}")
+        if self.prefetch and self.route_ahead:
+            raise ConfigError("--route-ahead and --prefetch: mutually exclusive (the engine rejects "
+                              "speculating on a routing the policy has already fixed)")
+        if self.route_ahead and self.drop_frac > 0:
+            raise ConfigError("--route-ahead with --drop-cold-experts: refsim does not model the "
+                              "engine's drop-aware early-read filter (it needs the stale ranking's "
+                              "weights, which neither a trace nor the committed routing carries)")
 
     @property
     def drop_on(self) -> bool:
@@ -73,7 +86,7 @@ class StreamKnobs:
     @property
     def any_on(self) -> bool:
         """True when a knob changes what the cache does."""
-        return self.drop_on or self.prefetch > 0
+        return self.drop_on or self.prefetch > 0 or self.route_ahead > 0
 
     def drop_threshold(self, k: int) -> np.float32:
         """``F / k`` in float32, as router_hook.cpp computes it (``drop_frac_ / (float) nu``)."""

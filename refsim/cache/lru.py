@@ -132,16 +132,51 @@ def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resid
 
 
 @nb.njit(cache=True)
-def _settle(queue, qn, queued, resident, spec, expert_bytes, n_expert, prev, next_, head_tail,
-            counters):
+def _issue_committed(t, routes, expert_bytes, n_expert, resident, queued, hot, queue, qn,
+                     ever_evicted, prev, next_, head_tail, counters):
+    """Route-ahead's early reads of layer t's committed experts (route-ahead.md, "The early
+    reads"): a resident one is retained (promoted, zero bytes), a miss is queued for the hot end
+    and charged to read and speculative bytes."""
+    n_pos, _, k = routes.shape
+    for p in range(n_pos):
+        for s in range(k):
+            e = routes[p, t, s]
+            if e < 0:
+                continue
+            key = t * n_expert + e
+            if resident[key]:
+                _unlink(key, prev, next_, head_tail)
+                _push_head(key, prev, next_, head_tail)
+                continue
+            if queued[key]:
+                continue
+            queued[key] = True
+            hot[key] = True
+            queue[qn] = key
+            qn += 1
+            counters[C_READ] += expert_bytes[t]
+            counters[C_SPEC_READ] += expert_bytes[t]
+            if ever_evicted[key]:
+                counters[C_REREADS] += 1
+    return qn
+
+
+@nb.njit(cache=True)
+def _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
+            head_tail, counters):
     for i in range(qn):
         key = queue[i]
         queued[key] = False
         if resident[key]:
+            hot[key] = False
             continue
         resident[key] = True
         spec[key] = True
-        _push_tail(key, prev, next_, head_tail)      # cold end: first to be evicted
+        if hot[key]:                                 # route-ahead: adopted at the hot end
+            hot[key] = False
+            _push_head(key, prev, next_, head_tail)
+        else:
+            _push_tail(key, prev, next_, head_tail)  # prefetch: the cold end, first evicted
         counters[C_RESIDENT] += expert_bytes[key // n_expert]
         counters[C_SPEC_EXPERTS] += 1
     return 0
@@ -152,7 +187,7 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                     prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert, budget_bytes,
                     resident, ever_evicted, touched_gen, first_res, charged_gen, spec, queued,
                     queue, qstate, prev, next_, head_tail, gen, counters, residency_out,
-                    charged_out, dropped_out, layer_lookups, layer_hits, l0, l1):
+                    charged_out, dropped_out, layer_lookups, layer_hits, l0, l1, ahead, hot):
     """Apply an event's per-layer batches ``l0 <= il < l1`` to the LRU state (in place).
 
     Parameters
@@ -210,6 +245,12 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
         Accumulated per layer.
     l0, l1 : int
         The layer range applied (the whole event: 0, n_layer).
+    ahead : int
+        ``--route-ahead N`` when this event commits (a decode graph after the first), else 0:
+        after layer il's load, layer il+N's routed experts are read early
+        (:func:`_issue_committed`).
+    hot : (n_keys,) bool ndarray
+        Queued entries to integrate at the hot end (route-ahead).
 
     Returns
     -------
@@ -230,7 +271,7 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
         if deferred[il] and prefetch_depth > 0:   # hinted at the topk, before the deferred load
             qn = _issue_prefetch(il, prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert,
                                  resident, queued, queue, qn, ever_evicted, counters)
-        qn = _settle(queue, qn, queued, resident, spec, expert_bytes, n_expert, prev, next_,
+        qn = _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
                      head_tail, counters)
         # classify every slot of every row against the residency before the call, then load
         for p in range(n_pos):
@@ -304,6 +345,9 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
         if not deferred[il] and prefetch_depth > 0:   # hinted after the layer's load
             qn = _issue_prefetch(il, prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert,
                                  resident, queued, queue, qn, ever_evicted, counters)
+        if ahead > 0 and il + ahead < n_layer:        # route-ahead: layer il+N's committed reads
+            qn = _issue_committed(il + ahead, routes, expert_bytes, n_expert, resident, queued,
+                                  hot, queue, qn, ever_evicted, prev, next_, head_tail, counters)
         for p in range(n_pos - 1, -1, -1):            # the batch's last routed token
             routed = False
             for s in range(k):

@@ -98,8 +98,8 @@ class KnobSummary:
         Router-selected slots (counted only while F > 0) and dropped slots.
     dropped_pct : float
         100 × dropped / routed (0 when nothing was routed).
-    prefetch : int
-        K (0 = off).
+    prefetch, route_ahead : int
+        K and N (0 = off); with N the speculative counters are route-ahead's early reads.
     spec_read_bytes : int
         Bytes prefetch read (a subset of ``CacheSummary.decode_read_bytes``).
     spec_experts, spec_useful : int
@@ -113,6 +113,7 @@ class KnobSummary:
     experts_dropped: int
     dropped_pct: float
     prefetch: int
+    route_ahead: int
     spec_read_bytes: int
     spec_read_mib: float
     spec_experts: int
@@ -128,7 +129,8 @@ class KnobSummary:
         se, su = stats.total("spec_experts", g), stats.total("spec_useful", g)
         return cls(drop_frac=float(knobs.drop_frac), experts_routed=routed,
                    experts_dropped=dropped, dropped_pct=_pct(dropped, routed),
-                   prefetch=int(knobs.prefetch), spec_read_bytes=sb, spec_read_mib=sb / MIB,
+                   prefetch=int(knobs.prefetch), route_ahead=int(knobs.route_ahead),
+                   spec_read_bytes=sb, spec_read_mib=sb / MIB,
                    spec_experts=se, spec_useful=su, useful_pct=_pct(su, se))
 
     def as_dict(self) -> dict:

@@ -160,7 +160,8 @@ def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
           f"few entries; docs/cache-studies.md)", file=sys.stderr)
 
 
-def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True) -> None:
+def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True,
+                  route_ahead: bool = False) -> None:
     """The engine's cache-side knobs: ``--drop-cold-experts F``, ``--drop-no-renorm``,
     ``--drop-in-prefill`` and (unless ``prefetch=False``) ``--prefetch K``.
 
@@ -179,6 +180,11 @@ def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True) -> Non
         g.add_argument("--prefetch", type=int, default=0, metavar="K",
                        help="temporal prefetch: at layer l read ahead what the previous token routed "
                             "at layers l+1..l+K; 0..8, 0 = off (default 0)")
+    if route_ahead:
+        g.add_argument("--route-ahead", type=int, default=0, metavar="N",
+                       help="lossy: layer L's experts are layer L's router ranking on layer L-N's "
+                            "gate input, read early after layer L-N's load; 0..8, 0 = off "
+                            "(default 0). A replay models the early reads of a route-ahead trace")
 
 
 def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
@@ -200,7 +206,8 @@ def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
     from refsim.cache.knobs import StreamKnobs, low_topk_warning
     knobs = StreamKnobs(drop_frac=args.drop_cold_experts, drop_renorm=not args.drop_no_renorm,
                         drop_in_prefill=args.drop_in_prefill, traced=traced,
-                        prefetch=getattr(args, "prefetch", 0))
+                        prefetch=getattr(args, "prefetch", 0),
+                        route_ahead=getattr(args, "route_ahead", 0))
     warning = low_topk_warning(knobs, k)
     if warning:
         print(warning, file=sys.stderr)

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--predict-log", action="store_true",
                    help="score the previous-token predictor and a static hot list per layer "
                         "(the engine's expert-prediction.md; decode rows)")
-    add_knob_args(p)
+    add_knob_args(p, route_ahead=True)
     p.set_defaults(func=run)
 
 

@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--predict-log", action="store_true",
                    help="score the stale-gate, previous-token and control predictors per layer "
                         "(the engine's expert-prediction.md; qwen3moe, qwen35moe)")
-    add_knob_args(p)
+    add_knob_args(p, route_ahead=True)
     p.set_defaults(func=run)
 
 
@@ -130,6 +130,18 @@ def run(args) -> int:
         raise ConfigError("--drop-cold-experts with --mtp: refsim does not run the MTP head's pass "
                           "through the drop seam yet; use --ngram or no speculation")
     cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
+    ahead = None
+    if knobs.route_ahead:
+        if config.enabled:
+            raise ConfigError("--route-ahead: mutually exclusive with speculation (--ngram, --mtp), "
+                              "as the engine rejects it")
+        if args.predict_log:
+            raise ConfigError("--route-ahead and --predict-log: mutually exclusive (the probe would "
+                              "grade a predictor against a routing rewritten from it)")
+        if spec.arch != "qwen3moe":
+            raise ConfigError(f"--route-ahead: refsim runs it live for qwen3moe only, not {spec.arch}")
+        from refsim.route_ahead import RouteAhead
+        ahead = target.route_ahead = RouteAhead(knobs.route_ahead)
     probe = None
     if args.predict_log:
         if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
@@ -176,6 +188,9 @@ def run(args) -> int:
         out["knobs"] = knob_summary.as_dict()
     if probe is not None:
         out["predict"] = {n: dataclasses.asdict(probe.total(n)) for n in probe.per_layer}
+    if ahead is not None:
+        out["route_ahead"] = {"n": ahead.n, "committed": ahead.committed,
+                              "passthrough": ahead.passthrough, "agree_pct": ahead.agree_pct}
     if args.json:
         print(json.dumps(out))
         return 0
@@ -200,6 +215,8 @@ def run(args) -> int:
     if probe is not None:
         for line in probe.lines():
             print(line)
+    if ahead is not None:
+        print(ahead.line())
     head = ", the MTP head's draft lookups" if config.spec == "mtp" else ""
     print(f"cache: budget {budget / MIB:.2f} MiB, T (one token cycle) {t_bytes / MIB:.2f} MiB; "
           f"{summary.hit_pct_cum:.1f}% hit cumulative (prefill{head} included), "
@@ -215,7 +232,8 @@ def run(args) -> int:
     if args.route_trace is not None:
         flags = "".join(f" {f} {v}" for f, v, on in (
             ("--drop-cold-experts", f"{knobs.drop_frac:g}", knobs.drop_on),
-            ("--prefetch", knobs.prefetch, knobs.prefetch > 0)) if on)
+            ("--prefetch", knobs.prefetch, knobs.prefetch > 0),
+            ("--route-ahead", knobs.route_ahead, knobs.route_ahead > 0)) if on)
         flags += " --drop-in-prefill" if knobs.drop_on and knobs.drop_in_prefill else ""
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
               f"{budget / MIB:.10g}{flags})", file=sys.stderr)

@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
                    help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib to OUT")
     p.add_argument("--plot", metavar="OUT.png",
                    help="write a PNG of hit %% and MiB/token against the budget (matplotlib)")
-    add_knob_args(p)
+    add_knob_args(p, route_ahead=True)
     p.set_defaults(func=run)
 
 
@@ -62,7 +62,8 @@ def run(args) -> int:
     print(f"batches: {result.n_batch} ({trace.n_prompt} prompt positions, "
           f"{result.tokens} decoded tokens); T = {h.token_cycle_bytes / MIB:.1f} MiB")
     if knobs.any_on:
-        print(f"knobs: --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}; "
+        print(f"knobs: --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch} "
+              f"--route-ahead {knobs.route_ahead}; "
               f"one ExpertCache replay per budget (dropped, spec_MiB, useful: decode only)")
     for line in format_table(result):
         print(line)

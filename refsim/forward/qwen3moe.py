@@ -41,7 +41,7 @@ from refsim.drop_rule import gate_layer
 from refsim.errors import ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
-from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
+from refsim.forward.layers import (decode_inputs, route_weights, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
                                    logit_margin, moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, ModelSpec
@@ -150,9 +150,25 @@ def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
     return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
 
 
+def _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank):
+    """``--route-ahead``: record layer il's gate input, and where the policy commits, replace the
+    selection by layer il's ranking on layer il−N's gate input with its true weights."""
+    if ahead is None:
+        return ids, w
+    gate_in[il] = f
+    committed = None
+    src = gate_in.get(il - ahead.n)
+    if ahead.commits(il) and src is not None and src.shape[0] == f.shape[0]:
+        committed = rank(il, src)
+    ahead.record(ids, committed)
+    if committed is None:
+        return ids, w
+    return committed, route_weights(logits_e, committed)
+
+
 def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None, gate=None, probe=None) -> DecodeResult:
+           tap: Tap | None = None, gate=None, probe=None, ahead=None) -> DecodeResult:
     """Decode ``tokens`` at ``positions``, appending them to the KV cache.
 
     Parameters
@@ -180,6 +196,10 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     probe : refsim.predict_stats.PredictProbe, optional
         ``--predict-log``: after each layer's routing the pass hands it the last routed
         position's ids and gate input, and a ranking function over any layer's router.
+    ahead : refsim.route_ahead.RouteAhead, optional
+        ``--route-ahead N``: where ``ahead.commits(il)``, layer il's selection is the ranking of
+        its router on layer il−N's gate input, with its true renormalised weights; ``routes`` and
+        ``weights`` hold the committed routing (what the engine's trace records).
 
     Returns
     -------
@@ -206,8 +226,10 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     start = state.n
 
     def rank(j: int, x: np.ndarray) -> np.ndarray:
-        """Layer j's router on gate input x (1, n_embd): its top-k ids (1, k) (the probe's)."""
+        """Layer j's router on gate input x (n, n_embd): its top-k ids (n, k) (probe, route-ahead)."""
         return route_topk(linear(weights.layers[j].ffn_gate_inp, x, numerics), k)[0]
+
+    gate_in: dict[int, np.ndarray] = {}        # layer -> its gate input (route-ahead's source)
 
 
     h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
@@ -237,6 +259,7 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
             for name, x in (("kqv_out", o), ("ffn_inp", h), ("ffn_norm", f), ("ffn_moe_logits", logits_e),
                             ("ffn_moe_topk", ids), ("ffn_moe_weights_norm", w)):
                 t(name, il, x)
+            ids, w = _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank)
             routes[0, il] = ids[0]
             rweights[0, il] = w[0]
             rmargin[0, il] = m[0]
@@ -262,6 +285,7 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         ids, w, m = route_topk(logits_e, k)                                     # [n_act, k]
         t("ffn_moe_topk", il, ids)
         t("ffn_moe_weights_norm", il, w)
+        ids, w = _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank)
         routes[idx, il] = ids
         rweights[idx, il] = w
         rmargin[idx, il] = m

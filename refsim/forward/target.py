@@ -90,6 +90,8 @@ class ForwardTarget:
         self.results: list[DecodeResult] = []
         self.moe_gate = None
         """The drop seam for the next prefill/decode (set by the loop; see supports_moe_gate)."""
+        self.route_ahead = None
+        """A :class:`refsim.route_ahead.RouteAhead` for ``--route-ahead N`` (qwen3moe)."""
         self.predict_probe = None
         """A :class:`refsim.predict_stats.PredictProbe` fed by every graph (``--predict-log``;
         qwen3moe, like the drop seam)."""
@@ -105,6 +107,9 @@ class ForwardTarget:
         if self.predict_probe is not None:
             self.predict_probe.begin_graph(phase)
             gate["probe"] = self.predict_probe
+        if self.route_ahead is not None:
+            self.route_ahead.begin_graph(phase)
+            gate["ahead"] = self.route_ahead
         res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows,
                                **gate)
         bad = ~np.isfinite(res.logits)

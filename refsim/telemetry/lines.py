@@ -83,9 +83,10 @@ def knob_lines(k) -> list[str]:
     ``moe-drop: 5146/81920 routed experts dropped (6.3%), threshold 0.75 x uniform``.
     """
     out = []
-    if k.prefetch > 0:
+    if k.prefetch > 0 or k.route_ahead > 0:
+        tag = " [route-ahead]" if k.route_ahead > 0 else ""
         out.append(f"moe-prefetch: {k.spec_read_mib:.1f} MiB speculative, {k.spec_useful}/"
-                   f"{k.spec_experts} experts useful ({k.useful_pct:.0f}%)")
+                   f"{k.spec_experts} experts useful ({k.useful_pct:.0f}%){tag}")
     if k.drop_frac > 0:
         out.append(f"moe-drop: {k.experts_dropped}/{k.experts_routed} routed experts dropped "
                    f"({k.dropped_pct:.1f}%), threshold {k.drop_frac:.2f} x uniform")

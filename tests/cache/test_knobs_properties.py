@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from refsim.cache import ExpertCache
 from refsim.cache.knobs import StreamKnobs
-from refsim.events import DecodeEvent
+from refsim.events import DecodeEvent, DecodeKind
 from refsim.testing.cache_streams import cache_budgets, cache_streams
 from refsim.testing.traces import EventStream
 
@@ -26,6 +26,7 @@ class ModelCache:
         self.c = dict(lookups=0, hits=0, read=0, routed=0, dropped=0, spec_read=0, spec_exp=0,
                       useful=0, rereads=0)
         self.dropped_masks = []
+        self.decodes = 0
 
     def resident(self):
         return sum(self.eb[key // self.ne] for key in self.od)
@@ -34,18 +35,32 @@ class ModelCache:
         for t in range(il + 1, min(il + self.kn.prefetch, len(self.eb) - 1) + 1):
             for e in self.prev.get(t, []):
                 key = t * self.ne + e
-                if e < 0 or key in self.od or key in queue:
+                if e < 0 or key in self.od or key in [q for q, _ in queue]:
                     continue
-                queue.append(key)
+                queue.append((key, False))
                 self.c["read"] += self.eb[t]
                 self.c["spec_read"] += self.eb[t]
                 self.c["rereads"] += key in self.evicted
 
+    def issue_committed(self, t, rows, queue):
+        for r in rows:
+            for e in r:
+                key = t * self.ne + e
+                if e < 0:
+                    continue
+                if key in self.od:
+                    self.od.move_to_end(key)                  # retained: promoted, no bytes
+                elif key not in [q for q, _ in queue]:
+                    queue.append((key, True))
+                    self.c["read"] += self.eb[t]
+                    self.c["spec_read"] += self.eb[t]
+                    self.c["rereads"] += key in self.evicted
+
     def settle(self, queue):
-        for key in queue:
+        for key, hot in queue:
             if key not in self.od:
                 self.od[key] = None
-                self.od.move_to_end(key, last=False)      # the cold end
+                self.od.move_to_end(key, last=hot)        # prefetch: cold end; route-ahead: hot
                 self.spec.add(key)
                 self.c["spec_exp"] += 1
         queue.clear()
@@ -54,6 +69,8 @@ class ModelCache:
         kn, ne = self.kn, self.ne
         n_pos, n_layer, k = ev.routes.shape
         armed = kn.drop_frac > 0 and (ev.phase == 1 or kn.drop_in_prefill)
+        target = ev.kind in (DecodeKind.PLAIN, DecodeKind.VERIFY)
+        ahead = kn.route_ahead if target and self.decodes else 0
         thr = np.float32(np.float32(kn.drop_frac) / np.float32(k))
         mask = np.zeros(ev.routes.shape, bool)
         queue = []
@@ -103,11 +120,15 @@ class ModelCache:
                 self.evicted.add(tail)
             if not deferred and kn.prefetch:
                 self.issue(il, queue)
+            if ahead and il + ahead < n_layer:
+                self.issue_committed(il + ahead, [[int(x) for x in ev.routes[p, il + ahead]]
+                                                  for p in range(n_pos)], queue)
             last = [r for r in rows if any(e >= 0 for e in r)]
             if last:
                 self.prev[il] = last[-1]
         if kn.traced or armed:
             self.learned |= {il for il in range(n_layer) if (ev.routes[:, il] >= 0).any()}
+        self.decodes += target
         self.dropped_masks.append(mask)
 
 
@@ -126,9 +147,10 @@ def weighted_streams(draw):
     return EventStream(s.header, out)
 
 
-knob_draws = st.builds(StreamKnobs, drop_frac=st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]),
-                       drop_in_prefill=st.booleans(), traced=st.booleans(),
-                       prefetch=st.integers(0, 3))
+knob_draws = st.one_of(
+    st.builds(StreamKnobs, drop_frac=st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]),
+              drop_in_prefill=st.booleans(), traced=st.booleans(), prefetch=st.integers(0, 3)),
+    st.builds(StreamKnobs, route_ahead=st.integers(1, 3)))
 cases = weighted_streams().flatmap(lambda s: st.tuples(st.just(s), cache_budgets(s.header)))
 
 
@@ -186,7 +208,7 @@ def test_speculative_counters_are_bounded(case, knobs):
     assert s.total("spec_useful") <= s.total("spec_experts")
     for r in recs:
         assert r.spec_read_bytes <= r.read_bytes
-        assert ((r.residency == 2).sum() == 0) or knobs.prefetch > 0
+        assert ((r.residency == 2).sum() == 0) or knobs.prefetch > 0 or knobs.route_ahead > 0
     if knobs.prefetch == 0:
         assert s.total("spec_read_bytes") == s.total("spec_experts") == 0
 

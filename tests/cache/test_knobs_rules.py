@@ -259,3 +259,38 @@ def test_dynamic_drop_can_read_more_than_no_drop():
         recs = [c.apply(e) for e in evs]
         reads.append([r.read_bytes for r in recs])
     assert reads == [[2, 1, 1, 0], [2, 1, 1, 1]]
+
+
+# ---- route-ahead's early reads ---------------------------------------------------------------
+
+def test_route_ahead_reads_the_committed_layer_early_and_adopts_it_hot():
+    # 2 layers of 10 B, k = 1, budget 20 B, --route-ahead 1 (cache side). Prefill [0, 0] reads
+    # (0,0), (1,0). Decode 1 [1, 1] (the run's first decode: no early reads): reads (0,1): 30 >
+    # 20, evict the tail (0,0); reads (1,1): evict (1,0). Cache: (1,1), (0,1).
+    # Decode 2 [1, 2]: layer 0 hits (0,1); after its load, layer 1's committed expert (1,2) is
+    # cold -> read early (10 B speculative). Layer 1: the settle adopts (1,2) at the HOT end
+    # (30 > 20 is only checked after the batch); the lookup hits it with residency 2 (useful);
+    # eviction takes the tail, (1,1).
+    c = cache(budget=20, knobs=StreamKnobs(route_ahead=1), n_expert=4, eb=(10, 10))
+    c.apply(ev2(PRE, 0, [[[0], [0]]]))
+    r1 = c.apply(ev2(PLAIN, 1, [[[1], [1]]]))
+    assert (r1.read_bytes, r1.spec_read_bytes) == (20, 0)
+    r2 = c.apply(ev2(PLAIN, 2, [[[1], [2]]]))
+    assert r2.residency[0].tolist() == [[1], [2]]
+    assert (r2.read_bytes, r2.spec_read_bytes, r2.hits) == (10, 10, 2)
+    assert c.resident_keys() == [(1, 2), (0, 1)]
+    s = c.stats
+    assert (s.total("spec_experts"), s.total("spec_useful")) == (1, 1)
+    # a committed expert already resident is retained (promoted), costing nothing: decode 3
+    # [2, 2]: layer 0 reads (0,2) (evicts the tail (0,1)); layer 1's (1,2) is resident -> promoted
+    r3 = c.apply(ev2(PLAIN, 3, [[[2], [2]]]))
+    assert (r3.read_bytes, r3.spec_read_bytes) == (10, 0)
+
+
+def test_route_ahead_validation():
+    with pytest.raises(ConfigError, match="--route-ahead: expected an integer in 0..8"):
+        StreamKnobs(route_ahead=9)
+    with pytest.raises(ConfigError, match="mutually exclusive"):
+        StreamKnobs(route_ahead=1, prefetch=1)
+    with pytest.raises(ConfigError, match="drop-aware"):
+        StreamKnobs(route_ahead=1, drop_frac=0.5)

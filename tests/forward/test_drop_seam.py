@@ -154,3 +154,72 @@ def test_qwen35moe_run_with_drop_replays_and_probes(tmp_path, capsys):
     assert rep["knobs"] == run["knobs"]
     for key, v in run["cache"].items():
         assert rep[key] == v, key
+
+
+def test_route_ahead_live_run_replays_and_counts(builtin_model_cache, capsys, tmp_path):
+    # --route-ahead 1 on the built-in qwen3moe: layers >= 1 of every decode after the first take
+    # the committed selection; the trace replays (cache side: the early reads) to the run's numbers
+    from refsim.model import open_model
+    trace = tmp_path / "ra.route.csv"
+    run = _json(capsys, ["run", "-n", "8", "--cache-mb", "2", "--json", "--route-trace",
+                         str(trace), "--route-ahead", "1"])
+    spec = open_model(builtin_model_cache / "builtin-qwen3moe-v1.gguf").spec
+    L, d = spec.n_layer, run["decodes"]
+    ra = run["route_ahead"]
+    assert (ra["committed"], ra["passthrough"]) == ((d - 1) * (L - 1), L + (d - 1))
+    k = run["knobs"]
+    assert k["spec_useful"] == k["spec_experts"] > 0       # committed reads are used by construction
+    rep = _json(capsys, ["replay", str(trace), "--cache-mb", "2", "--json", "--route-ahead", "1"])
+    assert rep["knobs"] == k
+    for key, v in run["cache"].items():
+        assert rep[key] == v, key
+    # --route-ahead 0 is the plain run
+    plain = _json(capsys, ["run", "-n", "8", "--cache-mb", "2", "--json"])
+    zero = _json(capsys, ["run", "-n", "8", "--cache-mb", "2", "--json", "--route-ahead", "0"])
+    assert zero["tokens"] == plain["tokens"] and zero["cache"] == plain["cache"]
+
+
+def test_route_ahead_rejections(builtin_model_cache, capsys):
+    for extra, msg in ((["--ngram"], "mutually exclusive with speculation"),
+                       (["--predict-log"], "--route-ahead and --predict-log"),
+                       (["--prefetch", "1"], "--route-ahead and --prefetch")):
+        assert main(["run", "-n", "2", "--route-ahead", "1", *extra]) == 1
+        assert msg in capsys.readouterr().err
+
+
+def test_route_weights_are_the_routers_on_its_own_selection():
+    from refsim.forward.layers import route_topk, route_weights
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        logits = (rng.normal(size=(3, 16)) * 3).astype(np.float32)
+        ids, w, _ = route_topk(logits, 4)
+        assert np.array_equal(route_weights(logits, ids), w)
+    # another selection: softmax gathered at it, renormalised to sum 1 (float32)
+    logits = np.array([[0.0, np.log(2.0), np.log(3.0), np.log(4.0)]], np.float32)
+    w = route_weights(logits, np.array([[0, 1]]))
+    assert np.allclose(w, [[1 / 3, 2 / 3]], atol=1e-6)
+
+
+def test_route_ahead_commits_the_stale_ranking(tiny_models):
+    # decode three single tokens with RouteAhead(1): the third graph's layer 1 routes the ranking
+    # of layer 1's router on layer 0's gate input, with layer 1's true weights
+    from refsim.forward.layers import Numerics, linear, route_topk, route_weights
+    from refsim.route_ahead import RouteAhead
+    m = tiny_models["F32"]
+    wts = qwen3moe.load_weights(m)
+    state = qwen3moe.new_state(m.spec, 64)
+    ra = RouteAhead(1)
+    seen = {}
+
+    def tap(name, il, a):
+        seen[(name, il)] = np.array(a)
+
+    for pos, tok in enumerate([1, 5, 9]):
+        ra.begin_graph(1)
+        res = qwen3moe.decode(wts, state, np.array([tok]), np.array([pos]), tap=tap, ahead=ra)
+    f0 = seen[("ffn_norm", 0)]
+    k = m.spec.n_expert_used
+    want = route_topk(linear(wts.layers[1].ffn_gate_inp, f0, Numerics()), k)[0]
+    assert np.array_equal(res.routes[:, 1], want)
+    assert np.array_equal(res.weights[:, 1], route_weights(seen[("ffn_moe_logits", 1)], want))
+    assert (ra.committed, ra.passthrough) == (2 * (m.spec.n_layer - 1), m.spec.n_layer + 2)
