@@ -108,6 +108,19 @@ def effective_routes(routes, weights, dropped):
 
 
 @nb.njit(cache=True)
+def _queue_read(key, nbytes, queued, queue, qn, ever_evicted, counters):
+    """Queue one speculative read of ``nbytes`` (charged to read and speculative bytes; a
+    re-read if the entry was ever evicted); returns the new queue length."""
+    queued[key] = True
+    queue[qn] = key
+    counters[C_READ] += nbytes
+    counters[C_SPEC_READ] += nbytes
+    if ever_evicted[key]:
+        counters[C_REREADS] += 1
+    return qn + 1
+
+
+@nb.njit(cache=True)
 def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resident, queued,
                     queue, qn, ever_evicted, counters):
     n_layer = expert_bytes.size
@@ -121,13 +134,7 @@ def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resid
             key = t * n_expert + e
             if resident[key] or queued[key]:
                 continue                      # already resident or already queued
-            queued[key] = True
-            queue[qn] = key
-            qn += 1
-            counters[C_READ] += expert_bytes[t]
-            counters[C_SPEC_READ] += expert_bytes[t]
-            if ever_evicted[key]:
-                counters[C_REREADS] += 1
+            qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
     return qn
 
 
@@ -150,14 +157,8 @@ def _issue_committed(t, routes, expert_bytes, n_expert, resident, queued, hot, q
                 continue
             if queued[key]:
                 continue
-            queued[key] = True
             hot[key] = True
-            queue[qn] = key
-            qn += 1
-            counters[C_READ] += expert_bytes[t]
-            counters[C_SPEC_READ] += expert_bytes[t]
-            if ever_evicted[key]:
-                counters[C_REREADS] += 1
+            qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
     return qn
 
 

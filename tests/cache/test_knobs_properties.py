@@ -209,7 +209,7 @@ def test_speculative_counters_are_bounded(case, knobs):
     for r in recs:
         assert r.spec_read_bytes <= r.read_bytes
         assert ((r.residency == 2).sum() == 0) or knobs.prefetch > 0 or knobs.route_ahead > 0
-    if knobs.prefetch == 0:
+    if knobs.prefetch == knobs.route_ahead == 0:
         assert s.total("spec_read_bytes") == s.total("spec_experts") == 0
 
 
@@ -232,9 +232,10 @@ def test_recorded_drops_replay_to_the_same_cache(case, knobs):
     # a run's decisions written back as the `dropped` column and replayed with F = 0 (the
     # recorded column honoured) give the same counters and state: what `refsim replay` of a
     # dropped trace does. Without prefetch: a deferred layer hints before its load, an
-    # undropped one after it, so a drop run with --prefetch replays only with the same F.
+    # undropped one after it, so a drop run with --prefetch replays only with the same F
+    # (route-ahead's early reads need --route-ahead in the replay too).
     stream, budget = case
-    knobs = dataclasses.replace(knobs, prefetch=0)
+    knobs = dataclasses.replace(knobs, prefetch=0, route_ahead=0)
     c, recs = run(stream, budget, knobs)
     replay = [DecodeEvent(e.kind, e.positions, e.routes, weights=e.weights, dropped=r.dropped,
                           n_draft=e.n_draft, accepted=e.accepted)
