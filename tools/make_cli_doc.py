@@ -48,9 +48,11 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--cache-floor-mb`, `--cache-ceil-mb` | a number of MiB from 0 to 2^40 (1 EiB) |
 | `--ram-mb` | a number of MiB > 0 and at most 2^40 (1 EiB) |
 | `--mtp-p-min` | a probability in [0, 1] |
+| `--drop-cold-experts` | a number in [0, 1] (`drop-replay --frac`: fractions like 0.5,0.75,1.0, each a number in [0, 1]) |
+| `--prefetch`, `--route-ahead` | an integer in 0..8 (the engine's range) |
 | `--prompt-tokens`, `--corpus` | token ids like 1,5,77, each an integer in 0..2147483647 |
 | `--seed` | an integer in 0..4294967295 (`synth`, `bench`) |
-| `union --window`, `ngram-whatif --draft`, `--min-match`, `timing breakeven --draft` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
+| `union --window`, `ngram-whatif --draft`, `--min-match`, `timing breakeven --draft`, `drop-replay --n-expert-used` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
 | `sweep --policy` | comma-separated names of known policies |
 
 Numbers are ASCII (`1_0`, `٣` and ` 3` are refused); a negative value may follow its flag with a

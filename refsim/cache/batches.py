@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from refsim.cache.lru import effective_routes
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent
 
@@ -52,8 +53,10 @@ class BatchTrace:
     Attributes
     ----------
     keys : (n_occ,) int64 ndarray
-        Key ``layer * n_expert + expert`` of every routed, non-dropped slot, batch by batch,
-        token-major inside a batch (position, then slot); duplicates kept.
+        Key ``layer * n_expert + expert`` of every routed slot, batch by batch, token-major
+        inside a batch (position, then slot); duplicates kept. A dropped slot holds its row's
+        best id, as the engine rewrites it (``refsim.cache.lru.effective_routes``), or is left
+        out when the row's weights are unknown.
     batch_start : (n_batch + 1,) int64 ndarray
         Batch ``b`` is ``keys[batch_start[b]:batch_start[b + 1]]``.
     batch_layer : (n_batch,) int32 ndarray
@@ -118,13 +121,17 @@ class BatchTrace:
                 raise ConfigError(f"expected DecodeEvent, got {type(ev).__name__}")
             if ev.n_layer != n_layer:
                 raise ConfigError(f"event routes {ev.n_layer} layers, expected n_layer={n_layer}")
-            r = ev.routes.transpose(1, 0, 2).astype(np.int64)       # [n_layer, n_pos, k]
+            routes = ev.routes
+            if ev.dropped is not None:       # a dropped slot carries its row's best id (§3.6)
+                w = (ev.weights if ev.weights is not None
+                     else np.full(routes.shape, np.nan, np.float32))
+                routes = effective_routes(routes, np.ascontiguousarray(w, np.float32),
+                                          np.ascontiguousarray(ev.dropped, np.bool_))
+            r = routes.transpose(1, 0, 2).astype(np.int64)          # [n_layer, n_pos, k]
             if r.size and int(r.max()) >= n_expert:
                 raise ConfigError(
                     f"event routes expert {int(r.max())}, expected ids < n_expert={n_expert}")
             keep = r >= 0
-            if ev.dropped is not None:
-                keep &= ~ev.dropped.transpose(1, 0, 2)
             chunks.append((r + layer_base)[keep])                    # layer-major, token-major
             counts.append(keep.reshape(n_layer, -1).sum(axis=1))
             kinds.append(np.full(n_layer, int(ev.kind), dtype=np.int8))

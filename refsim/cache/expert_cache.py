@@ -7,6 +7,10 @@ Counters and their definitions (docs/cache-studies.md, docs/telemetry.md):
 - read bytes: ``expert_bytes(layer)`` per missed lookup (unaligned; the engine's O_DIRECT reads
   round each slice up to 4 KiB windows, +0.2-0.4 %, bmoe-engine.md §3.1);
 - resident bytes: sum of the entry sizes resident after the event;
+- with ``--drop-cold-experts`` / ``--prefetch`` (:class:`~refsim.cache.knobs.StreamKnobs`):
+  ``experts_routed`` / ``experts_dropped`` (router_hook.cpp) and ``spec_read_bytes`` (a subset
+  of read bytes), ``spec_experts`` (prefetched entries integrated), ``spec_useful`` (of those,
+  the ones a later real lookup hit) (expert_stream_source.cpp);
 - every counter is kept per decode kind (prefill, plain, verify, draft) and per event.
 """
 
@@ -19,10 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from refsim import MAX_CACHE_MIB, MIB
+from refsim.cache import lru as _lru
+from refsim.cache.knobs import StreamKnobs
 from refsim.cache.lru import NIL, lru_apply_event
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.events import N_KINDS, DecodeEvent, DecodeKind
-
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,13 @@ class EventRecord:
     residency : (n_pos, n_layer, k) int8 ndarray
         Per slot: 1 resident before its layer batch, 0 not, -1 not routed or dropped.
     charged_bytes : (n_pos, n_layer, k) int64 ndarray
-        Per slot: the entry size on the first occurrence of a missed id, else 0.
+        Per slot: the entry size on the first non-dropped occurrence of a missed id, else 0.
+    dropped : (n_pos, n_layer, k) bool ndarray or None
+        Slots dropped in this event (recorded, or decided by ``--drop-cold-experts``); None
+        when nothing was dropped.
+    experts_dropped, spec_read_bytes : int
+        Slots the drop policy dropped in this event; bytes prefetch read in this event (also
+        in ``read_bytes``).
     """
 
     kind: DecodeKind
@@ -56,6 +67,16 @@ class EventRecord:
     resident_bytes: int
     residency: np.ndarray
     charged_bytes: np.ndarray
+    dropped: np.ndarray | None = None
+    experts_dropped: int = 0
+    spec_read_bytes: int = 0
+
+    def trace_residency(self) -> np.ndarray:
+        """Residency as a route trace records it: a dropped slot keeps the router's residency,
+        which is 0 (a slot drops only on a miss; §3.6 "Trace columns"), instead of -1."""
+        if self.dropped is None:
+            return self.residency
+        return np.where(self.dropped, np.int8(0), self.residency).astype(np.int8)
 
 
 @dataclass
@@ -70,6 +91,11 @@ class CacheStats:
     hits: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     read_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     events: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    experts_routed: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    experts_dropped: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    spec_read_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    spec_experts: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    spec_useful: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     evictions: int = 0
     rereads: int = 0
     resident_bytes: int = 0
@@ -100,6 +126,8 @@ class ExpertCache:
         Experts per layer.
     budget_bytes : int
         Cache budget in bytes (the engine's ``--cache-mb`` × 2**20).
+    knobs : StreamKnobs, optional
+        ``--drop-cold-experts`` and ``--prefetch`` (default: both off, the bare cache).
 
     Raises
     ------
@@ -112,7 +140,8 @@ class ExpertCache:
     ``layer * n_expert + expert``.
     """
 
-    def __init__(self, expert_bytes, n_expert: int, budget_bytes: int):
+    def __init__(self, expert_bytes, n_expert: int, budget_bytes: int,
+                 knobs: StreamKnobs | None = None):
         eb = np.asarray(expert_bytes, dtype=np.int64)
         if eb.ndim != 1 or eb.size == 0 or (eb <= 0).any():
             raise ConfigError(f"expert_bytes must be a non-empty list of positive sizes, got {eb}")
@@ -133,7 +162,18 @@ class ExpertCache:
         self._next = np.full(n_keys, NIL, dtype=np.int64)
         self._head_tail = np.full(2, NIL, dtype=np.int64)
         self._gen = 0
-        self._counters = np.zeros(6, dtype=np.int64)
+        self.knobs = knobs if knobs is not None else StreamKnobs()
+        self._charged_gen = np.zeros(n_keys, dtype=np.int64)
+        self._spec = np.zeros(n_keys, dtype=np.bool_)
+        self._queued = np.zeros(n_keys, dtype=np.bool_)
+        self._queue = np.zeros(n_keys, dtype=np.int64)
+        self._prev_ids = None                  # (n_layer, k) int16, sized by the first event
+        self._has_prev = np.zeros(self.n_layer, dtype=np.bool_)
+        self._learned = np.zeros(self.n_layer, dtype=np.bool_)   # terminal weight node known
+        self._hot = np.zeros(n_keys, dtype=np.bool_)
+        self._decodes = 0                      # target decode graphs applied (route-ahead)
+        self._qstate = np.zeros(1, dtype=np.int64)
+        self._counters = np.zeros(_lru.N_COUNTERS, dtype=np.int64)
         self.layer_lookups = np.zeros(self.n_layer, dtype=np.int64)
         """(n_layer,) int64: lifetime lookups per layer."""
         self.layer_hits = np.zeros(self.n_layer, dtype=np.int64)
@@ -152,42 +192,100 @@ class ExpertCache:
     def apply(self, event: DecodeEvent) -> EventRecord:
         """Load one event's per-layer batches; returns what it did.
 
+        With ``--drop-cold-experts`` armed, the rule decides each deferred layer's drops from
+        the cache state (a recorded ``dropped`` column is not used); otherwise a recorded
+        ``dropped`` column is honoured.
+
         Raises
         ------
         ConfigError
-            If the event's layer span or expert ids do not fit this cache.
+            If the event's layer span or expert ids do not fit this cache, or the policy needs
+            a weight the event lacks.
         """
-        routes = event.routes
+        ctx = self._begin(event.kind, event.positions, event.routes, event.weights,
+                          None if self.knobs.drop_on else event.dropped)
+        if ctx.deferred.any():
+            look = (ctx.routes >= 0) & ctx.deferred[None, :, None]
+            if not np.isfinite(ctx.weights[look]).all():
+                raise ConfigError(
+                    "--drop-cold-experts: the policy needs every routed slot's final weight, and "
+                    f"an event at position {int(event.positions[0])} has none (weight 'nan')")
+        self._run(ctx, 0, self.n_layer, classify=True)
+        return self._finish(ctx)
+
+    def open_event(self, kind: DecodeKind, positions, k: int) -> "LayerFeed":
+        """Feed one event layer by layer, as a live forward pass produces it (the engine's
+        hook calls ``load_layer`` per layer); see :class:`LayerFeed`."""
+        return LayerFeed(self, kind, positions, k)
+
+    def _begin(self, kind, positions, routes, weights, dropped):
+        routes = np.ascontiguousarray(routes, np.int16)
         if routes.shape[1] != self.n_layer:
             raise ConfigError(
                 f"event routes {routes.shape[1]} layers, the cache has n_layer={self.n_layer}")
         if routes.size and int(routes.max()) >= self.n_expert:
             raise ConfigError(
                 f"event routes expert {int(routes.max())}, the cache has n_expert={self.n_expert}")
-        dropped = event.dropped if event.dropped is not None else np.zeros(routes.shape, np.bool_)
-        residency = np.empty(routes.shape, dtype=np.int8)
-        charged = np.empty(routes.shape, dtype=np.int64)
-        before = self._counters.copy()
+        n_pos, n_layer, k = routes.shape
+        armed = self.knobs.armed(DecodeKind(kind).phase)
+        routed_layers = (routes >= 0).any(axis=(0, 2))
+        deferred = (self._learned & routed_layers) if armed else np.zeros(n_layer, np.bool_)
+        w = (np.ascontiguousarray(weights, np.float32) if weights is not None
+             else np.full(routes.shape, np.nan, np.float32))
+        d = (np.ascontiguousarray(dropped, np.bool_) if dropped is not None
+             else np.zeros(routes.shape, np.bool_))
+        if self._prev_ids is None or self._prev_ids.shape[1] != k:
+            self._prev_ids = np.full((n_layer, k), -1, np.int16)
+            self._has_prev[:] = False
+        kind = DecodeKind(kind)
+        # route-ahead commits in target decodes after the run's first (route-ahead.md)
+        ahead = self.knobs.route_ahead if kind in TARGET_DECODE_KINDS and self._decodes else 0
+        return _EventCtx(kind=kind, positions=np.asarray(positions, np.int64), ahead=ahead,
+                         routes=routes, weights=w, dropped_in=d, armed=armed, deferred=deferred,
+                         residency=np.full(routes.shape, -1, np.int8),
+                         charged=np.zeros(routes.shape, np.int64),
+                         dropped_out=np.zeros(routes.shape, np.bool_),
+                         before=self._counters.copy())
+
+    def _run(self, ctx, l0: int, l1: int, classify: bool) -> None:
         self._gen = lru_apply_event(
-            routes, dropped, self.expert_bytes, self.n_expert, self.budget_bytes,
-            self._resident, self._ever_evicted, self._touched_gen, self._first_res,
-            self._prev, self._next, self._head_tail, self._gen, self._counters,
-            residency, charged, self.layer_lookups, self.layer_hits)
-        delta = self._counters - before
-        kind = int(event.kind)
+            ctx.routes, ctx.weights, ctx.dropped_in, self.knobs.drop_threshold(ctx.routes.shape[2]),
+            ctx.deferred, classify, self.knobs.drop_on, self.knobs.prefetch, self._prev_ids,
+            self._has_prev, self.expert_bytes, self.n_expert, self.budget_bytes, self._resident,
+            self._ever_evicted, self._touched_gen, self._first_res, self._charged_gen, self._spec,
+            self._queued, self._queue, self._qstate, self._prev, self._next, self._head_tail,
+            self._gen, self._counters, ctx.residency, ctx.charged, ctx.dropped_out,
+            self.layer_lookups, self.layer_hits, l0, l1, ctx.ahead, self._hot)
+
+    def _finish(self, ctx) -> EventRecord:
+        if self.knobs.traced or ctx.armed:           # this graph showed its weight chain
+            self._learned |= (ctx.routes >= 0).any(axis=(0, 2))
+        self._decodes += ctx.kind in TARGET_DECODE_KINDS
+        delta = self._counters - ctx.before
+        kind = int(ctx.kind)
         st = self.stats
-        st.lookups[kind] += delta[0]
-        st.hits[kind] += delta[1]
-        st.read_bytes[kind] += delta[2]
+        st.lookups[kind] += delta[_lru.C_LOOKUPS]
+        st.hits[kind] += delta[_lru.C_HITS]
+        st.read_bytes[kind] += delta[_lru.C_READ]
+        st.experts_routed[kind] += delta[_lru.C_ROUTED]
+        st.experts_dropped[kind] += delta[_lru.C_DROPPED]
+        st.spec_read_bytes[kind] += delta[_lru.C_SPEC_READ]
+        st.spec_experts[kind] += delta[_lru.C_SPEC_EXPERTS]
+        st.spec_useful[kind] += delta[_lru.C_SPEC_USEFUL]
         st.events[kind] += 1
-        st.evictions = int(self._counters[4])
-        st.rereads = int(self._counters[5])
-        st.resident_bytes = int(self._counters[3])
+        st.evictions = int(self._counters[_lru.C_EVICTIONS])
+        st.rereads = int(self._counters[_lru.C_REREADS])
+        st.resident_bytes = int(self._counters[_lru.C_RESIDENT])
+        n_pos = ctx.routes.shape[0]
         return EventRecord(
-            kind=event.kind, first_position=int(event.positions[0]) if event.n_pos else -1,
-            n_pos=event.n_pos, lookups=int(delta[0]), hits=int(delta[1]),
-            read_bytes=int(delta[2]), resident_bytes=int(self._counters[3]),
-            residency=residency, charged_bytes=charged)
+            kind=ctx.kind, first_position=int(ctx.positions[0]) if n_pos else -1,
+            n_pos=n_pos, lookups=int(delta[_lru.C_LOOKUPS]), hits=int(delta[_lru.C_HITS]),
+            read_bytes=int(delta[_lru.C_READ]),
+            resident_bytes=int(self._counters[_lru.C_RESIDENT]),
+            residency=ctx.residency, charged_bytes=ctx.charged,
+            dropped=ctx.dropped_out if ctx.dropped_out.any() else None,
+            experts_dropped=int(delta[_lru.C_DROPPED]),
+            spec_read_bytes=int(delta[_lru.C_SPEC_READ]))
 
     @staticmethod
     def mib_to_bytes(cache_mb: float) -> int:
@@ -209,3 +307,86 @@ class ExpertCache:
         if not (np.isfinite(value) and 1 <= value * MIB and value <= MAX_CACHE_MIB):
             raise UsageError(value_message("--cache-mb", CACHE_MB_RANGE, cache_mb))
         return int(value * MIB)
+
+
+@dataclass
+class _EventCtx:
+    """The arrays of one event being applied (internal to ExpertCache and LayerFeed)."""
+
+    kind: DecodeKind
+    positions: np.ndarray
+    ahead: int
+    routes: np.ndarray
+    weights: np.ndarray
+    dropped_in: np.ndarray
+    armed: bool
+    deferred: np.ndarray
+    residency: np.ndarray
+    charged: np.ndarray
+    dropped_out: np.ndarray
+    before: np.ndarray
+
+
+class LayerFeed:
+    """One event fed to the cache layer by layer by a live forward pass: the seam through which
+    the pass asks "which of these ids are resident now?" before a layer's FFN, and reports what
+    it routed. The pass never sees a byte count; the cache applies each layer with the same
+    kernel as :meth:`ExpertCache.apply` (docs/architecture.md, "The drop seam").
+
+    Use: for each MoE layer in order, ``drop_threshold(il)`` (None: do not drop at this layer),
+    ``resident(il, ids)``, then ``routed(il, rows, ids, weights, dropped)`` with the router's
+    ids and weights and the slots the pass dropped; finally :meth:`close` with the event.
+    """
+
+    def __init__(self, cache: ExpertCache, kind: DecodeKind, positions, k: int):
+        positions = np.asarray(positions, np.int64)
+        shape = (positions.size, cache.n_layer, int(k))
+        self.cache = cache
+        self.ctx = cache._begin(kind, positions, np.full(shape, -1, np.int16), None, None)
+        self.ctx.deferred[:] = cache._learned if self.ctx.armed else False
+        self._next = 0
+
+    @property
+    def drop_renorm(self) -> bool:
+        """``--drop-no-renorm`` not given: survivors are rescaled after a drop."""
+        return self.cache.knobs.drop_renorm
+
+    def drop_threshold(self, il: int):
+        """``F / k`` (float32) when the drop rule applies at layer ``il`` of this event (armed
+        for its phase and the layer's decision point known), else None."""
+        return self.cache.knobs.drop_threshold(self.ctx.routes.shape[2]) if self.ctx.deferred[il] else None
+
+    def resident(self, il: int, ids: np.ndarray) -> np.ndarray:
+        """Per id of layer ``il`` (any shape, -1 allowed): resident now or a prefetch that will
+        have landed when the layer loads (the engine settles speculation first)."""
+        self._catch_up(il)
+        ids = np.asarray(ids, np.int64)
+        keys = il * self.cache.n_expert + np.maximum(ids, 0)
+        return (ids >= 0) & (self.cache._resident[keys] | self.cache._queued[keys])
+
+    def routed(self, il: int, rows, ids, weights, dropped=None) -> None:
+        """Layer ``il`` routed ``ids`` / ``weights`` ((n, k), the router's) for event positions
+        ``rows``; ``dropped`` (n, k) bool = the slots the pass dropped. Loads the layer."""
+        if il < self._next:
+            raise ConfigError(f"layer {il} fed twice or out of order (next is {self._next})")
+        c = self.ctx
+        c.routes[rows, il] = ids
+        c.weights[rows, il] = weights
+        if dropped is not None:
+            c.dropped_in[rows, il] = dropped
+        self._catch_up(il + 1)
+
+    def _catch_up(self, il: int) -> None:
+        if il > self._next:
+            c = self.ctx           # a layer that routed nothing loads as apply() would load it
+            c.deferred[self._next:il] &= (c.routes[:, self._next:il] >= 0).any(axis=(0, 2))
+            self.cache._run(self.ctx, self._next, il, classify=False)
+            self._next = il
+
+    def close(self, event: DecodeEvent) -> EventRecord:
+        """Finish the event (layers never fed route nothing) and return its record; ``event``
+        must carry the routes fed."""
+        self._catch_up(self.cache.n_layer)
+        if not np.array_equal(event.routes, self.ctx.routes):
+            raise ConfigError("LayerFeed.close: the event's routes differ from the layers fed")
+        return self.cache._finish(self.ctx)

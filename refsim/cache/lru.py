@@ -1,4 +1,5 @@
-"""The engine's expert cache: one global LRU over (layer, expert) with a byte budget.
+"""The engine's expert cache: one global LRU over (layer, expert) with a byte budget, and the two
+knobs that act inside it: cache-aware dropping and temporal prefetch.
 
 Rules (bmoe-engine.md §3.2, "LRU mode"; the engine's expert_stream_source.cpp):
 
@@ -13,6 +14,21 @@ Rules (bmoe-engine.md §3.2, "LRU mode"; the engine's expert_stream_source.cpp):
    the budget therefore leaves the cache over budget until a later call.
 3. Residency of a slot is queried before the call: every duplicate of a missed id shows 0.
 
+``--drop-cold-experts F`` (§3.6; router_hook.cpp ``apply_drop``), for a layer where the policy
+is deferred to the terminal weight node: after settling speculation, per token row the *best*
+slot (largest weight, ties to the lowest slot) is kept, and slot s is dropped iff s is not the
+best, its entry is not resident (residency 0) and its weight is below ``F / k`` (float32). A
+dropped slot's id is rewritten to the best slot's id, so ``load_layer`` sees a duplicate: no
+lookup, no read, one more promotion of the best entry at that position.
+
+``--prefetch K`` (§3.5; ``ExpertStreamSource::prefetch`` / ``quiesce_spec``): at layer l the
+previous graph's last-position ids at layers l+1..l+K are queued unless resident or queued; a
+queued read is charged to ``read_bytes`` and ``spec_read_bytes``. Completion model: every queued
+read completes before the next settle (the next ``load_layer`` or drop decision), where it is
+integrated at the **cold** end (the engine's stamp 0) with the speculative flag; the first real
+lookup that hits it shows residency 2, clears the flag and counts ``spec_useful``. The hint is
+issued after the layer's load, or before it (at the topk node) for a drop-deferred layer.
+
 The state is a doubly linked list in arrays, and one Numba kernel applies a whole event
 (every layer) per call, so a live run and a trace replay run the same code.
 """
@@ -20,8 +36,16 @@ The state is a doubly linked list in arrays, and one Numba kernel applies a whol
 from __future__ import annotations
 
 import numba as nb
+import numpy as np
+
+from refsim.drop_rule import drop_row, row_best
 
 NIL = -1
+
+# counter slots of ``lru_apply_event``'s ``counters`` array
+C_LOOKUPS, C_HITS, C_READ, C_RESIDENT, C_EVICTIONS, C_REREADS = range(6)
+C_ROUTED, C_DROPPED, C_SPEC_READ, C_SPEC_EXPERTS, C_SPEC_USEFUL = range(6, 11)
+N_COUNTERS = 11
 
 
 @nb.njit(cache=True)
@@ -41,54 +65,193 @@ def _unlink(key, prev, next_, head_tail):
 
 
 @nb.njit(cache=True)
-def _push_head(key, prev, next_, head_tail):
-    h = head_tail[0]
-    prev[key] = NIL
-    next_[key] = h
+def _push_end(key, end, towards, away, head_tail):
+    """Link ``key`` in at one end of the list: ``end`` 0 = head (most recent; ``towards`` =
+    next_, ``away`` = prev) or 1 = tail (coldest; ``towards`` = prev, ``away`` = next_)."""
+    h = head_tail[end]
+    away[key] = NIL
+    towards[key] = h
     if h != NIL:
-        prev[h] = key
+        away[h] = key
     else:
-        head_tail[1] = key
-    head_tail[0] = key
+        head_tail[1 - end] = key
+    head_tail[end] = key
 
 
 @nb.njit(cache=True)
-def lru_apply_event(routes, dropped, expert_bytes, n_expert, budget_bytes,
-                    resident, ever_evicted, touched_gen, first_res, prev, next_, head_tail,
-                    gen, counters, residency_out, charged_out, layer_lookups, layer_hits):
-    """Apply one event's per-layer batches to the LRU state (in place).
+def _push_head(key, prev, next_, head_tail):
+    _push_end(key, 0, next_, prev, head_tail)
+
+
+@nb.njit(cache=True)
+def _push_tail(key, prev, next_, head_tail):
+    _push_end(key, 1, prev, next_, head_tail)
+
+
+@nb.njit(cache=True)
+def effective_routes(routes, weights, dropped):
+    """The ids ``load_layer`` receives: a dropped slot rewritten to its row's best id (§3.6),
+    or -1 (left out) when the row's weights are unknown. Shapes (n_pos, n_layer, k); returns
+    an int16 copy."""
+    out = routes.copy()
+    n_pos, n_layer, k = routes.shape
+    for p in range(n_pos):
+        for il in range(n_layer):
+            best = -2
+            for s in range(k):
+                if routes[p, il, s] < 0 or not dropped[p, il, s]:
+                    continue
+                if best == -2:
+                    best = row_best(routes[p, il], weights[p, il])
+                out[p, il, s] = routes[p, il, best] if best >= 0 else -1
+    return out
+
+
+@nb.njit(cache=True)
+def _queue_read(key, nbytes, queued, queue, qn, ever_evicted, counters):
+    """Queue one speculative read of ``nbytes`` (charged to read and speculative bytes; a
+    re-read if the entry was ever evicted); returns the new queue length."""
+    queued[key] = True
+    queue[qn] = key
+    counters[C_READ] += nbytes
+    counters[C_SPEC_READ] += nbytes
+    if ever_evicted[key]:
+        counters[C_REREADS] += 1
+    return qn + 1
+
+
+@nb.njit(cache=True)
+def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resident, queued,
+                    queue, qn, ever_evicted, counters):
+    n_layer = expert_bytes.size
+    for t in range(il + 1, min(il + depth, n_layer - 1) + 1):
+        if not has_prev[t]:
+            continue
+        for s in range(prev_ids.shape[1]):
+            e = prev_ids[t, s]
+            if e < 0:
+                continue
+            key = t * n_expert + e
+            if resident[key] or queued[key]:
+                continue                      # already resident or already queued
+            qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
+    return qn
+
+
+@nb.njit(cache=True)
+def _issue_committed(t, routes, expert_bytes, n_expert, resident, queued, hot, queue, qn,
+                     ever_evicted, prev, next_, head_tail, counters):
+    """Route-ahead's early reads of layer t's committed experts (route-ahead.md, "The early
+    reads"): a resident one is retained (promoted, zero bytes), a miss is queued for the hot end
+    and charged to read and speculative bytes."""
+    n_pos, _, k = routes.shape
+    for p in range(n_pos):
+        for s in range(k):
+            e = routes[p, t, s]
+            if e < 0:
+                continue
+            key = t * n_expert + e
+            if resident[key]:
+                _unlink(key, prev, next_, head_tail)
+                _push_head(key, prev, next_, head_tail)
+                continue
+            if queued[key]:
+                continue
+            hot[key] = True
+            qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
+    return qn
+
+
+@nb.njit(cache=True)
+def _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
+            head_tail, counters):
+    for i in range(qn):
+        key = queue[i]
+        queued[key] = False
+        if resident[key]:
+            hot[key] = False
+            continue
+        resident[key] = True
+        spec[key] = True
+        if hot[key]:                                 # route-ahead: adopted at the hot end
+            hot[key] = False
+            _push_head(key, prev, next_, head_tail)
+        else:
+            _push_tail(key, prev, next_, head_tail)  # prefetch: the cold end, first evicted
+        counters[C_RESIDENT] += expert_bytes[key // n_expert]
+        counters[C_SPEC_EXPERTS] += 1
+    return 0
+
+
+@nb.njit(cache=True)
+def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, count_routed,
+                    prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert, budget_bytes,
+                    resident, ever_evicted, touched_gen, first_res, charged_gen, spec, queued,
+                    queue, qstate, prev, next_, head_tail, gen, counters, residency_out,
+                    charged_out, dropped_out, layer_lookups, layer_hits, l0, l1, ahead, hot):
+    """Apply an event's per-layer batches ``l0 <= il < l1`` to the LRU state (in place).
 
     Parameters
     ----------
     routes : (n_pos, n_layer, k) int16 ndarray
-        Expert ids; negative = not routed.
-    dropped : (n_pos, n_layer, k) bool ndarray
-        Dropped slots (never looked up).
+        Router-selected expert ids; negative = not routed.
+    weights : (n_pos, n_layer, k) float32 ndarray
+        Final routing weights (NaN = unknown); read by the drop rule and the row's best slot.
+    dropped_in : (n_pos, n_layer, k) bool ndarray
+        Recorded drops, honoured on layers where ``deferred`` is False.
+    drop_thr : float32
+        ``F / k`` of ``--drop-cold-experts`` (float32, as the engine computes it).
+    deferred : (n_layer,) bool ndarray
+        Layers whose load is deferred to the drop decision point (armed and terminal node
+        known): their prefetch hint is issued before the load instead of after it.
+    classify : bool
+        Decide the drops of deferred layers here (a replay); False when the caller decided them
+        (a live run's forward pass) and passes them in ``dropped_in``.
+    count_routed : bool
+        Count routed slots into ``experts_routed`` (the engine does so while F > 0).
+    prefetch_depth : int
+        ``--prefetch K`` (0 = off).
+    prev_ids : (n_layer, k) int16 ndarray, has_prev : (n_layer,) bool ndarray
+        The previous graph's last routed position per layer (updated in place).
     expert_bytes : (n_layer,) int64 ndarray
         Entry size per layer, bytes.
     n_expert : int
     budget_bytes : int
-    resident, ever_evicted : (n_layer * n_expert,) bool ndarray
-        Key ``layer * n_expert + expert``.
-    touched_gen : (n_keys,) int64 ndarray
-        Generation of the last batch that touched each key.
+    resident, ever_evicted, spec, queued : (n_layer * n_expert,) bool ndarray
+        Key ``layer * n_expert + expert``; ``spec`` = integrated by prefetch, not yet hit.
+    touched_gen, charged_gen : (n_keys,) int64 ndarray
+        Generation of the last batch that touched / charged each key.
     first_res : (n_keys,) int8 ndarray
         Scratch: residency of a key at its first occurrence in the current batch.
+    queue : (n_keys,) int64 ndarray, qstate : (1,) int64 ndarray
+        The prefetch queue and its length (kept between calls).
     prev, next_ : (n_keys,) int64 ndarray
         The LRU list (head = most recent).
     head_tail : (2,) int64 ndarray
         Head and tail keys (NIL = -1 when empty).
     gen : int
         Generation of the last batch applied before this event.
-    counters : (6,) int64 ndarray
-        Accumulated in place: lookups, hits, read_bytes, resident_bytes (absolute),
-        evictions, rereads.
+    counters : (N_COUNTERS,) int64 ndarray
+        Accumulated in place, slots ``C_*``: lookups, hits, read_bytes (demand + speculative),
+        resident_bytes (absolute), evictions, rereads, experts_routed, experts_dropped,
+        spec_read_bytes, spec_experts (integrated), spec_useful.
     residency_out : (n_pos, n_layer, k) int8 ndarray
-        Written: residency before the batch (0/1), -1 where not routed or dropped.
+        Written: residency before the batch (0 miss, 1 hit, 2 speculative hit), -1 where not
+        routed or dropped.
     charged_out : (n_pos, n_layer, k) int64 ndarray
-        Written: the layer's entry size on the first occurrence of a missed id, else 0.
+        Written: the layer's entry size on the first non-dropped occurrence of a missed id.
+    dropped_out : (n_pos, n_layer, k) bool ndarray
+        Written: the slots dropped (recorded or decided here).
     layer_lookups, layer_hits : (n_layer,) int64 ndarray
         Accumulated per layer.
+    l0, l1 : int
+        The layer range applied (the whole event: 0, n_layer).
+    ahead : int
+        ``--route-ahead N`` when this event commits (a decode graph after the first), else 0:
+        after layer il's load, layer il+N's routed experts are read early
+        (:func:`_issue_committed`).
+    hot : (n_keys,) bool ndarray
+        Queued entries to integrate at the hot end (route-ahead).
 
     Returns
     -------
@@ -96,48 +259,104 @@ def lru_apply_event(routes, dropped, expert_bytes, n_expert, budget_bytes,
         The generation after this event.
     """
     n_pos, n_layer, k = routes.shape
-    for il in range(n_layer):
+    qn = qstate[0]
+    res_row = np.zeros(k, np.bool_)
+    for il in range(l0, l1):
         gen += 1
         eb = expert_bytes[il]
+        if count_routed:
+            for p in range(n_pos):
+                for s in range(k):
+                    if routes[p, il, s] >= 0:
+                        counters[C_ROUTED] += 1
+        if deferred[il] and prefetch_depth > 0:   # hinted at the topk, before the deferred load
+            qn = _issue_prefetch(il, prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert,
+                                 resident, queued, queue, qn, ever_evicted, counters)
+        qn = _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
+                     head_tail, counters)
+        # classify every slot of every row against the residency before the call, then load
         for p in range(n_pos):
+            if deferred[il] and classify:
+                for s in range(k):
+                    e = routes[p, il, s]
+                    res_row[s] = e >= 0 and resident[il * n_expert + e]
+                counters[C_DROPPED] += drop_row(routes[p, il], weights[p, il], res_row, drop_thr,
+                                                dropped_out[p, il])
+            else:
+                for s in range(k):
+                    dropped_out[p, il, s] = routes[p, il, s] >= 0 and dropped_in[p, il, s]
+                    if deferred[il] and dropped_out[p, il, s]:
+                        counters[C_DROPPED] += 1
+        for p in range(n_pos):
+            best = row_best(routes[p, il], weights[p, il])
             for s in range(k):
                 e = routes[p, il, s]
-                if e < 0 or dropped[p, il, s]:
+                write = True
+                if e >= 0 and dropped_out[p, il, s]:
+                    write = False
+                    e = routes[p, il, best] if best >= 0 else -1   # rewritten to the best id
+                if not write or e < 0:
                     residency_out[p, il, s] = -1
                     charged_out[p, il, s] = 0
-                    continue
+                    if e < 0:
+                        continue
                 key = il * n_expert + e
                 if touched_gen[key] != gen:
                     touched_gen[key] = gen
-                    counters[0] += 1
+                    counters[C_LOOKUPS] += 1
                     layer_lookups[il] += 1
                     if resident[key]:
-                        counters[1] += 1
+                        counters[C_HITS] += 1
                         layer_hits[il] += 1
-                        first_res[key] = 1
-                        charged_out[p, il, s] = 0
+                        if spec[key]:
+                            first_res[key] = 2
+                            spec[key] = False
+                            counters[C_SPEC_USEFUL] += 1
+                        else:
+                            first_res[key] = 1
                         _unlink(key, prev, next_, head_tail)
                     else:
                         first_res[key] = 0
                         resident[key] = True
-                        counters[2] += eb
-                        counters[3] += eb
-                        charged_out[p, il, s] = eb
+                        counters[C_READ] += eb
+                        counters[C_RESIDENT] += eb
                         if ever_evicted[key]:
-                            counters[5] += 1
+                            counters[C_REREADS] += 1
                 else:
-                    charged_out[p, il, s] = 0
                     _unlink(key, prev, next_, head_tail)
-                residency_out[p, il, s] = first_res[key]
                 _push_head(key, prev, next_, head_tail)
+                if write:
+                    residency_out[p, il, s] = first_res[key]
+                    if first_res[key] == 0 and charged_gen[key] != gen:
+                        charged_gen[key] = gen
+                        charged_out[p, il, s] = eb
+                    else:
+                        charged_out[p, il, s] = 0
         # evict after the batch, never an entry this batch touched
-        while counters[3] > budget_bytes:
+        while counters[C_RESIDENT] > budget_bytes:
             t = head_tail[1]
             if t == NIL or touched_gen[t] == gen:
                 break
             _unlink(t, prev, next_, head_tail)
             resident[t] = False
+            spec[t] = False
             ever_evicted[t] = True
-            counters[3] -= expert_bytes[t // n_expert]
-            counters[4] += 1
+            counters[C_RESIDENT] -= expert_bytes[t // n_expert]
+            counters[C_EVICTIONS] += 1
+        if not deferred[il] and prefetch_depth > 0:   # hinted after the layer's load
+            qn = _issue_prefetch(il, prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert,
+                                 resident, queued, queue, qn, ever_evicted, counters)
+        if ahead > 0 and il + ahead < n_layer:        # route-ahead: layer il+N's committed reads
+            qn = _issue_committed(il + ahead, routes, expert_bytes, n_expert, resident, queued,
+                                  hot, queue, qn, ever_evicted, prev, next_, head_tail, counters)
+        for p in range(n_pos - 1, -1, -1):            # the batch's last routed token
+            routed = False
+            for s in range(k):
+                routed = routed or routes[p, il, s] >= 0
+            if routed:
+                for s in range(k):
+                    prev_ids[il, s] = routes[p, il, s]
+                has_prev[il] = True
+                break
+    qstate[0] = qn
     return gen

@@ -81,3 +81,61 @@ class CacheSummary:
     def as_dict(self) -> dict:
         """Plain dict (full precision) for JSON output (an undefined rate is ``None``: ``null``)."""
         return asdict(self)
+
+
+GENERATION_KINDS = TARGET_DECODE_KINDS + (DecodeKind.DRAFT,)
+"""The kinds a generation's summary counts (phase 1: target and draft-context decodes), as
+the engine reports ``read_MiB`` and the knob counters as the generation delta (§3.6, §3.7)."""
+
+
+@dataclass(frozen=True)
+class KnobSummary:
+    """What ``--drop-cold-experts`` and ``--prefetch`` did over a generation (decode kinds,
+    :data:`GENERATION_KINDS`; prefill excluded, as the engine's generation delta).
+
+    Attributes
+    ----------
+    drop_frac : float
+        F (0 = off).
+    experts_routed, experts_dropped : int
+        Router-selected slots (counted only while F > 0) and dropped slots.
+    dropped_pct : float
+        100 × dropped / routed (0 when nothing was routed).
+    prefetch, route_ahead : int
+        K and N (0 = off); with N the speculative counters are route-ahead's early reads.
+    spec_read_bytes : int
+        Bytes prefetch read (a subset of ``CacheSummary.decode_read_bytes``).
+    spec_experts, spec_useful : int
+        Prefetched entries integrated into the cache, and those a later real lookup hit.
+    useful_pct : float
+        100 × useful / prefetched (0 when nothing was prefetched).
+    """
+
+    drop_frac: float
+    experts_routed: int
+    experts_dropped: int
+    dropped_pct: float | None
+    prefetch: int
+    route_ahead: int
+    spec_read_bytes: int
+    spec_read_mib: float
+    spec_experts: int
+    spec_useful: int
+    useful_pct: float | None
+
+    @classmethod
+    def from_stats(cls, stats: CacheStats, knobs) -> "KnobSummary":
+        """Derive from a cache's lifetime stats and its :class:`~refsim.cache.knobs.StreamKnobs`."""
+        g = GENERATION_KINDS
+        routed, dropped = stats.total("experts_routed", g), stats.total("experts_dropped", g)
+        sb = stats.total("spec_read_bytes", g)
+        se, su = stats.total("spec_experts", g), stats.total("spec_useful", g)
+        return cls(drop_frac=float(knobs.drop_frac), experts_routed=routed,
+                   experts_dropped=dropped, dropped_pct=pct(dropped, routed),
+                   prefetch=int(knobs.prefetch), route_ahead=int(knobs.route_ahead),
+                   spec_read_bytes=sb, spec_read_mib=sb / MIB,
+                   spec_experts=se, spec_useful=su, useful_pct=pct(su, se))
+
+    def as_dict(self) -> dict:
+        """Plain dict (full precision) for JSON output."""
+        return asdict(self)

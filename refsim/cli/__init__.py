@@ -22,8 +22,8 @@ INTERRUPTED_EXIT = 130
 """Exit code after Ctrl-C: 128 + SIGINT (2)."""
 
 # Workflow order; each name is a module in this package.
-COMMANDS = ["replay", "sweep", "union", "analyze", "view", "bench", "timing", "inspect", "synth",
-            "run", "ngram", "ngram_whatif", "memory"]
+COMMANDS = ["replay", "sweep", "union", "drop_replay", "analyze", "view", "bench", "timing", "inspect",
+            "synth", "run", "ngram", "ngram_whatif", "memory"]
 
 
 def _version() -> str:

@@ -17,6 +17,7 @@ import sys
 
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, MAX_CACHE_MIB, ExpertCache
+from refsim.cache.knobs import MAX_PREFETCH
 from refsim.errors import ConfigError, UsageError
 from refsim.fileio import STDOUT, OutputKind, check_writable, resolve_output
 from refsim.fmt import budget_mib, num
@@ -307,3 +308,72 @@ def warn_below_token_cycle(cmd: str, budgets_bytes, t_bytes: int) -> None:
           f"T = {num(t_bytes / MIB, 1)} MiB: a global LRU evicts what the next layers need, and its "
           f"hit rate collapses toward 0 (exactly 0 once the budget is short of T by more than a "
           f"few entries; docs/cache-studies.md)", file=sys.stderr)
+
+
+def fraction(text: str) -> float:
+    """``type=`` validator: a number in [0, 1] (``--drop-cold-experts F``; the engine refuses F
+    outside it, bmoe-engine.md §3.6)."""
+    return _number(text, _strict_float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
+
+
+knob_depth = int_in(0, MAX_PREFETCH)
+"""``type=`` validator: ``--prefetch K`` and ``--route-ahead N``, 0..8 (the engine's range,
+bmoe-engine.md §3.5)."""
+
+
+def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True,
+                  route_ahead: bool = False) -> None:
+    """The engine's cache-side knobs: ``--drop-cold-experts F``, ``--drop-no-renorm``,
+    ``--drop-in-prefill`` and (unless ``prefetch=False``) ``--prefetch K``.
+
+    Turn them into :class:`refsim.cache.knobs.StreamKnobs` with :func:`knobs_from_args`, which
+    applies the engine's validation (ConfigError).
+    """
+    g = parser.add_argument_group("streaming knobs (the engine's; docs/streaming-knobs.md)")
+    g.add_argument("--drop-cold-experts", type=fraction, default=0.0, metavar="F",
+                   help="drop a routed expert that misses the cache, is not the row's top expert and "
+                        "weighs below F x 1/k; F in [0, 1], 0 = off (default 0)")
+    g.add_argument("--drop-no-renorm", action="store_true",
+                   help="do not rescale the surviving weights after a drop (forward pass only)")
+    g.add_argument("--drop-in-prefill", action="store_true",
+                   help="arm --drop-cold-experts in prefill graphs too")
+    if prefetch:
+        g.add_argument("--prefetch", type=knob_depth, default=0, metavar="K",
+                       help="temporal prefetch: at layer l read ahead what the previous token routed "
+                            "at layers l+1..l+K; 0..8, 0 = off (default 0)")
+    if route_ahead:
+        g.add_argument("--route-ahead", type=knob_depth, default=0, metavar="N",
+                       help="lossy: layer L's experts are layer L's router ranking on layer L-N's "
+                            "gate input, read early after layer L-N's load; 0..8, 0 = off "
+                            "(default 0). A replay models the early reads of a route-ahead trace")
+
+
+def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
+    """:class:`~refsim.cache.knobs.StreamKnobs` from :func:`add_knob_args`'s flags; prints the
+    engine's top-k <= 4 warning on stderr when dropping is armed on a narrow routing.
+
+    Parameters
+    ----------
+    k : int
+        The routing's effective top-k (the trace's or model's ``n_expert_used``).
+    traced : bool
+        Whether the run asks for weights in every graph (a replay models a traced run).
+
+    Raises
+    ------
+    UsageError
+        The engine's validation of the knobs (flag named): F outside [0, 1], K or N outside 0..8,
+        ``--prefetch`` with ``--route-ahead``.
+    """
+    from refsim.cache.knobs import StreamKnobs, low_topk_warning
+    try:
+        knobs = StreamKnobs(drop_frac=args.drop_cold_experts, drop_renorm=not args.drop_no_renorm,
+                            drop_in_prefill=args.drop_in_prefill, traced=traced,
+                            prefetch=getattr(args, "prefetch", 0),
+                            route_ahead=getattr(args, "route_ahead", 0))
+    except ConfigError as exc:        # the engine's validation sees the flags alone: a usage error
+        raise UsageError(str(exc)) from None
+    warning = low_topk_warning(knobs, k)
+    if warning:
+        print(warning, file=sys.stderr)
+    return knobs

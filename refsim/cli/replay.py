@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cli.common import cache_mib, check_outputs, report_stream, warn_below_token_cycle
+from refsim.cli.common import (add_knob_args, cache_mib, check_outputs, knobs_from_args,
+                               report_stream, warn_below_token_cycle)
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
+from refsim.studies.predict import predict_lines, predict_log
 from refsim.studies.replay import ReplayReport, replay_trace
+from refsim.telemetry.lines import knob_lines
 from refsim.trace import read_trace
 
 CSV_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
@@ -34,6 +38,10 @@ def add_parser(sub) -> None:
                         "summary only (no --csv, no residency comparison)")
     p.add_argument("--csv", metavar="OUT", help="write a per-decode table (CSV) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--predict-log", action="store_true",
+                   help="score the previous-token predictor and a static hot list per layer "
+                        "(the engine's expert-prediction.md; decode rows)")
+    add_knob_args(p, route_ahead=True)
     p.set_defaults(func=run)
 
 
@@ -52,6 +60,8 @@ def summary_json(report: ReplayReport) -> dict:
     out = report.summary.as_dict()
     out["residency_rows"] = report.residency_rows
     out["residency_agree"] = report.residency_agree
+    if report.knobs is not None:
+        out["knobs"] = report.knobs.as_dict()
     return out
 
 
@@ -77,6 +87,9 @@ def print_text(trace, report: ReplayReport) -> None:
     print_counters(s)
     print(f"resident: {num(s.resident_bytes / MIB, 1)} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")
+    if report.knobs is not None:
+        for line in knob_lines(report.knobs):
+            print(line)
     if report.residency_rows:
         n_bad = report.residency_rows - report.residency_agree
         listed = (f"; the first {len(report.disagreements)} of the {n_bad} that differ:"
@@ -138,17 +151,30 @@ def run(args) -> int:
                              f"--policy lru")
         trace = read_trace(args.trace)
         trace.require_rows("replay")
+        if knobs_from_args(args, trace.header.n_expert_used).any_on or args.predict_log:
+            raise UsageError(f"--policy {policy.label}: the streaming knobs and --predict-log act in "
+                             f"the engine's LRU cache only; expected --policy lru")
         return run_policy(args, trace, policy, budget)
     check_outputs({"--csv": args.csv}, {"TRACE": args.trace})
     trace = read_trace(args.trace)
     trace.require_rows("replay")
-    report = replay_trace(trace, budget)
+    knobs = knobs_from_args(args, trace.header.n_expert_used)
+    report = replay_trace(trace, budget, knobs=knobs)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None:
         write_event_csv(args.csv, report)
+    pred = predict_log(trace) if args.predict_log else None
     with contextlib.redirect_stdout(report_stream({"--csv": args.csv})):  # stderr if the CSV is on stdout
         if args.json:
-            print(json.dumps(summary_json(report)))
+            out = summary_json(report)
+            if pred is not None:
+                out["predict"] = {n: dataclasses.asdict(s) | {"hit_pct": s.hit_pct,
+                                                              "exact_pct": s.exact_pct}
+                                  for n, s in pred.total.items()}
+            print(json.dumps(out))
         else:
             print_text(trace, report)
+            if pred is not None:
+                for line in predict_lines(pred):
+                    print(line)
     return 0

@@ -23,7 +23,8 @@ from refsim.fmt import budget_mib, num, pct_text, ratio
 
 
 def add_parser(sub) -> None:
-    from refsim.cli.common import add_spec_args, cache_mib, nonneg_int, positive_int, token_ids
+    from refsim.cli.common import (add_knob_args, add_spec_args, cache_mib, nonneg_int,
+                                   positive_int, token_ids)
     from refsim.forward.builtin import BUILTIN_CACHE_MB
     p = sub.add_parser(
         "run", help="generate with the reference forward pass and count expert-cache traffic",
@@ -55,6 +56,10 @@ def add_parser(sub) -> None:
     p.add_argument("--csv", metavar="OUT",
                    help="write the per-token metrics CSV (bmoe_metrics v2) to OUT (- = stdout)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--predict-log", action="store_true",
+                   help="score the stale-gate, previous-token and control predictors per layer "
+                        "(the engine's expert-prediction.md; qwen3moe, qwen35moe)")
+    add_knob_args(p, route_ahead=True)
     p.set_defaults(func=run)
 
 
@@ -73,7 +78,8 @@ def refuse_cache_flags(args, path: str, model) -> None:
     Raises
     ------
     ConfigError
-        ``--cache-mb`` or ``--route-trace`` given for a model with ``n_expert == 0``.
+        ``--cache-mb``, ``--route-trace``, a streaming knob or ``--predict-log`` given for a model
+        with ``n_expert == 0``.
     """
     why = (f"MODEL {path} is {model.spec.arch}, a dense model (no routed experts): it has no "
            f"expert cache, every decode reads all {num(model.bytes.file_tensor_bytes / MIB, 2)} MiB "
@@ -83,6 +89,11 @@ def refuse_cache_flags(args, path: str, model) -> None:
     if args.route_trace is not None:
         raise ConfigError(f"--route-trace {args.route_trace}: {why}, and a route trace records "
                           f"expert routings; drop --route-trace (--csv writes the per-token metrics)")
+    for flag, on in (("--drop-cold-experts", args.drop_cold_experts > 0),
+                     ("--prefetch", args.prefetch > 0), ("--route-ahead", args.route_ahead > 0),
+                     ("--predict-log", args.predict_log)):
+        if on:
+            raise ConfigError(f"{flag}: {why}; the streaming knobs act on an expert cache")
 
 
 def stop_fields(result) -> dict:
@@ -161,7 +172,7 @@ def run(args) -> int:
 def _run(args, report: contextlib.ExitStack) -> int:
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
-    from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
+    from refsim.cli.common import check_outputs, knobs_from_args, report_stream, warn_below_token_cycle
     from refsim.forward import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_file, builtin_model_path
     from refsim.model import open_model
@@ -175,6 +186,15 @@ def _run(args, report: contextlib.ExitStack) -> int:
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
         raise UsageError(f"argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = "
                          f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
+    if args.drop_cold_experts > 0 and config.spec == "mtp":
+        raise UsageError("--drop-cold-experts with --mtp: refsim does not run the MTP head's pass "
+                         "through the drop seam yet; use --ngram or no speculation")
+    if args.route_ahead and config.enabled:
+        raise UsageError("--route-ahead: mutually exclusive with speculation (--ngram, --mtp), "
+                         "as the engine rejects it")
+    if args.route_ahead and args.predict_log:
+        raise UsageError("--route-ahead and --predict-log: mutually exclusive (the probe would "
+                         "grade a predictor against a routing rewritten from it)")
     budget = None if args.cache_mb is None else ExpertCache.mib_to_bytes(args.cache_mb)
     builtin = args.model is None
     check_outputs({"--route-trace": args.route_trace, "--csv": args.csv},
@@ -210,13 +230,24 @@ def _run(args, report: contextlib.ExitStack) -> int:
                           f"{len(prompt) + args.n_predict} tokens exceeds the model's n_ctx_train "
                           f"{spec.n_ctx_train} (positions past it are outside what the model was "
                           f"trained on); {fix}")
-    cache = None
+    cache = knobs = ahead = probe = None
     if not dense:
         expert_bytes = [model.expert_bytes(il) for il in range(target.n_layer)]  # + the MTP head with --mtp
         if budget is None:  # no --cache-mb
             budget = (ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB) if builtin
                       else sum(expert_bytes) * spec.n_expert // 2)
-        cache = ExpertCache(expert_bytes, spec.n_expert, budget)
+        knobs = knobs_from_args(args, spec.n_expert_used, traced=args.route_trace is not None)
+        cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
+        if knobs.route_ahead:
+            if spec.arch != "qwen3moe":
+                raise ConfigError(f"--route-ahead: refsim runs it live for qwen3moe only, not {spec.arch}")
+            from refsim.route_ahead import RouteAhead
+            ahead = target.route_ahead = RouteAhead(knobs.route_ahead)
+        if args.predict_log:
+            if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
+                raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
+            from refsim.predict_stats import PredictProbe
+            probe = target.predict_probe = PredictProbe(target.n_layer)
     t1 = time.perf_counter()
     result = run_generation(target, source, prompt, args.n_predict, cache=cache,
                             draft_max=config.draft_max)
@@ -234,6 +265,8 @@ def _run(args, report: contextlib.ExitStack) -> int:
                              getattr(target, "inner", target).min_margin)
     t_bytes = model.t_bytes()
     summary = CacheSummary.from_stats(cache.stats, budget, result.n_gen, t_bytes)
+    from refsim.cache.summary import KnobSummary
+    knob_summary = KnobSummary.from_stats(cache.stats, knobs) if knobs.any_on else None
     warn_below_token_cycle("run", [budget], t_bytes)
     if args.route_trace is not None:
         header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
@@ -257,6 +290,13 @@ def _run(args, report: contextlib.ExitStack) -> int:
         "cache": summary.as_dict(),      # every counter, as `refsim replay --json` prints them
         "dense": False, **stop_fields(result),
     }
+    if knob_summary is not None:
+        out["knobs"] = knob_summary.as_dict()
+    if probe is not None:
+        out["predict"] = {n: dataclasses.asdict(probe.total(n)) for n in probe.per_layer}
+    if ahead is not None:
+        out["route_ahead"] = {"n": ahead.n, "committed": ahead.committed,
+                              "passthrough": ahead.passthrough, "agree_pct": ahead.agree_pct}
     if args.json:
         print(json.dumps(out))
         return 0
@@ -273,6 +313,15 @@ def _run(args, report: contextlib.ExitStack) -> int:
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)
+    if knob_summary is not None:
+        from refsim.telemetry.lines import knob_lines
+        for line in knob_lines(knob_summary):
+            print(line)
+    if probe is not None:
+        for line in probe.lines():
+            print(line)
+    if ahead is not None:
+        print(ahead.line())
     head = ", the MTP head's draft lookups" if config.spec == "mtp" else ""
     print(f"cache: budget {budget_mib(budget)} MiB, T (one token cycle) {num(t_bytes / MIB, 2)} MiB; "
           f"{pct_text(summary.hit_pct_cum)} hit cumulative (prefill{head} included), "
@@ -286,8 +335,13 @@ def _run(args, report: contextlib.ExitStack) -> int:
           f"{num(sim_tps, 2)} tok/s incl. prefill; smallest top-1/top-2 logit margin "
           f"{getattr(target, 'inner', target).min_margin:.4g}")
     if args.route_trace is not None:
+        flags = "".join(f" {f} {v}" for f, v, on in (
+            ("--drop-cold-experts", f"{knobs.drop_frac:g}", knobs.drop_on),
+            ("--prefetch", knobs.prefetch, knobs.prefetch > 0),
+            ("--route-ahead", knobs.route_ahead, knobs.route_ahead > 0)) if on)
+        flags += " --drop-in-prefill" if knobs.drop_on and knobs.drop_in_prefill else ""
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
-              f"{budget_mib(budget)})", file=sys.stderr)
+              f"{budget_mib(budget)}{flags})", file=sys.stderr)
         if config.spec == "mtp":
             print("route trace: the MTP draft context's routings are not in it (the engine's format "
                   "omits them), so its replay differs from this run by the head's lookups and reads",

@@ -6,10 +6,12 @@ from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
 from refsim.cache.policy import parse_policy_list
-from refsim.cli.common import check_outputs, report_stream, warn_below_token_cycle
+from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args, report_stream,
+                               warn_below_token_cycle)
 from refsim.fmt import num
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
-                                  parse_budgets_mib, sweep_budgets, write_sweep_csv)
+                                  parse_budgets_mib, sweep_budgets, sweep_knobs,
+                                  write_sweep_csv)
 from refsim.trace import read_trace
 
 
@@ -33,6 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--plot", metavar="OUT.png",
                    help="write a plot of hit %% and MiB/token against the budget (matplotlib); "
                         "the format is the extension's: .png, .pdf or .svg")
+    add_knob_args(p, route_ahead=True)
     p.set_defaults(func=run)
 
 
@@ -47,15 +50,25 @@ def run(args) -> int:
     trace = read_trace(args.trace)
     trace.require_rows("sweep")
     h = trace.header
-    batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
-    result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
+    knobs = knobs_from_args(args, h.n_expert_used)
+    if knobs.any_on:
+        if args.policy is None:
+            policies = ["lru"]                    # the knobs exist for the engine's LRU only
+        result = sweep_knobs(trace, budgets, knobs, policies)
+    else:
+        batches = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
+        result = sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
     warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], h.token_cycle_bytes)
     out = report_stream({"--csv": args.csv})   # stderr when the CSV goes to stdout
     print(f"model: {h.model} arch={h.arch}", file=out)
     print(f"shape: {h.n_layer} layers, {h.n_expert} experts, top-{h.n_expert_used}, "
           f"{num(h.expert_bytes[0] / MIB, 2)} MiB/expert (layer 0)", file=out)
-    print(f"batches: {batches.n_batch} ({trace.n_prompt} prompt positions, "
-          f"{batches.tokens} decoded tokens); T = {num(h.token_cycle_bytes / MIB, 1)} MiB", file=out)
+    print(f"batches: {result.n_batch} ({trace.n_prompt} prompt positions, "
+          f"{result.tokens} decoded tokens); T = {num(h.token_cycle_bytes / MIB, 1)} MiB", file=out)
+    if knobs.any_on:
+        print(f"knobs: --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch} "
+              f"--route-ahead {knobs.route_ahead}; "
+              f"one ExpertCache replay per budget (dropped, spec_MiB, useful: decode only)", file=out)
     for line in format_table(result):
         print(line, file=out)
     if args.csv is not None:

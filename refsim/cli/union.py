@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from refsim.cache import ExpertCache
-from refsim.cli.common import cache_mib, int_list
+from refsim.cli.common import add_knob_args, cache_mib, int_list, knobs_from_args
 from refsim.fmt import NA, budget_mib, num, ratio
 from refsim.studies.union import union_study
 from refsim.trace import read_trace
@@ -20,13 +20,16 @@ def add_parser(sub) -> None:
                    help="window widths: N, N,M,... or A..B (default 1..8)")
     p.add_argument("--cache-mb", metavar="N", type=cache_mib,
                    help="cache budget in MiB for the replay (omit: union sizes only)")
+    add_knob_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb) if args.cache_mb is not None else None
     trace = read_trace(args.trace)
-    rows = union_study(trace, args.window, budget)
+    knobs = knobs_from_args(args, trace.header.n_expert_used)
+    rows = union_study(trace, args.window, budget, knobs)
+    knobs_on = knobs.any_on
     h = trace.header
     print(f"trace: {trace.path} ({h.n_layer} layers, {h.n_expert} experts, "
           f"top-{h.n_expert_used})")
@@ -34,8 +37,12 @@ def run(args) -> int:
     if budget is not None:
         print(f"replay at {budget_mib(budget)} MiB; decode positions in batches of w")
         head += f"  {'decodes':>7}  {'read_MiB':>9}  {'MiB/token':>9}  {'x w=1':>6}  {'hit_dec%':>8}"
+        if knobs_on:
+            print(f"knob columns: the same replay with --drop-cold-experts {knobs.drop_frac:g} "
+                  f"--prefetch {knobs.prefetch} (the drop rule per token row of each batch)")
+            head += f"  {'k_MiB/tok':>9}  {'k x w=1':>7}  {'k_hit%':>6}  {'dropped':>13}"
     print(head)
-    base = None
+    base = kbase = None
     for r in rows:
         line = (f"{r.window:>2}  {r.n_windows:>7}  {r.union_mean:>6.2f}  {r.union_p50:>5.1f}  "
                 f"{r.union_p90:>5.1f}  {num(r.union_mib_mean, 1):>9}")
@@ -45,5 +52,11 @@ def run(args) -> int:
             rel = num(ratio(r.mib_per_token, base), 2) if r.mib_per_token is not None and base else NA
             line += (f"  {r.decodes:>7}  {num(r.read_mib, 1):>9}  {num(r.mib_per_token, 2):>9}  {rel:>6}  "
                      f"{num(r.hit_pct_decode, 3):>8}")
+            if knobs_on:
+                if r.window == 1:
+                    kbase = r.knob_mib_per_token
+                kr = num(ratio(r.knob_mib_per_token, kbase), 2) if kbase else NA
+                line += (f"  {num(r.knob_mib_per_token, 2):>9}  {kr:>7}  {num(r.knob_hit_pct_decode, 1):>6}  "
+                         f"{f'{r.knob_dropped}/{r.knob_routed}':>13}")
         print(line)
     return 0

@@ -707,25 +707,47 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions
 
 
 @njit(cache=True)
+def _softmax_row(row, probs):
+    """``probs`` (n_expert,) float32 = softmax of one logits row (ggml's: max-shifted, float64
+    sum, float32 scale)."""
+    n_expert = row.size
+    mx = np.float32(-np.inf)
+    for e in range(n_expert):
+        if row[e] > mx:
+            mx = row[e]
+    tot = 0.0
+    for e in range(n_expert):
+        v = np.float32(np.exp(np.float32(row[e] - mx)))
+        probs[e] = v
+        tot += np.float64(v)
+    inv = np.float32(1.0 / tot)
+    for e in range(n_expert):
+        probs[e] = np.float32(probs[e] * inv)
+
+
+@njit(cache=True)
+def _norm_weights(probs, ids_row, w_row):
+    """``w_row[s] = probs[ids_row[s]] / max(Σ, 6.103515625e-5)`` (float64 sum in slot order)."""
+    wsum = 0.0
+    for slot in range(ids_row.size):
+        w_row[slot] = probs[ids_row[slot]]
+        wsum += np.float64(probs[ids_row[slot]])
+    ws = np.float32(wsum)
+    if ws < np.float32(6.103515625e-5):
+        ws = np.float32(6.103515625e-5)
+    for slot in range(ids_row.size):
+        w_row[slot] = np.float32(w_row[slot] / ws)
+
+
+@njit(cache=True)
 def _route_kernel(logits, k, ids, weights, margin):
     n_pos, n_expert = logits.shape
     probs = np.empty(n_expert, dtype=np.float32)
     taken = np.empty(n_expert, dtype=np.bool_)
     for p in range(n_pos):
-        mx = np.float32(-np.inf)
+        _softmax_row(logits[p], probs)
         for e in range(n_expert):
-            if logits[p, e] > mx:
-                mx = logits[p, e]
-        tot = 0.0
-        for e in range(n_expert):
-            v = np.float32(np.exp(np.float32(logits[p, e] - mx)))
-            probs[e] = v
-            tot += np.float64(v)
-        inv = np.float32(1.0 / tot)
-        for e in range(n_expert):
-            probs[e] = np.float32(probs[e] * inv)
             taken[e] = False
-        wsum = 0.0
         for slot in range(k):
             best = -1
             for e in range(n_expert):
@@ -733,19 +755,32 @@ def _route_kernel(logits, k, ids, weights, margin):
                     best = e
             taken[best] = True
             ids[p, slot] = best
-            weights[p, slot] = probs[best]
-            wsum += np.float64(probs[best])
-        ws = np.float32(wsum)
-        if ws < np.float32(6.103515625e-5):
-            ws = np.float32(6.103515625e-5)
-        for slot in range(k):
-            weights[p, slot] = np.float32(weights[p, slot] / ws)
+        _norm_weights(probs, ids[p], weights[p])
         # selection margin: probability gap between the last chosen and the first unchosen expert
         nxt = np.float32(-1.0)
         for e in range(n_expert):
             if not taken[e] and probs[e] > nxt:
                 nxt = probs[e]
         margin[p] = probs[ids[p, k - 1]] - nxt if nxt >= 0 else np.float32(np.inf)
+
+
+@njit(cache=True)
+def _gather_kernel(logits, ids, weights):
+    probs = np.empty(logits.shape[1], dtype=np.float32)
+    for p in range(logits.shape[0]):
+        _softmax_row(logits[p], probs)
+        _norm_weights(probs, ids[p], weights[p])
+
+
+def route_weights(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The router's renormalised weights for a given selection: softmax of ``logits`` (n, n_expert)
+    gathered at ``ids`` (n, k) and normalised as :func:`route_topk` does (its weights when ``ids``
+    is its own selection). ``--route-ahead`` gives the committed experts their true weights this
+    way (engine-docs/route-ahead.md). Returns (n, k) float32."""
+    ids = np.ascontiguousarray(ids, dtype=np.int16)
+    w = np.empty(ids.shape, dtype=np.float32)
+    _gather_kernel(np.ascontiguousarray(logits, dtype=np.float32), ids, w)
+    return w
 
 
 def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

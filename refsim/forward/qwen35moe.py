@@ -52,6 +52,7 @@ from typing import Callable
 
 import numpy as np
 
+from refsim.drop_rule import gate_layer
 from refsim.errors import ConfigError, ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.delta_net import gated_delta_net
@@ -375,8 +376,13 @@ def delta_net_block(W: DeltaNetWeights, a: np.ndarray, rec: RecurrentState, il: 
     return linear(W.ssm_out, y.reshape(n_pos, Hv * Dv), numerics)             # [n_pos, n_embd]
 
 
-def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap, il: int):
+def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap, il: int,
+               gate=None, dropped_out: np.ndarray | None = None):
     """Routed experts plus the sigmoid-gated shared expert.
+
+    With ``gate`` (the drop seam, :func:`refsim.drop_rule.gate_layer`) the routed experts run
+    on the routing after ``--drop-cold-experts``; the dropped slots are written to
+    ``dropped_out`` (n_pos, k) and the returned ids / weights stay the router's.
 
     Returns
     -------
@@ -391,7 +397,10 @@ def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap,
     ids, w, m = route_topk(logits_e, k)
     t("ffn_moe_topk", il, ids)
     t("ffn_moe_weights_norm", il, w)
-    routed = moe_ffn(f, ids, w, F.experts, numerics)                          # [n_pos, n_embd]
+    use_ids, use_w = ids, w
+    if gate is not None:
+        use_ids, use_w, dropped_out[:] = gate_layer(gate, il, np.arange(ids.shape[0]), ids, w)
+    routed = moe_ffn(f, use_ids, use_w, F.experts, numerics)                  # [n_pos, n_embd]
     t("ffn_moe_out", il, routed)
     sh = linear(F.down_shexp, swiglu(linear(F.gate_shexp, f, numerics), linear(F.up_shexp, f, numerics)), numerics)
     gate = _sigmoid(linear(F.gate_inp_shexp, f, numerics))                    # [n_pos, 1]
@@ -401,7 +410,7 @@ def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap,
 
 def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None) -> Qwen35DecodeResult:
+           tap: Tap | None = None, gate=None, probe=None) -> Qwen35DecodeResult:
     """Decode ``tokens`` at ``positions`` through the trunk, updating KV and recurrent state.
 
     Parameters
@@ -417,6 +426,8 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
         Rows that produce logits (default all). Every position is routed at every layer.
     tap : callable, optional
         ``tap(name, il, array)`` (llama.cpp ``cb`` names).
+    gate, probe : optional
+        The drop seam and the ``--predict-log`` probe, as in :func:`refsim.forward.qwen3moe.decode`.
 
     Returns
     -------
@@ -436,7 +447,12 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
     routes = np.full((n_pos, s.n_layer, k), NOT_ROUTED, dtype=np.int16)
     rweights = np.full((n_pos, s.n_layer, k), np.nan, dtype=np.float32)
     rmargin = np.full((n_pos, s.n_layer), np.nan, dtype=np.float32)
+    dropped = np.zeros((n_pos, s.n_layer, k), dtype=bool)
     state.rec.begin(n_pos)
+
+    def rank(j: int, x: np.ndarray) -> np.ndarray:
+        """Layer j's router on gate input x (1, n_embd): its top-k ids (1, k) (the probe's)."""
+        return route_topk(linear(weights.layers[j].ffn.ffn_gate_inp, x, numerics), k)[0]
 
     h = weights.token_embd.rows(tokens)                                       # [n_pos, n_embd]
     for L in weights.layers:
@@ -451,7 +467,9 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
         t("ffn_inp", il, h)
         f = rms_norm(h, L.ffn.post_attention_norm, eps)
         t("attn_post_norm", il, f)
-        ffn, ids, w, m = moe_shared(L.ffn, f, k, numerics, t, il)
+        ffn, ids, w, m = moe_shared(L.ffn, f, k, numerics, t, il, gate, dropped[:, il])
+        if probe is not None:
+            probe.layer(il, ids[-1], f[-1:], rank)
         routes[:, il], rweights[:, il], rmargin[:, il] = ids, w, m
         h = (h + ffn).astype(np.float32)
         t("l_out", il, h)
@@ -462,7 +480,8 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
     logits = linear(weights.output, hn[rows], numerics)                       # [n_out, n_vocab]
     t("result_output", -1, logits)
     return Qwen35DecodeResult(logits=logits, out_rows=rows, routes=routes, weights=rweights,
-                              margin=logit_margin(logits), route_margin=rmargin, h_nextn=hn)
+                              margin=logit_margin(logits), route_margin=rmargin, h_nextn=hn,
+                              dropped=dropped if gate is not None else None)
 
 
 def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.ndarray, h_prev: np.ndarray,

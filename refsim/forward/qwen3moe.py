@@ -37,10 +37,11 @@ from typing import Callable
 
 import numpy as np
 
+from refsim.drop_rule import gate_layer
 from refsim.errors import ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
-from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
+from refsim.forward.layers import (decode_inputs, route_weights, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
                                    logit_margin, moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, ModelSpec
@@ -149,9 +150,25 @@ def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
     return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
 
 
+def _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank):
+    """``--route-ahead``: record layer il's gate input, and where the policy commits, replace the
+    selection by layer il's ranking on layer il−N's gate input with its true weights."""
+    if ahead is None:
+        return ids, w
+    gate_in[il] = f
+    committed = None
+    src = gate_in.get(il - ahead.n)
+    if ahead.commits(il) and src is not None and src.shape[0] == f.shape[0]:
+        committed = rank(il, src)
+    ahead.record(ids, committed)
+    if committed is None:
+        return ids, w
+    return committed, route_weights(logits_e, committed)
+
+
 def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None) -> DecodeResult:
+           tap: Tap | None = None, gate=None, probe=None, ahead=None) -> DecodeResult:
     """Decode ``tokens`` at ``positions``, appending them to the KV cache.
 
     Parameters
@@ -171,6 +188,18 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         ``tap(name, il, array)`` with llama.cpp's names: ``attn_norm``, ``Qcur``, ``Kcur``,
         ``Vcur``, ``kqv_out``, ``ffn_inp``, ``ffn_norm``, ``ffn_moe_logits``, ``ffn_moe_topk``,
         ``ffn_moe_weights_norm``, ``ffn_moe_out``, ``l_out``, ``result_norm``, ``result_output``.
+    gate : LayerFeed-like, optional
+        The drop seam (:func:`refsim.drop_rule.gate_layer`): before each layer's expert FFN the
+        pass asks it whether ``--drop-cold-experts`` applies and which ids are resident, applies
+        the rule to the routing the FFN uses, and reports the router's routing. The pass never
+        counts bytes. ``routes`` / ``weights`` stay the router's; ``dropped`` marks the drops.
+    probe : refsim.predict_stats.PredictProbe, optional
+        ``--predict-log``: after each layer's routing the pass hands it the last routed
+        position's ids and gate input, and a ranking function over any layer's router.
+    ahead : refsim.route_ahead.RouteAhead, optional
+        ``--route-ahead N``: where ``ahead.commits(il)``, layer il's selection is the ranking of
+        its router on layer il−N's gate input, with its true renormalised weights; ``routes`` and
+        ``weights`` hold the committed routing (what the engine's trace records).
 
     Returns
     -------
@@ -193,7 +222,15 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     routes = np.full((n_pos, n_layer, k), NOT_ROUTED, dtype=np.int16)
     rweights = np.full((n_pos, n_layer, k), np.nan, dtype=np.float32)
     rmargin = np.full((n_pos, n_layer), np.nan, dtype=np.float32)
+    dropped = np.zeros((n_pos, n_layer, k), dtype=bool)
     start = state.n
+
+    def rank(j: int, x: np.ndarray) -> np.ndarray:
+        """Layer j's router on gate input x (n, n_embd): its top-k ids (n, k) (probe, route-ahead)."""
+        return route_topk(linear(weights.layers[j].ffn_gate_inp, x, numerics), k)[0]
+
+    gate_in: dict[int, np.ndarray] = {}        # layer -> its gate input (route-ahead's source)
+
 
     h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
     for il, L in enumerate(weights.layers):
@@ -222,9 +259,14 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
             for name, x in (("kqv_out", o), ("ffn_inp", h), ("ffn_norm", f), ("ffn_moe_logits", logits_e),
                             ("ffn_moe_topk", ids), ("ffn_moe_weights_norm", w)):
                 t(name, il, x)
+            ids, w = _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank)
             routes[0, il] = ids[0]
             rweights[0, il] = w[0]
             rmargin[0, il] = m[0]
+            if probe is not None:
+                probe.layer(il, ids[0], f, rank)
+            if gate is not None:
+                ids, w, dropped[:1, il] = gate_layer(gate, il, [0], ids, w)
             moe = moe_ffn(f, ids, w, L.experts, numerics)                        # [1, n_embd]
             t("ffn_moe_out", il, moe)
             h = h + moe
@@ -243,9 +285,14 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         ids, w, m = route_topk(logits_e, k)                                     # [n_act, k]
         t("ffn_moe_topk", il, ids)
         t("ffn_moe_weights_norm", il, w)
+        ids, w = _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank)
         routes[idx, il] = ids
         rweights[idx, il] = w
         rmargin[idx, il] = m
+        if probe is not None:
+            probe.layer(il, ids[-1], f[-1:], rank)
+        if gate is not None:
+            ids, w, dropped[idx, il] = gate_layer(gate, il, idx, ids, w)
         moe = moe_ffn(f, ids, w, L.experts, numerics)                            # [n_act, n_embd]
         t("ffn_moe_out", il, moe)
         h2 = h.copy()
@@ -258,4 +305,5 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     logits = linear(weights.output, hn, numerics)                                 # [n_out, n_vocab]
     t("result_output", -1, logits)
     return DecodeResult(logits=logits, out_rows=rows, routes=routes, weights=rweights,
-                        margin=logit_margin(logits), route_margin=rmargin)
+                        margin=logit_margin(logits), route_margin=rmargin,
+                        dropped=dropped if gate is not None else None)

@@ -28,6 +28,9 @@ class DecodeResult:
     route_margin : (n_pos, n_layer) float32 ndarray
         Router probability of the k-th chosen expert minus the best unchosen one (NaN where
         not routed): how near routing came to another expert set.
+    dropped : (n_pos, n_layer, k) bool ndarray, optional
+        Slots ``--drop-cold-experts`` dropped (through the drop seam); ``routes`` and
+        ``weights`` stay the router's. None without the seam.
     """
 
     logits: np.ndarray
@@ -36,6 +39,7 @@ class DecodeResult:
     weights: np.ndarray
     margin: np.ndarray
     route_margin: np.ndarray
+    dropped: np.ndarray | None = None
 
     @property
     def argmax(self) -> np.ndarray:

@@ -95,10 +95,31 @@ class ForwardTarget:
         self.eos_ids = eog_ids(self.model)
         self.min_margin = float("inf")
         self.results: list[DecodeResult] = []
+        self.moe_gate = None
+        """The drop seam for the next prefill/decode (set by the loop; see supports_moe_gate)."""
+        self.route_ahead = None
+        """A :class:`refsim.route_ahead.RouteAhead` for ``--route-ahead N`` (qwen3moe)."""
+        self.predict_probe = None
+        """A :class:`refsim.predict_stats.PredictProbe` fed by every graph (``--predict-log``;
+        qwen3moe, like the drop seam)."""
 
-    def _run(self, tokens, positions, out_rows=None) -> DecodeResult:
+    @property
+    def supports_moe_gate(self) -> bool:
+        """Whether this pass takes the ``--drop-cold-experts`` seam and the ``--predict-log``
+        probe (the qwen3moe and qwen35moe trunks, exact/ggml numerics)."""
+        return self.model.spec.arch in ("qwen3moe", "qwen35moe") and self.numerics_name != LLAMACPP
+
+    def _run(self, tokens, positions, out_rows=None, phase: int = 1) -> DecodeResult:
+        gate = {} if self.moe_gate is None else {"gate": self.moe_gate}
+        if self.predict_probe is not None:
+            self.predict_probe.begin_graph(phase)
+            gate["probe"] = self.predict_probe
+        if self.route_ahead is not None:
+            self.route_ahead.begin_graph(phase)
+            gate["ahead"] = self.route_ahead
         with np.errstate(invalid="ignore", over="ignore"):   # NaN/inf from the file: refused just below, in one line
-            res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics, out_rows=out_rows)
+            res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics,
+                                   out_rows=out_rows, **gate)
         bad = ~np.isfinite(res.logits)
         if bad.any():
             row, col = (int(v[0]) for v in np.nonzero(bad))
@@ -125,13 +146,15 @@ class ForwardTarget:
             raise ConfigError(f"prefill needs an empty KV cache (holds {self.state.n} positions)")
         if tokens.size == 0:
             raise ConfigError("prefill: empty prompt")
-        res = self._run(tokens, np.arange(tokens.size), out_rows=[tokens.size - 1])
-        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights)
+        res = self._run(tokens, np.arange(tokens.size), out_rows=[tokens.size - 1], phase=0)
+        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
+                            dropped=res.dropped)
 
     def decode(self, tokens: np.ndarray, positions: np.ndarray) -> TargetOutput:
         """Decode ``tokens`` at ``positions`` (contiguous from the KV length); a row per position."""
         res = self._run(tokens, positions)
-        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights)
+        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
+                            dropped=res.dropped)
 
     def trim(self, n_keep: int) -> None:
         """Keep KV positions ``< n_keep`` (the rollback after a rejected draft)."""

@@ -183,7 +183,7 @@ class RunResult:
             raise ConfigError("a route trace needs a run with an expert cache (--cache-mb)")
         traced = [(e, r) for e, r in zip(self.events, self.records)
                   if not e.kind.draft_context]
-        write_trace(path, header, [e for e, _ in traced], [r.residency for _, r in traced],
+        write_trace(path, header, [e for e, _ in traced], [r.trace_residency() for _, r in traced],
                     [r.charged_bytes for _, r in traced])
 
 
@@ -199,8 +199,9 @@ def _event(kind: DecodeKind, positions: np.ndarray, tokens: np.ndarray, out: Tar
             raise ConfigError(f"target returned routes of shape {routes.shape}, expected "
                               f"({n_pos}, {n_layer}, {k}) (n_pos, n_layer, n_expert_used)")
         weights = None if out.weights is None else np.asarray(out.weights, dtype=np.float32)
+    dropped = out.dropped if out.dropped is not None and np.any(out.dropped) else None
     return DecodeEvent(kind=kind, positions=positions.astype(np.int64), routes=routes,
-                       weights=weights, tokens=tokens.astype(np.int32), **kw)
+                       weights=weights, tokens=tokens.astype(np.int32), dropped=dropped, **kw)
 
 
 class SpeculativeLoop:
@@ -251,11 +252,35 @@ class SpeculativeLoop:
         """A draft source is configured (the engine's ``spec_on``)."""
         return self.draft_source.name != SPEC_OFF
 
-    def _apply(self, event: DecodeEvent, events: list, records: list) -> EventRecord | None:
+    def _apply(self, event: DecodeEvent, events: list, records: list,
+               gate=None) -> EventRecord | None:
         events.append(event)
-        rec = self.cache.apply(event) if self.cache is not None else None
+        if gate is not None:
+            self.target.moe_gate = None
+            rec = gate.close(event)
+        else:
+            rec = self.cache.apply(event) if self.cache is not None else None
         records.append(rec)
         return rec
+
+    def _open_gate(self, kind: DecodeKind, positions: np.ndarray):
+        """The drop seam for one target graph when ``--drop-cold-experts`` is armed: the
+        cache's :class:`~refsim.cache.expert_cache.LayerFeed`, handed to the target's pass
+        (``target.moe_gate``); None otherwise.
+
+        Raises
+        ------
+        ConfigError
+            If the target's pass has no drop seam.
+        """
+        if self.cache is None or not self.cache.knobs.drop_on:
+            return None
+        if not getattr(self.target, "supports_moe_gate", False):
+            raise ConfigError("--drop-cold-experts: this target's forward pass has no drop seam "
+                              "(refsim runs it live for qwen3moe and qwen35moe; replay a trace otherwise)")
+        gate = self.cache.open_event(kind, positions, int(self.target.n_expert_used))
+        self.target.moe_gate = gate
+        return gate
 
     def run(self, prompt) -> RunResult:
         """Prefill ``prompt`` and generate up to ``n_predict`` tokens.
@@ -289,14 +314,15 @@ class SpeculativeLoop:
         n_ctx = n_prompt
         gen: list[int] = []
 
+        positions = np.arange(n_prompt, dtype=np.int64)
+        gate = self._open_gate(DecodeKind.PREFILL, positions)
         t0 = clock()
         out = tgt.prefill(prompt)
         t1 = clock()
         if out.n_rows < 1:
             raise ConfigError("target.prefill returned no logits row")
-        positions = np.arange(n_prompt, dtype=np.int64)
         self._apply(_event(DecodeKind.PREFILL, positions, prompt, out, n_layer, k),
-                    events, records)
+                    events, records, gate)
         begin = getattr(self.draft_source, "begin", None)
         if begin is not None:  # a draft context processes the prompt (MTP); prefill-phase reads
             for ev in begin(prompt):
@@ -324,6 +350,7 @@ class SpeculativeLoop:
             n = int(drafts.size)
             fed = np.concatenate(([tok], drafts)).astype(np.int32)
             positions = n_past + np.arange(n + 1, dtype=np.int64)
+            gate = self._open_gate(DecodeKind.VERIFY if n else DecodeKind.PLAIN, positions)
             w0 = clock()
             out = tgt.decode(fed, positions)
             w1 = clock()
@@ -340,7 +367,7 @@ class SpeculativeLoop:
                         accepted=res.n_acc if n else None)
             # cache order as the engine reads: drafting, the target decode, then the catch-up
             for e in draft_events + (ev,) + post_events:
-                rec = self._apply(e, events, records)
+                rec = self._apply(e, events, records, gate if e is ev else None)
                 if rec is not None:
                     read, looks, hits = read + rec.read_bytes, looks + rec.lookups, hits + rec.hits
                     if e is not ev:

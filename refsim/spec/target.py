@@ -30,7 +30,9 @@ class TargetOutput:
         Expert ids routed per fed position, slot 0 = top weight, -1 = not routed
         (``refsim.events.NOT_ROUTED``). None for a target without routed experts.
     weights : (n_pos, n_layer, k) float32 ndarray, optional
-        Final routing weights (NaN where unknown).
+        Final routing weights (NaN where unknown), the router's.
+    dropped : (n_pos, n_layer, k) bool ndarray, optional
+        Slots ``--drop-cold-experts`` dropped in the pass (a target with a drop seam).
 
     Raises
     ------
@@ -48,6 +50,7 @@ class TargetOutput:
     ids: np.ndarray | None = None
     routes: np.ndarray | None = None
     weights: np.ndarray | None = None
+    dropped: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if (self.logits is None) == (self.ids is None):

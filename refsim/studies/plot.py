@@ -147,3 +147,34 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     if marked:
         ax_mib.legend(fontsize=8)
     finish_figure(plt, fig, path, title)
+
+
+def plot_knob_grid(results: dict, path: str, title: str = "") -> None:
+    """Hit % (decode) and MiB/token against the budget, one line per (F, K) of
+    ``--drop-cold-experts F`` / ``--prefetch K``.
+
+    Parameters
+    ----------
+    results : dict of (float, int) -> SweepResult
+        :func:`refsim.studies.sweep.sweep_knobs` results keyed by (F, K); lines are coloured
+        by F and styled by K.
+    path : str
+        Output: PNG, PDF or SVG by its extension (:func:`plot_format`), by refsim.fileio's rules.
+    """
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fracs = sorted({f for f, _ in results})
+    styles = ["-", "--", ":", "-."]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for (f, kk), res in sorted(results.items()):
+        x = [r.budget_mib for r in res.rows]
+        kw = dict(color=colours[fracs.index(f) % len(colours)], linestyle=styles[kk % len(styles)],
+                  marker="o", markersize=3, label=f"F={f:g} K={kk}")
+        a.plot(x, [r.summary.hit_pct_decode for r in res.rows], **kw)
+        b.plot(x, [r.summary.mib_per_token for r in res.rows], **kw)
+    a.set_xlabel("cache budget (MiB)")
+    a.set_ylabel("decode hit %")
+    b.set_xlabel("cache budget (MiB)")
+    b.set_ylabel("decode MiB / token (prefetch reads included)")
+    b.legend(fontsize=7, ncol=2)
+    finish_figure(plt, fig, path, title)

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from refsim.cache import CacheSummary, EventRecord, ExpertCache
+from refsim.cache.knobs import StreamKnobs
+from refsim.cache.summary import KnobSummary
+from refsim.errors import ConfigError
 from refsim.events import confirmed_tokens
 from refsim.trace import RouteTrace
 
@@ -40,6 +43,8 @@ class ReplayReport:
         duplicate of an id inside one batch compares with that batch's single lookup.
     disagreements : list of Disagreement
         The first disagreeing rows (at most ``max_disagreements``).
+    knobs : KnobSummary or None
+        What ``--drop-cold-experts`` / ``--prefetch`` did; None when both are off.
     """
 
     summary: CacheSummary
@@ -47,6 +52,28 @@ class ReplayReport:
     residency_rows: int = 0
     residency_agree: int = 0
     disagreements: list[Disagreement] = field(default_factory=list)
+    knobs: KnobSummary | None = None
+
+
+def require_weights(trace: RouteTrace, knobs: StreamKnobs | None) -> None:
+    """Fail before a replay whose drop policy would meet a routed slot without a weight.
+
+    Raises
+    ------
+    ConfigError
+        ``"<trace>: line N: weight 'nan' on a routed slot; --drop-cold-experts needs every
+        routed slot's final weight"`` for the first such row of an event the policy is armed for.
+    """
+    if knobs is None or not knobs.drop_on:
+        return
+    for ev, lines in zip(trace.events, trace.line_numbers):
+        if not knobs.armed(ev.phase):
+            continue
+        bad = (ev.routes >= 0) & (~np.isfinite(ev.weights) if ev.weights is not None else True)
+        if np.any(bad):
+            line = int(lines[bad].min())
+            raise ConfigError(f"{trace.path}: line {line}: weight 'nan' on a routed slot; "
+                              f"--drop-cold-experts needs every routed slot's final weight")
 
 
 def replay_events(events, cache: ExpertCache) -> list[EventRecord]:
@@ -54,8 +81,8 @@ def replay_events(events, cache: ExpertCache) -> list[EventRecord]:
     return [cache.apply(ev) for ev in events]
 
 
-def replay_trace(trace: RouteTrace, budget_bytes: int,
-                 max_disagreements: int = 10) -> ReplayReport:
+def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 10,
+                 knobs: StreamKnobs | None = None) -> ReplayReport:
     """Replay ``trace`` through the engine's LRU at ``budget_bytes``.
 
     Parameters
@@ -65,6 +92,9 @@ def replay_trace(trace: RouteTrace, budget_bytes: int,
         Cache budget in bytes (``--cache-mb`` × 2**20).
     max_disagreements : int
         How many disagreeing rows to keep for the report.
+    knobs : StreamKnobs, optional
+        ``--drop-cold-experts`` / ``--prefetch`` (default off). With F > 0 the policy decides
+        every drop from the replayed cache state; a recorded ``dropped`` column is not used.
 
     Returns
     -------
@@ -73,14 +103,17 @@ def replay_trace(trace: RouteTrace, budget_bytes: int,
     Raises
     ------
     ConfigError
-        If the budget is not positive.
+        If the budget is not positive, or dropping needs weights the trace lacks.
     """
+    require_weights(trace, knobs)
     h = trace.header
-    cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes)
+    cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
     records = replay_events(trace.events, cache)
     tokens = sum(confirmed_tokens(ev) for ev in trace.events)
     summary = CacheSummary.from_stats(cache.stats, budget_bytes, tokens, h.token_cycle_bytes)
-    report = ReplayReport(summary=summary, records=records)
+    report = ReplayReport(summary=summary, records=records,
+                          knobs=KnobSummary.from_stats(cache.stats, cache.knobs)
+                          if cache.knobs.any_on else None)
     for ev, rec, recorded, lines in zip(trace.events, records, trace.residency,
                                         trace.line_numbers):
         comparable = (recorded >= 0) & (rec.residency >= 0)

@@ -26,7 +26,7 @@ from refsim.cache.batches import BatchTrace
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.cache.mrc import lru_curve
 from refsim.cache.policy import POLICIES, get_policy, replay_policy
-from refsim.cache.summary import CacheSummary
+from refsim.cache.summary import CacheSummary, KnobSummary
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import csv_num, num
@@ -120,6 +120,7 @@ class SweepRow:
     budget_mib: float
     policy: str
     summary: CacheSummary
+    knobs: KnobSummary | None = None
 
     def csv_fields(self) -> list[str]:
         """The engine-format CSV fields of this row (:data:`CSV_COLUMNS`; an undefined rate is
@@ -222,6 +223,48 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
                        batches.n_batch, batches.tokens)
 
 
+def sweep_knobs(trace, budgets_mib, knobs, policies=("lru",)) -> SweepResult:
+    """Replay ``trace`` at every budget through :class:`~refsim.cache.ExpertCache` with the
+    engine's cache-side knobs (``--drop-cold-experts``, ``--prefetch``).
+
+    Dropping is dynamic (a slot drops only if it misses in the state earlier drops produced) and
+    prefetch changes the state too, so there is no one-pass curve: one replay per budget.
+
+    Parameters
+    ----------
+    trace : RouteTrace
+    budgets_mib : sequence of float
+        Budgets in MiB; repeats dropped as in :func:`sweep_budgets`.
+    knobs : StreamKnobs
+    policies : sequence of str or Policy
+        Must be lru only: the engine implements both knobs for its LRU cache only.
+
+    Raises
+    ------
+    UsageError
+        For a policy other than lru.
+    ConfigError
+        For a budget that is not > 0.
+    """
+    from refsim.studies.replay import replay_trace
+
+    policies = list(dict.fromkeys(getattr(p, "label", p) for p in policies))
+    if policies != ["lru"]:
+        raise UsageError(f"--policy {','.join(policies)}: --drop-cold-experts and --prefetch act "
+                         f"in the engine's LRU cache only; expected --policy lru")
+    budgets_mib = list(dict.fromkeys(float(b) for b in budgets_mib))
+    if not budgets_mib:
+        raise ConfigError("--cache-mb: no budget given")
+    rows = []
+    for bm in budgets_mib:
+        rep = replay_trace(trace, ExpertCache.mib_to_bytes(bm), knobs=knobs)
+        rows.append(SweepRow(bm, "lru", rep.summary, rep.knobs))
+    h = trace.header
+    n_batch = len(trace.events) * h.n_layer
+    return SweepResult(rows, ["lru"], budgets_mib, int(h.token_cycle_bytes), n_batch,
+                       rows[0].summary.tokens)
+
+
 def write_sweep_csv(path: str, result: SweepResult) -> None:
     """Write the engine-format curve CSV (:data:`SWEEP_CSV_COLUMNS`: the engine's five columns,
     then ``over_budget``) to ``path`` by :func:`refsim.fileio.open_output`'s rules.
@@ -240,17 +283,24 @@ def write_sweep_csv(path: str, result: SweepResult) -> None:
 
 def format_table(result: SweepResult) -> list[str]:
     """Text table: one line per (budget, policy), hit % cumulative and decode-only, read MiB
-    (prefill included) and decode MiB/token; a point that holds more than its budget
-    (:attr:`SweepRow.over_budget`) ends in ``holds N.Nx`` (held bytes / budget) and a note
-    follows the table. An undefined rate prints ``n/a``."""
+    (prefill included) and decode MiB/token; with knobs also experts dropped (decode), their
+    % of routed slots, speculative MiB read (decode) and useful/prefetched entries; a point that
+    holds more than its budget (:attr:`SweepRow.over_budget`) ends in ``holds N.Nx`` (held bytes /
+    budget) and a note follows the table. An undefined rate prints ``n/a``."""
     w = max(8, *(len(p) for p in result.policies))
+    knobs = any(r.knobs is not None for r in result.rows)
+    extra = f"  {'dropped':>8}  {'drop%':>5}  {'spec_MiB':>9}  {'useful':>11}" if knobs else ""
     lines = [f"{'budget_mib':>10}  {'policy':<{w}}  {'hit_cum%':>8}  {'hit_dec%':>8}  "
-             f"{'read_MiB':>10}  {'MiB/token':>9}"]
+             f"{'read_MiB':>10}  {'MiB/token':>9}{extra}"]
     over = False
     for r in result.rows:
         s = r.summary
         line = (f"{format_budget(r.budget_mib):>10}  {r.policy:<{w}}  {num(s.hit_pct_cum, 3):>8}  "
                 f"{num(s.hit_pct_decode, 3):>8}  {num(s.read_mib, 1):>10}  {num(s.mib_per_token, 2):>9}")
+        if knobs and r.knobs is not None:
+            k = r.knobs
+            line += (f"  {k.experts_dropped:>8}  {num(k.dropped_pct, 1):>5}  {num(k.spec_read_mib, 1):>9}  "
+                     f"{f'{k.spec_useful}/{k.spec_experts}':>11}")
         if r.over_budget:
             over = True
             line += f"  holds {num(r.held_bytes / s.budget_bytes, 2)}x"
@@ -269,7 +319,7 @@ def known_policies() -> list[str]:
     return list(POLICIES)
 
 
-__all__ = ["sweep_budgets", "SweepResult", "SweepRow", "parse_budgets_mib", "write_sweep_csv",
-           "SWEEP_CSV_COLUMNS",
+__all__ = ["sweep_budgets", "sweep_knobs", "SweepResult", "SweepRow", "parse_budgets_mib",
+           "write_sweep_csv", "SWEEP_CSV_COLUMNS",
            "format_budget",
            "format_table", "known_policies", "CSV_COLUMNS", "DEFAULT_BUDGETS_MIB", "MIB"]

@@ -28,6 +28,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.cache import CacheSummary, ExpertCache
+from refsim.cache.summary import KnobSummary
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent, DecodeKind
 
@@ -36,7 +37,10 @@ from refsim.events import DecodeEvent, DecodeKind
 class UnionRow:
     """One window width. Sizes are expert counts per layer; MiB = 2**20 bytes.
 
-    ``read_mib``, ``mib_per_token`` and ``hit_pct_decode`` are None without a budget.
+    ``read_mib``, ``mib_per_token`` and ``hit_pct_decode`` are None without a budget. The
+    ``knob_*`` fields are the same replay with ``--drop-cold-experts`` / ``--prefetch`` on (the
+    rule applies per token row of each verify batch), and the experts dropped / routed in its
+    decodes; None when no knob is on.
     """
 
     window: int
@@ -49,9 +53,14 @@ class UnionRow:
     read_mib: float | None = None
     mib_per_token: float | None = None
     hit_pct_decode: float | None = None
+    knob_read_mib: float | None = None
+    knob_mib_per_token: float | None = None
+    knob_hit_pct_decode: float | None = None
+    knob_dropped: int | None = None
+    knob_routed: int | None = None
 
 
-def decode_positions(events) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def decode_positions(events, with_weights: bool = False) -> tuple:
     """Per decode position (ascending), the routes of the last target decode that fed it.
 
     Returns
@@ -59,13 +68,16 @@ def decode_positions(events) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]
     positions : (n_dec,) int64 ndarray
     routes : (n_dec, n_layer, k) int16 ndarray
     dropped : (n_dec, n_layer, k) bool ndarray or None
+    weights : (n_dec, n_layer, k) float32 ndarray or None
+        Only with ``with_weights=True`` (a 4th element; None when the trace has none).
     """
     last: dict[int, tuple] = {}
     for ev in events:
         if ev.kind not in (DecodeKind.PLAIN, DecodeKind.VERIFY):
             continue
         for j, p in enumerate(ev.positions.tolist()):
-            last[p] = (ev.routes[j], None if ev.dropped is None else ev.dropped[j])
+            last[p] = (ev.routes[j], None if ev.dropped is None else ev.dropped[j],
+                       None if ev.weights is None else ev.weights[j])
     if not last:
         raise ConfigError("the trace has no decode positions (phase 1 rows)")
     pos = np.array(sorted(last), np.int64)
@@ -74,7 +86,11 @@ def decode_positions(events) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]
     dropped = (np.stack([last[p][1] if last[p][1] is not None else
                          np.zeros(routes.shape[1:], bool) for p in pos.tolist()])
                if has_drop else None)
-    return pos, routes, dropped
+    if not with_weights:
+        return pos, routes, dropped
+    weights = (np.stack([last[p][2] for p in pos.tolist()])
+               if all(v[2] is not None for v in last.values()) else None)
+    return pos, routes, dropped, weights
 
 
 def window_union_sizes(routes: np.ndarray, n_expert: int, window: int,
@@ -112,23 +128,35 @@ def window_union_sizes(routes: np.ndarray, n_expert: int, window: int,
 
 
 def grouped_events(prefill: list[DecodeEvent], positions: np.ndarray, routes: np.ndarray,
-                   dropped: np.ndarray | None, window: int) -> list[DecodeEvent]:
+                   dropped: np.ndarray | None, window: int,
+                   weights: np.ndarray | None = None) -> list[DecodeEvent]:
     """The prefill events, then the decode positions as consecutive batches of ``window``
-    (VERIFY events with every draft accepted; PLAIN when a batch has one position)."""
+    (VERIFY events with every draft accepted; PLAIN when a batch has one position); each
+    carries its positions' ``weights`` when given."""
     out = list(prefill)
     for s in range(0, positions.size, window):
         n = min(window, positions.size - s)
         sl = slice(s, s + n)
         dr = None if dropped is None else dropped[sl]
+        wt = None if weights is None else weights[sl]
         if n == 1:
-            out.append(DecodeEvent(DecodeKind.PLAIN, positions[sl], routes[sl], dropped=dr))
+            out.append(DecodeEvent(DecodeKind.PLAIN, positions[sl], routes[sl], weights=wt,
+                                   dropped=dr))
         else:
-            out.append(DecodeEvent(DecodeKind.VERIFY, positions[sl], routes[sl], dropped=dr,
-                                   n_draft=n - 1, accepted=n - 1))
+            out.append(DecodeEvent(DecodeKind.VERIFY, positions[sl], routes[sl], weights=wt,
+                                   dropped=dr, n_draft=n - 1, accepted=n - 1))
     return out
 
 
-def union_study(trace, windows, budget_bytes: int | None = None) -> list[UnionRow]:
+def _replay_grouped(h, events, budget_bytes, n_tokens, knobs=None):
+    cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
+    for ev in events:
+        cache.apply(ev)
+    return cache, CacheSummary.from_stats(cache.stats, budget_bytes, n_tokens, h.token_cycle_bytes)
+
+
+def union_study(trace, windows, budget_bytes: int | None = None,
+                knobs=None) -> list[UnionRow]:
     """Union sizes and widened-batch reads for each window width.
 
     Parameters
@@ -138,6 +166,8 @@ def union_study(trace, windows, budget_bytes: int | None = None) -> list[UnionRo
         Window widths w (verify batch = 1 token + w - 1 drafts), each >= 1.
     budget_bytes : int, optional
         Cache budget for the replay, bytes; no replay when None.
+    knobs : refsim.cache.knobs.StreamKnobs, optional
+        With a budget: replay a second time with these knobs on (``knob_*`` fields).
 
     Returns
     -------
@@ -150,7 +180,12 @@ def union_study(trace, windows, budget_bytes: int | None = None) -> list[UnionRo
         If a width is < 1 or exceeds the number of decode positions, or the trace has none.
     """
     h = trace.header
-    positions, routes, dropped = decode_positions(trace.events)
+    positions, routes, dropped, weights = decode_positions(trace.events, with_weights=True)
+    knobs_on = knobs is not None and knobs.any_on
+    if knobs_on and budget_bytes is None:
+        raise ConfigError("--drop-cold-experts/--prefetch: the union replay needs --cache-mb")
+    from refsim.studies.replay import require_weights
+    require_weights(trace, knobs)
     prefill = [e for e in trace.events if e.kind is DecodeKind.PREFILL]
     rows = []
     for w in windows:
@@ -166,13 +201,15 @@ def union_study(trace, windows, budget_bytes: int | None = None) -> list[UnionRo
                    union_p90=float(np.percentile(sizes, 90)),
                    union_mib_mean=float(mib.mean()))
         if budget_bytes is not None:
-            cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes)
-            evs = grouped_events(prefill, positions, routes, dropped, w)
-            for ev in evs:
-                cache.apply(ev)
-            s = CacheSummary.from_stats(cache.stats, budget_bytes, int(positions.size),
-                                        h.token_cycle_bytes)
+            evs = grouped_events(prefill, positions, routes, dropped, w, weights)
+            _, s = _replay_grouped(h, evs, budget_bytes, int(positions.size))
             row.update(decodes=len(evs) - len(prefill), read_mib=s.decode_read_mib,
                        mib_per_token=s.mib_per_token, hit_pct_decode=s.hit_pct_decode)
+            if knobs_on:
+                cache, s = _replay_grouped(h, evs, budget_bytes, int(positions.size), knobs)
+                k = KnobSummary.from_stats(cache.stats, knobs)
+                row.update(knob_read_mib=s.decode_read_mib, knob_mib_per_token=s.mib_per_token,
+                           knob_hit_pct_decode=s.hit_pct_decode, knob_dropped=k.experts_dropped,
+                           knob_routed=k.experts_routed)
         rows.append(UnionRow(**row))
     return rows

@@ -20,7 +20,7 @@ over zero events (acceptance with no draft, tok/s over no measured second) print
 from __future__ import annotations
 
 from refsim import MIB
-from refsim.fmt import NA, num, ratio
+from refsim.fmt import NA, num, pct_text, ratio
 from refsim.telemetry.stats import RunStats
 
 
@@ -81,4 +81,25 @@ def summary_lines(s: RunStats) -> list[str]:
         if s.evictions or s.rereads:
             out.append(f"moe-cache: {s.evictions} evictions, {s.rereads} re-reads "
                        f"({_f(ratio(s.rereads, s.tokens), 1)}/token) \u2014 bytes the cache had already paid for once")
+    return out
+
+
+def knob_lines(k) -> list[str]:
+    """The engine's ``moe-prefetch:`` and ``moe-drop:`` lines (bmoe-engine.md §4.2;
+    engine-docs/telemetry.md) for a :class:`refsim.cache.summary.KnobSummary`; each only when
+    its knob is on.
+
+    Examples
+    --------
+    ``moe-prefetch: 812.4 MiB speculative, 410/1024 experts useful (40%)``;
+    ``moe-drop: 5146/81920 routed experts dropped (6.3%), threshold 0.75 x uniform``.
+    """
+    out = []
+    if k.prefetch > 0 or k.route_ahead > 0:
+        tag = " [route-ahead]" if k.route_ahead > 0 else ""
+        out.append(f"moe-prefetch: {k.spec_read_mib:.1f} MiB speculative, {k.spec_useful}/"
+                   f"{k.spec_experts} experts useful ({pct_text(k.useful_pct, 0)}){tag}")
+    if k.drop_frac > 0:
+        out.append(f"moe-drop: {k.experts_dropped}/{k.experts_routed} routed experts dropped "
+                   f"({pct_text(k.dropped_pct, 1)}), threshold {k.drop_frac:.2f} x uniform")
     return out

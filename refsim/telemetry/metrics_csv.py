@@ -100,7 +100,9 @@ class MetricsPreamble:
             kw["n_expert_used"] = int(ev.routes.shape[2])
         if result.cache is not None:
             kw.update(n_expert=result.cache.n_expert, moe_stream=1,
-                      cache_mb=result.cache.budget_bytes // MIB)
+                      cache_mb=result.cache.budget_bytes // MIB,
+                      prefetch=result.cache.knobs.prefetch,
+                      drop_cold_frac=result.cache.knobs.drop_frac)
         kw["spec"] = result.spec
         kw["spec_draft_max"] = result.draft_max
         if config is not None:
@@ -180,11 +182,12 @@ def summary_values(s: RunStats) -> dict[str, float | int]:
         "cache_hit_pct": s.cache_hit_pct, "n_prompt": s.n_prompt, "load_s": s.load_s,
         "prefill_s": s.prefill_s, "prefill_tps": s.prefill_tps, "stall_s/tok": 0.0,
         "mgmt_s/tok": 0.0, "cache_resident_MiB": cache_mib,
-        "cache_budget_MiB": s.budget_bytes / MIB, "cache_resizes": 0, "spec_read_MiB": 0.0,
-        "spec_experts": 0, "spec_useful": 0, "majflt/tok": 0.0, "cpu_s/tok": 0.0,
+        "cache_budget_MiB": s.budget_bytes / MIB, "cache_resizes": 0,
+        "spec_read_MiB": s.spec_read_bytes / MIB, "spec_experts": s.spec_experts,
+        "spec_useful": s.spec_useful, "majflt/tok": 0.0, "cpu_s/tok": 0.0,
         "token_demand_MiB": s.token_demand_bytes / MIB,
-        "layer_demand_MiB": s.layer_demand_bytes / MIB, "experts_routed": 0,
-        "experts_dropped": 0, "loop_overhead_s/tok": s.loop_overhead_s_per_tok,
+        "layer_demand_MiB": s.layer_demand_bytes / MIB, "experts_routed": s.experts_routed,
+        "experts_dropped": s.experts_dropped, "loop_overhead_s/tok": s.loop_overhead_s_per_tok,
         "mtp_drafted": s.drafted, "mtp_accepted": s.accepted, "mtp_decodes": s.decodes,
         "mtp_draft_s/tok": s.draft_s_per_tok, "drafted_steps": s.drafted_steps,
         "ra_committed": 0, "ra_passthrough": 0, "ra_agree_pct": 0.0, "ra_gemv_ms/tok": 0.0,

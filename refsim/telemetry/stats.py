@@ -44,6 +44,18 @@ def _final_n_past(result) -> int:
     return last.n_past if last.eog else last.n_past + 1 + last.n_acc
 
 
+def _knob_counters(cache) -> dict:
+    """``--drop-cold-experts`` / ``--prefetch`` counters of the generation (decode kinds; the
+    engine's generation delta), 0 without a cache."""
+    if cache is None:
+        return {}
+    from refsim.cache.summary import KnobSummary
+    k = KnobSummary.from_stats(cache.stats, cache.knobs)
+    return dict(experts_routed=k.experts_routed, experts_dropped=k.experts_dropped,
+                spec_read_bytes=k.spec_read_bytes, spec_experts=k.spec_experts,
+                spec_useful=k.spec_useful)
+
+
 @dataclass(frozen=True)
 class RunStats:
     """Counters of one generation (units in the names; seconds measured by the simulator)."""
@@ -76,6 +88,11 @@ class RunStats:
     n_past: int = 0
     load_s: float = 0.0
     draft_read_bytes: int = 0
+    experts_routed: int = 0
+    experts_dropped: int = 0
+    spec_read_bytes: int = 0
+    spec_experts: int = 0
+    spec_useful: int = 0
 
     @classmethod
     def from_run(cls, result) -> "RunStats":
@@ -108,7 +125,8 @@ class RunStats:
             evictions=st.evictions if st else 0, rereads=st.rereads if st else 0,
             token_demand_bytes=token_demand, layer_demand_bytes=layer_demand,
             n_past=_final_n_past(result),
-            draft_read_bytes=sum(getattr(s, "draft_read_bytes", 0) for s in steps))
+            draft_read_bytes=sum(getattr(s, "draft_read_bytes", 0) for s in steps),
+            **_knob_counters(cache))
 
     # --- derived rates ---------------------------------------------------------------------
     @property

@@ -163,6 +163,12 @@ class ScriptedTarget:
         self._kv: list[int] = []
         self.n_decodes = 0
         """Target decodes so far (prefill excluded)."""
+        self.moe_gate = None
+        """The drop seam for the next prefill/decode (set by the loop): each layer's scripted
+        routing goes through :func:`refsim.drop_rule.gate_layer` (there is no computation to
+        change, so only the cache sees the drops)."""
+
+    supports_moe_gate = True
 
     def __repr__(self) -> str:
         return (f"ScriptedTarget({self.script!r}, router={self.router!r}, "
@@ -182,11 +188,21 @@ class ScriptedTarget:
         return np.array([self.script(kv[: start + i + 1]) for i in range(n)], dtype=np.int64)
 
     def _output(self, ids: np.ndarray, routes, weights) -> TargetOutput:
+        dropped = None
+        if self.moe_gate is not None and routes is not None:
+            from refsim.drop_rule import gate_layer
+            dropped = np.zeros(routes.shape, bool)
+            for il in range(routes.shape[1]):
+                rows = np.flatnonzero((routes[:, il] >= 0).any(axis=1))
+                if rows.size:
+                    _, _, dropped[rows, il] = gate_layer(self.moe_gate, il, rows, routes[rows, il],
+                                                         weights[rows, il])
         if self.n_vocab is None:
-            return TargetOutput(ids=ids.astype(np.int32), routes=routes, weights=weights)
+            return TargetOutput(ids=ids.astype(np.int32), routes=routes, weights=weights,
+                                dropped=dropped)
         logits = np.zeros((ids.size, self.n_vocab), dtype=np.float32)
         logits[np.arange(ids.size), ids] = 1.0
-        return TargetOutput(logits=logits, routes=routes, weights=weights)
+        return TargetOutput(logits=logits, routes=routes, weights=weights, dropped=dropped)
 
     def _routes(self, start: int, n: int):
         if self.router is None:

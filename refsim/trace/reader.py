@@ -503,6 +503,18 @@ def _routed_layers(events: list[DecodeEvent], n_layer: int) -> np.ndarray:
     return seen
 
 
+NO_LAST_LAYER_CUT = frozenset({"qwen35moe"})
+"""Architectures whose prefill routes the last layer at every position (llama.cpp gathers the
+output rows after ``output_norm``, not before the last layer: refsim/forward/qwen35moe.py, "No
+last-layer cut")."""
+
+
+def cuts_last_layer(arch: str) -> bool:
+    """Whether a prefill of ``arch`` routes its last layer for the output positions only (the
+    last-layer rule of docs/trace-format.md); False for :data:`NO_LAST_LAYER_CUT`."""
+    return arch not in NO_LAST_LAYER_CUT
+
+
 def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, int],
                          lines_of: np.ndarray, new: np.ndarray, turn: np.ndarray,
                          phase: np.ndarray, step: np.ndarray, layer: np.ndarray,
@@ -517,7 +529,8 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
     it is an ``--mtp`` head (the engine does not record its draft routings); ``L`` is the set of
     layers the rows route. Every position of a decode is routed in every layer of ``L``. A
     prefill chunk routes every layer of ``L`` but the last at each position; the last layer is
-    routed for positions that produce logits only (llama.cpp gathers them before the last layer,
+    routed for positions that produce logits only (for the archs that cut it, :func:`cuts_last_layer`;
+    llama.cpp gathers them before the last layer,
     router_hook.cpp ``flush_pending``), which in the engine's prefill is the prompt's final token
     (bmoe-engine.md §2, "logits on the last token only"): the chunk that ends a turn's prefill
     routes it at its final position, an earlier chunk of the same turn routes it nowhere.
@@ -562,7 +575,10 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
     n_ev = ev_first.size
     ev_phase, ev_turn = phase[ev_first], turn[ev_first]
     ev_final = np.maximum.reduceat(step, ev_first)              # each decode's last position
-    prefill_g = ev_phase[g_ev] == 0
+    # qwen35moe does not cut the last layer to the output rows (llama.cpp gathers them only with
+    # embeddings_nextn_masked; refsim/forward/qwen35moe.py): its prefill routes every position
+    # in every layer, as a decode does
+    prefill_g = (ev_phase[g_ev] == 0) & cuts_last_layer(header.arch)
     is_last = g_layer == last
     # a turn's prefill chunk is followed by another chunk of that turn, or it ends the prefill
     more = np.zeros(n_ev, dtype=bool)
@@ -583,11 +599,11 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
     keys, inv = np.unique(pos_key, return_inverse=True)
     have_n = np.bincount(inv[need], minlength=keys.size)
     p_ev = keys // (MAX_POSITION + 1)
-    want_n = np.where(ev_phase[p_ev] == 0, L.size - 1, L.size)
+    want_n = np.where((ev_phase[p_ev] == 0) & cuts_last_layer(header.arch), L.size - 1, L.size)
     short = np.flatnonzero(have_n != want_n)
     last_done = np.zeros(n_ev, dtype=bool)
     last_done[g_ev[prefill_g & is_last]] = True
-    ends_prefill = (ev_phase == 0) & ~more & ~last_done
+    ends_prefill = (ev_phase == 0) & ~more & ~last_done & cuts_last_layer(header.arch)
     if short.size or ends_prefill.any():
         e_short = int(p_ev[short[0]]) if short.size else n_ev
         e_end = int(np.argmax(ends_prefill)) if ends_prefill.any() else n_ev
@@ -596,7 +612,7 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
         if e == e_short:
             s = int(keys[short[0]] % (MAX_POSITION + 1))
             got = set(g_layer[(g_ev == e) & (g_step == s) & need].tolist())
-            want = L if ev_phase[e] == 1 else L[L != last]
+            want = L if ev_phase[e] == 1 or not cuts_last_layer(header.arch) else L[L != last]
             il = int(next(x for x in want.tolist() if x not in got))
             raise TraceFormatError(
                 f"{path}:{first}: the {'decode' if ev_phase[e] == 1 else 'prefill'} starting here "

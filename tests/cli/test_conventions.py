@@ -77,6 +77,22 @@ TABLE = [
      "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
     (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--draft-ms",
      "--draft-ms", "a finite number >= 0", ("0", "99999999999999999999")),
+    (["replay", "t.csv"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
+    (["replay", "t.csv"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
+    (["replay", "t.csv"], "--route-ahead", "--route-ahead", "an integer in 0..8", ("0",)),
+    (["sweep", "t.csv"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
+    (["sweep", "t.csv"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
+    (["sweep", "t.csv"], "--route-ahead", "--route-ahead", "an integer in 0..8", ("0",)),
+    (["union", "t.csv"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
+    (["union", "t.csv"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
+    (["run"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
+    (["run"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
+    (["run"], "--route-ahead", "--route-ahead", "an integer in 0..8", ("0",)),
+    (["drop-replay", "t.csv"], "--frac", "--frac", "fractions like 0.5,0.75,1.0, each a number in [0, 1]",
+     ("0",)),
+    (["drop-replay", "t.csv"], "--n-expert-used", "--n-expert-used",
+     "N, N,M,... or A..B with A <= B, each an integer in 1..2147483647", ()),
+    (["drop-replay", "t.csv"], "--cache-mb", "--cache-mb", CACHE_MB_RANGE, ()),
 ]
 
 

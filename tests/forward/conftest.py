@@ -38,3 +38,14 @@ def golden_models(tmp_path_factory):
             out[name] = (open_model(path), g)
         return out
     return load
+
+
+@pytest.fixture(scope="module")
+def builtin_model_cache(tmp_path_factory):
+    """``$REFSIM_CACHE`` pointed at a fresh folder for the module, where ``refsim run`` builds
+    its built-in model once; yields the folder."""
+    mp = pytest.MonkeyPatch()
+    d = tmp_path_factory.mktemp("refsim-cache")
+    mp.setenv("REFSIM_CACHE", str(d))
+    yield d
+    mp.undo()

@@ -48,3 +48,92 @@ def test_live_run_and_replay_agree(tmp_path, draft_max, min_match):
     live_acc = [e.accepted for e in r.events if e.kind is DecodeKind.VERIFY]
     read_acc = [e.accepted for e in trace.events if e.kind is DecodeKind.VERIFY]
     assert read_acc[:-1] == live_acc[:len(read_acc) - 1]
+
+
+# ---- every streaming knob: the run's trace replays to the run's numbers -----------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from refsim.cache.knobs import StreamKnobs  # noqa: E402
+from refsim.cache.summary import KnobSummary  # noqa: E402
+
+
+def knob_run(tmp_path, knobs, budget, seed=3, k=3, draft=True):
+    n_layer, n_expert = 4, 16
+    expert_bytes = np.array([3000, 2000, 3000, 2500], dtype=np.int64)
+    router = ScriptedRouter(n_layer, n_expert, k, seed=seed)
+    doc = copy_heavy_document(120, n_vocab=40, seed=5)
+    target = ScriptedTarget(DocumentScript(doc, eos=0), router, eos_ids=(0,))
+    cache = ExpertCache(expert_bytes, n_expert, budget, knobs)
+    r = run_generation(target, NgramDraft(min_match=2) if draft else None, np.asarray(doc[:20]),
+                       60, cache=cache, draft_max=3)
+    header = TraceHeader(model="scripted", arch="scripted", n_layer=n_layer, n_expert=n_expert,
+                         n_expert_used=k, expert_bytes=expert_bytes,
+                         dense_bytes=np.zeros(n_layer, dtype=np.int64))
+    path = tmp_path / "knobs.route.csv"
+    r.write_trace(path, header)
+    return r, cache, read_trace(path)
+
+
+def assert_replays(r, cache, trace, budget, knobs):
+    rep = replay_trace(trace, budget, knobs=knobs)
+    st_, s = cache.stats, rep.summary
+    assert (s.lookups, s.hits, s.read_bytes, s.decode_read_bytes, s.evictions, s.rereads,
+            s.resident_bytes) == (st_.total("lookups"), st_.total("hits"),
+                                  st_.total("read_bytes"), RunStats.from_run(r).read_bytes,
+                                  st_.evictions, st_.rereads, st_.resident_bytes)
+    if knobs.any_on:
+        assert rep.knobs == KnobSummary.from_stats(st_, knobs)
+    assert rep.residency_agree == rep.residency_rows > 0
+    # the dropped column the run wrote is what the replay's policy decided again
+    for live, rec in zip(r.records, rep.records):
+        assert (live.dropped is None) == (rec.dropped is None)
+        if live.dropped is not None:
+            assert (live.dropped == rec.dropped).all()
+    return rep
+
+
+@pytest.mark.parametrize("knobs", [
+    StreamKnobs(drop_frac=1.0),
+    StreamKnobs(drop_frac=0.75, drop_renorm=False),
+    StreamKnobs(drop_frac=0.75, drop_in_prefill=True),
+    StreamKnobs(prefetch=2),
+    StreamKnobs(drop_frac=1.0, prefetch=1),
+], ids=["drop1", "drop.75-norenorm", "drop.75-prefill", "prefetch2", "drop1-prefetch1"])
+def test_live_run_with_knobs_replays_to_the_same_numbers(tmp_path, knobs):
+    budget = 60_000
+    r, cache, trace = knob_run(tmp_path, knobs, budget)
+    assert any(s.kind is DecodeKind.VERIFY for s in r.steps)      # speculative verify batches
+    rep = assert_replays(r, cache, trace, budget, knobs)
+    if knobs.drop_on:
+        assert trace.has_dropped_column and rep.knobs.experts_dropped > 0
+    if knobs.prefetch:
+        assert rep.knobs.spec_experts > 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 50), st.integers(8_000, 120_000), st.sampled_from([0.0, 0.5, 0.75, 1.0]),
+       st.integers(0, 3), st.booleans(), st.integers(2, 4), st.booleans())
+def test_run_equals_replay_for_every_knob(seed, budget, frac, depth, in_prefill, k, draft):
+    import tempfile
+    from pathlib import Path
+    knobs = StreamKnobs(drop_frac=frac, prefetch=depth, drop_in_prefill=in_prefill)
+    with tempfile.TemporaryDirectory() as d:
+        r, cache, trace = knob_run(Path(d), knobs, budget, seed=seed, k=k, draft=draft)
+        assert_replays(r, cache, trace, budget, knobs)
+
+
+def test_metrics_csv_carries_the_knob_counters(tmp_path):
+    from refsim.telemetry import MetricsPreamble, format_metrics_csv
+    knobs = StreamKnobs(drop_frac=1.0, prefetch=1)
+    r, cache, _ = knob_run(tmp_path, knobs, 60_000)
+    k = KnobSummary.from_stats(cache.stats, knobs)
+    text = format_metrics_csv(r, RunStats.from_run(r), MetricsPreamble.for_run(r))
+    trailer = dict(kv.split("=", 1) for kv in text.splitlines()[-1].split()[2:])
+    assert trailer["experts_routed"] == str(k.experts_routed) and k.experts_dropped > 0
+    assert trailer["experts_dropped"] == str(k.experts_dropped)
+    assert (trailer["spec_experts"], trailer["spec_useful"]) == (str(k.spec_experts),
+                                                                 str(k.spec_useful))
+    assert trailer["spec_read_MiB"] == f"{k.spec_read_mib:.1f}"
+    assert " prefetch=1 " in text and " drop_cold_frac=1 " in text

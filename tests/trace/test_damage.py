@@ -435,3 +435,24 @@ def test_one_residency_per_expert_per_batch(tmp_path):
     # main accepted it (a plausible hit that never was)
     refused(tmp_path, GOOD.replace("0,0,1,0,0,1,0.5,0,0", "0,0,1,0,0,1,0.5,1,0"),
             r":8: expert 1 of layer 0 has residency 1 here and 0 on line 6 of the same layer batch")
+
+
+def test_a_qwen35moe_prefill_routes_every_layer_at_every_position(tmp_path):
+    """qwen35moe has no last-layer cut (refsim/forward/qwen35moe.py): its live trace, whose
+    prefill routes the last layer at every prompt position, reads back; the same rows under a
+    qwen3moe preamble are refused by the last-layer rule."""
+    from refsim.cli import main
+    from refsim.errors import TraceFormatError
+    from refsim.model import write_synthetic
+    from refsim.trace import read_trace
+    model = write_synthetic(tmp_path / "h.gguf", "qwen35moe", "F32", seed=3)
+    trace = tmp_path / "h.route.csv"
+    assert main(["run", str(model), "--prompt-tokens", "1,5,9,4", "-n", "3", "--cache-mb", "1",
+                 "--route-trace", str(trace)]) == 0
+    tr = read_trace(trace)
+    pre = [e for e in tr.events if e.kind.name == "PREFILL"]
+    assert pre and (pre[0].routes[:, -1, :] >= 0).all()        # every position, last layer too
+    other = tmp_path / "as-qwen3moe.route.csv"
+    other.write_text(trace.read_text().replace("arch=qwen35moe", "arch=qwen3moe", 1))
+    with pytest.raises(TraceFormatError, match="last-layer rule"):
+        read_trace(other)

@@ -1,0 +1,81 @@
+"""``--route-ahead N`` in the live forward pass (engine-docs/route-ahead.md; bmoe-engine.md §3.5).
+
+Lossy by design: in a decode graph, layer L's expert selection is *replaced* by the ranking of
+layer L's own router on the gate input of layer L−N (the same position, the same graph); the
+committed experts get their true renormalised weights from layer L's own logits
+(:func:`refsim.forward.layers.route_weights`). Pass-through (the router's own choice) applies to
+layers 0..N−1, prefill, and the run's first decode graph. The cache reads layer L+N's committed
+experts early, right after layer L's load (:mod:`refsim.cache.lru`).
+
+:class:`RouteAhead` is the object the target hands its pass; it decides per graph whether to
+commit and keeps the engine's ``moe-route-ahead:`` counters. It never counts bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class RouteAhead:
+    """Per-run state and counters of ``--route-ahead n``.
+
+    Attributes
+    ----------
+    n : int
+        Layers early (1..8).
+    committed, passthrough : int
+        Decode routings (one per position and layer) replaced / left to the router.
+    agree_slots, slots : int
+        Over committed routings: slots of the committed selection the router also chose, and
+        all slots (the ``agreed with the router on <pct>% of slots`` figure).
+    """
+
+    n: int
+    committed: int = 0
+    passthrough: int = 0
+    agree_slots: int = 0
+    slots: int = 0
+    _decodes: int = 0
+    _phase: int = 0
+
+    def begin_graph(self, phase: int) -> None:
+        """A graph starts (0 prefill, 1 decode): commits only in decode graphs after the first."""
+        self._phase = phase
+        if phase == 1:
+            self._decodes += 1
+
+    @property
+    def _active(self) -> bool:
+        return self._phase == 1 and self._decodes > 1
+
+    def commits(self, il: int) -> bool:
+        """Whether layer ``il`` of the current graph takes the committed selection."""
+        return self._active and il >= self.n
+
+    def record(self, router_ids: np.ndarray, committed_ids: np.ndarray | None) -> None:
+        """Count one layer's decode routings (rows of ``router_ids`` (n, k)); ``committed_ids``
+        None = passed through. Prefill graphs are not counted."""
+        if self._phase != 1:
+            return
+        n = router_ids.shape[0]
+        if committed_ids is None:
+            self.passthrough += n
+            return
+        self.committed += n
+        self.slots += committed_ids.size
+        self.agree_slots += sum(len(set(a.tolist()) & set(b.tolist()))
+                                for a, b in zip(router_ids, committed_ids))
+
+    @property
+    def agree_pct(self) -> float:
+        """100 × agreeing slots / committed slots (0 when nothing was committed)."""
+        return 100.0 * self.agree_slots / self.slots if self.slots else 0.0
+
+    def line(self) -> str:
+        """The engine's report line (route-ahead.md, "Reading a run")."""
+        return (f"moe-route-ahead: {self.n} layers early — {self.committed} routings committed, "
+                f"{self.passthrough} passed through; committed selection agreed with the router "
+                f"on {self.agree_pct:.1f}% of slots")
