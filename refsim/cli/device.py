@@ -45,3 +45,10 @@ def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float 
     dev, name, model = loaded
     return device_whatif(dev, name, mib_per_token, tokens_per_decode, model, args.io_threads,
                          args.overlap, cache, args.position_cost, draft_s_per_token)
+
+
+def tokens_per_decode(trace, tokens: int) -> float:
+    """Confirmed tokens per target decode of a route trace (1 without speculation; >= 1)."""
+    from refsim.events import DecodeKind
+    decodes = sum(e.kind in (DecodeKind.PLAIN, DecodeKind.VERIFY) for e in trace.events)
+    return max(1.0, tokens / decodes) if decodes else 1.0

@@ -15,6 +15,8 @@ from refsim.cli.common import (add_knob_args, cache_mib, check_outputs, knobs_fr
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
+from refsim.cli.device import (add_device_args, device_figures, load_device_args,
+                               tokens_per_decode)
 from refsim.studies.predict import predict_lines, predict_log
 from refsim.studies.replay import ReplayReport, replay_trace
 from refsim.telemetry.lines import knob_lines
@@ -42,6 +44,7 @@ def add_parser(sub) -> None:
                    help="score the previous-token predictor and a static hot list per layer "
                         "(the engine's expert-prediction.md; decode rows)")
     add_knob_args(p, route_ahead=True)
+    add_device_args(p)
     p.set_defaults(func=run)
 
 
@@ -151,11 +154,13 @@ def run(args) -> int:
                              f"--policy lru")
         trace = read_trace(args.trace)
         trace.require_rows("replay")
-        if knobs_from_args(args, trace.header.n_expert_used).any_on or args.predict_log:
-            raise UsageError(f"--policy {policy.label}: the streaming knobs and --predict-log act in "
-                             f"the engine's LRU cache only; expected --policy lru")
+        if knobs_from_args(args, trace.header.n_expert_used).any_on or args.predict_log or \
+                args.device is not None:
+            raise UsageError(f"--policy {policy.label}: the streaming knobs, --predict-log and "
+                             f"--device act on the engine's LRU replay only; expected --policy lru")
         return run_policy(args, trace, policy, budget)
     check_outputs({"--csv": args.csv}, {"TRACE": args.trace})
+    device = load_device_args(args)
     trace = read_trace(args.trace)
     trace.require_rows("replay")
     knobs = knobs_from_args(args, trace.header.n_expert_used)
@@ -164,9 +169,13 @@ def run(args) -> int:
     if args.csv is not None:
         write_event_csv(args.csv, report)
     pred = predict_log(trace) if args.predict_log else None
+    timed = device_figures(args, device, report.summary.mib_per_token or 0.0,
+                           tokens_per_decode(trace, report.summary.tokens))
     with contextlib.redirect_stdout(report_stream({"--csv": args.csv})):  # stderr if the CSV is on stdout
         if args.json:
             out = summary_json(report)
+            if timed is not None:
+                out["device"] = timed.as_dict()
             if pred is not None:
                 out["predict"] = {n: dataclasses.asdict(s) | {"hit_pct": s.hit_pct,
                                                               "exact_pct": s.exact_pct}
@@ -174,6 +183,8 @@ def run(args) -> int:
             print(json.dumps(out))
         else:
             print_text(trace, report)
+            if timed is not None:
+                print(timed.line())
             if pred is not None:
                 for line in predict_lines(pred):
                     print(line)

@@ -60,6 +60,8 @@ def add_parser(sub) -> None:
                    help="score the stale-gate, previous-token and control predictors per layer "
                         "(the engine's expert-prediction.md; qwen3moe, qwen35moe)")
     add_knob_args(p, route_ahead=True)
+    from refsim.cli.device import add_device_args
+    add_device_args(p)
     p.set_defaults(func=run)
 
 
@@ -91,7 +93,7 @@ def refuse_cache_flags(args, path: str, model) -> None:
                           f"expert routings; drop --route-trace (--csv writes the per-token metrics)")
     for flag, on in (("--drop-cold-experts", args.drop_cold_experts > 0),
                      ("--prefetch", args.prefetch > 0), ("--route-ahead", args.route_ahead > 0),
-                     ("--predict-log", args.predict_log)):
+                     ("--predict-log", args.predict_log), ("--device", args.device is not None)):
         if on:
             raise ConfigError(f"{flag}: {why}; the streaming knobs act on an expert cache")
 
@@ -199,6 +201,8 @@ def _run(args, report: contextlib.ExitStack) -> int:
     builtin = args.model is None
     check_outputs({"--route-trace": args.route_trace, "--csv": args.csv},
                   {"MODEL": args.model} if not builtin else {"built-in MODEL": builtin_model_file()})
+    from refsim.cli.device import device_figures, load_device_args
+    device = load_device_args(args)
     if not builtin and not os.path.exists(args.model):
         raise ConfigError(f"MODEL {args.model}: no such file")
     path = builtin_model_path() if builtin else args.model
@@ -290,6 +294,11 @@ def _run(args, report: contextlib.ExitStack) -> int:
         "cache": summary.as_dict(),      # every counter, as `refsim replay --json` prints them
         "dense": False, **stop_fields(result),
     }
+    # drafting is not a term of the device model: effective tok/s there equals tok/s
+    timed = device_figures(args, device, summary.mib_per_token or 0.0,
+                           max(1.0, result.n_gen / stats.decodes) if stats.decodes else 1.0)
+    if timed is not None:
+        out["device"] = timed.as_dict()
     if knob_summary is not None:
         out["knobs"] = knob_summary.as_dict()
     if probe is not None:
@@ -334,6 +343,8 @@ def _run(args, report: contextlib.ExitStack) -> int:
     print(f"simulator: {num(decode_tps, 2)} tok/s decode ({stats.decodes} decodes), "
           f"{num(sim_tps, 2)} tok/s incl. prefill; smallest top-1/top-2 logit margin "
           f"{getattr(target, 'inner', target).min_margin:.4g}")
+    if timed is not None:
+        print(timed.line())
     if args.route_trace is not None:
         flags = "".join(f" {f} {v}" for f, v, on in (
             ("--drop-cold-experts", f"{knobs.drop_frac:g}", knobs.drop_on),

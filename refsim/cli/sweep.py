@@ -8,6 +8,8 @@ from refsim.cache.batches import BatchTrace
 from refsim.cache.policy import parse_policy_list
 from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args, report_stream,
                                warn_below_token_cycle)
+from refsim.cli.device import (add_device_args, device_figures, load_device_args,
+                               tokens_per_decode)
 from refsim.fmt import num
 from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, format_table, known_policies,
                                   parse_budgets_mib, sweep_budgets, sweep_knobs,
@@ -36,6 +38,7 @@ def add_parser(sub) -> None:
                    help="write a plot of hit %% and MiB/token against the budget (matplotlib); "
                         "the format is the extension's: .png, .pdf or .svg")
     add_knob_args(p, route_ahead=True)
+    add_device_args(p)
     p.set_defaults(func=run)
 
 
@@ -47,6 +50,7 @@ def run(args) -> int:
         from refsim.studies.plot import plot_format, require_matplotlib
         plot_format(args.plot)  # the extension names a format we write
         require_matplotlib()  # before the sweep, not after it
+    device = load_device_args(args)
     trace = read_trace(args.trace)
     trace.require_rows("sweep")
     h = trace.header
@@ -69,11 +73,20 @@ def run(args) -> int:
         print(f"knobs: --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch} "
               f"--route-ahead {knobs.route_ahead}; "
               f"one ExpertCache replay per budget (dropped, spec_MiB, useful: decode only)", file=out)
-    for line in format_table(result):
+    tok_s = None
+    if device is not None:
+        tpd = tokens_per_decode(trace, result.tokens)
+        tok_s = [device_figures(args, device, r.summary.mib_per_token or 0.0, tpd).predicted_tok_s
+                 for r in result.rows]
+        d = device_figures(args, device, 0.0)
+        print(f"pred_tok/s: device {args.device} (predicted, not measured; {d.io_threads} lanes, "
+              f"{'--overlap' if d.overlap else 'serial'}, compute floor of {d.model})", file=out)
+    for line in format_table(result, tok_s):
         print(line, file=out)
     if args.csv is not None:
-        write_sweep_csv(args.csv, result)
+        write_sweep_csv(args.csv, result, tok_s)
     if args.plot is not None:
         from refsim.studies.plot import plot_sweep
-        plot_sweep(result, args.plot, title=f"{h.model.rsplit('/', 1)[-1]}: cache budget sweep")
+        plot_sweep(result, args.plot, title=f"{h.model.rsplit('/', 1)[-1]}: cache budget sweep",
+                   tok_s=tok_s)
     return 0

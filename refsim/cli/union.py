@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from refsim.cache import ExpertCache
 from refsim.cli.common import add_knob_args, cache_mib, int_list, knobs_from_args
+from refsim.cli.device import add_device_args, device_figures, load_device_args
+from refsim.errors import UsageError
 from refsim.fmt import NA, budget_mib, num, ratio
 from refsim.studies.union import union_study
 from refsim.trace import read_trace
@@ -21,11 +23,15 @@ def add_parser(sub) -> None:
     p.add_argument("--cache-mb", metavar="N", type=cache_mib,
                    help="cache budget in MiB for the replay (omit: union sizes only)")
     add_knob_args(p)
+    add_device_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb) if args.cache_mb is not None else None
+    if args.device is not None and budget is None:
+        raise UsageError("--device without --cache-mb: the predicted time needs the replay's reads")
+    device = load_device_args(args)
     trace = read_trace(args.trace)
     knobs = knobs_from_args(args, trace.header.n_expert_used)
     rows = union_study(trace, args.window, budget, knobs)
@@ -37,6 +43,12 @@ def run(args) -> int:
     if budget is not None:
         print(f"replay at {budget_mib(budget)} MiB; decode positions in batches of w")
         head += f"  {'decodes':>7}  {'read_MiB':>9}  {'MiB/token':>9}  {'x w=1':>6}  {'hit_dec%':>8}"
+        if device is not None:
+            d = device_figures(args, device, 0.0)
+            print(f"pred_tok/s: device {args.device} (predicted, not measured; {d.io_threads} lanes, "
+                  f"{'--overlap' if d.overlap else 'serial'}, compute floor of {d.model}, every "
+                  f"draft accepted: w tokens per decode, extra position {d.position_cost:g} x C)")
+            head += f"  {'pred_tok/s':>10}"
         if knobs_on:
             print(f"knob columns: the same replay with --drop-cold-experts {knobs.drop_frac:g} "
                   f"--prefetch {knobs.prefetch} (the drop rule per token row of each batch)")
@@ -52,6 +64,9 @@ def run(args) -> int:
             rel = num(ratio(r.mib_per_token, base), 2) if r.mib_per_token is not None and base else NA
             line += (f"  {r.decodes:>7}  {num(r.read_mib, 1):>9}  {num(r.mib_per_token, 2):>9}  {rel:>6}  "
                      f"{num(r.hit_pct_decode, 3):>8}")
+            if device is not None:
+                d = device_figures(args, device, r.mib_per_token or 0.0, float(r.window))
+                line += f"  {num(d.predicted_tok_s, 3):>10}"
             if knobs_on:
                 if r.window == 1:
                     kbase = r.knob_mib_per_token

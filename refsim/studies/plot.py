@@ -90,7 +90,7 @@ def _save(fig, path: str) -> None:
         fig.savefig(tmp, format=fmt, dpi=110)
 
 
-def plot_sweep(result, path: str, title: str = "") -> None:
+def plot_sweep(result, path: str, title: str = "", tok_s: list | None = None) -> None:
     """Hit % (decode-only solid, cumulative dotted) and decode MiB/token against the budget,
     one colour per policy, with the token cycle T marked and the points that hold more than their
     budget (:attr:`refsim.studies.sweep.SweepRow.over_budget`) ringed in red; written to
@@ -102,6 +102,8 @@ def plot_sweep(result, path: str, title: str = "") -> None:
     path : str
         Output path (``.png``, ``.pdf`` or ``.svg``).
     title : str, optional
+    tok_s : list of float, optional
+        One predicted tok/s per row (``--device``): a third panel, tok/s against the budget.
 
     Raises
     ------
@@ -110,7 +112,17 @@ def plot_sweep(result, path: str, title: str = "") -> None:
         written.
     """
     plt = _pyplot()
-    fig, (ax_hit, ax_mib) = plt.subplots(1, 2, figsize=(12, 4.8))
+    if tok_s is None:
+        fig, (ax_hit, ax_mib) = plt.subplots(1, 2, figsize=(12, 4.8))
+    else:
+        fig, (ax_hit, ax_mib, ax_tps) = plt.subplots(1, 3, figsize=(17, 4.8))
+        for i, pol in enumerate(result.policies):
+            idx = [j for j, r in enumerate(result.rows) if r.policy == pol]
+            ax_tps.plot([result.rows[j].budget_mib for j in idx], [tok_s[j] for j in idx], "-o",
+                        ms=3, color=f"C{i}", label=pol)
+        ax_tps.set_xlabel("cache budget (MiB)")
+        ax_tps.set_ylabel("predicted decode tok/s (device model, not measured)")
+        ax_tps.grid(alpha=0.3)
     t_mib = result.t_bytes / MIB
 
     def y(v):                                   # an undefined rate (None) is a gap, not a 0

@@ -265,9 +265,10 @@ def sweep_knobs(trace, budgets_mib, knobs, policies=("lru",)) -> SweepResult:
                        rows[0].summary.tokens)
 
 
-def write_sweep_csv(path: str, result: SweepResult) -> None:
+def write_sweep_csv(path: str, result: SweepResult, tok_s: list | None = None) -> None:
     """Write the engine-format curve CSV (:data:`SWEEP_CSV_COLUMNS`: the engine's five columns,
-    then ``over_budget``) to ``path`` by :func:`refsim.fileio.open_output`'s rules.
+    then ``over_budget``; with ``tok_s`` from ``--device`` a last ``predicted_tok_s`` column) to
+    ``path`` by :func:`refsim.fileio.open_output`'s rules.
 
     Raises
     ------
@@ -276,24 +277,27 @@ def write_sweep_csv(path: str, result: SweepResult) -> None:
     """
     with open_output(path, "--csv") as fh:
         w = csv.writer(fh, lineterminator="\n")
-        w.writerow(SWEEP_CSV_COLUMNS)
-        for r in result.rows:
-            w.writerow(r.csv_fields() + [int(r.over_budget)])
+        w.writerow(SWEEP_CSV_COLUMNS + (("predicted_tok_s",) if tok_s is not None else ()))
+        for i, r in enumerate(result.rows):
+            w.writerow(r.csv_fields() + [int(r.over_budget)]
+                       + ([csv_num(tok_s[i], 3)] if tok_s is not None else []))
 
 
-def format_table(result: SweepResult) -> list[str]:
+def format_table(result: SweepResult, tok_s: list | None = None) -> list[str]:
     """Text table: one line per (budget, policy), hit % cumulative and decode-only, read MiB
     (prefill included) and decode MiB/token; with knobs also experts dropped (decode), their
     % of routed slots, speculative MiB read (decode) and useful/prefetched entries; a point that
     holds more than its budget (:attr:`SweepRow.over_budget`) ends in ``holds N.Nx`` (held bytes /
-    budget) and a note follows the table. An undefined rate prints ``n/a``."""
+    budget) and a note follows the table. An undefined rate prints ``n/a``. ``tok_s`` (one value
+    per row, from ``--device``) adds a ``pred_tok/s`` column: a prediction, never a measurement."""
     w = max(8, *(len(p) for p in result.policies))
     knobs = any(r.knobs is not None for r in result.rows)
     extra = f"  {'dropped':>8}  {'drop%':>5}  {'spec_MiB':>9}  {'useful':>11}" if knobs else ""
     lines = [f"{'budget_mib':>10}  {'policy':<{w}}  {'hit_cum%':>8}  {'hit_dec%':>8}  "
-             f"{'read_MiB':>10}  {'MiB/token':>9}{extra}"]
+             f"{'read_MiB':>10}  {'MiB/token':>9}{extra}"
+             + (f"  {'pred_tok/s':>10}" if tok_s is not None else "")]
     over = False
-    for r in result.rows:
+    for i, r in enumerate(result.rows):
         s = r.summary
         line = (f"{format_budget(r.budget_mib):>10}  {r.policy:<{w}}  {num(s.hit_pct_cum, 3):>8}  "
                 f"{num(s.hit_pct_decode, 3):>8}  {num(s.read_mib, 1):>10}  {num(s.mib_per_token, 2):>9}")
@@ -301,6 +305,8 @@ def format_table(result: SweepResult) -> list[str]:
             k = r.knobs
             line += (f"  {k.experts_dropped:>8}  {num(k.dropped_pct, 1):>5}  {num(k.spec_read_mib, 1):>9}  "
                      f"{f'{k.spec_useful}/{k.spec_experts}':>11}")
+        if tok_s is not None:
+            line += f"  {num(tok_s[i], 3):>10}"
         if r.over_budget:
             over = True
             line += f"  holds {num(r.held_bytes / s.budget_bytes, 2)}x"

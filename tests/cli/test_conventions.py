@@ -93,6 +93,14 @@ TABLE = [
     (["drop-replay", "t.csv"], "--n-expert-used", "--n-expert-used",
      "N, N,M,... or A..B with A <= B, each an integer in 1..2147483647", ()),
     (["drop-replay", "t.csv"], "--cache-mb", "--cache-mb", CACHE_MB_RANGE, ()),
+    (["replay", "t.csv"], "--io-threads", "--io-threads", INT1, ()),
+    (["replay", "t.csv"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
+    (["sweep", "t.csv"], "--io-threads", "--io-threads", INT1, ()),
+    (["sweep", "t.csv"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
+    (["union", "t.csv"], "--io-threads", "--io-threads", INT1, ()),
+    (["union", "t.csv"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
+    (["run"], "--io-threads", "--io-threads", INT1, ()),
+    (["run"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
 ]
 
 
