@@ -121,7 +121,9 @@ def decode_splits(draw, n_vocab: int = 300, max_width: int = 9) -> tuple[list[in
 
 
 QUANT_SCALE_FIELDS = {2: (18, (0,)), 6: (22, (0,)), 8: (34, (0,)), 12: (144, (0, 2)), 13: (176, (0, 2)),
-                      14: (210, (208,)), 39: (17, ())}
+                      14: (210, (208,)), 39: (17, ()),
+                      3: (20, (0, 2)), 7: (24, (0, 2)), 10: (84, (80, 82)), 11: (110, (108,)), 20: (18, (0,)),
+                      23: (136, (0,)), 34: (54, (52,)), 35: (66, (64,))}
 """ggml type id -> (block bytes, byte offsets of the block's f16 scales) for :func:`quantized_weight_rows`."""
 
 
