@@ -1,0 +1,217 @@
+"""Integer block products for the further weight types (the ``ggml`` mode's products for Q4_1, Q5_1,
+IQ4_NL, Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0).
+
+Same contract as :mod:`refsim.kernels.qdot` (which dispatches here from :func:`~refsim.kernels.qdot.qdot_matmul`
+and :func:`~refsim.kernels.qdot.qdot_pairs`): the activation row is quantized to the weight type's
+``vec_dot_type`` (ggml/src/ggml-cpu/ggml-cpu.c ``type_traits_cpu``: Q8_1 for Q4_1/Q5_1, Q8_0 for
+IQ4_NL, Q8_K for the others), each block's integer sum is exact, and the block terms of
+ggml/src/ggml-cpu/quants.c ``ggml_vec_dot_*_generic`` are formed and summed in float64 in block order,
+rounded once to float32:
+
+==========  ========  ============================================================================================
+weight      acts      term added per block ``b`` (``d``, ``m``, ``dmin``: the weight's f16 fields)
+==========  ========  ============================================================================================
+Q4_1        Q8_1      ``(f64(d) * f64(d_x)) * isum + f64(m) * f64(s_x)``, ``isum = sum_j q_j x_j``, ``q`` = nibble
+Q5_1        Q8_1      the same with ``q = nibble | high_bit << 4`` (0..31)
+IQ4_NL      Q8_0      ``(f64(d) * f64(d_x)) * isum``, ``q = kvalues_iq4nl[nibble]``
+IQ4_XS      Q8_K      ``(f64(d) * f64(d_x)) * sum_ib (ls_ib - 32) isum_ib`` over the 8 sub-blocks of 32
+Q3_K        Q8_K      ``(f64(d) * f64(d_x)) * sum_g sc_g isum_g`` over the 16 sub-blocks of 16, ``q`` in -4..3
+Q2_K        Q8_K      ``(f64(d) * f64(d_x)) * sum_g (sc_g & 15) isum_g - (f64(dmin) * f64(d_x)) * sum_g (sc_g >> 4)
+                      bsum_g`` over the 16 sub-blocks of 16 (``bsum_g``: sum of the activation's int8 values)
+TQ1_0/TQ2_0 Q8_K      ``(f64(d) * f64(d_x)) * isum``, ``q = code - 1`` in -1..1
+==========  ========  ============================================================================================
+
+Q8_1 is Q8_0 (the same ``q`` and f16 ``d_x``; arch/x86/quants.c ``quantize_row_q8_1``) plus
+``s_x = f16(float32(d * sum_j q_j))`` with ``d = amax / 127`` in float32 before its f16 rounding
+(:attr:`refsim.kernels.qdot.QActs.s`). So Q4_1/Q5_1's ``m`` term uses llama.cpp's rounded block sum,
+not ``f16(d_x) * sum q``.
+
+Batch invariance: ``out[v, r]`` is computed by one thread from row ``r`` and vector ``v`` only, in
+a fixed order (rows split over threads in chunks of :data:`refsim.kernels.qdot.CHUNK`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from refsim.kernels.iq4 import KVALUES_IQ4, iq4_xs_scale
+from refsim.kernels.k_quants import q3_k_quant, q3_k_scale
+from refsim.kernels.ternary import tq1_0_code
+
+# ggml type ids (gguf.GGMLQuantizationType values)
+Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 = 3, 7, 10, 11, 20, 23, 34, 35
+Q8_1_WEIGHTS = (Q4_1, Q5_1)
+"""Weight types whose ``vec_dot_type`` is Q8_1 (activation blocks of 32 with the block sum ``s``)."""
+Q8_0_WEIGHTS = (IQ4_NL,)
+"""Further weight types whose ``vec_dot_type`` is Q8_0."""
+Q8_K_WEIGHTS = (Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0)
+"""Further weight types whose ``vec_dot_type`` is Q8_K."""
+EXT_TYPES = Q8_1_WEIGHTS + Q8_0_WEIGHTS + Q8_K_WEIGHTS
+"""Every weight type this module multiplies."""
+
+BLOCK_BYTES = {Q4_1: (32, 20), Q5_1: (32, 24), IQ4_NL: (32, 18), Q2_K: (256, 84), Q3_K: (256, 110),
+               IQ4_XS: (256, 136), TQ1_0: (256, 54), TQ2_0: (256, 66)}
+"""ggml type id -> (elements, bytes) per block (``gguf.GGML_QUANT_SIZES``; tests/kernels check they agree)."""
+
+CHUNK = 16
+"""Rows per parallel work item (the value of :data:`refsim.kernels.qdot.CHUNK`; a test checks they agree)."""
+
+_KV = KVALUES_IQ4.astype(np.int64)
+
+
+@njit(cache=True)
+def _half(row, o, table):
+    return np.float64(table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)])
+
+
+@njit(cache=True)
+def ext_row(kind, row, n_cols, xq, xd, xs, table):
+    """float64 dot of one quantized row with one quantized activation (module table), before rounding.
+
+    Parameters
+    ----------
+    kind : int
+        ggml type id in :data:`EXT_TYPES`.
+    row : (row_bytes,) uint8 ndarray
+    n_cols : int
+    xq : (n_cols,) int8 ndarray
+    xd : (n_cols // block,) float32 ndarray
+        Activation block scales (f16 values for Q8_0/Q8_1, float32 for Q8_K).
+    xs : (n_cols // 32,) float32 ndarray
+        Q8_1's ``s`` (f16 values); unused for the other types.
+    table : (65536,) float32 ndarray
+        Half -> float.
+    """
+    s = 0.0
+    if kind == Q4_1 or kind == Q5_1:
+        size = 20 if kind == Q4_1 else 24
+        qo = 4 if kind == Q4_1 else 8
+        for b in range(n_cols // 32):
+            o = b * size
+            qh = 0
+            if kind == Q5_1:
+                qh = (np.int64(row[o + 4]) | (np.int64(row[o + 5]) << 8) | (np.int64(row[o + 6]) << 16)
+                      | (np.int64(row[o + 7]) << 24))
+            isum = 0
+            for j in range(16):
+                c = np.int64(row[o + qo + j])
+                lo = (c & 15) | (((qh >> j) & 1) << 4)
+                hi = (c >> 4) | (((qh >> (j + 16)) & 1) << 4)
+                isum += lo * np.int64(xq[b * 32 + j]) + hi * np.int64(xq[b * 32 + j + 16])
+            s += (_half(row, o, table) * np.float64(xd[b])) * np.float64(isum) \
+                + _half(row, o + 2, table) * np.float64(xs[b])
+    elif kind == IQ4_NL:
+        for b in range(n_cols // 32):
+            o = b * 18
+            isum = 0
+            for j in range(16):
+                c = np.int64(row[o + 2 + j])
+                isum += _KV[c & 15] * np.int64(xq[b * 32 + j]) + _KV[c >> 4] * np.int64(xq[b * 32 + j + 16])
+            s += (_half(row, o, table) * np.float64(xd[b])) * np.float64(isum)
+    elif kind == IQ4_XS:
+        for b in range(n_cols // 256):
+            o = b * 136
+            acc = 0
+            for ib in range(8):
+                isum = 0
+                base = o + 8 + 16 * ib
+                xo = b * 256 + 32 * ib
+                for j in range(16):
+                    c = np.int64(row[base + j])
+                    isum += _KV[c & 15] * np.int64(xq[xo + j]) + _KV[c >> 4] * np.int64(xq[xo + j + 16])
+                acc += iq4_xs_scale(row, o, ib) * isum
+            s += (_half(row, o, table) * np.float64(xd[b])) * np.float64(acc)
+    elif kind == Q3_K:
+        for b in range(n_cols // 256):
+            o = b * 110
+            acc = 0
+            for g in range(16):
+                isum = 0
+                for t in range(16):
+                    e = g * 16 + t
+                    isum += q3_k_quant(row, o, e) * np.int64(xq[b * 256 + e])
+                acc += q3_k_scale(row, o + 96, g) * isum
+            s += (_half(row, o + 108, table) * np.float64(xd[b])) * np.float64(acc)
+    elif kind == Q2_K:
+        for b in range(n_cols // 256):
+            o = b * 84
+            acc = 0
+            accm = 0
+            for g in range(16):
+                isum = 0
+                bsum = 0
+                for t in range(16):
+                    e = g * 16 + t
+                    q = (np.int64(row[o + 16 + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
+                    x = np.int64(xq[b * 256 + e])
+                    isum += q * x
+                    bsum += x
+                sc = np.int64(row[o + g])
+                acc += (sc & 15) * isum
+                accm += (sc >> 4) * bsum
+            dx = np.float64(xd[b])
+            s += (_half(row, o + 80, table) * dx) * np.float64(acc) - (_half(row, o + 82, table) * dx) * np.float64(accm)
+    elif kind == TQ2_0:
+        for b in range(n_cols // 256):
+            o = b * 66
+            isum = 0
+            for e in range(256):
+                c = (np.int64(row[o + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
+                isum += (c - 1) * np.int64(xq[b * 256 + e])
+            s += (_half(row, o + 64, table) * np.float64(xd[b])) * np.float64(isum)
+    elif kind == TQ1_0:
+        for b in range(n_cols // 256):
+            o = b * 54
+            isum = 0
+            for e in range(256):
+                isum += (tq1_0_code(row, o, e) - 1) * np.int64(xq[b * 256 + e])
+            s += (_half(row, o + 52, table) * np.float64(xd[b])) * np.float64(isum)
+    else:
+        raise ValueError("qdot_ext: unsupported ggml type id")
+    return s
+
+
+@njit(cache=True)
+def _rows(kind, raw, n_cols, xq, xd, xs, table, out, r0, r1):
+    for r in range(r0, r1):
+        for v in range(xq.shape[0]):
+            out[v, r] = np.float32(ext_row(kind, raw[r], n_cols, xq[v], xd[v], xs[v], table))
+
+
+@njit(cache=True)
+def ext_kernel(kind, raw, n_cols, xq, xd, xs, table, out):
+    """``out[v, r] = float32(ext_row(raw[r], x[v]))`` on one thread; ``out`` (n_vec, n_rows) float32."""
+    _rows(kind, raw, n_cols, xq, xd, xs, table, out, 0, raw.shape[0])
+
+
+@njit(cache=True, parallel=True)
+def ext_kernel_parallel(kind, raw, n_cols, xq, xd, xs, table, out):
+    """:func:`ext_kernel` with rows split over threads in chunks of :data:`CHUNK` (same bits)."""
+    n_rows = raw.shape[0]
+    for ch in prange((n_rows + CHUNK - 1) // CHUNK):
+        _rows(kind, raw, n_cols, xq, xd, xs, table, out, ch * CHUNK, min(n_rows, (ch + 1) * CHUNK))
+
+
+@njit(cache=True)
+def ext_pairs_kernel(kind, raw3, n_cols, ids, xq, xd, xs, table, out):
+    """``out[i, r] = float32(ext_row(raw3[ids[i], r], x[i]))`` on one thread."""
+    for i in range(ids.shape[0]):
+        _rows(kind, raw3[ids[i]], n_cols, xq[i:i + 1], xd[i:i + 1], xs[i:i + 1], table, out[i:i + 1],
+              0, raw3.shape[1])
+
+
+@njit(cache=True, parallel=True)
+def ext_pairs_kernel_parallel(kind, raw3, n_cols, ids, xq, xd, xs, table, out):
+    """:func:`ext_pairs_kernel` with the rows of all pairs split over threads in chunks (same bits)."""
+    n_rows = raw3.shape[1]
+    per = (n_rows + CHUNK - 1) // CHUNK
+    for job in prange(ids.shape[0] * per):
+        i = job // per
+        ch = job - i * per
+        _rows(kind, raw3[ids[i]], n_cols, xq[i:i + 1], xd[i:i + 1], xs[i:i + 1], table, out[i:i + 1],
+              ch * CHUNK, min(n_rows, (ch + 1) * CHUNK))
+
+
+__all__ = ["BLOCK_BYTES", "CHUNK", "EXT_TYPES", "Q8_0_WEIGHTS", "Q8_1_WEIGHTS", "Q8_K_WEIGHTS", "ext_kernel",
+           "ext_kernel_parallel", "ext_pairs_kernel", "ext_pairs_kernel_parallel", "ext_row"]
