@@ -28,7 +28,30 @@ from refsim.kernels.loops import dequantize_rows_kernel, matmul_kernel
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel
 
-__all__ = ["KERNELS", "QuantKernel", "dequantize_rows", "matmul", "matvec", "row_bytes"]
+__all__ = ["KERNELS", "QuantKernel", "dequantize_rows", "matmul", "matvec", "require_kernel", "row_bytes"]
+
+
+def require_kernel(qtype, tensor: str, path) -> None:
+    """Check that refsim can decode ``tensor`` (of ggml type ``qtype``, in file ``path``).
+
+    Called where a model's tensors are bound for computing (:meth:`refsim.model.Model.dequantize`,
+    the forward passes' weight loaders), so a type refsim can list (``refsim inspect``) but not
+    compute fails before any product, naming the file, the tensor and the type.
+
+    Raises
+    ------
+    ConfigError
+        ``"<path>: tensor <name> has ggml type <T>, which refsim has no kernel for (supported: ...)"``.
+    """
+    try:
+        if GGMLQuantizationType(int(qtype)) in KERNELS:
+            return
+        tname = GGMLQuantizationType(int(qtype)).name
+    except ValueError:
+        tname = f"id {int(qtype)}"
+    names = ", ".join(t.name for t in KERNELS)
+    raise ConfigError(f"{path}: tensor {tensor} has ggml type {tname}, which refsim has no kernel for "
+                      f"(supported: {names})")
 
 
 def _entry(qtype) -> QuantKernel:
