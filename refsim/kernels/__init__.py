@@ -1,7 +1,8 @@
 """Numba kernels for GGUF weight types: dequantize rows, and quantized matrix x vector(s).
 
 Registered types (:data:`KERNELS`, keyed by ``gguf.GGMLQuantizationType``): F32, F16, BF16, Q4_0,
-Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4. Dequantization is bit-exact against
+Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL,
+IQ4_XS, TQ1_0, TQ2_0, MXFP4. Dequantization is bit-exact against
 ``gguf.quants.dequantize``. Entry points take the raw rows (e.g. one expert's slice from
 ``Model.expert_raw``), never a whole tensor unless you pass one.
 
@@ -23,7 +24,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from refsim.errors import ConfigError
-from refsim.kernels import floats, iq4, k_quants, legacy, mxfp4, ternary  # noqa: F401  (registers the types)
+from refsim.kernels import floats, iq4, iq_grid, k_quants, legacy, mxfp4, ternary  # noqa: F401  (registers the types)
 from refsim.kernels.loops import dequantize_rows_kernel, matmul_kernel
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel

@@ -6,7 +6,6 @@ inside a kernel loop."""
 import ctypes
 import importlib.util
 import os
-import struct
 
 import numpy as np
 import pytest
@@ -22,7 +21,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 LLAMA_NAMES = {Q.Q4_0: "q4_0", Q.Q4_1: "q4_1", Q.Q5_0: "q5_0", Q.Q5_1: "q5_1", Q.Q8_0: "q8_0", Q.Q2_K: "q2_K",
                Q.Q3_K: "q3_K", Q.Q4_K: "q4_K", Q.Q5_K: "q5_K", Q.Q6_K: "q6_K", Q.IQ4_NL: "iq4_nl",
-               Q.IQ4_XS: "iq4_xs", Q.TQ1_0: "tq1_0", Q.TQ2_0: "tq2_0", Q.MXFP4: "mxfp4"}
+               Q.IQ4_XS: "iq4_xs", Q.TQ1_0: "tq1_0", Q.TQ2_0: "tq2_0", Q.MXFP4: "mxfp4", Q.IQ2_XXS: "iq2_xxs",
+               Q.IQ2_XS: "iq2_xs", Q.IQ2_S: "iq2_s", Q.IQ3_XXS: "iq3_xxs", Q.IQ3_S: "iq3_s"}
 """Registered quantized type -> the suffix of ggml-quants.c ``dequantize_row_<suffix>``."""
 
 
@@ -60,44 +60,43 @@ def test_dequantize_bit_exact_against_llama_cpp(qtype):
     assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
 
 
-def _retype(path: str, tensor: str, new_type: Q) -> None:
-    """Rewrite the ggml type id in ``tensor``'s header entry (same block bytes required)."""
-    data = bytearray(open(path, "rb").read())
-    key = struct.pack("<Q", len(tensor)) + tensor.encode()
-    at = data.index(key) + len(key)
-    n_dims = struct.unpack_from("<I", data, at)[0]
-    at += 4 + 8 * n_dims
-    data[at:at + 4] = struct.pack("<I", int(new_type))
-    open(path, "wb").write(bytes(data))
-
-
 @pytest.fixture(scope="module")
 def unsupported_model(tmp_path_factory):
-    # TQ2_0 and IQ2_XXS both take 66 bytes per 256 elements: relabel one matrix
-    path = str(tmp_path_factory.mktemp("unsup") / "iq2.gguf")
-    write_synthetic(path, "qwen3moe", {"attn_q": "TQ2_0", "ffn_down_exps": "TQ2_0", "default": "Q8_0"}, seed=1,
-                    dims=dict(n_embd=256, head_dim=64, n_ff_exp=256, n_expert=4))
-    _retype(path, "blk.1.attn_q.weight", Q.IQ2_XXS)
-    _retype(path, "blk.0.ffn_down_exps.weight", Q.IQ2_XXS)
+    # gguf-py cannot quantize IQ1_S, refsim cannot decode it: write zero blocks of its size for two matrices
+    from refsim.model import synth
+    path = str(tmp_path_factory.mktemp("unsup") / "iq1.gguf")
+    mp = pytest.MonkeyPatch()
+    encode = synth._encode
+
+    def fake(value, qtype):
+        if qtype != Q.IQ1_S:
+            return encode(value, qtype)
+        return np.zeros(value.shape[:-1] + (value.shape[-1] // 256 * 50,), np.uint8)
+    mp.setattr(synth, "_encode", fake)
+    try:
+        write_synthetic(path, "qwen3moe", {"attn_q": "IQ1_S", "ffn_down_exps": "IQ1_S", "default": "Q8_0"}, seed=1,
+                        dims=dict(n_embd=256, head_dim=64, n_ff_exp=256, n_expert=4))
+    finally:
+        mp.undo()
     return path
 
 
 def test_a_type_without_a_kernel_names_the_tensor_and_type(unsupported_model):
     from refsim.forward import qwen3moe
     m = open_model(unsupported_model)                                 # inspect-level open still works
-    assert m.tensor("blk.1.attn_q.weight").ggml_type == Q.IQ2_XXS
-    with pytest.raises(ConfigError, match=r"iq2\.gguf: tensor blk\.0\.ffn_down_exps\.weight has ggml type IQ2_XXS, "
+    assert m.tensor("blk.1.attn_q.weight").ggml_type == Q.IQ1_S
+    with pytest.raises(ConfigError, match=r"iq1\.gguf: tensor blk\.0\.attn_q\.weight has ggml type IQ1_S, "
                                           r"which refsim has no kernel for \(supported: .*TQ2_0"):
         qwen3moe.load_weights(m)
-    with pytest.raises(ConfigError, match=r"tensor blk\.1\.attn_q\.weight has ggml type IQ2_XXS"):
-        m.dequantize("blk.1.attn_q.weight", rows=[0])
-    assert m.dequantize("blk.0.attn_q.weight", rows=[0]).shape == (1, 256)     # TQ2_0 decodes
+    with pytest.raises(ConfigError, match=r"tensor blk\.1\.ffn_down_exps\.weight has ggml type IQ1_S"):
+        m.dequantize("blk.1.ffn_down_exps.weight", rows=[0])
+    assert m.dequantize("blk.0.attn_k.weight", rows=[0]).shape == (1, 256)     # the Q8_0 tensors decode
 
 
 def test_cli_run_reports_it_in_one_line(unsupported_model, capsys):
     assert main(["run", unsupported_model, "--prompt-tokens", "1,2", "-n", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "ffn_down_exps.weight has ggml type IQ2_XXS" in err[0]
+    assert len(err) == 1 and "attn_q.weight has ggml type IQ1_S" in err[0]
 
 
 @pytest.mark.parametrize("quant", ["Q5_1", "IQ4_XS"])
