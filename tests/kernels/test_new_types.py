@@ -107,3 +107,39 @@ def test_cli_synth_then_run_in_a_new_type(tmp_path, quant, capsys):
     capsys.readouterr()
     assert main(["run", out, "--prompt-tokens", "1,5,77", "-n", "3", "--numerics", "ggml", "--json"]) == 0
     assert capsys.readouterr().out.strip().startswith("{")
+
+
+def _oracle():
+    spec = importlib.util.spec_from_file_location(
+        "oracle_llamacpp", os.path.join(os.path.dirname(__file__), "..", "..", "tools", "oracle_llamacpp.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_libggml_base() is None, reason="llama_cpp not importable (optional extra 'oracle')")
+def test_live_iq3_s_model_requantized_by_llama_cpp(tmp_path):
+    # no quantizer writes IQ3_S here, so llama.cpp's own llama_model_quantize (pure IQ3_S, in a child
+    # process) requantizes a refsim F32 synthetic; refsim's ggml mode (Q8_K round trip) then matches
+    # llama.cpp's logits, routes and greedy tokens
+    import subprocess
+    import sys
+
+    from refsim.forward import Numerics, qwen3moe
+    oracle = _oracle()
+    src = write_synthetic(tmp_path / "f32.gguf", "qwen3moe", "F32", seed=36,
+                          dims=dict(n_embd=256, head_dim=64, n_expert=4, n_ff_exp=256))
+    out = str(tmp_path / "iq3_s.gguf")
+    code = ("import sys, llama_cpp as L\np = L.llama_model_quantize_default_params()\n"
+            "p.ftype = L.LLAMA_FTYPE_MOSTLY_IQ3_S; p.pure = True; p.nthread = 2\n"
+            "sys.exit(L.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))")
+    subprocess.run([sys.executable, "-c", code, src, out], check=True, capture_output=True, timeout=300)
+    m = open_model(out)
+    assert m.tensor("blk.0.ffn_up_exps.weight").ggml_type == Q.IQ3_S
+    live = oracle.run_oracle(out, oracle.GOLDEN_TOKENS)
+    res = qwen3moe.decode(qwen3moe.load_weights(m), qwen3moe.new_state(m.spec), oracle.GOLDEN_TOKENS,
+                          np.arange(len(oracle.GOLDEN_TOKENS)), Numerics("ggml"))
+    assert np.abs(res.logits - live["logits"]).max() <= 1e-4
+    assert np.array_equal(res.routes, live["routes"])
+    assert np.array_equal(res.argmax, live["logits"].argmax(1))
