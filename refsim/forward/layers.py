@@ -18,8 +18,9 @@ Numerics modes (:class:`Numerics`):
 
 - ``exact``: the above, no activation quantisation; RoPE angles in float64.
 - ``ggml``: products with Q4_0/Q5_0/Q8_0/MXFP4/IQ4_NL (Q8_0 activations), Q4_1/Q5_1 (Q8_1) and
-  Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS/TQ1_0/TQ2_0 (Q8_K activations) weights quantize the activation row to int8 blocks and sum each block's
-  ``q_w * q_x`` exactly in integers, then scale in float64 (:mod:`refsim.kernels.qdot`, as
+  Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS/TQ1_0/TQ2_0 (Q8_K activations) weights quantize the activation
+  row to int8 blocks and sum each block's ``q_w * q_x`` exactly in integers, then scale in
+  float64 (:mod:`refsim.kernels.qdot` and :mod:`refsim.kernels.qdot_ext`, as
   llama.cpp's ``vec_dot`` functions; the value is the float64 product of the dequantized weight
   and the round-tripped activation up to float64 rounding); F16/BF16 weights take the
   activation's F16/BF16 round trip (:mod:`refsim.forward.actq`) and the float product above.

@@ -18,6 +18,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from numba import njit
 
+from refsim.kernels.legacy import _half
 from refsim.kernels.registry import register
 
 for _t in (Q.IQ4_NL, Q.IQ4_XS):
@@ -27,11 +28,6 @@ KVALUES_IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
 """The IQ4 value table (ggml-common.h ``kvalues_iq4nl``; gguf-py ``IQ4_NL.kvalues``)."""
 
 _KV = KVALUES_IQ4.astype(np.float32)
-
-
-@njit(cache=True)
-def _half(row, o, table):
-    return table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
 
 
 @njit(cache=True)

@@ -26,6 +26,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import quants as _gq
 from numba import njit
 
+from refsim.kernels.legacy import _half
 from refsim.kernels.registry import register
 
 for _t in (Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S):
@@ -49,11 +50,6 @@ GRID_IQ3_S = _grid(_gq.IQ3_S)
 """(512, 4) float32 (ggml ``iq3s_grid``)."""
 KSIGNS = np.frombuffer(_gq.IQ2_XXS.ksigns, dtype=np.uint8).copy()
 """(128,) uint8: 7-bit sign index -> 8 sign bits (ggml ``ksigns_iq2xs``)."""
-
-
-@njit(cache=True)
-def _half(row, o, table):
-    return table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
 
 
 @njit(cache=True)

@@ -49,6 +49,13 @@ def _scale_min(row, o, j):
 
 
 @njit(cache=True)
+def two_bit(row, o, e):
+    """2-bit field of element ``e`` (0..255) in the 64-byte QK_K layout at ``row[o]`` (Q2_K, Q3_K, TQ2_0):
+    bits ``2 s`` of byte ``32 h + l`` for ``e = 128 h + 32 s + l``."""
+    return (np.int64(row[o + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
+
+
+@njit(cache=True)
 def decode_row_q4_k(row, n_cols, table, out):
     """row : (n_cols / 256 * 144,) uint8 -> out : (n_cols,) float32."""
     for b in range(n_cols // 256):
@@ -114,8 +121,7 @@ def decode_row_q2_k(row, n_cols, table, out):
             ml = dmin * np.float32(sc >> 4)
             for t in range(16):
                 e = g * 16 + t
-                q = (np.int64(row[o + 16 + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
-                out[b * 256 + e] = dl * np.float32(q) - ml
+                out[b * 256 + e] = dl * np.float32(two_bit(row, o + 16, e)) - ml
 
 
 @njit(cache=True)
@@ -129,7 +135,7 @@ def q3_k_scale(row, o, i):
 @njit(cache=True)
 def q3_k_quant(row, o, e):
     """Signed 3-bit quant (-4..3) of element ``e`` of the Q3_K block at ``row[o]``."""
-    low = (np.int64(row[o + 32 + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
+    low = two_bit(row, o + 32, e)
     high = (np.int64(row[o + (e & 31)]) >> (e >> 5)) & 1
     return low - 4 * (1 - high)
 

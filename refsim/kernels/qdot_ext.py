@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit, prange
 
 from refsim.kernels.iq4 import KVALUES_IQ4, iq4_xs_scale
-from refsim.kernels.k_quants import q3_k_quant, q3_k_scale
+from refsim.kernels.k_quants import q3_k_quant, q3_k_scale, two_bit
 from refsim.kernels.ternary import tq1_0_code
 
 # ggml type ids (gguf.GGMLQuantizationType values)
@@ -143,22 +143,21 @@ def ext_row(kind, row, n_cols, xq, xd, xs, table):
                 bsum = 0
                 for t in range(16):
                     e = g * 16 + t
-                    q = (np.int64(row[o + 16 + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
                     x = np.int64(xq[b * 256 + e])
-                    isum += q * x
+                    isum += two_bit(row, o + 16, e) * x
                     bsum += x
                 sc = np.int64(row[o + g])
                 acc += (sc & 15) * isum
                 accm += (sc >> 4) * bsum
             dx = np.float64(xd[b])
-            s += (_half(row, o + 80, table) * dx) * np.float64(acc) - (_half(row, o + 82, table) * dx) * np.float64(accm)
+            s += ((_half(row, o + 80, table) * dx) * np.float64(acc)
+                  - (_half(row, o + 82, table) * dx) * np.float64(accm))
     elif kind == TQ2_0:
         for b in range(n_cols // 256):
             o = b * 66
             isum = 0
             for e in range(256):
-                c = (np.int64(row[o + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
-                isum += (c - 1) * np.int64(xq[b * 256 + e])
+                isum += (two_bit(row, o, e) - 1) * np.int64(xq[b * 256 + e])
             s += (_half(row, o + 64, table) * np.float64(xd[b])) * np.float64(isum)
     elif kind == TQ1_0:
         for b in range(n_cols // 256):

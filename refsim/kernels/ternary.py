@@ -18,15 +18,12 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from numba import njit
 
+from refsim.kernels.k_quants import two_bit
+from refsim.kernels.legacy import _half
 from refsim.kernels.registry import register
 
 for _t in (Q.TQ1_0, Q.TQ2_0):
     register(_t, __name__)
-
-
-@njit(cache=True)
-def _half(row, o, table):
-    return table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
 
 
 @njit(cache=True)
@@ -65,5 +62,4 @@ def decode_row_tq2_0(row, n_cols, table, out):
         o = b * 66
         d = _half(row, o + 64, table)
         for e in range(256):
-            c = (np.int64(row[o + (e >> 7) * 32 + (e & 31)]) >> (2 * ((e >> 5) & 3))) & 3
-            out[b * 256 + e] = d * np.float32(c - 1)
+            out[b * 256 + e] = d * np.float32(two_bit(row, o, e) - 1)
