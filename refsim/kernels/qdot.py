@@ -20,7 +20,7 @@ Q6_K        ``(f64(d) * f64(d_x)) * sum_g sc_g isum_g`` over the 16 sub-blocks o
 ==========  ===========================================================================================
 
 The further types (Q4_1, Q5_1 with Q8_1 activations; IQ4_NL with Q8_0; Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0
-with Q8_K) are multiplied by :mod:`refsim.kernels.qdot_ext` (its table), reached through the same
+and the IQ2/IQ3 grid types with Q8_K) are multiplied by :mod:`refsim.kernels.qdot_ext` (its table), reached through the same
 :func:`qdot_matmul` / :func:`qdot_pairs`; :data:`QDOT_TYPES` are the types the fused forward kernels
 of :mod:`refsim.forward.layers` handle, :data:`QDOT_ALL` every type with an integer product.
 

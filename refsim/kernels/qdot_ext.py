@@ -1,5 +1,5 @@
 """Integer block products for the further weight types (the ``ggml`` mode's products for Q4_1, Q5_1,
-IQ4_NL, Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0).
+IQ4_NL, Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).
 
 Same contract as :mod:`refsim.kernels.qdot` (which dispatches here from :func:`~refsim.kernels.qdot.qdot_matmul`
 and :func:`~refsim.kernels.qdot.qdot_pairs`): the activation row is quantized to the weight type's
@@ -19,6 +19,9 @@ Q3_K        Q8_K      ``(f64(d) * f64(d_x)) * sum_g sc_g isum_g`` over the 16 su
 Q2_K        Q8_K      ``(f64(d) * f64(d_x)) * sum_g (sc_g & 15) isum_g - (f64(dmin) * f64(d_x)) * sum_g (sc_g >> 4)
                       bsum_g`` over the 16 sub-blocks of 16 (``bsum_g``: sum of the activation's int8 values)
 TQ1_0/TQ2_0 Q8_K      ``(f64(d) * f64(d_x)) * isum``, ``q = code - 1`` in -1..1
+IQ2_*,      Q8_K      ``(f64(d) * f64(d_x)) * sum_e (2 s + 1) grid_e sign_e x_e`` (``s`` the 4-bit sub-block scale,
+IQ3_*                 ``grid_e`` the lattice value as an integer); the row's sum is then scaled by 1/8 (IQ2), 1/4
+                      (IQ3_XXS) or 1 (IQ3_S), exactly in float64 (quants.c ``*s = 0.125f * sumf`` etc.)
 ==========  ========  ============================================================================================
 
 Q8_1 is Q8_0 (the same ``q`` and f16 ``d_x``; arch/x86/quants.c ``quantize_row_q8_1``) plus
@@ -36,28 +39,94 @@ import numpy as np
 from numba import njit, prange
 
 from refsim.kernels.iq4 import KVALUES_IQ4, iq4_xs_scale
+from refsim.kernels.iq_grid import GRID_IQ2_S, GRID_IQ2_XS, GRID_IQ2_XXS, GRID_IQ3_S, GRID_IQ3_XXS, KSIGNS
 from refsim.kernels.k_quants import q3_k_quant, q3_k_scale, two_bit
 from refsim.kernels.ternary import tq1_0_code
 
 # ggml type ids (gguf.GGMLQuantizationType values)
 Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 = 3, 7, 10, 11, 20, 23, 34, 35
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S, IQ2_S = 16, 17, 18, 21, 22
 Q8_1_WEIGHTS = (Q4_1, Q5_1)
 """Weight types whose ``vec_dot_type`` is Q8_1 (activation blocks of 32 with the block sum ``s``)."""
 Q8_0_WEIGHTS = (IQ4_NL,)
 """Further weight types whose ``vec_dot_type`` is Q8_0."""
-Q8_K_WEIGHTS = (Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0)
+Q8_K_WEIGHTS = (Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
 """Further weight types whose ``vec_dot_type`` is Q8_K."""
 EXT_TYPES = Q8_1_WEIGHTS + Q8_0_WEIGHTS + Q8_K_WEIGHTS
 """Every weight type this module multiplies."""
 
 BLOCK_BYTES = {Q4_1: (32, 20), Q5_1: (32, 24), IQ4_NL: (32, 18), Q2_K: (256, 84), Q3_K: (256, 110),
-               IQ4_XS: (256, 136), TQ1_0: (256, 54), TQ2_0: (256, 66)}
+               IQ4_XS: (256, 136), TQ1_0: (256, 54), TQ2_0: (256, 66), IQ2_XXS: (256, 66), IQ2_XS: (256, 74),
+               IQ2_S: (256, 82), IQ3_XXS: (256, 98), IQ3_S: (256, 110)}
 """ggml type id -> (elements, bytes) per block (``gguf.GGML_QUANT_SIZES``; tests/kernels check they agree)."""
 
 CHUNK = 16
 """Rows per parallel work item (the value of :data:`refsim.kernels.qdot.CHUNK`; a test checks they agree)."""
 
 _KV = KVALUES_IQ4.astype(np.int64)
+_G2XXS, _G2XS, _G2S = (g.astype(np.int64) for g in (GRID_IQ2_XXS, GRID_IQ2_XS, GRID_IQ2_S))
+_G3XXS, _G3S = (g.astype(np.int64) for g in (GRID_IQ3_XXS, GRID_IQ3_S))
+_KS = KSIGNS.astype(np.int64)
+BLOCK_BYTES_IQ = np.array([66, 74, 98, 0, 0, 110, 82], dtype=np.int64)
+"""Bytes per super-block of IQ2_XXS (16), IQ2_XS (17), IQ3_XXS (18), -, -, IQ3_S (21), IQ2_S (22), by ``id - 16``."""
+
+
+@njit(cache=True)
+def _u32(row, o):
+    return (np.int64(row[o]) | (np.int64(row[o + 1]) << 8) | (np.int64(row[o + 2]) << 16)
+            | (np.int64(row[o + 3]) << 24))
+
+
+@njit(cache=True)
+def _signed(v, bits, j):
+    return -v if (bits >> j) & 1 else v
+
+
+@njit(cache=True)
+def _iq_superblock(kind, row, o, xq, xo):
+    """Integer ``sum_e (2 s + 1) grid_e sign_e x_e`` of one IQ2/IQ3 super-block at ``row[o]``."""
+    acc = 0
+    if kind == IQ2_XXS or kind == IQ3_XXS:
+        for ib in range(8):
+            w = _u32(row, o + 66 + 4 * ib) if kind == IQ3_XXS else _u32(row, o + 2 + 8 * ib + 4)
+            isum = 0
+            for l in range(4):
+                bits = _KS[(w >> (7 * l)) & 127]
+                for j in range(8):
+                    if kind == IQ2_XXS:
+                        g = _G2XXS[np.int64(row[o + 2 + 8 * ib + l]), j]
+                    else:
+                        g = _G3XXS[np.int64(row[o + 2 + 8 * ib + 2 * l + (j >> 2)]), j & 3]
+                    isum += _signed(g, bits, j) * np.int64(xq[xo + 32 * ib + 8 * l + j])
+            acc += (2 * (w >> 28) + 1) * isum
+    elif kind == IQ2_XS or kind == IQ2_S:
+        for gi in range(32):
+            if kind == IQ2_XS:
+                q = np.int64(row[o + 2 + 2 * gi]) | (np.int64(row[o + 3 + 2 * gi]) << 8)
+                grid = _G2XS[q & 511]
+                bits = _KS[q >> 9]
+                s = (np.int64(row[o + 66 + (gi >> 2)]) >> (4 * ((gi >> 1) & 1))) & 15
+            else:
+                idx = np.int64(row[o + 2 + gi]) | (((np.int64(row[o + 66 + (gi >> 2)]) >> (2 * (gi & 3))) & 3) << 8)
+                grid = _G2S[idx]
+                bits = np.int64(row[o + 34 + gi])
+                s = (np.int64(row[o + 74 + (gi >> 2)]) >> (4 * ((gi >> 1) & 1))) & 15
+            isum = 0
+            for j in range(8):
+                isum += _signed(grid[j], bits, j) * np.int64(xq[xo + 8 * gi + j])
+            acc += (2 * s + 1) * isum
+    else:                                                 # IQ3_S
+        for k in range(8):
+            s = (np.int64(row[o + 106 + (k >> 1)]) >> (4 * (k & 1))) & 15
+            isum = 0
+            for m in range(8):
+                i = 8 * k + m
+                idx = np.int64(row[o + 2 + i]) | (((np.int64(row[o + 66 + k]) >> m) & 1) << 8)
+                for t in range(4):
+                    e = 4 * i + t
+                    isum += _signed(_G3S[idx, t], np.int64(row[o + 74 + (e >> 3)]), e & 7) * np.int64(xq[xo + e])
+            acc += (2 * s + 1) * isum
+    return acc
 
 
 @njit(cache=True)
@@ -166,6 +235,12 @@ def ext_row(kind, row, n_cols, xq, xd, xs, table):
             for e in range(256):
                 isum += (tq1_0_code(row, o, e) - 1) * np.int64(xq[b * 256 + e])
             s += (_half(row, o + 52, table) * np.float64(xd[b])) * np.float64(isum)
+    elif kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S or kind == IQ3_XXS or kind == IQ3_S:
+        size = BLOCK_BYTES_IQ[kind - IQ2_XXS]
+        for b in range(n_cols // 256):
+            acc = _iq_superblock(kind, row, b * size, xq, b * 256)
+            s += (_half(row, b * size, table) * np.float64(xd[b])) * np.float64(acc)
+        s *= 0.125 if (kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S) else (0.25 if kind == IQ3_XXS else 1.0)
     else:
         raise ValueError("qdot_ext: unsupported ggml type id")
     return s
