@@ -1,4 +1,4 @@
-"""IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S row decoders (super-blocks of 256; values from fixed grids).
+"""IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S row decoders (super-blocks of 256; values from fixed grids).
 
 Each group of 8 (IQ2) or 4 (IQ3) weights is one row of a lattice ``grid`` (ggml-common.h
 ``iq2xxs_grid`` etc.; the tables used here are gguf-py's ``quants.py`` copies, unpacked by its
@@ -17,6 +17,10 @@ Each group of 8 (IQ2) or 4 (IQ3) weights is one row of a lattice ``grid`` (ggml-
   (one nibble per 32); ``db = d * (1 + 2 s)``.
 
 value = (db * grid) * sign, each product one float32 rounding (gguf-py's ``db * grid * signs``).
+
+- IQ1_S (50 B): f16 d, 32 B index low bytes, 8 u16 ``qh`` (one per 32 elements: bits 3l..3l+2 the
+  high index bits of group l, bits 12..14 the scale ``s``, bit 15 the sign of ``delta = 0.125``);
+  grid values -1, 0, 1 (ggml ``iq1s_grid``); value = (d * (2 s + 1)) * (grid + delta).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from numba import njit
 from refsim.kernels.legacy import _half
 from refsim.kernels.registry import register
 
-for _t in (Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S):
+for _t in (Q.IQ1_S, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S):
     register(_t, __name__)
 
 
@@ -48,6 +52,10 @@ GRID_IQ3_XXS = _grid(_gq.IQ3_XXS)
 """(256, 4) float32 (ggml ``iq3xxs_grid``)."""
 GRID_IQ3_S = _grid(_gq.IQ3_S)
 """(512, 4) float32 (ggml ``iq3s_grid``)."""
+GRID_IQ1_S = _grid(_gq.IQ1_S)
+"""(2048, 8) float32 of -1, 0, 1 (ggml ``iq1s_grid``)."""
+IQ1S_DELTA = np.float32(0.125)
+"""ggml ``IQ1S_DELTA`` (gguf-py ``IQ1_S.delta``)."""
 KSIGNS = np.frombuffer(_gq.IQ2_XXS.ksigns, dtype=np.uint8).copy()
 """(128,) uint8: 7-bit sign index -> 8 sign bits (ggml ``ksigns_iq2xs``)."""
 
@@ -146,3 +154,19 @@ def decode_row_iq3_s(row, n_cols, table, out):
                 e = 4 * i + t
                 bits = np.int64(row[o + 74 + (e >> 3)])
                 out[b * 256 + e] = (db * g[t]) * _sgn(bits, e & 7)
+
+
+@njit(cache=True)
+def decode_row_iq1_s(row, n_cols, table, out):
+    """row : (n_cols / 256 * 50,) uint8 -> out : (n_cols,) float32."""
+    for b in range(n_cols // 256):
+        o = b * 50
+        d = _half(row, o, table)
+        for ib in range(8):
+            qh = np.int64(row[o + 34 + 2 * ib]) | (np.int64(row[o + 35 + 2 * ib]) << 8)
+            dl = d * np.float32(2 * ((qh >> 12) & 7) + 1)
+            delta = -IQ1S_DELTA if qh & 0x8000 else IQ1S_DELTA
+            for l in range(4):
+                g = GRID_IQ1_S[np.int64(row[o + 2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8)]
+                for j in range(8):
+                    out[b * 256 + 32 * ib + 8 * l + j] = dl * (g[j] + delta)

@@ -22,6 +22,8 @@ TQ1_0/TQ2_0 Q8_K      ``(f64(d) * f64(d_x)) * isum``, ``q = code - 1`` in -1..1
 IQ2_*,      Q8_K      ``(f64(d) * f64(d_x)) * sum_e (2 s + 1) grid_e sign_e x_e`` (``s`` the 4-bit sub-block scale,
 IQ3_*                 ``grid_e`` the lattice value as an integer); the row's sum is then scaled by 1/8 (IQ2), 1/4
                       (IQ3_XXS) or 1 (IQ3_S), exactly in float64 (quants.c ``*s = 0.125f * sumf`` etc.)
+IQ1_S       Q8_K      ``(f64(d) * f64(d_x)) * sum_ib (2 s + 1) (8 sum grid x + sign_ib sum x)`` over the 8
+                      sub-blocks of 32, the row scaled by 1/8 (``IQ1S_DELTA`` = 1/8)
 ==========  ========  ============================================================================================
 
 Q8_1 is Q8_0 (the same ``q`` and f16 ``d_x``; arch/x86/quants.c ``quantize_row_q8_1``) plus
@@ -39,25 +41,25 @@ import numpy as np
 from numba import njit, prange
 
 from refsim.kernels.iq4 import KVALUES_IQ4, iq4_xs_scale
-from refsim.kernels.iq_grid import GRID_IQ2_S, GRID_IQ2_XS, GRID_IQ2_XXS, GRID_IQ3_S, GRID_IQ3_XXS, KSIGNS
+from refsim.kernels.iq_grid import GRID_IQ1_S, GRID_IQ2_S, GRID_IQ2_XS, GRID_IQ2_XXS, GRID_IQ3_S, GRID_IQ3_XXS, KSIGNS
 from refsim.kernels.k_quants import q3_k_quant, q3_k_scale, two_bit
 from refsim.kernels.ternary import tq1_0_code
 
 # ggml type ids (gguf.GGMLQuantizationType values)
 Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 = 3, 7, 10, 11, 20, 23, 34, 35
-IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S, IQ2_S = 16, 17, 18, 21, 22
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S = 16, 17, 18, 19, 21, 22
 Q8_1_WEIGHTS = (Q4_1, Q5_1)
 """Weight types whose ``vec_dot_type`` is Q8_1 (activation blocks of 32 with the block sum ``s``)."""
 Q8_0_WEIGHTS = (IQ4_NL,)
 """Further weight types whose ``vec_dot_type`` is Q8_0."""
-Q8_K_WEIGHTS = (Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+Q8_K_WEIGHTS = (Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0, IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
 """Further weight types whose ``vec_dot_type`` is Q8_K."""
 EXT_TYPES = Q8_1_WEIGHTS + Q8_0_WEIGHTS + Q8_K_WEIGHTS
 """Every weight type this module multiplies."""
 
 BLOCK_BYTES = {Q4_1: (32, 20), Q5_1: (32, 24), IQ4_NL: (32, 18), Q2_K: (256, 84), Q3_K: (256, 110),
                IQ4_XS: (256, 136), TQ1_0: (256, 54), TQ2_0: (256, 66), IQ2_XXS: (256, 66), IQ2_XS: (256, 74),
-               IQ2_S: (256, 82), IQ3_XXS: (256, 98), IQ3_S: (256, 110)}
+               IQ2_S: (256, 82), IQ3_XXS: (256, 98), IQ3_S: (256, 110), IQ1_S: (256, 50)}
 """ggml type id -> (elements, bytes) per block (``gguf.GGML_QUANT_SIZES``; tests/kernels check they agree)."""
 
 CHUNK = 16
@@ -65,10 +67,11 @@ CHUNK = 16
 
 _KV = KVALUES_IQ4.astype(np.int64)
 _G2XXS, _G2XS, _G2S = (g.astype(np.int64) for g in (GRID_IQ2_XXS, GRID_IQ2_XS, GRID_IQ2_S))
-_G3XXS, _G3S = (g.astype(np.int64) for g in (GRID_IQ3_XXS, GRID_IQ3_S))
+_G3XXS, _G3S, _G1S = (g.astype(np.int64) for g in (GRID_IQ3_XXS, GRID_IQ3_S, GRID_IQ1_S))
 _KS = KSIGNS.astype(np.int64)
-BLOCK_BYTES_IQ = np.array([66, 74, 98, 0, 0, 110, 82], dtype=np.int64)
-"""Bytes per super-block of IQ2_XXS (16), IQ2_XS (17), IQ3_XXS (18), -, -, IQ3_S (21), IQ2_S (22), by ``id - 16``."""
+BLOCK_BYTES_IQ = np.array([66, 74, 98, 50, 0, 110, 82], dtype=np.int64)
+"""Bytes per super-block of IQ2_XXS (16), IQ2_XS (17), IQ3_XXS (18), IQ1_S (19), -, IQ3_S (21), IQ2_S (22),
+by ``id - 16``."""
 
 
 @njit(cache=True)
@@ -115,6 +118,18 @@ def _iq_superblock(kind, row, o, xq, xo):
             for j in range(8):
                 isum += _signed(grid[j], bits, j) * np.int64(xq[xo + 8 * gi + j])
             acc += (2 * s + 1) * isum
+    elif kind == IQ1_S:
+        for ib in range(8):
+            qh = np.int64(row[o + 34 + 2 * ib]) | (np.int64(row[o + 35 + 2 * ib]) << 8)
+            gsum = 0
+            xsum = 0
+            for l in range(4):
+                idx = np.int64(row[o + 2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8)
+                for j in range(8):
+                    x = np.int64(xq[xo + 32 * ib + 8 * l + j])
+                    gsum += _G1S[idx, j] * x
+                    xsum += x
+            acc += (2 * ((qh >> 12) & 7) + 1) * (8 * gsum + (-xsum if qh & 0x8000 else xsum))
     else:                                                 # IQ3_S
         for k in range(8):
             s = (np.int64(row[o + 106 + (k >> 1)]) >> (4 * (k & 1))) & 15
@@ -235,12 +250,13 @@ def ext_row(kind, row, n_cols, xq, xd, xs, table):
             for e in range(256):
                 isum += (tq1_0_code(row, o, e) - 1) * np.int64(xq[b * 256 + e])
             s += (_half(row, o + 52, table) * np.float64(xd[b])) * np.float64(isum)
-    elif kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S or kind == IQ3_XXS or kind == IQ3_S:
+    elif kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S or kind == IQ3_XXS or kind == IQ3_S or kind == IQ1_S:
         size = BLOCK_BYTES_IQ[kind - IQ2_XXS]
         for b in range(n_cols // 256):
             acc = _iq_superblock(kind, row, b * size, xq, b * 256)
             s += (_half(row, b * size, table) * np.float64(xd[b])) * np.float64(acc)
-        s *= 0.125 if (kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S) else (0.25 if kind == IQ3_XXS else 1.0)
+        s *= 0.125 if (kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S or kind == IQ1_S) else (
+            0.25 if kind == IQ3_XXS else 1.0)
     else:
         raise ValueError("qdot_ext: unsupported ggml type id")
     return s

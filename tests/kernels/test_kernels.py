@@ -17,7 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf-py on 
 TYPES = sorted(KERNELS, key=int)
 EXPECTED_TYPES = {Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K,
                   Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS,
-                  Q.IQ3_S}
+                  Q.IQ3_S, Q.IQ1_S}
 
 
 def test_registry_covers_the_required_types():
@@ -111,7 +111,7 @@ def test_kernel_reads_only_the_rows_given():
 
 def test_bad_arguments():
     with pytest.raises(ConfigError, match="no kernel for ggml type"):
-        dequantize_rows(np.zeros((1, 50), np.uint8), Q.IQ1_S, 256)
+        dequantize_rows(np.zeros((1, 56), np.uint8), Q.IQ1_M, 256)
     with pytest.raises(ConfigError, match="not a positive multiple"):
         dequantize_rows(np.zeros((1, 18), np.uint8), Q.Q4_0, 33)
     with pytest.raises(ConfigError, match=r"need \(n_rows, 18\)"):

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 LLAMA_NAMES = {Q.Q4_0: "q4_0", Q.Q4_1: "q4_1", Q.Q5_0: "q5_0", Q.Q5_1: "q5_1", Q.Q8_0: "q8_0", Q.Q2_K: "q2_K",
                Q.Q3_K: "q3_K", Q.Q4_K: "q4_K", Q.Q5_K: "q5_K", Q.Q6_K: "q6_K", Q.IQ4_NL: "iq4_nl",
                Q.IQ4_XS: "iq4_xs", Q.TQ1_0: "tq1_0", Q.TQ2_0: "tq2_0", Q.MXFP4: "mxfp4", Q.IQ2_XXS: "iq2_xxs",
-               Q.IQ2_XS: "iq2_xs", Q.IQ2_S: "iq2_s", Q.IQ3_XXS: "iq3_xxs", Q.IQ3_S: "iq3_s"}
+               Q.IQ2_XS: "iq2_xs", Q.IQ2_S: "iq2_s", Q.IQ3_XXS: "iq3_xxs", Q.IQ3_S: "iq3_s", Q.IQ1_S: "iq1_s"}
 """Registered quantized type -> the suffix of ggml-quants.c ``dequantize_row_<suffix>``."""
 
 
@@ -62,19 +62,19 @@ def test_dequantize_bit_exact_against_llama_cpp(qtype):
 
 @pytest.fixture(scope="module")
 def unsupported_model(tmp_path_factory):
-    # gguf-py cannot quantize IQ1_S, refsim cannot decode it: write zero blocks of its size for two matrices
+    # gguf-py cannot quantize IQ1_M, refsim cannot decode it: write zero blocks of its size for two matrices
     from refsim.model import synth
-    path = str(tmp_path_factory.mktemp("unsup") / "iq1.gguf")
+    path = str(tmp_path_factory.mktemp("unsup") / "iq1m.gguf")
     mp = pytest.MonkeyPatch()
     encode = synth._encode
 
     def fake(value, qtype):
-        if qtype != Q.IQ1_S:
+        if qtype != Q.IQ1_M:
             return encode(value, qtype)
-        return np.zeros(value.shape[:-1] + (value.shape[-1] // 256 * 50,), np.uint8)
+        return np.zeros(value.shape[:-1] + (value.shape[-1] // 256 * 56,), np.uint8)
     mp.setattr(synth, "_encode", fake)
     try:
-        write_synthetic(path, "qwen3moe", {"attn_q": "IQ1_S", "ffn_down_exps": "IQ1_S", "default": "Q8_0"}, seed=1,
+        write_synthetic(path, "qwen3moe", {"attn_q": "IQ1_M", "ffn_down_exps": "IQ1_M", "default": "Q8_0"}, seed=1,
                         dims=dict(n_embd=256, head_dim=64, n_ff_exp=256, n_expert=4))
     finally:
         mp.undo()
@@ -84,11 +84,11 @@ def unsupported_model(tmp_path_factory):
 def test_a_type_without_a_kernel_names_the_tensor_and_type(unsupported_model):
     from refsim.forward import qwen3moe
     m = open_model(unsupported_model)                                 # inspect-level open still works
-    assert m.tensor("blk.1.attn_q.weight").ggml_type == Q.IQ1_S
-    with pytest.raises(ConfigError, match=r"iq1\.gguf: tensor blk\.0\.attn_q\.weight has ggml type IQ1_S, "
+    assert m.tensor("blk.1.attn_q.weight").ggml_type == Q.IQ1_M
+    with pytest.raises(ConfigError, match=r"iq1m\.gguf: tensor blk\.0\.attn_q\.weight has ggml type IQ1_M, "
                                           r"which refsim has no kernel for \(supported: .*TQ2_0"):
         qwen3moe.load_weights(m)
-    with pytest.raises(ConfigError, match=r"tensor blk\.1\.ffn_down_exps\.weight has ggml type IQ1_S"):
+    with pytest.raises(ConfigError, match=r"tensor blk\.1\.ffn_down_exps\.weight has ggml type IQ1_M"):
         m.dequantize("blk.1.ffn_down_exps.weight", rows=[0])
     assert m.dequantize("blk.0.attn_k.weight", rows=[0]).shape == (1, 256)     # the Q8_0 tensors decode
 
@@ -96,7 +96,7 @@ def test_a_type_without_a_kernel_names_the_tensor_and_type(unsupported_model):
 def test_cli_run_reports_it_in_one_line(unsupported_model, capsys):
     assert main(["run", unsupported_model, "--prompt-tokens", "1,2", "-n", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "attn_q.weight has ggml type IQ1_S" in err[0]
+    assert len(err) == 1 and "attn_q.weight has ggml type IQ1_M" in err[0]
 
 
 @pytest.mark.parametrize("quant", ["Q5_1", "IQ4_XS"])

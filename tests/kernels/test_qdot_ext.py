@@ -57,7 +57,7 @@ def reference(raw, qtype, n_cols, acts):
     block = KERNELS[qtype].block_size
     f = _fields(raw, qtype)
     # the IQ2/IQ3 values at d = 1 are (2 s + 1) grid / 8 (IQ2), / 4 (IQ3_XXS), / 1 (IQ3_S): integers once scaled
-    unit = {Q.IQ2_XXS: 8, Q.IQ2_XS: 8, Q.IQ2_S: 8, Q.IQ3_XXS: 4}.get(qtype, 1)
+    unit = {Q.IQ2_XXS: 8, Q.IQ2_XS: 8, Q.IQ2_S: 8, Q.IQ3_XXS: 4, Q.IQ1_S: 8}.get(qtype, 1)
     codes = dequantize(_with_scales(raw, qtype, (1.0, 0.0)), qtype).reshape(n_rows, -1, block).astype(np.float64) * unit
     assert (codes == np.rint(codes)).all()
     codes = codes.astype(np.int64)
