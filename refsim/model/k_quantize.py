@@ -44,19 +44,20 @@ def _pack_scales_mins(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
     return out
 
 
-def _affine_blocks(x: np.ndarray, qmax: int):
-    """Shared Q4_K/Q5_K part: (n, 256) f32 -> d, dmin (n,) f16, sc, mn (n, 8), q (n, 8, 32)."""
+def _affine_blocks(x: np.ndarray, qmax: int, n_sub: int = 8, sc_max: int = 63):
+    """Shared Q2_K/Q4_K/Q5_K part: (n, 256) f32 -> d, dmin (n,) f16, sc, mn (n, n_sub) in 0..sc_max,
+    q (n, n_sub, 256 // n_sub) in 0..qmax."""
     n = x.shape[0]
-    sub = x.reshape(n, 8, 32)
+    sub = x.reshape(n, n_sub, QK_K // n_sub)
     lo = np.minimum(sub.min(axis=-1), 0.0)           # mins are <= 0 so m = -lo >= 0
     hi = sub.max(axis=-1)
-    scale = (hi - lo) / qmax                          # (n, 8) per-sub-block step
-    d = _f16(scale.max(axis=-1) / 63)
-    dmin = _f16((-lo).max(axis=-1) / 63)
+    scale = (hi - lo) / qmax                          # (n, n_sub) per-sub-block step
+    d = _f16(scale.max(axis=-1) / sc_max)
+    dmin = _f16((-lo).max(axis=-1) / sc_max)
     df, dmf = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        sc = np.where(df > 0, np.rint(scale / df), 0).clip(0, 63)
-        mn = np.where(dmf > 0, np.rint(-lo / dmf), 0).clip(0, 63)
+        sc = np.where(df > 0, np.rint(scale / df), 0).clip(0, sc_max)
+        mn = np.where(dmf > 0, np.rint(-lo / dmf), 0).clip(0, sc_max)
         step = (df * sc)[..., None]
         off = (dmf * mn)[..., None]
         q = np.where(step > 0, np.rint((sub + off) / step), 0).clip(0, qmax)
@@ -138,17 +139,7 @@ def quantize_q2_k(x: np.ndarray) -> np.ndarray:
     shape = x.shape
     blocks = np.asarray(x, dtype=np.float32).reshape(-1, QK_K)
     n = blocks.shape[0]
-    sub = blocks.reshape(n, 16, 16)
-    lo = np.minimum(sub.min(axis=-1), 0.0)
-    scale = (sub.max(axis=-1) - lo) / 3
-    d = _f16(scale.max(axis=-1) / 15)
-    dmin = _f16((-lo).max(axis=-1) / 15)
-    df, dmf = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sc = np.where(df > 0, np.rint(scale / df), 0).clip(0, 15)
-        mn = np.where(dmf > 0, np.rint(-lo / dmf), 0).clip(0, 15)
-        step = (df * sc)[..., None]
-        q = np.where(step > 0, np.rint((sub + (dmf * mn)[..., None]) / step), 0).clip(0, 3)
+    d, dmin, sc, mn, q = _affine_blocks(blocks, 3, n_sub=16, sc_max=15)
     scales = (sc.astype(np.uint8) | (mn.astype(np.uint8) << 4))
     out = np.concatenate([scales, _pack_2bit(q.reshape(n, QK_K)), d.view(np.uint8).reshape(-1, 2),
                           dmin.view(np.uint8).reshape(-1, 2)], axis=1)
