@@ -19,10 +19,11 @@ Q4_K, Q5_K  ``(f64(d) * f64(d_x)) * sum_s sc_s isum_s - (f64(dmin) * f64(d_x)) *
 Q6_K        ``(f64(d) * f64(d_x)) * sum_g sc_g isum_g`` over the 16 sub-blocks of 16, ``q = q6 - 32``
 ==========  ===========================================================================================
 
-The further types (Q4_1, Q5_1 with Q8_1 activations; IQ4_NL with Q8_0; Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0
-and the IQ2/IQ3 grid types with Q8_K) are multiplied by :mod:`refsim.kernels.qdot_ext` (its table), reached through the same
-:func:`qdot_matmul` / :func:`qdot_pairs`; :data:`QDOT_TYPES` are the types the fused forward kernels
-of :mod:`refsim.forward.layers` handle, :data:`QDOT_ALL` every type with an integer product.
+The further types (Q4_1, Q5_1 with Q8_1 activations; IQ4_NL with Q8_0; Q2_K, Q3_K, IQ4_XS, TQ1_0,
+TQ2_0 and the IQ1_S/IQ2/IQ3 grid types with Q8_K) are multiplied by :mod:`refsim.kernels.qdot_ext`
+(its table), reached through the same :func:`qdot_matmul` / :func:`qdot_pairs`; :data:`QDOT_TYPES`
+are the types the fused forward kernels of :mod:`refsim.forward.layers` handle, :data:`QDOT_ALL`
+every type with an integer product.
 
 The terms are summed in float64 in block order and the sum is rounded once to float32. ``d_w *
 d_x`` is exact in float64 (two halves, or a half/power of two and a float32); for Q8_0/Q4_0/Q5_0/MXFP4
