@@ -13,7 +13,7 @@ BF16                                   BF16                ``ACT_BF16``
 Q4_0, Q5_0, Q8_0, MXFP4, IQ4_NL        Q8_0                ``ACT_Q8_0``
 Q4_1, Q5_1                             Q8_1                ``ACT_Q8_1``
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS,  Q8_K                ``ACT_Q8_K``
-TQ1_0, TQ2_0, IQ1_S, IQ2_XXS, IQ2_XS,
+TQ1_0, TQ2_0, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS,
 IQ2_S, IQ3_XXS, IQ3_S
 =====================================  ==================  ==========================
 
@@ -53,7 +53,7 @@ ACT_NONE, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_Q8_1 = 0, 1, 2, 3, 4, 5
 _VEC_DOT = {0: ACT_NONE, 1: ACT_F16, 30: ACT_BF16, 2: ACT_Q8_0, 6: ACT_Q8_0, 8: ACT_Q8_0,
             39: ACT_Q8_0, 12: ACT_Q8_K, 13: ACT_Q8_K, 14: ACT_Q8_K,
             3: ACT_Q8_1, 7: ACT_Q8_1, 20: ACT_Q8_0, 10: ACT_Q8_K, 11: ACT_Q8_K, 23: ACT_Q8_K, 34: ACT_Q8_K,
-            35: ACT_Q8_K, 16: ACT_Q8_K, 17: ACT_Q8_K, 22: ACT_Q8_K, 18: ACT_Q8_K, 21: ACT_Q8_K, 19: ACT_Q8_K}
+            35: ACT_Q8_K, 16: ACT_Q8_K, 17: ACT_Q8_K, 22: ACT_Q8_K, 18: ACT_Q8_K, 21: ACT_Q8_K, 19: ACT_Q8_K, 29: ACT_Q8_K}
 
 
 def act_kind(qtype: int) -> int:

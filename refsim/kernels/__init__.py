@@ -1,7 +1,7 @@
 """Numba kernels for GGUF weight types: dequantize rows, and quantized matrix x vector(s).
 
 Registered types (:data:`KERNELS`, keyed by ``gguf.GGMLQuantizationType``): F32, F16, BF16, Q4_0,
-Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL,
+Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL,
 IQ4_XS, TQ1_0, TQ2_0, MXFP4. Dequantization is bit-exact against
 ``gguf.quants.dequantize``. Entry points take the raw rows (e.g. one expert's slice from
 ``Model.expert_raw``), never a whole tensor unless you pass one.

@@ -1,4 +1,4 @@
-"""IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S row decoders (super-blocks of 256; values from fixed grids).
+"""IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S row decoders (super-blocks of 256; values from fixed grids).
 
 Each group of 8 (IQ2) or 4 (IQ3) weights is one row of a lattice ``grid`` (ggml-common.h
 ``iq2xxs_grid`` etc.; the tables used here are gguf-py's ``quants.py`` copies, unpacked by its
@@ -21,6 +21,10 @@ value = (db * grid) * sign, each product one float32 rounding (gguf-py's ``db * 
 - IQ1_S (50 B): f16 d, 32 B index low bytes, 8 u16 ``qh`` (one per 32 elements: bits 3l..3l+2 the
   high index bits of group l, bits 12..14 the scale ``s``, bit 15 the sign of ``delta = 0.125``);
   grid values -1, 0, 1 (ggml ``iq1s_grid``); value = (d * (2 s + 1)) * (grid + delta).
+- IQ1_M (56 B): 32 B index low bytes, 16 B of nibbles (group g: nibble g; bits 0..2 the high index
+  bits, bit 3 the sign of delta), 4 u16 holding sixteen 3-bit scales (scale i: bits 3 (i % 4) of
+  u16 i // 4, one per 16 elements) and, in their top nibbles, the f16 ``d`` (u16 k's top nibble is
+  bits 4k..4k+3 of d); value = (d * (2 s + 1)) * (grid + delta).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from numba import njit
 from refsim.kernels.legacy import _half
 from refsim.kernels.registry import register
 
-for _t in (Q.IQ1_S, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S):
+for _t in (Q.IQ1_S, Q.IQ1_M, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S):
     register(_t, __name__)
 
 
@@ -170,3 +174,34 @@ def decode_row_iq1_s(row, n_cols, table, out):
                 g = GRID_IQ1_S[np.int64(row[o + 2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8)]
                 for j in range(8):
                     out[b * 256 + 32 * ib + 8 * l + j] = dl * (g[j] + delta)
+
+
+@njit(cache=True)
+def iq1_m_d_bits(row, o):
+    """The f16 bits of IQ1_M's ``d``, gathered from the top nibbles of the 4 scale u16 at ``row[o + 48]``."""
+    h = 0
+    for k in range(4):
+        h |= (np.int64(row[o + 49 + 2 * k]) >> 4) << (4 * k)
+    return h
+
+
+@njit(cache=True)
+def iq1_m_scale(row, o, i):
+    """3-bit scale ``i`` (0..15) of the IQ1_M block at ``row[o]``."""
+    w = np.int64(row[o + 48 + 2 * (i >> 2)]) | (np.int64(row[o + 49 + 2 * (i >> 2)]) << 8)
+    return (w >> (3 * (i & 3))) & 7
+
+
+@njit(cache=True)
+def decode_row_iq1_m(row, n_cols, table, out):
+    """row : (n_cols / 256 * 56,) uint8 -> out : (n_cols,) float32."""
+    for b in range(n_cols // 256):
+        o = b * 56
+        d = table[iq1_m_d_bits(row, o)]
+        for gi in range(32):
+            dl = d * np.float32(2 * iq1_m_scale(row, o, gi >> 1) + 1)
+            nib = (np.int64(row[o + 32 + (gi >> 1)]) >> (4 * (gi & 1))) & 15
+            delta = -IQ1S_DELTA if nib & 8 else IQ1S_DELTA
+            g = GRID_IQ1_S[np.int64(row[o + gi]) | ((nib & 7) << 8)]
+            for j in range(8):
+                out[b * 256 + 8 * gi + j] = dl * (g[j] + delta)

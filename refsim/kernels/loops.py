@@ -15,7 +15,7 @@ from numba import njit
 
 from refsim.kernels.floats import decode_row_bf16, decode_row_f16, decode_row_f32
 from refsim.kernels.iq4 import decode_row_iq4_nl, decode_row_iq4_xs
-from refsim.kernels.iq_grid import (decode_row_iq1_s, decode_row_iq2_s, decode_row_iq2_xs, decode_row_iq2_xxs,
+from refsim.kernels.iq_grid import (decode_row_iq1_m, decode_row_iq1_s, decode_row_iq2_s, decode_row_iq2_xs, decode_row_iq2_xxs,
                                     decode_row_iq3_s, decode_row_iq3_xxs)
 from refsim.kernels.k_quants import (decode_row_q2_k, decode_row_q3_k, decode_row_q4_k, decode_row_q5_k,
                                      decode_row_q6_k)
@@ -26,7 +26,7 @@ from refsim.kernels.ternary import decode_row_tq1_0, decode_row_tq2_0
 # ggml type ids (gguf.GGMLQuantizationType values), fixed on disk
 F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16, MXFP4 = 0, 1, 2, 6, 8, 12, 13, 14, 30, 39
 Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 = 3, 7, 10, 11, 20, 23, 34, 35
-IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S = 16, 17, 18, 19, 21, 22
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M = 16, 17, 18, 19, 21, 22, 29
 
 
 @njit(cache=True)
@@ -95,6 +95,8 @@ def decode_row(kind, row, n_cols, table, kvalues, out):
         decode_row_iq3_s(row, n_cols, table, out)
     elif kind == IQ1_S:
         decode_row_iq1_s(row, n_cols, table, out)
+    elif kind == IQ1_M:
+        decode_row_iq1_m(row, n_cols, table, out)
     else:
         raise ValueError("unsupported ggml type id")
 

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 LLAMA_NAMES = {Q.Q4_0: "q4_0", Q.Q4_1: "q4_1", Q.Q5_0: "q5_0", Q.Q5_1: "q5_1", Q.Q8_0: "q8_0", Q.Q2_K: "q2_K",
                Q.Q3_K: "q3_K", Q.Q4_K: "q4_K", Q.Q5_K: "q5_K", Q.Q6_K: "q6_K", Q.IQ4_NL: "iq4_nl",
                Q.IQ4_XS: "iq4_xs", Q.TQ1_0: "tq1_0", Q.TQ2_0: "tq2_0", Q.MXFP4: "mxfp4", Q.IQ2_XXS: "iq2_xxs",
-               Q.IQ2_XS: "iq2_xs", Q.IQ2_S: "iq2_s", Q.IQ3_XXS: "iq3_xxs", Q.IQ3_S: "iq3_s", Q.IQ1_S: "iq1_s"}
+               Q.IQ2_XS: "iq2_xs", Q.IQ2_S: "iq2_s", Q.IQ3_XXS: "iq3_xxs", Q.IQ3_S: "iq3_s", Q.IQ1_S: "iq1_s",
+               Q.IQ1_M: "iq1_m"}
 """Registered quantized type -> the suffix of ggml-quants.c ``dequantize_row_<suffix>``."""
 
 
@@ -52,6 +53,10 @@ def test_dequantize_bit_exact_against_llama_cpp(qtype):
     for o in QUANT_SCALE_FIELDS[int(qtype)][1]:                       # finite scales of every magnitude
         h = (rng.uniform(1, 2, nb) * 2.0 ** rng.integers(-24, 15, nb) * rng.choice([-1, 1], nb)).astype(np.float16)
         raw[:, o:o + 2] = h.view(np.uint8).reshape(nb, 2)
+    if qtype == Q.IQ1_M:                                              # its d lives in four top nibbles
+        bits = (rng.uniform(1, 2, nb) * 2.0 ** rng.integers(-24, 15, nb)).astype(np.float16).view(np.uint16)
+        for n in range(4):
+            raw[:, 49 + 2 * n] = (raw[:, 49 + 2 * n] & 15) | (((bits >> (4 * n)) & 15) << 4).astype(np.uint8)
     raw[:8] = 0                                                       # all-zero blocks
     raw = np.ascontiguousarray(raw.reshape(1, -1))
     want = np.empty(nb * k.block_size, np.float32)
@@ -62,19 +67,19 @@ def test_dequantize_bit_exact_against_llama_cpp(qtype):
 
 @pytest.fixture(scope="module")
 def unsupported_model(tmp_path_factory):
-    # gguf-py cannot quantize IQ1_M, refsim cannot decode it: write zero blocks of its size for two matrices
+    # gguf-py cannot quantize NVFP4, refsim cannot decode it: write zero blocks of its size for two matrices
     from refsim.model import synth
-    path = str(tmp_path_factory.mktemp("unsup") / "iq1m.gguf")
+    path = str(tmp_path_factory.mktemp("unsup") / "nvfp4.gguf")
     mp = pytest.MonkeyPatch()
     encode = synth._encode
 
     def fake(value, qtype):
-        if qtype != Q.IQ1_M:
+        if qtype != Q.NVFP4:
             return encode(value, qtype)
-        return np.zeros(value.shape[:-1] + (value.shape[-1] // 256 * 56,), np.uint8)
+        return np.zeros(value.shape[:-1] + (value.shape[-1] // 64 * 36,), np.uint8)
     mp.setattr(synth, "_encode", fake)
     try:
-        write_synthetic(path, "qwen3moe", {"attn_q": "IQ1_M", "ffn_down_exps": "IQ1_M", "default": "Q8_0"}, seed=1,
+        write_synthetic(path, "qwen3moe", {"attn_q": "NVFP4", "ffn_down_exps": "NVFP4", "default": "Q8_0"}, seed=1,
                         dims=dict(n_embd=256, head_dim=64, n_ff_exp=256, n_expert=4))
     finally:
         mp.undo()
@@ -84,11 +89,11 @@ def unsupported_model(tmp_path_factory):
 def test_a_type_without_a_kernel_names_the_tensor_and_type(unsupported_model):
     from refsim.forward import qwen3moe
     m = open_model(unsupported_model)                                 # inspect-level open still works
-    assert m.tensor("blk.1.attn_q.weight").ggml_type == Q.IQ1_M
-    with pytest.raises(ConfigError, match=r"iq1m\.gguf: tensor blk\.0\.attn_q\.weight has ggml type IQ1_M, "
+    assert m.tensor("blk.1.attn_q.weight").ggml_type == Q.NVFP4
+    with pytest.raises(ConfigError, match=r"nvfp4\.gguf: tensor blk\.0\.attn_q\.weight has ggml type NVFP4, "
                                           r"which refsim has no kernel for \(supported: .*TQ2_0"):
         qwen3moe.load_weights(m)
-    with pytest.raises(ConfigError, match=r"tensor blk\.1\.ffn_down_exps\.weight has ggml type IQ1_M"):
+    with pytest.raises(ConfigError, match=r"tensor blk\.1\.ffn_down_exps\.weight has ggml type NVFP4"):
         m.dequantize("blk.1.ffn_down_exps.weight", rows=[0])
     assert m.dequantize("blk.0.attn_k.weight", rows=[0]).shape == (1, 256)     # the Q8_0 tensors decode
 
@@ -96,7 +101,7 @@ def test_a_type_without_a_kernel_names_the_tensor_and_type(unsupported_model):
 def test_cli_run_reports_it_in_one_line(unsupported_model, capsys):
     assert main(["run", unsupported_model, "--prompt-tokens", "1,2", "-n", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "attn_q.weight has ggml type IQ1_M" in err[0]
+    assert len(err) == 1 and "attn_q.weight has ggml type NVFP4" in err[0]
 
 
 @pytest.mark.parametrize("quant", ["Q5_1", "IQ4_XS"])

@@ -30,7 +30,7 @@ def test_tables_agree_with_gguf_and_qdot():
         assert GGML_QUANT_SIZES[Q(t)] == bs
     assert set(qdot_ext.BLOCK_BYTES) == set(EXT)
     # every registered quantized type has an integer product
-    assert {int(t) for t in KERNELS} - set(QDOT_ALL) == {int(Q.F32), int(Q.F16), int(Q.BF16)}
+    assert {int(t) for t in KERNELS} - set(QDOT_ALL) == {int(Q.F32), int(Q.F16), int(Q.BF16), int(Q.IQ1_M)}
 
 
 def _with_scales(raw, qtype, values):
