@@ -44,9 +44,21 @@ GOLDEN_RECIPES = {
     "Q4_0": dict(arch="qwen3moe", quant="Q4_0", seed=23),
     "MXFP4": dict(arch="qwen3moe", quant="MXFP4", seed=24),
     "mixed": dict(arch="qwen3moe", quant="mixed", seed=25),
+    "Q4_1": dict(arch="qwen3moe", quant="Q4_1", seed=26),
+    "Q5_1": dict(arch="qwen3moe", quant="Q5_1", seed=35),
+    "IQ4_NL": dict(arch="qwen3moe", quant="IQ4_NL", seed=28),
+    "IQ4_XS": dict(arch="qwen3moe", quant="IQ4_XS", seed=29),
+    "Q3_K": dict(arch="qwen3moe", quant="Q3_K", seed=31),
+    "Q2_K": dict(arch="qwen3moe", quant="Q2_K", seed=32),
+    "TQ1_0": dict(arch="qwen3moe", quant="TQ1_0", seed=33),
+    "TQ2_0": dict(arch="qwen3moe", quant="TQ2_0", seed=34),
 }
 """Synthetic models (``refsim.model.write_synthetic`` arguments) with a committed golden each;
-``mixed`` is the Q4_K_M-like K-quant mix (Q4_K, Q6_K ``ffn_down_exps``/``attn_v``/``output``)."""
+``mixed`` is the Q4_K_M-like K-quant mix (Q4_K, Q6_K ``ffn_down_exps``/``attn_v``/``output``).
+(Seeds 27 and 30 are skipped: their Q5_1 / TQ2_0 models have an activation near-tie, at position
+11 / 8, that none of the golden test's tie rules reproduces: refsim's ``attn_norm`` there is one
+float32 ulp from llama.cpp's, and ``x * 127 / amax`` lands two ulps from a half, so one Q8 code
+differs; in the TQ2_0 model that code is in layer 0's K/V and shifts every later position.)"""
 
 
 def tensor_digest(path: str) -> str:
@@ -211,8 +223,8 @@ def run_worker(script: str, model: str, args: list[str], timeout_s: float) -> di
             return {k: z[k] for k in z.files}
 
 
-def make_goldens(folder: str, threads: int = 2) -> list[str]:
-    """Write ``qwen3moe-<name>.npz`` for every :data:`GOLDEN_RECIPES` entry into ``folder``.
+def make_goldens(folder: str, threads: int = 2, names: list[str] | None = None) -> list[str]:
+    """Write ``qwen3moe-<name>.npz`` for every :data:`GOLDEN_RECIPES` entry (or only ``names``) into ``folder``.
 
     Each file holds the oracle outputs on :data:`GOLDEN_TOKENS`, plus ``recipe`` (JSON) and
     ``digest`` (:func:`tensor_digest` of the model it was made from).
@@ -222,6 +234,8 @@ def make_goldens(folder: str, threads: int = 2) -> list[str]:
     written = []
     with tempfile.TemporaryDirectory(prefix="refsim-goldens-") as d:
         for name, recipe in GOLDEN_RECIPES.items():
+            if names is not None and name not in names:
+                continue
             path = write_synthetic(os.path.join(d, f"{name}.gguf"), **recipe)
             res = run_oracle(path, GOLDEN_TOKENS, threads=threads)
             out = os.path.join(folder, f"qwen3moe-{name}.npz")
@@ -239,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="output .npz")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--make-goldens", metavar="DIR", help="regenerate the golden files into DIR")
+    ap.add_argument("--only", metavar="NAMES", help="with --make-goldens: only these comma-separated recipe names")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     from refsim.errors import ConfigError
@@ -253,7 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         if a.make_goldens:
-            for p in make_goldens(a.make_goldens, a.threads):
+            names = None if a.only is None else [n for n in a.only.split(",") if n]
+            unknown = set(names or ()) - set(GOLDEN_RECIPES)
+            if unknown:
+                raise ConfigError(f"--only: unknown recipe(s) {sorted(unknown)} (known: {', '.join(GOLDEN_RECIPES)})")
+            for p in make_goldens(a.make_goldens, a.threads, names):
                 print(p)
             return 0
         if not a.model or not a.out:

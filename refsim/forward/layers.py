@@ -17,9 +17,10 @@ property llama.cpp only approximates). The arithmetic, fixed for every block:
 Numerics modes (:class:`Numerics`):
 
 - ``exact``: the above, no activation quantisation; RoPE angles in float64.
-- ``ggml``: products with Q4_0/Q5_0/Q8_0/MXFP4 (Q8_0 activations) and Q4_K/Q5_K/Q6_K (Q8_K
-  activations) weights quantize the activation row to int8 blocks and sum each block's
-  ``q_w * q_x`` exactly in integers, then scale in float64 (:mod:`refsim.kernels.qdot`, as
+- ``ggml``: products with Q4_0/Q5_0/Q8_0/MXFP4/IQ4_NL (Q8_0 activations), Q4_1/Q5_1 (Q8_1) and
+  Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS/TQ1_0/TQ2_0 (Q8_K activations) weights quantize the activation
+  row to int8 blocks and sum each block's ``q_w * q_x`` exactly in integers, then scale in
+  float64 (:mod:`refsim.kernels.qdot` and :mod:`refsim.kernels.qdot_ext`, as
   llama.cpp's ``vec_dot`` functions; the value is the float64 product of the dequantized weight
   and the round-tripped activation up to float64 rounding); F16/BF16 weights take the
   activation's F16/BF16 round trip (:mod:`refsim.forward.actq`) and the float product above.
@@ -43,8 +44,8 @@ from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
 from refsim.kernels import KERNELS, row_bytes
 from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
-from refsim.kernels.qdot import (CHUNK as QCHUNK, QDOT_TYPES, QActs, _qdot_rows, act_block, qdot_matmul, qdot_pairs,
-                                 quantize_acts, quantize_acts_into)
+from refsim.kernels.qdot import (CHUNK as QCHUNK, QDOT_ALL, QDOT_TYPES, QActs, _qdot_rows, act_block, qdot_matmul,
+                                 qdot_pairs, quantize_acts, quantize_acts_into)
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
 
@@ -308,7 +309,7 @@ def expert_linear(raw3: np.ndarray, qtype: int, n_in: int, ids: np.ndarray, x: n
     (m, n_out) float32 ndarray
         Bit-identical to ``linear(QWeight(raw3[ids[i]], qtype, n_in), x[i:i+1], numerics)``.
     """
-    if numerics.quantize_activations and int(qtype) in QDOT_TYPES:
+    if numerics.quantize_activations and int(qtype) in QDOT_ALL:
         if acts is None:
             acts = quantize_acts(x, act_block(int(qtype)), numerics.tie_code)
         return qdot_pairs(raw3, int(qtype), n_in, ids, acts)
@@ -342,7 +343,7 @@ def linear(w: QWeight, x: np.ndarray, numerics: Numerics) -> np.ndarray:
     """
     n_pos, n_in = x.shape
     assert n_in == w.n_in, (n_in, w.n_in)
-    if numerics.quantize_activations and w.qtype in QDOT_TYPES:
+    if numerics.quantize_activations and w.qtype in QDOT_ALL:
         return qdot_matmul(w.raw, w.qtype, w.n_in, quantize_acts(x, act_block(w.qtype), numerics.tie_code))
     if numerics.quantize_activations:
         x = quantize_activations(x, act_kind(w.qtype), numerics.tie_code)

@@ -44,6 +44,7 @@ from refsim.forward.kv import KVCache
 from refsim.forward.layers import (decode_inputs, route_weights, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
                                    logit_margin, moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
+from refsim.kernels import require_kernel
 from refsim.model import Model, ModelSpec
 
 Tap = Callable[[str, int, np.ndarray], None]
@@ -79,6 +80,7 @@ class Weights:
 
 def _qweight(model: Model, name: str) -> QWeight:
     ti = model.tensor(name)
+    require_kernel(ti.ggml_type, name, model.path)
     return QWeight(model.raw(name), int(ti.ggml_type), int(ti.shape_gguf[0]))
 
 
@@ -97,6 +99,7 @@ def _experts(model: Model, il: int) -> ExpertWeights:
         if name not in model.tensors:
             raise ModelFormatError(f"{model.path}: {name} missing (fused ffn_gate_up_exps is not supported yet)")
         ti = model.tensor(name)
+        require_kernel(ti.ggml_type, name, model.path)
         raws.append(model.raw(name).reshape(s.n_expert, ti.shape_gguf[1], ti.row_bytes))
         types.append(int(ti.ggml_type))
     return ExpertWeights(raws[0], raws[1], raws[2], types[0], types[1], types[2], s.n_embd, s.n_ff_exp)

@@ -1,7 +1,8 @@
 """Numba kernels for GGUF weight types: dequantize rows, and quantized matrix x vector(s).
 
 Registered types (:data:`KERNELS`, keyed by ``gguf.GGMLQuantizationType``): F32, F16, BF16, Q4_0,
-Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. Dequantization is bit-exact against
+Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL,
+IQ4_XS, TQ1_0, TQ2_0, MXFP4. Dequantization is bit-exact against
 ``gguf.quants.dequantize``. Entry points take the raw rows (e.g. one expert's slice from
 ``Model.expert_raw``), never a whole tensor unless you pass one.
 
@@ -22,12 +23,35 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np
 
 from refsim.errors import ConfigError
-from refsim.kernels import floats, k_quants, legacy, mxfp4  # noqa: F401  (registers the types)
+from refsim.kernels import floats, iq4, iq_grid, k_quants, legacy, mxfp4, ternary  # noqa: F401  (registers the types)
 from refsim.kernels.loops import dequantize_rows_kernel, matmul_kernel
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel, kernel_for
 
-__all__ = ["KERNELS", "QuantKernel", "dequantize_rows", "matmul", "matvec", "row_bytes"]
+__all__ = ["KERNELS", "QuantKernel", "dequantize_rows", "matmul", "matvec", "require_kernel", "row_bytes"]
+
+
+def require_kernel(qtype, tensor: str, path) -> None:
+    """Check that refsim can decode ``tensor`` (of ggml type ``qtype``, in file ``path``).
+
+    Called where a model's tensors are bound for computing (:meth:`refsim.model.Model.dequantize`,
+    the forward passes' weight loaders), so a type refsim can list (``refsim inspect``) but not
+    compute fails before any product, naming the file, the tensor and the type.
+
+    Raises
+    ------
+    ConfigError
+        ``"<path>: tensor <name> has ggml type <T>, which refsim has no kernel for (supported: ...)"``.
+    """
+    try:
+        if GGMLQuantizationType(int(qtype)) in KERNELS:
+            return
+        tname = GGMLQuantizationType(int(qtype)).name
+    except ValueError:
+        tname = f"id {int(qtype)}"
+    names = ", ".join(t.name for t in KERNELS)
+    raise ConfigError(f"{path}: tensor {tensor} has ggml type {tname}, which refsim has no kernel for "
+                      f"(supported: {names})")
 
 
 def _entry(qtype) -> QuantKernel:

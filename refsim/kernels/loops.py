@@ -14,12 +14,19 @@ import numpy as np
 from numba import njit
 
 from refsim.kernels.floats import decode_row_bf16, decode_row_f16, decode_row_f32
-from refsim.kernels.k_quants import decode_row_q4_k, decode_row_q5_k, decode_row_q6_k
-from refsim.kernels.legacy import decode_row_q4_0, decode_row_q5_0, decode_row_q8_0
+from refsim.kernels.iq4 import decode_row_iq4_nl, decode_row_iq4_xs
+from refsim.kernels.iq_grid import (decode_row_iq1_m, decode_row_iq1_s, decode_row_iq2_s, decode_row_iq2_xs, decode_row_iq2_xxs,
+                                    decode_row_iq3_s, decode_row_iq3_xxs)
+from refsim.kernels.k_quants import (decode_row_q2_k, decode_row_q3_k, decode_row_q4_k, decode_row_q5_k,
+                                     decode_row_q6_k)
+from refsim.kernels.legacy import decode_row_q4_0, decode_row_q4_1, decode_row_q5_0, decode_row_q5_1, decode_row_q8_0
 from refsim.kernels.mxfp4 import decode_row_mxfp4
+from refsim.kernels.ternary import decode_row_tq1_0, decode_row_tq2_0
 
 # ggml type ids (gguf.GGMLQuantizationType values), fixed on disk
 F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16, MXFP4 = 0, 1, 2, 6, 8, 12, 13, 14, 30, 39
+Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 = 3, 7, 10, 11, 20, 23, 34, 35
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M = 16, 17, 18, 19, 21, 22, 29
 
 
 @njit(cache=True)
@@ -60,6 +67,36 @@ def decode_row(kind, row, n_cols, table, kvalues, out):
         decode_row_f16(row, n_cols, table, out)
     elif kind == BF16:
         decode_row_bf16(row, n_cols, out)
+    elif kind == Q4_1:
+        decode_row_q4_1(row, n_cols, table, out)
+    elif kind == Q5_1:
+        decode_row_q5_1(row, n_cols, table, out)
+    elif kind == IQ4_NL:
+        decode_row_iq4_nl(row, n_cols, table, out)
+    elif kind == IQ4_XS:
+        decode_row_iq4_xs(row, n_cols, table, out)
+    elif kind == Q3_K:
+        decode_row_q3_k(row, n_cols, table, out)
+    elif kind == Q2_K:
+        decode_row_q2_k(row, n_cols, table, out)
+    elif kind == TQ2_0:
+        decode_row_tq2_0(row, n_cols, table, out)
+    elif kind == TQ1_0:
+        decode_row_tq1_0(row, n_cols, table, out)
+    elif kind == IQ2_XXS:
+        decode_row_iq2_xxs(row, n_cols, table, out)
+    elif kind == IQ2_XS:
+        decode_row_iq2_xs(row, n_cols, table, out)
+    elif kind == IQ2_S:
+        decode_row_iq2_s(row, n_cols, table, out)
+    elif kind == IQ3_XXS:
+        decode_row_iq3_xxs(row, n_cols, table, out)
+    elif kind == IQ3_S:
+        decode_row_iq3_s(row, n_cols, table, out)
+    elif kind == IQ1_S:
+        decode_row_iq1_s(row, n_cols, table, out)
+    elif kind == IQ1_M:
+        decode_row_iq1_m(row, n_cols, table, out)
     else:
         raise ValueError("unsupported ggml type id")
 

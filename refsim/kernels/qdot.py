@@ -19,6 +19,12 @@ Q4_K, Q5_K  ``(f64(d) * f64(d_x)) * sum_s sc_s isum_s - (f64(dmin) * f64(d_x)) *
 Q6_K        ``(f64(d) * f64(d_x)) * sum_g sc_g isum_g`` over the 16 sub-blocks of 16, ``q = q6 - 32``
 ==========  ===========================================================================================
 
+The further types (Q4_1, Q5_1 with Q8_1 activations; IQ4_NL with Q8_0; Q2_K, Q3_K, IQ4_XS, TQ1_0,
+TQ2_0 and the IQ1_S/IQ2/IQ3 grid types with Q8_K) are multiplied by :mod:`refsim.kernels.qdot_ext`
+(its table), reached through the same :func:`qdot_matmul` / :func:`qdot_pairs`; :data:`QDOT_TYPES`
+are the types the fused forward kernels of :mod:`refsim.forward.layers` handle, :data:`QDOT_ALL`
+every type with an integer product.
+
 The terms are summed in float64 in block order and the sum is rounded once to float32. ``d_w *
 d_x`` is exact in float64 (two halves, or a half/power of two and a float32); for Q8_0/Q4_0/Q5_0/MXFP4
 the product with ``isum`` is exact too (at most 22 + 19 significant bits), so the only roundings are
@@ -47,6 +53,7 @@ import numpy as np
 from numba import njit, prange
 
 from refsim.errors import ConfigError
+from refsim.kernels import qdot_ext
 from refsim.kernels.k_quants import _scale_min
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import (
@@ -67,7 +74,9 @@ Q8_0_WEIGHTS = (Q4_0, Q5_0, Q8_0, MXFP4)
 Q8_K_WEIGHTS = (Q4_K, Q5_K, Q6_K)
 """Weight types whose ``vec_dot_type`` is Q8_K (activation blocks of 256)."""
 QDOT_TYPES = Q8_0_WEIGHTS + Q8_K_WEIGHTS
-"""Every weight type this module multiplies."""
+"""The weight types this module's own row functions multiply (and the fused forward kernels handle)."""
+QDOT_ALL = QDOT_TYPES + qdot_ext.EXT_TYPES
+"""Every weight type with an integer product (:func:`qdot_matmul` / :func:`qdot_pairs`)."""
 
 CHUNK = 16
 """Rows per parallel work item."""
@@ -184,12 +193,17 @@ class QActs:
         Sum of ``q`` over each 32 (the K-quant mins' term; Q4_0's ``- 8 * bsum``).
     block : int
         32 (Q8_0) or 256 (Q8_K).
+    s : (n_vec, n_cols // 32) float32 ndarray or None
+        Block 32 from :func:`quantize_acts`: Q8_1's ``s = f16(float32(amax / 127 * bsum))`` (f16
+        values; arch/x86/quants.c ``quantize_row_q8_1``), which makes these activations Q8_1 as well
+        as Q8_0 (the two share ``q`` and ``d``). None otherwise.
     """
 
     q: np.ndarray
     d: np.ndarray
     bsum: np.ndarray
     block: int
+    s: np.ndarray | None = None
 
     def dequantize(self) -> np.ndarray:
         """The round trip ``d * q`` as float32 ``(n_vec, n_cols)`` (what :mod:`refsim.forward.actq` returns)."""
@@ -228,8 +242,10 @@ def quantize_acts(x: np.ndarray, block: int, tie: int = 0) -> QActs:
         amax = np.empty((n_vec, n_cols // 32), dtype=np.float32)
         bsum = np.empty((n_vec, n_cols // 32), dtype=np.int32)
         _q8_0_kernel(x, int(tie), q, amax, bsum)
-        d = (amax / np.float32(127.0)).astype(np.float32).astype(np.float16).astype(np.float32)
-        return QActs(q, d, bsum, 32)
+        d32 = (amax / np.float32(127.0)).astype(np.float32)
+        d = d32.astype(np.float16).astype(np.float32)
+        s = (d32 * bsum.astype(np.float32)).astype(np.float32).astype(np.float16).astype(np.float32)
+        return QActs(q, d, bsum, 32, s)
     d = np.empty((n_vec, n_cols // 256), dtype=np.float32)
     bsum = np.empty((n_vec, n_cols // 32), dtype=np.int32)
     _q8_k_kernel(x, int(tie), q, d, bsum)
@@ -473,18 +489,18 @@ threads; smaller ones run on one thread. Results are identical either way."""
 
 
 def act_block(qtype: int) -> int:
-    """Activation block of weight ``qtype``: 32 (Q8_0) or 256 (Q8_K).
+    """Activation block of weight ``qtype``: 32 (Q8_0, Q8_1) or 256 (Q8_K).
 
     Raises
     ------
     ConfigError
-        ``qtype`` is not in :data:`QDOT_TYPES`.
+        ``qtype`` is not in :data:`QDOT_ALL`.
     """
-    if qtype in Q8_0_WEIGHTS:
+    if qtype in Q8_0_WEIGHTS or qtype in qdot_ext.Q8_0_WEIGHTS or qtype in qdot_ext.Q8_1_WEIGHTS:
         return 32
-    if qtype in Q8_K_WEIGHTS:
+    if qtype in Q8_K_WEIGHTS or qtype in qdot_ext.Q8_K_WEIGHTS:
         return 256
-    raise ConfigError(f"qdot: ggml type {qtype} has no integer product (supported ids: {QDOT_TYPES})")
+    raise ConfigError(f"qdot: ggml type {qtype} has no integer product (supported ids: {QDOT_ALL})")
 
 
 _BLOCK_BYTES = {Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34), MXFP4: (32, 17), Q4_K: (256, 144), Q5_K: (256, 176),
@@ -493,7 +509,7 @@ _BLOCK_BYTES = {Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34), MXFP4: (32, 17),
 
 
 def _check_rows(raw: np.ndarray, qtype: int, n_cols: int, ndim: int) -> np.ndarray:
-    block, size = _BLOCK_BYTES[qtype]
+    block, size = _BLOCK_BYTES[qtype] if qtype in _BLOCK_BYTES else qdot_ext.BLOCK_BYTES[qtype]
     if n_cols <= 0 or n_cols % block:
         raise ConfigError(f"qdot: n_cols {n_cols} is not a positive multiple of ggml type {qtype}'s block {block}")
     rb = n_cols // block * size
@@ -504,6 +520,17 @@ def _check_rows(raw: np.ndarray, qtype: int, n_cols: int, ndim: int) -> np.ndarr
     return np.ascontiguousarray(raw)
 
 
+def _q8_1_sums(acts: QActs, qtype: int) -> np.ndarray:
+    """The ``s`` array :mod:`refsim.kernels.qdot_ext` reads: Q8_1's block sums for Q4_1/Q5_1 (ConfigError
+    if ``acts`` lacks them), else a placeholder it never reads."""
+    if qtype in qdot_ext.Q8_1_WEIGHTS:
+        if acts.s is None or acts.s.shape != acts.bsum.shape:
+            raise ConfigError(f"qdot: ggml type {qtype} multiplies Q8_1 activations; these have no block sums "
+                              "(make them with quantize_acts(x, 32))")
+        return acts.s
+    return np.zeros((acts.q.shape[0], 1), dtype=np.float32)
+
+
 def qdot_matmul(raw: np.ndarray, qtype: int, n_cols: int, acts: QActs) -> np.ndarray:
     """``W @ x.T`` for quantized rows ``W`` and quantized activations (module table).
 
@@ -512,7 +539,7 @@ def qdot_matmul(raw: np.ndarray, qtype: int, n_cols: int, acts: QActs) -> np.nda
     raw : (n_rows, row_bytes) uint8 ndarray
         Weight rows (a memory-mapped view; only these bytes are read).
     qtype : int
-        ggml type id in :data:`QDOT_TYPES`.
+        ggml type id in :data:`QDOT_ALL`.
     n_cols : int
     acts : QActs
         From :func:`quantize_acts` with ``block = act_block(qtype)``.
@@ -533,7 +560,11 @@ def qdot_matmul(raw: np.ndarray, qtype: int, n_cols: int, acts: QActs) -> np.nda
         raise ConfigError(f"qdot: activations {acts.q.shape} in blocks of {acts.block}; need n_cols {n_cols} "
                           f"in blocks of {block}")
     out = np.empty((acts.q.shape[0], raw.shape[0]), dtype=np.float32)
-    if acts.q.shape[0]:
+    if acts.q.shape[0] and qtype in qdot_ext.EXT_TYPES:
+        big = acts.q.shape[0] * raw.shape[0] * n_cols >= PARALLEL_MIN_ELEMENTS
+        kernel = qdot_ext.ext_kernel_parallel if big else qdot_ext.ext_kernel
+        kernel(int(qtype), raw, n_cols, acts.q, acts.d, _q8_1_sums(acts, qtype), F16_TO_F32, out)
+    elif acts.q.shape[0]:
         big = acts.q.shape[0] * raw.shape[0] * n_cols >= PARALLEL_MIN_ELEMENTS
         kernel = qdot_kernel_parallel if big else qdot_kernel
         kernel(int(qtype), raw, raw.view(np.int8), n_cols, acts.q, acts.d, acts.bsum, F16_TO_F32, out)
@@ -573,7 +604,11 @@ def qdot_pairs(raw3: np.ndarray, qtype: int, n_cols: int, ids: np.ndarray, acts:
     if ids.size and (ids.min() < 0 or ids.max() >= raw3.shape[0]):
         raise ConfigError(f"qdot: expert ids must be in 0..{raw3.shape[0] - 1}, got {ids.min()}..{ids.max()}")
     out = np.empty((ids.size, raw3.shape[1]), dtype=np.float32)
-    if ids.size:
+    if ids.size and qtype in qdot_ext.EXT_TYPES:
+        big = ids.size * raw3.shape[1] * n_cols >= PARALLEL_MIN_ELEMENTS
+        kernel = qdot_ext.ext_pairs_kernel_parallel if big else qdot_ext.ext_pairs_kernel
+        kernel(int(qtype), raw3, n_cols, ids, acts.q, acts.d, _q8_1_sums(acts, qtype), F16_TO_F32, out)
+    elif ids.size:
         big = ids.size * raw3.shape[1] * n_cols >= PARALLEL_MIN_ELEMENTS
         kernel = qdot_pairs_kernel_parallel if big else qdot_pairs_kernel
         kernel(int(qtype), raw3, raw3.view(np.int8), n_cols, ids, acts.q, acts.d, acts.bsum, F16_TO_F32, out)
@@ -583,6 +618,7 @@ def qdot_pairs(raw3: np.ndarray, qtype: int, n_cols: int, ids: np.ndarray, acts:
 __all__ = [
     "CHUNK",
     "PARALLEL_MIN_ELEMENTS",
+    "QDOT_ALL",
     "Q8_0_WEIGHTS",
     "Q8_K_WEIGHTS",
     "QDOT_TYPES",

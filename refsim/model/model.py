@@ -278,9 +278,15 @@ class Model:
         Returns
         -------
         (n_sel, ne0) float32 ndarray
+
+        Raises
+        ------
+        ConfigError
+            A ggml type refsim has no kernel for (:func:`refsim.kernels.require_kernel`).
         """
-        from refsim.kernels import dequantize_rows
+        from refsim.kernels import dequantize_rows, require_kernel
         ti = self.tensor(name)
+        require_kernel(ti.ggml_type, name, self.path)
         raw = self.raw(name)
         sel = raw if rows is None else raw[rows]
         return dequantize_rows(np.ascontiguousarray(sel), ti.ggml_type, ti.shape_gguf[0])

@@ -26,8 +26,12 @@ from refsim.errors import ConfigError
 from refsim.fileio import atomic_path
 from refsim.model import k_quantize
 
-QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K", "mixed")
-"""Values of ``quant``. ``mixed`` is a Q4_K_M-like mix (see :func:`mixed_type`)."""
+QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K",
+          "Q5_K", "Q6_K", "IQ4_XS", "TQ1_0", "TQ2_0", "mixed")
+"""Values of ``quant``. ``mixed`` is a Q4_K_M-like mix (see :func:`mixed_type`). Types of 256-element
+blocks use :data:`DEFAULT_DIMS_K`. Quantizers: gguf-py's ``gguf.quants.quantize`` (Q4_0, Q4_1, Q5_0,
+Q5_1, Q8_0, BF16, MXFP4, TQ1_0, TQ2_0) and :mod:`refsim.model.k_quantize` (the K-quants, IQ4_NL,
+IQ4_XS)."""
 
 DEFAULT_DIMS: dict[str, Any] = dict(
     n_layer=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_expert=8, n_expert_used=2,
@@ -48,7 +52,9 @@ QWEN3_30B_A3B_EIGHTH: dict[str, Any] = dict(
 
 _FLOAT_NP = {Q.F32: np.float32, Q.F16: np.float16}
 _K_QUANTIZERS: dict[Q, Callable[[np.ndarray], np.ndarray]] = {
-    Q.Q4_K: k_quantize.quantize_q4_k, Q.Q5_K: k_quantize.quantize_q5_k, Q.Q6_K: k_quantize.quantize_q6_k}
+    Q.Q4_K: k_quantize.quantize_q4_k, Q.Q5_K: k_quantize.quantize_q5_k, Q.Q6_K: k_quantize.quantize_q6_k,
+    Q.Q2_K: k_quantize.quantize_q2_k, Q.Q3_K: k_quantize.quantize_q3_k, Q.IQ4_NL: k_quantize.quantize_iq4_nl,
+    Q.IQ4_XS: k_quantize.quantize_iq4_xs}
 
 
 def use_more_bits(il: int, n_layer: int) -> bool:
@@ -245,7 +251,7 @@ def resolve_dims(arch: str, quant: str | Mapping[str, str], dims: Mapping[str, A
         raise ConfigError(f"synthetic arch must be qwen3moe or qwen35moe, got {arch!r}")
     if isinstance(quant, str) and quant not in QUANTS:
         raise ConfigError(f"unknown quant {quant!r} (choose from {', '.join(QUANTS)})")
-    k_like = isinstance(quant, Mapping) or quant == "mixed" or quant.endswith("_K")
+    k_like = isinstance(quant, Mapping) or quant == "mixed" or GGML_QUANT_SIZES[Q[quant]][0] == 256
     base = dict(DEFAULT_DIMS_K if k_like else DEFAULT_DIMS)
     unknown = set(dims or {}) - set(base)
     if unknown:

@@ -121,8 +121,13 @@ def decode_splits(draw, n_vocab: int = 300, max_width: int = 9) -> tuple[list[in
 
 
 QUANT_SCALE_FIELDS = {2: (18, (0,)), 6: (22, (0,)), 8: (34, (0,)), 12: (144, (0, 2)), 13: (176, (0, 2)),
-                      14: (210, (208,)), 39: (17, ())}
-"""ggml type id -> (block bytes, byte offsets of the block's f16 scales) for :func:`quantized_weight_rows`."""
+                      14: (210, (208,)), 39: (17, ()),
+                      3: (20, (0, 2)), 7: (24, (0, 2)), 10: (84, (80, 82)), 11: (110, (108,)), 20: (18, (0,)),
+                      23: (136, (0,)), 34: (54, (52,)), 35: (66, (64,)),
+                      16: (66, (0,)), 17: (74, (0,)), 18: (98, (0,)), 21: (110, (0,)), 22: (82, (0,)), 19: (50, (0,)),
+                      29: (56, ())}
+"""ggml type id -> (block bytes, byte offsets of the block's f16 scales) for :func:`quantized_weight_rows`
+(MXFP4: an E8M0 byte; IQ1_M: its f16 ``d`` is spread over four nibbles, see refsim.kernels.iq_grid)."""
 
 
 @st.composite

@@ -88,8 +88,23 @@ def test_exact_mode_argmax_matches_llama_cpp_off_near_ties(goldens, name):
     assert np.array_equal(res.argmax[clear], g["logits"].argmax(1)[clear])
 
 
+NEW_TYPES = ["Q4_1", "Q5_1", "IQ4_NL", "IQ4_XS", "Q3_K", "Q2_K", "TQ1_0", "TQ2_0"]
+"""Goldens of the types added for issue 18 (one model each, every weight matrix in that type)."""
+
+
+@pytest.mark.parametrize("name", NEW_TYPES)
+def test_new_types_give_llama_cpps_greedy_tokens(goldens, name):
+    # every weight matrix is in the type (routers and norms stay F32), and refsim's ggml-mode greedy
+    # token equals llama.cpp's at every position
+    model, g = goldens[name]
+    types = {model.tensor(n).ggml_type.name for n in model.tensors if model.tensor(n).shape_gguf[-1] > 1
+             and not n.endswith("ffn_gate_inp.weight") and not n.endswith("norm.weight")}
+    assert types == {name}
+    assert np.array_equal(_refsim(model, g["tokens"], "ggml").argmax, g["logits"].argmax(1))
+
+
 @pytest.mark.skipif(not oracle.available(), reason="llama_cpp not importable (optional extra 'oracle')")
-@pytest.mark.parametrize("name", ["F32", "Q4_0", "mixed"])
+@pytest.mark.parametrize("name", ["F32", "Q4_0", "mixed"] + NEW_TYPES)
 def test_live_llama_cpp_matches_refsim(goldens, name):
     model, g = goldens[name]
     tokens = [1, 9, 9, 200, 31, 77, 77, 77, 5, 250]

@@ -15,7 +15,9 @@ from refsim.kernels import KERNELS, dequantize_rows, matmul, matvec, row_bytes
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf-py on random bytes (inf/nan scales)
 
 TYPES = sorted(KERNELS, key=int)
-EXPECTED_TYPES = {Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4}
+EXPECTED_TYPES = {Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K,
+                  Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS,
+                  Q.IQ3_S, Q.IQ1_S, Q.IQ1_M}
 
 
 def test_registry_covers_the_required_types():
@@ -109,10 +111,43 @@ def test_kernel_reads_only_the_rows_given():
 
 def test_bad_arguments():
     with pytest.raises(ConfigError, match="no kernel for ggml type"):
-        dequantize_rows(np.zeros((1, 18), np.uint8), Q.Q4_1, 32)
+        dequantize_rows(np.zeros((1, 36), np.uint8), Q.NVFP4, 64)
     with pytest.raises(ConfigError, match="not a positive multiple"):
         dequantize_rows(np.zeros((1, 18), np.uint8), Q.Q4_0, 33)
     with pytest.raises(ConfigError, match=r"need \(n_rows, 18\)"):
         dequantize_rows(np.zeros((1, 19), np.uint8), Q.Q4_0, 32)
     with pytest.raises(ConfigError, match="expected"):
         matmul(np.zeros((1, 18), np.uint8), Q.Q4_0, 32, np.zeros((2, 31), np.float32))
+
+
+QUANTIZED = [t for t in TYPES if t not in (Q.F32, Q.F16, Q.BF16)]
+
+
+def test_every_quantized_type_declares_its_scale_fields():
+    from refsim.testing.strategies import QUANT_SCALE_FIELDS
+    for t in QUANTIZED:
+        assert QUANT_SCALE_FIELDS[int(t)][0] == KERNELS[t].type_size, t.name
+
+
+@pytest.mark.parametrize("qtype", QUANTIZED, ids=lambda t: t.name)
+def test_every_scale_bit_pattern_bit_exact(qtype):
+    # each float scale field takes all 65536 half bit patterns (every exponent, subnormals, +-0,
+    # +-inf, NaNs), one block each, the other bytes random; MXFP4's E8M0 byte takes all 256 values
+    from refsim.testing.strategies import QUANT_SCALE_FIELDS
+    size, fields = QUANT_SCALE_FIELDS[int(qtype)]
+    k = KERNELS[qtype]
+    rng = np.random.default_rng(int(qtype))
+    n_blocks = 256 if qtype == Q.MXFP4 else 1 << 16
+    for o in fields or (0,):
+        blocks = rng.integers(0, 256, (n_blocks, size), dtype=np.uint8)
+        if fields:
+            blocks[:, o:o + 2] = np.arange(1 << 16, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
+        elif qtype == Q.IQ1_M:                              # d's 16 bits in the top nibbles of bytes 49, 51, 53, 55
+            h = np.arange(1 << 16)
+            for n in range(4):
+                blocks[:, 49 + 2 * n] = (blocks[:, 49 + 2 * n] & 15) | (((h >> (4 * n)) & 15) << 4)
+        else:
+            blocks[:, 0] = np.arange(256, dtype=np.uint8)
+        raw = blocks.reshape(64, -1)                       # 64 rows of n_blocks / 64 blocks
+        n_cols = n_blocks // 64 * k.block_size
+        assert_bit_equal(dequantize_rows(raw, qtype, n_cols), reference(raw, qtype), qtype, f" field {o}")

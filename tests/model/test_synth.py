@@ -12,7 +12,8 @@ from gguf.quants import dequantize
 from refsim.cli import main
 from refsim.errors import ConfigError
 from refsim.model import QUANTS, open_model, write_synthetic
-from refsim.model.k_quantize import quantize_q4_k, quantize_q5_k, quantize_q6_k
+from refsim.model.k_quantize import (quantize_iq4_nl, quantize_iq4_xs, quantize_q2_k, quantize_q3_k, quantize_q4_k,
+                                     quantize_q5_k, quantize_q6_k)
 from refsim.model.synth import QWEN3_30B_A3B_EIGHTH, resolve_dims, tensor_plan
 
 VARIANTS = [("qwen3moe", False), ("qwen35moe", False), ("qwen35moe", True)]
@@ -60,7 +61,7 @@ def test_write_is_atomic_and_leaves_no_temp_on_error(tmp_path):
 
 def test_bad_arguments():
     with pytest.raises(ConfigError, match="unknown quant"):
-        resolve_dims("qwen3moe", "Q3_K", None)
+        resolve_dims("qwen3moe", "IQ2_XXS", None)
     with pytest.raises(ConfigError, match="qwen3moe or qwen35moe"):
         resolve_dims("llama", "F32", None)
     with pytest.raises(ConfigError, match="unknown dims"):
@@ -106,3 +107,26 @@ def test_cli_synth_then_inspect(tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["arch"] == "qwen35moe" and r["has_data"] is True and len(r["layers"]) == 5 and r["layers"][4]["nextn"]
     assert r["recurrent_bytes_per_seq"] == 16896 and r["n_expert"] == 8 and r["n_expert_used"] == 2
+
+
+@pytest.mark.parametrize("quantizer,qtype,levels", [(quantize_q2_k, Q.Q2_K, 3), (quantize_q3_k, Q.Q3_K, 7),
+                                                    (quantize_iq4_nl, Q.IQ4_NL, 15), (quantize_iq4_xs, Q.IQ4_XS, 15)])
+def test_low_bit_quantizers_round_trip_through_gguf(quantizer, qtype, levels):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((8, 512)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
+    packed = quantizer(x)
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    assert packed.shape == (8, 512 // block * size) and packed.dtype == np.uint8
+    y = dequantize(packed, qtype)
+    # error per element within about one step of the row's range over the type's levels (IQ4's table
+    # steps are up to 24/127 of the block maximum: 1.6x a uniform 4-bit step)
+    step = (2 * np.abs(x).max(axis=1, keepdims=True)) / levels
+    assert np.all(np.abs(y - x) <= (1.6 if qtype in (Q.IQ4_NL, Q.IQ4_XS) else 1.1) * step)
+    # better than a coin: the error is well below the signal
+    assert np.abs(y - x).mean() < 0.5 * np.abs(x).mean()
+    assert np.array_equal(dequantize(quantizer(np.zeros((1, 256), np.float32)), qtype), np.zeros((1, 256), np.float32))
+    # the extreme of each 32 (IQ4_NL) is reproduced to f16 precision
+    if qtype == Q.IQ4_NL:
+        b = x.reshape(-1, 32)
+        i = np.abs(b).argmax(1)
+        np.testing.assert_allclose(y.reshape(-1, 32)[np.arange(len(i)), i], b[np.arange(len(i)), i], rtol=2**-10)
