@@ -41,17 +41,10 @@ def require_kernel(qtype, tensor: str, path) -> None:
     Raises
     ------
     ConfigError
-        ``"<path>: tensor <name> has ggml type <T>, which refsim has no kernel for (supported: ...)"``.
+        :func:`refsim.kernels.registry.kernel_for`'s ``"<path>: tensor '<name>': no kernel for
+        ggml type T (id N) (supported: ...)"``.
     """
-    try:
-        if GGMLQuantizationType(int(qtype)) in KERNELS:
-            return
-        tname = GGMLQuantizationType(int(qtype)).name
-    except ValueError:
-        tname = f"id {int(qtype)}"
-    names = ", ".join(t.name for t in KERNELS)
-    raise ConfigError(f"{path}: tensor {tensor} has ggml type {tname}, which refsim has no kernel for "
-                      f"(supported: {names})")
+    kernel_for(qtype, f"{path}: tensor {tensor!r}")
 
 
 def _entry(qtype) -> QuantKernel:

@@ -329,19 +329,8 @@ def test_sentencepiece_refusals_become_one_line_errors(tmp_path, seeds):
         Tokenizer.from_model(m)
 
 
-# --- C5: a type refsim has no kernel for ---------------------------------------------------
-
-def test_a_type_without_kernel_names_tensor_and_type(tmp_path, capsys):
-    p = write_synthetic(tmp_path / "q41.gguf", "qwen3moe", {"default": "F32", "attn_q": "Q4_1"})
-    m = open_model(p)                                     # byte accounting needs no kernel
-    assert m.tensor("blk.0.attn_q.weight").ggml_type.name == "Q4_1"
-    with pytest.raises(ConfigError, match=r"q41.gguf: tensor 'blk.0.attn_q.weight': no kernel for ggml type Q4_1 "
-                                          r"\(id 3\) \(supported: F32, "):
-        ForwardTarget(m)
-    assert main(["inspect", str(p)]) == 0
-    capsys.readouterr()
-    err = _cli_one_line(capsys, ["run", str(p), "-n", "1", "--prompt-tokens", "1"], p)
-    assert "no kernel for ggml type Q4_1" in err
+# --- C5 (a type refsim has no kernel for): tests/kernels/test_new_types.py (NVFP4, since Q4_1 has
+# a kernel now)
 
 
 def test_a_bool_array_reads_as_llama_cpp_does(tmp_path, seeds):
