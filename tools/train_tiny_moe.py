@@ -332,7 +332,7 @@ def held_out_loss(model, stream: np.ndarray, T: int, n_windows: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default="models")
-    ap.add_argument("--steps", type=int, default=640)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=60)

@@ -53,12 +53,12 @@ N_GOLDEN = 20
 LOGIT_TOL = 5e-2
 """|Δlogit| allowed between refsim's ``ggml`` numerics and llama.cpp on the trained files. On the
 synthetic files the two agree to 1e-4 (test_oracle_golden.py); on these trained weights some
-prompts agree to ~1e-6 and others differ by up to 3.4e-2 from the first logits on, with the same
-tokens and routes, and the exact-half rounding variants (``Numerics(act_tie=...)``) do not close
-the gap: an open discrepancy, measured in docs/real-moe.md ("Agreement with llama.cpp")."""
+steps agree to ~1e-6 and others differ by up to 2.2e-2 (the Q4_K_M-style file; 6.4e-3 on one
+Q8_0 step), with the same tokens and routes, and the exact-half rounding variants
+(``Numerics(act_tie=...)``) do not close the gap: an open discrepancy, measured in docs/real-moe.md ("Agreement with llama.cpp")."""
 LAG1_MIN_PCT = 20.0
 """Lag-1 overlap (%) the trained model must exceed on OVERLAP_TEXT and its random-weight twin must
-stay under. Measured (docs/real-moe.md, "Routing"): trained 24.5 %, twin 14.6 % (chance k/E = 12.5 %)."""
+stay under. Measured (docs/real-moe.md, "Routing"): trained 23.7 %, twin 14.6 % (chance k/E = 12.5 %)."""
 
 _spec = importlib.util.spec_from_file_location("oracle_llamacpp", REPO / "tools" / "oracle_llamacpp.py")
 oracle = importlib.util.module_from_spec(_spec)
@@ -153,7 +153,7 @@ def test_greedy_matches_llama_cpp_golden(goldens, name):
     prompt = Tokenizer.from_model(m).encode(CODE_PROMPT)
     assert prompt.tolist() == g["prompt"].tolist()
     close = _check_ggml(m, prompt, g, N_GOLDEN)
-    assert close == (N_GOLDEN if name == "q8_0" else 10)    # measured: Q8_0 all 20 steps to 1e-4, mixed 10
+    assert close == (19 if name == "q8_0" else 15)          # measured (docs/real-moe.md): Q8_0 19 of 20, mixed 15
     exact, _, _ = _greedy(m, prompt, N_GOLDEN, Numerics("exact"))
     assert exact.tolist() == g["tokens"].tolist()
 
