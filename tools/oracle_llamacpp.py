@@ -4,6 +4,7 @@
 Usage::
 
     python tools/oracle_llamacpp.py MODEL.gguf --tokens 1,5,77 --out OUT.npz [--threads 2]
+    python tools/oracle_llamacpp.py MODEL.gguf --tokens 1,5,77 --greedy 16 --out OUT.npz  # llama.cpp greedy
     python tools/oracle_llamacpp.py --make-goldens tests/data/oracle   # regenerate the goldens
 
 Needs the optional extra ``oracle`` (``pip install 'refsim[oracle]'`` = llama-cpp-python).
@@ -79,13 +80,10 @@ def tensor_digest(path: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # worker (runs inside the child process; imports llama_cpp)
 
-def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
-    import llama_cpp as L
-
-    from refsim.testing.ggml_tensor import (GGML_TYPE_F32, GGML_TYPE_I32, read_tensor,
-                                            tensor_at, tensor_name)
-
-    captured: dict[str, np.ndarray] = {}
+def _route_callback(L, captured: dict):
+    """A ``cb_eval`` that copies ``ffn_moe_topk-<il>`` (I32) and ``ffn_moe_weights_norm-<il>`` into
+    ``captured`` as (n_tokens, k) arrays (the last decode's values; llama-cpp-notes.md §7)."""
+    from refsim.testing.ggml_tensor import GGML_TYPE_F32, GGML_TYPE_I32, read_tensor, tensor_at, tensor_name
 
     @L.ggml_backend_sched_eval_callback
     def cb(t_ptr, ask, _user):
@@ -101,16 +99,19 @@ def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
             k = int(t.ne[1]) if int(t.ne[0]) == 1 else int(t.ne[0])
             captured[name] = read_tensor(t, np.float32).reshape(-1, k)
         return True
+    return cb
 
+
+def _open(L, model: str, n_ctx: int, n_batch: int, threads: int, cb):
+    """Load ``model`` and make a context with the oracle settings (F32 KV, no flash attention)."""
     L.llama_backend_init()
     mp = L.llama_model_default_params()
     model_p = L.llama_model_load_from_file(model.encode(), mp)
     if not model_p:
         raise SystemExit(f"llama.cpp could not load {model}")
-    n = len(tokens)
     cp = L.llama_context_default_params()
-    cp.n_ctx = max(64, n)
-    cp.n_batch = cp.n_ubatch = max(n, 1)
+    cp.n_ctx = max(64, n_ctx)
+    cp.n_batch = cp.n_ubatch = max(n_batch, 1)
     cp.n_threads = cp.n_threads_batch = threads
     cp.type_k = cp.type_v = 0  # GGML_TYPE_F32
     if hasattr(cp, "flash_attn_type"):
@@ -122,29 +123,85 @@ def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
     ctx = L.llama_init_from_model(model_p, cp)
     if not ctx:
         raise SystemExit(f"llama.cpp could not create a context for {model}")
+    return model_p, ctx
+
+
+def _decode(L, ctx, model: str, tokens: list[int], pos0: int, logits_rows) -> None:
+    """One ``llama_decode`` of ``tokens`` at positions ``pos0..``; rows in ``logits_rows`` ask for logits."""
+    n = len(tokens)
     batch = L.llama_batch_init(n, 0, 1)
     for i, tok in enumerate(tokens):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, i, 1, True
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, pos0 + i, 1, i in logits_rows
         batch.seq_id[i][0] = 0
     batch.n_tokens = n
     rc = L.llama_decode(ctx, batch)
+    L.llama_batch_free(batch)
     if rc != 0:
         raise SystemExit(f"llama_decode returned {rc} for {model}")
-    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model_p))
-    logits = np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
-                       for i in range(n)]).astype(np.float32)
+
+
+def _routes(captured: dict) -> tuple[np.ndarray, np.ndarray]:
     layers = sorted({int(k.rsplit("-", 1)[1]) for k in captured if k.startswith("ffn_moe_topk-")})
     if not layers:
         raise SystemExit("no ffn_moe_topk nodes were observed (not an MoE model?)")
     routes = np.stack([captured[f"ffn_moe_topk-{il}"] for il in layers], axis=1).astype(np.int16)
     weights = np.stack([captured.get(f"ffn_moe_weights_norm-{il}", np.full(routes[:, 0].shape, np.nan))
                         for il in layers], axis=1).astype(np.float32)
+    return routes, weights
+
+
+def _worker(model: str, tokens: list[int], out: str, threads: int) -> None:
+    import llama_cpp as L
+    captured: dict[str, np.ndarray] = {}
+    n = len(tokens)
+    cb = _route_callback(L, captured)      # held here: llama.cpp keeps only the C pointer
+    model_p, ctx = _open(L, model, n, n, threads, cb)
+    _decode(L, ctx, model, tokens, 0, range(n))
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model_p))
+    logits = np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
+                       for i in range(n)]).astype(np.float32)
+    routes, weights = _routes(captured)
     meta = dict(llama_cpp_python=getattr(L, "__version__", "?"), threads=threads, type_kv="F32",
                 flash_attn="off", n_ubatch=n, logits_all=True)
-    L.llama_batch_free(batch)
     L.llama_free(ctx)
     L.llama_model_free(model_p)
+    del cb
     _save(out, tokens=np.asarray(tokens, np.int32), logits=logits, routes=routes, weights=weights,
+          meta=np.array(json.dumps(meta)))
+
+
+def _greedy_worker(model: str, prompt: list[int], n_predict: int, out: str, threads: int) -> None:
+    """llama.cpp's own greedy generation: the prompt in one batch (logits on its last row only,
+    so the last layer routes that row alone: the last-layer rule), then one token per decode,
+    each the argmax of the previous logits (lowest id on an exact tie, as ``numpy.argmax``)."""
+    import llama_cpp as L
+    captured: dict[str, np.ndarray] = {}
+    n = len(prompt)
+    cb = _route_callback(L, captured)      # held here: llama.cpp keeps only the C pointer
+    model_p, ctx = _open(L, model, n + n_predict, n, threads, cb)
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model_p))
+    _decode(L, ctx, model, prompt, 0, {n - 1})
+    gen, logits, routes, weights = [], [], [], []
+    for step in range(n_predict):
+        row = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+        logits.append(row)
+        gen.append(int(np.argmax(row)))
+        if step == n_predict - 1:
+            break
+        captured.clear()
+        _decode(L, ctx, model, [gen[-1]], n + step, {0})
+        r, w = _routes(captured)
+        routes.append(r[0])
+        weights.append(w[0])
+    meta = dict(llama_cpp_python=getattr(L, "__version__", "?"), threads=threads, type_kv="F32",
+                flash_attn="off", greedy=True, n_prompt=n, n_predict=n_predict)
+    L.llama_free(ctx)
+    L.llama_model_free(model_p)
+    del cb
+    _save(out, prompt=np.asarray(prompt, np.int32), tokens=np.asarray(gen, np.int32),
+          logits=np.stack(logits).astype(np.float32),
+          routes=np.stack(routes).astype(np.int16) if routes else np.zeros((0, 0, 0), np.int16),
+          weights=np.stack(weights).astype(np.float32) if weights else np.zeros((0, 0, 0), np.float32),
           meta=np.array(json.dumps(meta)))
 
 
@@ -194,6 +251,28 @@ def run_oracle(model: str, tokens: list[int], threads: int = 2, timeout_s: float
     """
     res = run_worker(os.path.abspath(__file__), model,
                      ["--tokens", ",".join(str(t) for t in tokens), "--threads", str(threads)], timeout_s)
+    res["meta"] = json.loads(str(res["meta"]))
+    return res
+
+
+def run_greedy(model: str, prompt: list[int], n_predict: int, threads: int = 2, timeout_s: float = 300.0) -> dict:
+    """llama.cpp's greedy generation of ``n_predict`` tokens after ``prompt`` (child process).
+
+    Returns
+    -------
+    dict
+        ``prompt``, ``tokens (n_predict,) int32`` (the generated ids), ``logits (n_predict, n_vocab)
+        float32`` (row i: the logits token i was chosen from), ``routes (n_predict - 1, n_layer, k)
+        int16`` and ``weights`` (the decodes of generated tokens 0..n_predict-2), ``meta`` (dict).
+
+    Raises
+    ------
+    OracleError
+        As :func:`run_oracle`.
+    """
+    res = run_worker(os.path.abspath(__file__), model,
+                     ["--tokens", ",".join(str(t) for t in prompt), "--threads", str(threads),
+                      "--greedy", str(n_predict)], timeout_s)
     res["meta"] = json.loads(str(res["meta"]))
     return res
 
@@ -254,13 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--make-goldens", metavar="DIR", help="regenerate the golden files into DIR")
     ap.add_argument("--only", metavar="NAMES", help="with --make-goldens: only these comma-separated recipe names")
+    ap.add_argument("--greedy", type=int, default=0, metavar="N",
+                    help="generate N tokens greedily after --tokens (llama.cpp's own loop) instead")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     from refsim.errors import ConfigError
     from refsim.fileio import check_writable
     tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
     if a.worker:
-        _worker(a.model, tokens, a.out, a.threads)
+        if a.greedy:
+            _greedy_worker(a.model, tokens, a.greedy, a.out, a.threads)
+        else:
+            _worker(a.model, tokens, a.out, a.threads)
         return 0
     if not available():
         print("oracle_llamacpp: llama_cpp is not importable; install the extra: pip install 'refsim[oracle]'",
@@ -278,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         if not a.model or not a.out:
             ap.error("MODEL and --out are required (or --make-goldens DIR)")
         check_writable(a.out, "--out")                 # before llama.cpp runs, not after
+        if a.greedy:
+            res = run_greedy(a.model, tokens, a.greedy, a.threads)
+            res["digest"] = tensor_digest(a.model)      # which weights the golden belongs to
+            _save(a.out, **{k: (np.array(json.dumps(v)) if k == "meta" else v) for k, v in res.items()})
+            print(f"{a.out}: greedy tokens {res['tokens'].tolist()}")
+            return 0
         res = run_oracle(a.model, tokens, a.threads)
         _save(a.out, tokens=res["tokens"], logits=res["logits"], routes=res["routes"], weights=res["weights"],
               meta=np.array(json.dumps(res["meta"])))

@@ -182,10 +182,16 @@ def _encode(value: np.ndarray, qtype: Q) -> np.ndarray:
     return quantize(value, qtype)
 
 
-def _add_metadata(w: gguf.GGUFWriter, arch: str, c: Mapping[str, Any], nextn: bool, vocab: bool = True) -> None:
+Vocab = tuple[list[str], list[float], list[int]]
+"""An SPM ('llama') vocabulary: pieces, scores, GGUF token types (ids = list positions;
+``<unk>``, ``<s>``, ``</s>`` at 0, 1, 2 and all 256 ``<0xXX>`` byte pieces present)."""
+
+
+def _add_metadata(w: gguf.GGUFWriter, arch: str, c: Mapping[str, Any], nextn: bool, vocab: bool | Vocab = True,
+                  name: str | None = None) -> None:
     a = arch
     n_layer = c["n_layer"] if arch == "qwen3moe" else c["n_layer_35"]
-    w.add_name(f"refsim synthetic {arch}")
+    w.add_name(name or f"refsim synthetic {arch}")
     w.add_context_length(c["n_ctx"])
     w.add_embedding_length(c["n_embd"])
     w.add_block_count(n_layer + (1 if nextn else 0))
@@ -211,7 +217,10 @@ def _add_metadata(w: gguf.GGUFWriter, arch: str, c: Mapping[str, Any], nextn: bo
                        ("ssm.time_step_rank", nv), ("ssm.inner_size", hk * nv)):
             w.add_uint32(f"{a}.{key}", v)
     if vocab:
-        toks, scores, types = _spm_vocab(c["n_vocab"])
+        toks, scores, types = _spm_vocab(c["n_vocab"]) if vocab is True else vocab
+        if len(toks) != c["n_vocab"] or len(scores) != len(toks) or len(types) != len(toks):
+            raise ConfigError(f"vocab has {len(toks)} pieces, {len(scores)} scores, {len(types)} types; "
+                              f"expected n_vocab = {c['n_vocab']} of each")
         w.add_tokenizer_model("llama")
         w.add_token_list(toks)
         w.add_token_scores(scores)
@@ -219,6 +228,9 @@ def _add_metadata(w: gguf.GGUFWriter, arch: str, c: Mapping[str, Any], nextn: bo
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
         w.add_unk_token_id(0)
+        if vocab is not True:
+            w.add_add_bos_token(True)
+            w.add_add_space_prefix(False)
     else:
         w.add_tokenizer_model("none")
         w.add_vocab_size(c["n_vocab"])
@@ -314,6 +326,66 @@ def write_synthetic(path: str | os.PathLike, arch: str = "qwen3moe", quant: str 
             enc = _encode(value, qtype)
             w.add_tensor(name, enc, raw_dtype=None if qtype in _FLOAT_NP else qtype)
 
+    return _atomic_write(path, arch, fill, data=True)
+
+
+def write_weights(path: str | os.PathLike, arch: str, tensors: Mapping[str, np.ndarray],
+                  quant: str | Mapping[str, str] = "F32", dims: Mapping[str, Any] | None = None,
+                  vocab: Vocab | None = None, name: str | None = None, nextn: bool = False) -> str:
+    """Write given weights (e.g. a trained model) in the same layout as :func:`write_synthetic`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Output file (written atomically).
+    arch : {'qwen3moe', 'qwen35moe'}
+    tensors : mapping of name -> float32 ndarray
+        Every tensor of :func:`tensor_plan` with its NumPy shape (GGUF ``ne`` reversed), except
+        that ``output.weight`` may be absent: the output is then tied to ``token_embd``
+        (llama.cpp ``llama-model.cpp`` loads ``token_embd`` as ``TENSOR_DUPLICATED`` for a missing
+        ``output``; refsim's :func:`refsim.forward.qwen3moe.load_weights` does the same). With
+        ``quant='mixed'`` a tied ``token_embd`` takes the output's type (Q6_K), as llama.cpp's
+        Q4_K_M does for a model without ``output.weight`` (``src/llama-quant.cpp``: the
+        ``!qs.has_output`` case of the output rule).
+    quant, dims, nextn
+        As :func:`write_synthetic`.
+    vocab : (pieces, scores, types), optional
+        The SPM vocabulary to store (``tokenizer.ggml.*``, ``add_bos_token`` true,
+        ``add_space_prefix`` false); default the minimal synthetic one.
+    name : str, optional
+        ``general.name``.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ConfigError
+        A planned tensor missing or of another shape, an unplanned tensor, a vocab of the wrong size.
+    """
+    c = resolve_dims(arch, quant, dims)
+    n_layer = c["n_layer"] if arch == "qwen3moe" else c["n_layer_35"]
+    plan = [(n, sh, k) for n, sh, k in tensor_plan(arch, c, nextn) if n != "output.weight" or n in tensors]
+    extra = set(tensors) - {n for n, _, _ in plan}
+    if extra:
+        raise ConfigError(f"write_weights: tensors not in the {arch} layout: {sorted(extra)[:5]}")
+    for n, sh, _ in plan:
+        if n not in tensors:
+            raise ConfigError(f"write_weights: tensor {n} missing")
+        if tuple(np.shape(tensors[n])) != tuple(sh):
+            raise ConfigError(f"write_weights: {n} has shape {list(np.shape(tensors[n]))}, expected {list(sh)}")
+
+    def fill(w: gguf.GGUFWriter) -> None:
+        _add_metadata(w, arch, c, nextn, vocab if vocab is not None else True, name)
+        for n, sh, kind in plan:
+            value = np.ascontiguousarray(tensors[n], dtype=np.float32)
+            qtype = _choose_type(n, sh, kind, quant, n_layer)
+            if tied and quant == "mixed" and n == "token_embd.weight":
+                qtype = mixed_type("output.weight", n_layer)    # the tied embedding is the output
+            w.add_tensor(n, _encode(value, qtype), raw_dtype=None if qtype in _FLOAT_NP else qtype)
+
+    tied = "output.weight" not in tensors
     return _atomic_write(path, arch, fill, data=True)
 
 

@@ -12,8 +12,7 @@ import pytest
 from gguf import GGUFEndian, GGUFReader, GGUFValueType as T, GGUFWriter
 
 from refsim.cli import main
-from refsim.errors import ConfigError, ModelFormatError
-from refsim.forward import ForwardTarget
+from refsim.errors import ModelFormatError
 from refsim.model import open_model, read_header, write_synthetic
 from refsim.model.spec import ModelSpec
 from refsim.model.tokenizer import Tokenizer
