@@ -389,15 +389,78 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
     path = os.fspath(path)
+    trace = _read_fast(path)
+    if trace is None:
+        trace = _read_slow(path)
+    return trace
+
+
+def _read_slow(path: str) -> RouteTrace:
+    """The per-line path: every rule checked in order, the first damage reported."""
     pre = _parse_preamble(path, _read_text(path))
-    header, columns, lines_of = pre.header, pre.columns, pre.data_lines
     cols = _parse_rows(path, pre)
-    n_rows = len(pre.data)
     del pre.data[:]
+    return _build(path, pre, cols, pre.data_lines)
+
+
+def _read_fast(path: str) -> RouteTrace | None:
+    """The whole-file path (:mod:`refsim.trace.fastparse`): the rows parsed in one Numba pass
+    into narrow columns, then the same vectorised checks and framing as :func:`_read_slow`.
+    Returns None on any damage or anything it does not handle (a file that is not regular, text
+    that is not ASCII in the rows, a weight it cannot convert exactly): :func:`_read_slow` then
+    reads the file again and reports the first damage as it always has, so every message is the
+    per-line path's by construction."""
+    from refsim.trace.fastparse import parse_rows
+
+    try:
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as fh:
+            if fh.read(len(TRACE_MAGIC) + 1) != TRACE_MAGIC.encode() + b"\n":
+                return None
+            fh.seek(0)
+            data = fh.read()
+    except OSError:
+        return None
+    pos, lineno = len(TRACE_MAGIC) + 1, 2
+    while True:                           # the preamble: '#' and blank lines, then the columns
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl
+        text = data[pos:end]
+        if not (text.startswith(b"#") or not text.strip()) or nl < 0:
+            break
+        pos, lineno = nl + 1, lineno + 1
+    if lineno > MAX_LINES:
+        return None
+    try:
+        pre = _parse_preamble(path, data[:end + 1].decode("utf-8"))
+        if pre.column_line != lineno or pre.data:
+            return None
+        h = pre.header
+        cols = parse_rows(data, end + 1, lineno + 1, pre.columns, h.n_layer, h.n_expert,
+                          h.n_expert_used, MAX_POSITION, MAX_LINES)
+        del data
+        if cols is None:
+            return None
+        return _build(path, pre, cols, cols.pop("line"), check_duplicates=False)
+    except (TraceFormatError, UnicodeDecodeError):
+        return None
+
+
+def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.ndarray,
+           check_duplicates: bool = True) -> RouteTrace:
+    """Range checks, framing, the rows-complete, positions and bytes rules, and the events.
+
+    ``check_duplicates=False`` skips the duplicate-key search (a sort of every row), for the fast
+    path only: in a trace without verify decodes the positions rule already implies it (within a
+    turn every chunk and plain decode starts right after the previous one, so no position
+    repeats, and turns do not decrease), and the fast path reports no message of its own."""
+    header, columns = pre.header, pre.columns
+    n_rows = len(lines_of)
     turn, phase, step, layer = cols["turn"], cols["phase"], cols["step"], cols["layer"]
     slot, expert, residency = cols["slot"], cols["expert"], cols["residency"]
     charged, weight = cols["expert_bytes"], cols["weight"]
-    dropped = cols.get("dropped", np.zeros(n_rows, dtype=np.int64))
+    dropped = cols.get("dropped", np.zeros(n_rows, dtype=np.uint8))
 
     def check(bad: np.ndarray, what: str, name: str, values: np.ndarray) -> None:
         if bad.any():
@@ -471,7 +534,7 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
 
     _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
     speculative = any(e.kind is DecodeKind.VERIFY for e in events)
-    if not speculative and n_rows:
+    if check_duplicates and not speculative and n_rows:
         keys = np.stack([turn, phase, step, layer, slot], axis=1)
         _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
         if (counts > 1).any():
