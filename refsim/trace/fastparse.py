@@ -251,3 +251,43 @@ def parse_rows(data: bytes, offset: int, first_line: int, columns: list[str], n_
             return None
         w[r] = v
     return {name: a[:n_rows] for name, a in out.items() if a.size or name == "line"}
+
+
+@nb.njit(cache=True)
+def _charged_ok(new, layer, expert, residency, charged, dropped, has_dropped, expert_bytes,
+                n_expert):
+    g = 0
+    stamp = np.full(n_expert, -1, dtype=np.int64)
+    looked = np.full(n_expert, -1, dtype=np.int64)
+    first_res = np.zeros(n_expert, dtype=np.int64)
+    for i in range(layer.size):
+        if i == 0 or new[i] or layer[i] != layer[i - 1]:
+            g += 1
+        e = expert[i]
+        r = residency[i]
+        if stamp[e] != g:
+            stamp[e] = g
+            first_res[e] = r
+        elif r != first_res[e]:
+            return False
+        want = 0
+        if not (has_dropped and dropped[i] != 0) and looked[e] != g:
+            looked[e] = g
+            if r == 0:
+                want = expert_bytes[layer[i]]
+        if charged[i] != want:
+            return False
+    return True
+
+
+def charged_ok(new: np.ndarray, layer: np.ndarray, expert: np.ndarray, residency: np.ndarray,
+               charged: np.ndarray, dropped: np.ndarray, expert_bytes: np.ndarray,
+               n_expert: int) -> bool:
+    """Whether the residency and ``expert_bytes`` rules hold on rows framed by ``new`` (True at
+    the first row of each decode; within a decode rows run layer-major, then position, then slot,
+    the order of the engine's layer batch): every row of one expert in a layer batch has one
+    residency, and ``expert_bytes`` is the layer's entry size on the expert's first non-dropped
+    row of the batch when that is a miss, else 0 (the reader's ``_check_charged``, which gives the
+    message when this is False). All arrays (n_rows,)."""
+    return bool(_charged_ok(new, layer, expert, residency, charged, dropped, dropped.size > 0,
+                            np.asarray(expert_bytes, dtype=np.int64), n_expert))

@@ -442,19 +442,24 @@ def _read_fast(path: str) -> RouteTrace | None:
         del data
         if cols is None:
             return None
-        return _build(path, pre, cols, cols.pop("line"), check_duplicates=False)
+        return _build(path, pre, cols, cols.pop("line"), fast=True)
     except (TraceFormatError, UnicodeDecodeError):
         return None
 
 
 def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.ndarray,
-           check_duplicates: bool = True) -> RouteTrace:
+           fast: bool = False) -> RouteTrace:
     """Range checks, framing, the rows-complete, positions and bytes rules, and the events.
 
-    ``check_duplicates=False`` skips the duplicate-key search (a sort of every row), for the fast
-    path only: in a trace without verify decodes the positions rule already implies it (within a
-    turn every chunk and plain decode starts right after the previous one, so no position
-    repeats, and turns do not decrease), and the fast path reports no message of its own."""
+    ``fast=True`` is the fast path's, which reports no message of its own (any failure makes
+    :func:`read_trace` re-read the file by the per-line path): the residency and
+    ``expert_bytes`` rules run as one Numba pass over the rows
+    (:func:`~refsim.trace.fastparse.charged_ok`) instead of per event, and the duplicate-key
+    search (a sort of every row) is skipped: in a trace without verify decodes the positions
+    rule implies it (within a turn every chunk and plain decode starts right after the previous
+    one, so no position repeats, and turns do not decrease)."""
+    from refsim.trace.fastparse import charged_ok
+
     header, columns = pre.header, pre.columns
     n_rows = len(lines_of)
     turn, phase, step, layer = cols["turn"], cols["phase"], cols["step"], cols["layer"]
@@ -532,9 +537,13 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
         bytes_list.append(chg)
         line_list.append(lines_arr)
 
-    _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
+    if not fast:
+        _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
+    elif not charged_ok(new, layer, expert, residency, charged, dropped, header.expert_bytes,
+                        n_expert):
+        raise TraceFormatError(f"{path}: the residency or expert_bytes rule fails")  # re-read
     speculative = any(e.kind is DecodeKind.VERIFY for e in events)
-    if check_duplicates and not speculative and n_rows:
+    if not fast and not speculative and n_rows:
         keys = np.stack([turn, phase, step, layer, slot], axis=1)
         _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
         if (counts > 1).any():
