@@ -47,8 +47,16 @@ def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float 
                          args.overlap, cache, args.position_cost, draft_s_per_token)
 
 
-def tokens_per_decode(trace, tokens: int) -> float:
-    """Confirmed tokens per target decode of a route trace (1 without speculation; >= 1)."""
+def n_target_decodes(trace) -> int:
+    """Target decodes (plain and verify) among a route trace's events."""
     from refsim.events import DecodeKind
-    decodes = sum(e.kind in (DecodeKind.PLAIN, DecodeKind.VERIFY) for e in trace.events)
+    return sum(e.kind in (DecodeKind.PLAIN, DecodeKind.VERIFY) for e in trace.events)
+
+
+def tokens_per_decode(trace, tokens: int) -> float:
+    """Confirmed tokens per target decode of a route trace, or of a streamed one (its counted
+    ``n_decodes``): 1 without speculation; >= 1."""
+    decodes = getattr(trace, "n_decodes", None)
+    if decodes is None:
+        decodes = n_target_decodes(trace)
     return max(1.0, tokens / decodes) if decodes else 1.0

@@ -16,11 +16,11 @@ from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
-                               tokens_per_decode)
+                               n_target_decodes, tokens_per_decode)
 from refsim.studies.predict import predict_lines, predict_log
-from refsim.studies.replay import ReplayReport, replay_trace
+from refsim.studies.replay import ReplayReport, replay_trace, replay_turns
 from refsim.telemetry.lines import knob_lines
-from refsim.trace import read_trace
+from refsim.trace import iter_trace_turns, read_trace
 
 CSV_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
                "resident_bytes")
@@ -45,17 +45,31 @@ def add_parser(sub) -> None:
                         "(the engine's expert-prediction.md; decode rows)")
     add_knob_args(p, route_ahead=True)
     add_device_args(p)
+    p.add_argument("--stream", action="store_true",
+                   help="read and replay the trace turn by turn, in memory bounded by one turn "
+                        "(not by the file); the same output as without it (--policy lru only)")
     p.set_defaults(func=run)
 
 
 def write_event_csv(path: str, report: ReplayReport) -> None:
     """Per-event table: one row per decode event (prefill chunks included), by refsim.fileio's rules (``-`` = stdout)."""
     with open_output(path, "--csv") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(CSV_COLUMNS)
-        for i, r in enumerate(report.records):
-            w.writerow([i, r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
-                        r.read_bytes, r.resident_bytes])
+        write = event_csv_writer(fh)
+        for r in report.records:
+            write(r)
+
+
+def event_csv_writer(fh):
+    """Write the table's header to ``fh``; returns ``write(record)`` for its rows, numbered."""
+    w = csv.writer(fh, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    count = [0]
+
+    def write(r) -> None:
+        w.writerow([count[0], r.kind.name.lower(), r.first_position, r.n_pos, r.lookups, r.hits,
+                    r.read_bytes, r.resident_bytes])
+        count[0] += 1
+    return write
 
 
 def summary_json(report: ReplayReport) -> dict:
@@ -85,7 +99,8 @@ def print_text(trace, report: ReplayReport) -> None:
     print(f"trace: {trace.path}")
     print(f"model: {h.model} arch={h.arch} n_layer={h.n_layer} n_expert={h.n_expert} "
           f"n_expert_used={h.n_expert_used}")
-    print(f"events: {len(trace.events)} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
+    n_events = trace.n_events if hasattr(trace, "n_events") else len(trace.events)
+    print(f"events: {n_events} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
           f"tokens), {trace.n_rows} rows")
     print_counters(s)
     print(f"resident: {num(s.resident_bytes / MIB, 1)} MiB; {s.evictions} evictions, "
@@ -139,6 +154,28 @@ def run_policy(args, trace, policy, budget: int) -> int:
     return 0
 
 
+def stream_replay(args, budget: int):
+    """``--stream``: the turns of :func:`refsim.trace.iter_trace_turns` through one LRU, the CSV
+    rows written as each event is replayed (the file appears, atomically, at the end)."""
+    stream, turns = iter_trace_turns(args.trace)
+    stream.n_decodes = 0                     # target decodes, for --device's tokens per decode
+
+    def counted(parts):
+        for part in parts:
+            stream.n_decodes += n_target_decodes(part)
+            yield part
+
+    turns = counted(turns)
+    with contextlib.ExitStack() as stack:
+        on_record = None
+        if args.csv is not None:
+            on_record = event_csv_writer(stack.enter_context(open_output(args.csv, "--csv")))
+        knobs = knobs_from_args(args, stream.header.n_expert_used)
+        report = replay_turns(stream.header, turns, budget, on_record=on_record, knobs=knobs)
+        stream.require_rows("replay")
+    return stream, report
+
+
 def run(args) -> int:
     from refsim.cache.policy import parse_policy_list
 
@@ -149,6 +186,8 @@ def run(args) -> int:
                                        args.policy))
     policy = policies[0]
     if policy.label != "lru":
+        if args.stream:
+            raise UsageError(f"--stream with --policy {policy.label}: streaming needs --policy lru")
         if args.csv is not None:
             raise UsageError(f"--csv with --policy {policy.label}: the per-decode table needs "
                              f"--policy lru")
@@ -161,12 +200,18 @@ def run(args) -> int:
         return run_policy(args, trace, policy, budget)
     check_outputs({"--csv": args.csv}, {"TRACE": args.trace})
     device = load_device_args(args)
-    trace = read_trace(args.trace)
-    trace.require_rows("replay")
-    knobs = knobs_from_args(args, trace.header.n_expert_used)
-    report = replay_trace(trace, budget, knobs=knobs)
+    if args.stream:
+        if args.predict_log:
+            raise UsageError("--stream with --predict-log: the predictors score the whole trace; "
+                             "drop --stream")
+        trace, report = stream_replay(args, budget)
+    else:
+        trace = read_trace(args.trace)
+        trace.require_rows("replay")
+        knobs = knobs_from_args(args, trace.header.n_expert_used)
+        report = replay_trace(trace, budget, knobs=knobs)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
-    if args.csv is not None:
+    if args.csv is not None and not args.stream:
         write_event_csv(args.csv, report)
     pred = predict_log(trace) if args.predict_log else None
     timed = device_figures(args, device, report.summary.mib_per_token or 0.0,

@@ -105,15 +105,42 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
     ConfigError
         If the budget is not positive, or dropping needs weights the trace lacks.
     """
-    require_weights(trace, knobs)
-    h = trace.header
+    return replay_turns(trace.header, [trace], budget_bytes, max_disagreements, knobs=knobs)
+
+
+def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
+                 on_record=None, knobs: StreamKnobs | None = None) -> ReplayReport:
+    """Replay the parts ``traces`` of one trace (e.g. :func:`refsim.trace.iter_trace_turns`'s
+    turns) in order through one LRU; the same accounting as :func:`replay_trace` of the whole.
+
+    ``on_record(record)`` is called for each event's record; given it, the report keeps no
+    records (``records`` is empty), so memory does not grow with the trace. ``knobs`` as in
+    :func:`replay_trace`.
+    """
+    h = header
     cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
-    records = replay_events(trace.events, cache)
-    tokens = sum(confirmed_tokens(ev) for ev in trace.events)
-    summary = CacheSummary.from_stats(cache.stats, budget_bytes, tokens, h.token_cycle_bytes)
-    report = ReplayReport(summary=summary, records=records,
-                          knobs=KnobSummary.from_stats(cache.stats, cache.knobs)
-                          if cache.knobs.any_on else None)
+    report = ReplayReport(summary=None, records=[])
+    tokens = 0
+    for trace in traces:
+        require_weights(trace, knobs)
+        records = replay_events(trace.events, cache)
+        tokens += sum(confirmed_tokens(ev) for ev in trace.events)
+        _compare(trace, records, report, max_disagreements)
+        if on_record is None:
+            report.records.extend(records)
+        else:
+            for rec in records:
+                on_record(rec)
+    report.summary = CacheSummary.from_stats(cache.stats, budget_bytes, tokens,
+                                             h.token_cycle_bytes)
+    if cache.knobs.any_on:
+        report.knobs = KnobSummary.from_stats(cache.stats, cache.knobs)
+    report.disagreements.sort(key=lambda d: d.line)
+    return report
+
+
+def _compare(trace: RouteTrace, records, report: ReplayReport, max_disagreements: int) -> None:
+    """Add the residency comparison of ``trace``'s events to ``report``."""
     for ev, rec, recorded, lines in zip(trace.events, records, trace.residency,
                                         trace.line_numbers):
         comparable = (recorded >= 0) & (rec.residency >= 0)
@@ -131,5 +158,3 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
                     line=int(lines[p, il, s]), step=int(ev.positions[p]), layer=il, slot=s,
                     expert=int(ev.routes[p, il, s]), recorded=int(recorded[p, il, s]),
                     replayed=int(rec.residency[p, il, s])))
-    report.disagreements.sort(key=lambda d: d.line)
-    return report

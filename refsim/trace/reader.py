@@ -389,15 +389,83 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
     path = os.fspath(path)
+    trace = _read_fast(path)
+    if trace is None:
+        trace = _read_slow(path)
+    return trace
+
+
+def _read_slow(path: str) -> RouteTrace:
+    """The per-line path: every rule checked in order, the first damage reported."""
     pre = _parse_preamble(path, _read_text(path))
-    header, columns, lines_of = pre.header, pre.columns, pre.data_lines
     cols = _parse_rows(path, pre)
-    n_rows = len(pre.data)
     del pre.data[:]
+    return _build(path, pre, cols, pre.data_lines)
+
+
+def _read_fast(path: str) -> RouteTrace | None:
+    """The whole-file path (:mod:`refsim.trace.fastparse`): the rows parsed in one Numba pass
+    into narrow columns, then the same vectorised checks and framing as :func:`_read_slow`.
+    Returns None on any damage or anything it does not handle (a file that is not regular, text
+    that is not ASCII in the rows, a weight it cannot convert exactly): :func:`_read_slow` then
+    reads the file again and reports the first damage as it always has, so every message is the
+    per-line path's by construction."""
+    from refsim.trace.fastparse import parse_rows
+
+    try:
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as fh:
+            if fh.read(len(TRACE_MAGIC) + 1) != TRACE_MAGIC.encode() + b"\n":
+                return None
+            fh.seek(0)
+            data = fh.read()
+    except OSError:
+        return None
+    pos, lineno = len(TRACE_MAGIC) + 1, 2
+    while True:                           # the preamble: '#' and blank lines, then the columns
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl
+        text = data[pos:end]
+        if not (text.startswith(b"#") or not text.strip()) or nl < 0:
+            break
+        pos, lineno = nl + 1, lineno + 1
+    if lineno > MAX_LINES:
+        return None
+    try:
+        pre = _parse_preamble(path, data[:end + 1].decode("utf-8"))
+        if pre.column_line != lineno or pre.data:
+            return None
+        h = pre.header
+        cols = parse_rows(data, end + 1, lineno + 1, pre.columns, h.n_layer, h.n_expert,
+                          h.n_expert_used, MAX_POSITION, MAX_LINES)
+        del data
+        if cols is None:
+            return None
+        return _build(path, pre, cols, cols.pop("line"), fast=True)
+    except (TraceFormatError, UnicodeDecodeError):
+        return None
+
+
+def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.ndarray,
+           fast: bool = False) -> RouteTrace:
+    """Range checks, framing, the rows-complete, positions and bytes rules, and the events.
+
+    ``fast=True`` is the fast path's, which reports no message of its own (any failure makes
+    :func:`read_trace` re-read the file by the per-line path): the residency and
+    ``expert_bytes`` rules run as one Numba pass over the rows
+    (:func:`~refsim.trace.fastparse.charged_ok`) instead of per event, and the duplicate-key
+    search (a sort of every row) is skipped: in a trace without verify decodes the positions
+    rule implies it (within a turn every chunk and plain decode starts right after the previous
+    one, so no position repeats, and turns do not decrease)."""
+    from refsim.trace.fastparse import charged_ok
+
+    header, columns = pre.header, pre.columns
+    n_rows = len(lines_of)
     turn, phase, step, layer = cols["turn"], cols["phase"], cols["step"], cols["layer"]
     slot, expert, residency = cols["slot"], cols["expert"], cols["residency"]
     charged, weight = cols["expert_bytes"], cols["weight"]
-    dropped = cols.get("dropped", np.zeros(n_rows, dtype=np.int64))
+    dropped = cols.get("dropped", np.zeros(n_rows, dtype=np.uint8))
 
     def check(bad: np.ndarray, what: str, name: str, values: np.ndarray) -> None:
         if bad.any():
@@ -469,9 +537,13 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         bytes_list.append(chg)
         line_list.append(lines_arr)
 
-    _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
+    if not fast:
+        _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
+    elif not charged_ok(new, layer, expert, residency, charged, dropped, header.expert_bytes,
+                        n_expert):
+        raise TraceFormatError(f"{path}: the residency or expert_bytes rule fails")  # re-read
     speculative = any(e.kind is DecodeKind.VERIFY for e in events)
-    if not speculative and n_rows:
+    if not fast and not speculative and n_rows:
         keys = np.stack([turn, phase, step, layer, slot], axis=1)
         _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
         if (counts > 1).any():
@@ -734,3 +806,154 @@ def _infer_accepted(events: list[DecodeEvent]) -> None:
             acc = int(nxt.positions[0] - ev.positions[0] - 1)
             if 0 <= acc <= ev.n_draft:
                 object.__setattr__(ev, "accepted", acc)
+
+
+STREAM_BLOCK = 1 << 24
+"""Bytes of rows :func:`iter_trace_turns` parses at a time (16 MiB)."""
+
+
+@dataclass
+class TraceStream:
+    """What :func:`iter_trace_turns` has read so far, for a streaming replay's report: the
+    attributes of :class:`RouteTrace` a report prints, filled in as turns are yielded."""
+
+    header: TraceHeader
+    path: str
+    column_line: int
+    n_rows: int = 0
+    n_events: int = 0
+    n_prompt: int = 0
+    routed: np.ndarray | None = None        # (n_layer,) bool, the layers the rows route
+
+    require_rows = RouteTrace.require_rows
+
+    @property
+    def unrouted_layers(self) -> list[int]:
+        """As :attr:`RouteTrace.unrouted_layers`."""
+        seen = self.routed
+        return np.flatnonzero(~seen).tolist() if seen is not None and seen.any() else []
+
+
+def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
+    """Read a route trace turn by turn, in memory bounded by one turn plus ``block`` bytes.
+
+    Returns
+    -------
+    (TraceStream, iterator of RouteTrace)
+        The stream's running counts, and one :class:`RouteTrace` per turn (the turn's events,
+        residency, bytes and line numbers; ``line_numbers`` are the file's), in file order.
+
+    Each turn is validated as :func:`read_trace` validates a whole trace, plus what ties turns
+    together: turns increase, and every turn routes the same layers (a trace valid as a whole
+    does: every decode routes every layer the trace routes, and a turn's prefill ends at its last
+    layer). So a valid file yields exactly :func:`read_trace`'s events. On any damage the file is
+    read whole by the per-line path, which raises the same ``TraceFormatError`` as
+    :func:`read_trace` (so a damaged file is not read in bounded memory; a valid one is).
+    """
+    from refsim.trace.fastparse import parse_rows
+
+    path = os.fspath(path)
+    fail = None
+    try:
+        fh = open(path, "rb") if os.path.isfile(path) else None
+    except OSError:
+        fh = None
+    if fh is None:                              # a FIFO or device: read whole (or its message)
+        return _whole(path)
+    head = b""
+    while True:                              # the preamble, line by line
+        line = fh.readline()
+        head += line
+        if len(head) > 1 << 26 or not line:
+            break
+        if head.count(b"\n") > 1 and not (line.startswith(b"#") or not line.strip()):
+            break
+    pre = None
+    if head.startswith(TRACE_MAGIC.encode() + b"\n") and head.endswith(b"\n"):
+        try:
+            pre = _parse_preamble(path, head.decode("utf-8"))
+        except (TraceFormatError, UnicodeDecodeError):
+            pre = None
+    if pre is None or pre.data or pre.column_line != head.count(b"\n"):
+        fh.close()
+        return _whole(path)                     # the per-line path's message, or its trace
+    h = pre.header
+    stream = TraceStream(header=h, path=path, column_line=pre.column_line)
+    yield_state = {"line": pre.column_line + 1, "last_turn": -1}
+
+    def turns():
+        with fh:
+            yield from _turns()
+
+    def _turns():
+        carry: dict[str, np.ndarray] | None = None
+        rest = b""
+        while True:
+            chunk = fh.read(block)
+            data = rest + chunk
+            if chunk:
+                cut = data.rfind(b"\n") + 1
+                data, rest = data[:cut], data[cut:]
+                if not data:
+                    rest = data + rest
+                    continue
+            cols = parse_rows(data, 0, yield_state["line"], pre.columns, h.n_layer,
+                              h.n_expert, h.n_expert_used, MAX_POSITION, MAX_LINES)
+            if cols is None:
+                _stream_failed(path)
+            yield_state["line"] += data.count(b"\n")
+            if carry is not None:
+                cols = {c: np.concatenate([carry[c], cols[c]]) for c in cols}
+            turn = cols["turn"]
+            if not chunk:
+                cut_rows = turn.size                  # the end of the file ends the turn
+            else:
+                change = np.flatnonzero(turn[1:] != turn[:-1]) + 1
+                cut_rows = int(change[-1]) if change.size else 0
+            starts = np.append(np.flatnonzero(np.diff(turn[:cut_rows]) != 0) + 1, cut_rows)
+            a = 0
+            for b in starts.tolist():
+                if b > a:
+                    yield _stream_turn(path, pre, {c: v[a:b] for c, v in cols.items()},
+                                       stream, yield_state)
+                a = b
+            carry = {c: v[cut_rows:] for c, v in cols.items()}
+            if not chunk:
+                return
+
+    return stream, turns()
+
+
+def _whole(path: str):
+    tr = read_trace(path)
+    stream = TraceStream(header=tr.header, path=path, column_line=tr.column_line,
+                         n_rows=tr.n_rows, n_events=len(tr.events), n_prompt=tr.n_prompt,
+                         routed=_routed_layers(tr.events, tr.header.n_layer))
+    return stream, iter([tr])
+
+
+def _stream_failed(path: str):
+    read_trace(path)                            # the per-line message
+    raise AssertionError(f"{path}: read_trace accepted a file the stream refused")
+
+
+def _stream_turn(path: str, pre: _Preamble, cols: dict[str, np.ndarray], stream: TraceStream,
+                 state: dict) -> RouteTrace:
+    turn = int(cols["turn"][0])
+    if turn <= state["last_turn"]:
+        _stream_failed(path)
+    state["last_turn"] = turn
+    lines = cols.pop("line")
+    try:
+        tr = _build(path, pre, cols, lines, fast=True)
+    except TraceFormatError:
+        _stream_failed(path)
+    seen = _routed_layers(tr.events, pre.header.n_layer)
+    if stream.routed is None:
+        stream.routed = seen
+    elif not np.array_equal(seen, stream.routed):
+        _stream_failed(path)
+    stream.n_rows += tr.n_rows
+    stream.n_events += len(tr.events)
+    stream.n_prompt += tr.n_prompt
+    return tr

@@ -1,0 +1,145 @@
+"""Trace ingest at scale: refsim's read + replay of the qwen trace repeated as 1, 10 and 100 turns
+(and a streamed 1000-turn replay), each against pyarrow's parse of the same file in the same run.
+
+    python benchmarks/scale.py [--turns 1,10,100] [--stream-turns 1000] [--budget-mib 4000]
+
+The shared qwen trace (/work/shared/real-traces/bmoe-qwen3-30b-a3b/qwen.route.csv, one turn of
+44,766 rows) is written N times into a temporary folder with ``turn`` = 0..N-1 (never kept).
+Each measurement runs in a fresh child process (so peak RSS is its own, ``ru_maxrss`` in MiB =
+2**20 bytes, and Numba kernels come from the on-disk cache after one warm-up child):
+
+- ``pyarrow``: ``pyarrow.csv.read_csv`` of the file (the rows; ``#`` preamble lines skipped via
+  ``skip_rows``), the baseline;
+- ``ingest``: ``refsim.trace.read_trace`` (parse + every validation rule + the events);
+- ``ingest+replay``: ``read_trace`` then ``replay_trace`` at ``--budget-mib`` (what
+  ``refsim replay`` does);
+- ``stream``: ``iter_trace_turns`` + ``replay_turns`` (``refsim replay --stream``).
+
+Printed per file: rows, file MiB, wall seconds, rows/s, the row-rate ratio to pyarrow's (>= 0.5
+is the issue's target), peak RSS and RSS / file size (<= 4 is the target); then the cost per
+the slope of seconds against rows between consecutive files (equal slopes = linear). The machine is shared: the 1-minute load average
+is printed with every line, and only ratios within one run compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = "real-traces/bmoe-qwen3-30b-a3b/qwen.route.csv"
+
+CHILD = r"""
+import json, resource, sys, time
+mode, path, budget = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t0 = time.perf_counter()
+if mode == "pyarrow":
+    import pyarrow.csv as pc
+    with open(path, "rb") as fh:
+        skip = 0
+        for line in fh:
+            if not line.startswith(b"#"):
+                break
+            skip += 1
+    t0 = time.perf_counter()
+    rows = pc.read_csv(path, read_options=pc.ReadOptions(skip_rows=skip)).num_rows
+else:
+    from refsim.trace import read_trace, iter_trace_turns
+    from refsim.studies.replay import replay_trace, replay_turns
+    t0 = time.perf_counter()
+    if mode == "stream":
+        stream, turns = iter_trace_turns(path)
+        replay_turns(stream.header, turns, budget, on_record=lambda r: None)
+        rows = stream.n_rows
+    else:
+        tr = read_trace(path)
+        rows = tr.n_rows
+        if mode == "ingest+replay":
+            replay_trace(tr, budget)
+dt = time.perf_counter() - t0
+print(json.dumps({"rows": rows, "s": dt,
+                  "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def write_turns(src: Path, dst: Path, turns: int) -> None:
+    """``src`` (a one-turn trace, turn 0) written ``turns`` times as turns 0..turns-1."""
+    data = src.read_bytes()
+    j = data.index(b"\n", data.index(b"\nturn,") + 1) + 1
+    head, body = data[:j], data[j:]
+    assert body.startswith(b"0,")
+    with open(dst, "wb") as fh:
+        fh.write(head)
+        for t in range(turns):
+            tb = str(t).encode()
+            fh.write(tb + body[1:].replace(b"\n0,", b"\n" + tb + b","))
+
+
+def measure(mode: str, path: Path, budget: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path), str(budget)],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    res = json.loads(out.splitlines()[-1])
+    res["load"] = os.getloadavg()[0]
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--turns", default="1,10,100")
+    ap.add_argument("--stream-turns", type=int, default=1000,
+                    help="turns of the streamed replay (0: skip)")
+    ap.add_argument("--budget-mib", type=int, default=4000)
+    ap.add_argument("--shared", default=os.environ.get("REFSIM_SHARED", "/work/shared"))
+    a = ap.parse_args()
+    src = Path(a.shared) / QWEN
+    budget = a.budget_mib << 20
+    print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}; budget {a.budget_mib} MiB")
+    with tempfile.TemporaryDirectory(prefix="refsim-scale-") as tmp:
+        warm = Path(tmp) / "warm.route.csv"
+        write_turns(src, warm, 1)
+        measure("ingest+replay", warm, budget)               # Numba kernels compiled / cached
+        per_row = {}
+        for n in [int(x) for x in a.turns.split(",")]:
+            p = Path(tmp) / f"qwen-{n}.route.csv"
+            write_turns(src, p, n)
+            mib = p.stat().st_size / 2**20
+            base = measure("pyarrow", p, budget)
+            print(f"\n{n} turn(s): {base['rows']} rows, {mib:.1f} MiB of CSV")
+            print(f"  {'':14s} {'s':>7s} {'rows/s':>11s} {'rate/pyarrow':>12s} "
+                  f"{'RSS MiB':>8s} {'RSS/file':>8s}  load")
+            for mode in ("pyarrow", "ingest", "ingest+replay", "stream"):
+                r = base if mode == "pyarrow" else measure(mode, p, budget)
+                rate = r["rows"] / r["s"]
+                print(f"  {mode:14s} {r['s']:7.2f} {rate:11.0f} "
+                      f"{rate / (base['rows'] / base['s']):12.2f} {r['rss']:8.0f} "
+                      f"{r['rss'] / mib:8.2f}  {r['load']:.2f}")
+                per_row.setdefault(mode, []).append((n, r["rows"], r["s"]))
+            p.unlink()
+        print("\ncost against rows, seconds = fixed + rows x slope: the slope between consecutive "
+              "files, as a ratio to the last one (1.00 = linear; the fixed part is start-up)")
+        for mode, pts in per_row.items():
+            seg = [(n1, n2, (s2 - s1) / (r2 - r1)) for (n1, r1, s1), (n2, r2, s2)
+                   in zip(pts, pts[1:])]
+            fixed = pts[0][2] - pts[0][1] * seg[-1][2] if seg else float("nan")
+            print(f"  {mode:14s} fixed {fixed:6.2f} s  " + "  ".join(
+                f"{n1}->{n2} turns: {sl / seg[-1][2]:.2f}" for n1, n2, sl in seg)
+                + (f"  (last slope {seg[-1][2] * 1e9:.0f} ns/row)" if seg else ""))
+        if a.stream_turns:
+            p = Path(tmp) / f"qwen-{a.stream_turns}.route.csv"
+            write_turns(src, p, a.stream_turns)
+            r = measure("stream", p, budget)
+            print(f"\nstreamed replay of {a.stream_turns} turns: {r['rows']} rows, "
+                  f"{p.stat().st_size / 2**20:.0f} MiB of CSV, {r['s']:.1f} s, "
+                  f"{r['rows'] / r['s']:.0f} rows/s, peak RSS {r['rss']:.0f} MiB  "
+                  f"(load {r['load']:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

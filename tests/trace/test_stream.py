@@ -1,0 +1,100 @@
+"""``refsim replay --stream`` reads and replays turn by turn with the whole-file replay's output."""
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refsim.cache import ExpertCache
+from refsim.cli import main
+from refsim.studies.replay import replay_trace, replay_turns
+from refsim.testing.shared import require_shared
+from refsim.testing.traces import event_streams
+from refsim.trace import iter_trace_turns, read_trace, write_trace
+
+
+def record_rows(report):
+    return [(r.kind, r.first_position, r.n_pos, r.lookups, r.hits, r.read_bytes,
+             r.resident_bytes) for r in report.records]
+
+
+def same_replay(path, budget, block):
+    whole = replay_trace(read_trace(path), budget)
+    stream, turns = iter_trace_turns(path, block=block)
+    seen = []
+    part = replay_turns(stream.header, turns, budget, on_record=seen.append)
+    assert part.records == []
+    part.records = seen
+    assert part.summary.as_dict() == whole.summary.as_dict()
+    assert record_rows(part) == record_rows(whole)
+    assert (part.residency_rows, part.residency_agree) == (whole.residency_rows,
+                                                           whole.residency_agree)
+    assert part.disagreements == whole.disagreements
+    tr = read_trace(path)
+    assert (stream.n_rows, stream.n_events, stream.n_prompt) == (tr.n_rows, len(tr.events),
+                                                                 tr.n_prompt)
+    assert stream.unrouted_layers == tr.unrouted_layers
+
+
+@settings(max_examples=40, deadline=None)
+@given(stream=event_streams(), n_turns=st.integers(1, 4), budget=st.integers(1, 60),
+       block=st.integers(1, 400), record_budget=st.integers(1, 60))
+def test_streamed_replay_equals_the_whole_replay(tmp_path_factory, stream, n_turns, budget,
+                                                 block, record_budget):
+    # the stream's events repeated as turns 0..n_turns-1, residency recorded at another budget
+    # (so disagreements are compared too); blocks as small as one byte cut rows and turns
+    h = stream.header
+    events = [dataclasses.replace(e, turn=t) for t in range(n_turns) for e in stream.events]
+    cache = ExpertCache(h.expert_bytes, h.n_expert, record_budget)
+    recs = [cache.apply(e) for e in events]
+    path = tmp_path_factory.mktemp("st") / "t.route.csv"
+    write_trace(path, h, events, [r.residency for r in recs], [r.charged_bytes for r in recs])
+    same_replay(path, budget, block)
+
+
+def cli_outputs(capsys, tmp_path, trace, *extra):
+    out = tmp_path / ("s.csv" if extra else "w.csv")
+    assert main(["replay", str(trace), "--cache-mb", "1500", "--csv", str(out), *extra]) == 0
+    return capsys.readouterr().out, out.read_bytes()
+
+
+@pytest.mark.parametrize("which", ["demo", "qwen"])
+def test_replay_stream_cli_is_byte_identical(capsys, tmp_path, which):
+    if which == "demo":
+        from pathlib import Path
+        trace = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    else:
+        trace = require_shared("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")
+    whole = cli_outputs(capsys, tmp_path, trace)
+    streamed = cli_outputs(capsys, tmp_path, trace, "--stream")
+    assert streamed == whole
+    assert b"\n1,prefill," in whole[1] or b"\n1,plain," in whole[1]
+    same_replay(trace, 1500 << 20, 1 << 16)
+
+
+def test_a_damaged_stream_gives_the_whole_reader_message(tmp_path):
+    text = (require_shared("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")
+            .read_text().replace("\n0,1,40,3,2,", "\n0,1,40,3,7,", 1))
+    p = tmp_path / "bad.route.csv"
+    p.write_text(text)
+    from refsim.errors import TraceFormatError
+    with pytest.raises(TraceFormatError) as whole:
+        read_trace(p)
+    stream, turns = iter_trace_turns(p, block=4096)
+    with pytest.raises(TraceFormatError) as part:
+        list(turns)
+    assert str(part.value) == str(whole.value) and "column 'slot' is 7" in str(whole.value)
+
+
+def test_stream_with_the_knobs_is_the_whole_replay(capsys):
+    """--stream feeds the same ExpertCache, knobs included (--drop-cold-experts, --prefetch)."""
+    from pathlib import Path
+    from refsim.cli import main
+    demo = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
+    outs = []
+    for extra in ([], ["--stream"]):
+        assert main(["replay", demo, "--cache-mb", "64", "--json", "--drop-cold-experts", "0.75",
+                     "--prefetch", "1", *extra]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and '"knobs"' in outs[0]
