@@ -29,6 +29,13 @@ def load_device_args(args):
     """``(device, name, model)`` from the parsed flags, or None without ``--device``: loaded and
     checked before the command's work (a bad device file costs nothing)."""
     if getattr(args, "device", None) is None:
+        from refsim.errors import UsageError
+        from refsim.timing.breakeven import DEFAULT_EPS
+        for flag, given in (("--device-model", args.device_model is not None),
+                            ("--io-threads", args.io_threads != 4), ("--overlap", args.overlap),
+                            ("--position-cost", args.position_cost != DEFAULT_EPS)):
+            if given:
+                raise UsageError(f"{flag} without --device: it sets the device model's what-if")
         return None
     from refsim.timing import load_device
     from refsim.timing.whatif import resolve_model

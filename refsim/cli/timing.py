@@ -25,7 +25,7 @@ RUN_HELP = ("per-token metrics CSV(s) of one device (bmoe_metrics v1/v2 or legac
 
 def add_parser(sub) -> None:
     p = sub.add_parser("timing", help="a device time model fitted to recorded runs (fit, predict, "
-                                      "validate)",
+                                      "validate, breakeven)",
                        description="A per-token time model of one device (compute floor, cache "
                                    "bookkeeping, flash bandwidth and lanes, the --overlap stall), "
                                    "fitted to the engine's per-token metrics CSVs. docs/timing.md.")
@@ -143,8 +143,11 @@ def _report_fit(args, dev, runs, preds) -> int:
 
 
 def run_predict(args) -> int:
+    from refsim.errors import ConfigError
     dev = load_device(args.device)
     runs = _runs(args, dev.trim if args.trim is None else args.trim)
+    if not runs:
+        raise ConfigError("no run left to predict (every run given is outside the model)")
     preds = [predict_run(dev, r) for r in runs]
     if args.json:
         print(json.dumps({"device": args.device, "runs": [p.as_dict() for p in preds]}))
@@ -157,7 +160,11 @@ def run_predict(args) -> int:
 
 
 def run_validate(args) -> int:
+    from refsim.errors import ConfigError
     runs = _runs(args, args.trim)
+    if len(runs) < 3:
+        raise ConfigError(f"timing validate: {len(runs)} run(s) to validate on; leaving one out "
+                          f"needs at least 3 (each fit needs 2)")
     held = leave_one_out(runs)
     errs = [abs(h.prediction.error_pct) for h in held if h.prediction is not None]
     summary = {"median_abs_error_pct": float(np.median(errs)) if errs else None,

@@ -63,6 +63,8 @@ MAX_ABS_PARAM = 1e7
 """Bound on any parameter read from a device file (ms per token or per MiB; a real device is
 many orders of magnitude below)."""
 MAX_MODELS = 1024
+MIN_TAIL, MAX_TAIL = 0.5, 10.0
+"""Range of ``tail`` accepted from a device file (the shared fits give 0.997-1.134)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,12 @@ class DeviceModel:
         else:
             stall = np.zeros_like(x)
             wall = cpu + io
-        return {"cpu": cpu, "io": io, "stall": stall, "wall": v("tail") * wall}
+        wall = v("tail") * wall
+        if not (wall > 0).all():
+            raise ConfigError(f"{where or 'device'}: the device model predicts a time <= 0 ms for a "
+                              f"token reading {float(x[np.argmin(wall)]):g} MiB; its parameters are "
+                              f"not a device's")
+        return {"cpu": cpu, "io": io, "stall": stall, "wall": wall}
 
     def to_json(self) -> str:
         def p(par: Param) -> dict:
@@ -242,6 +249,11 @@ def load_device(path: str) -> DeviceModel:
     if not isinstance(doc["name"], str):
         raise ConfigError(f"{path}: name: expected a string")
     pars = {k: _param(path, f"params.{k}", params[k]) for k in PARAMS}
+    for key, lo, hi in (("h", 0.0, 1.0), ("tail", MIN_TAIL, MAX_TAIL)):
+        v = pars[key].value
+        if not lo <= v <= hi:
+            raise ConfigError(f"{path}: params.{key}.value: expected {lo:g}..{hi:g} "
+                              f"({PARAMS[key][1]}), got {v!r}")
     compute = {}
     for m, obj in comp.items():
         c = _param(path, f"compute_ms[{m!r}]", obj)

@@ -214,8 +214,13 @@ def load_runs(specs: list[str], trim: int, skip_unmodelled: bool = False) -> tup
     from refsim.telemetry.metrics_reader import read_metrics
 
     runs, notes = [], []
+    seen: dict[str, str] = {}
     for spec in specs:
         path, overrides = split_spec(spec)
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ConfigError(f"{spec}: the same file as {seen[real]}; expected each run once")
+        seen[real] = spec
         run = read_metrics(path)
         try:
             runs.append(run_data(run, overrides, trim, label=path))

@@ -424,3 +424,29 @@ def test_device_whatif_hand_worked():
         resolve_model(device(compute={"a": 1.0, "b": 2.0}), None)
     with pytest.raises(ConfigError, match="expected >= 1"):
         device_whatif(dev, "d", 1.0, 0.5, "m", 4, False)
+
+
+def test_device_file_out_of_physical_range_is_refused(tmp_path):
+    for key, value in (("tail", -5.0), ("h", 7.0)):
+        dev = device(values={**KNOWN, key: value})
+        path = tmp_path / f"{key}.json"
+        path.write_text(dev.to_json())
+        with pytest.raises(ConfigError, match=f"params.{key}.value: expected"):
+            load_device(str(path))
+    # parameters that predict a time <= 0 are refused where they are used
+    dev = device(values={**KNOWN, "a": -10.0, "tail": 1.0})
+    with pytest.raises(ConfigError, match="predicts a time <= 0"):
+        dev.token_ms(np.array([100.0]), "m", 4, False, True)
+
+
+def test_cli_validate_needs_three_runs_and_runs_are_distinct(tmp_path, capsys):
+    runs = design(dict(KNOWN, tail=1.0), {"q": 150.0}, 7)[:2]
+    specs = []
+    for r in runs:
+        f = tmp_path / f"{r.label}.csv"
+        write_legacy(f, r)
+        specs.append(f"{f}@model=q,io_threads={r.lanes},overlap={int(r.overlap)}")
+    assert main(["timing", "validate", *specs, "--trim", "0"]) == 1
+    assert "needs at least 3" in capsys.readouterr().err
+    assert main(["timing", "fit", specs[0], specs[0], "--out", str(tmp_path / "d.json"), "--trim", "0"]) == 1
+    assert "expected each run once" in capsys.readouterr().err
