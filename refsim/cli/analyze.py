@@ -9,7 +9,7 @@ from refsim.analysis import FRAMINGS, VIEWS, AnalyzeOptions, analyze, format_tex
 from refsim.analysis.report import CELL_MODES
 from refsim.cache import ExpertCache
 from refsim.cli.common import cache_mib, check_outputs, nonneg_int, positive_int
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, UsageError
 from refsim.trace import read_trace
 
 PLOT_VIEWS = ("reuse", "workset", "overlap")
@@ -54,10 +54,13 @@ def options_from_args(args: argparse.Namespace) -> AnalyzeOptions:
     """Flags to :class:`AnalyzeOptions` (validated)."""
     budget = ExpertCache.mib_to_bytes(args.cache_mb) if args.cache_mb is not None else None
     if budget is not None and args.view != "cache":
-        raise ConfigError("--cache-mb: only the cache view replays (use --view cache)")
+        raise UsageError("--cache-mb: only the cache view replays (use --view cache)")
+    try:
+        steps, layers = parse_span(args.steps, "--steps"), parse_span(args.layers, "--layers")
+    except ConfigError as exc:          # the flag's text alone: a usage error (docs/cli.md)
+        raise UsageError(str(exc)) from None
     return AnalyzeOptions(view=args.view, framing=args.framing, phase=args.phase,
-                          turn=args.turn, steps=parse_span(args.steps, "--steps"),
-                          layers=parse_span(args.layers, "--layers"), top=args.top,
+                          turn=args.turn, steps=steps, layers=layers, top=args.top,
                           max_steps=args.max_steps, cells=args.cells, budget_bytes=budget)
 
 
@@ -65,8 +68,8 @@ def run(args) -> int:
     opt = options_from_args(args)
     if args.plot is not None:
         if args.view not in PLOT_VIEWS:
-            raise ConfigError(f"--plot: only the {', '.join(PLOT_VIEWS)} views plot "
-                              f"(got --view {args.view})")
+            raise UsageError(f"--plot: only the {', '.join(PLOT_VIEWS)} views plot "
+                             f"(got --view {args.view})")
         from refsim.analysis.plot import require_matplotlib
         require_matplotlib()
     check_outputs({"--plot": args.plot}, {"TRACE": args.trace})
@@ -74,8 +77,7 @@ def run(args) -> int:
         from refsim.studies.plot import plot_format
         plot_format(args.plot)          # the extension names a format we write, before any work
     trace = read_trace(args.trace)
-    if trace.n_rows == 0:
-        raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to analyze)")
+    trace.require_rows("analyze")
     rep = analyze(trace, opt)
     if args.plot is not None:
         from refsim.analysis.plot import plot_analysis
