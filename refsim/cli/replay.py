@@ -123,6 +123,9 @@ def print_text(trace, report: ReplayReport) -> None:
             if not same:
                 print(f"  (the preamble says the trace was recorded at cache_mb={recorded}; at another "
                       f"budget the residency is expected to differ)")
+        if report.residency_agree < report.residency_rows and report.knobs is not None:
+            print("  (--drop-cold-experts/--prefetch/--route-ahead change what is resident: rows differ "
+                  "from a record made without the same knobs)")
         for d in report.disagreements:
             print(f"  line {d.line}: step={d.step} layer={d.layer} slot={d.slot} "
                   f"expert={d.expert} recorded={d.recorded} replayed={d.replayed}")
