@@ -150,7 +150,7 @@ def _compare(trace: RouteTrace, records, report: ReplayReport, max_disagreements
         report.residency_rows += int(comparable.sum())
         report.residency_agree += int(agree.sum())
         if not agree.all() and len(report.disagreements) < max_disagreements:
-            bad = np.argwhere(comparable & ((rec.residency == 1) != (recorded != 0)))
+            bad = np.argwhere(comparable & ((rec.residency != 0) != (recorded != 0)))
             for p, il, s in bad.tolist():
                 if len(report.disagreements) >= max_disagreements:
                     break

@@ -116,3 +116,17 @@ def test_a_trace_without_weights_is_a_one_line_error(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()[-1]   # after the k <= 4 warning
         # line 7: the decode's first row (4 preamble lines, 2 prefill rows); prefill is unarmed
         assert err.startswith(f"refsim {cmd[0]}: error: {path}: line 7: weight 'nan'")
+
+
+def test_every_differing_row_is_listed_prefetched_ones_too(capsys):
+    """A prefetched hit (residency 2) against a recorded miss is a difference, listed as one: the
+    listed rows are the counted ones (before, 'the first 0 of the 2 that differ')."""
+    from pathlib import Path
+    demo = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
+    from refsim.studies.replay import replay_trace
+    from refsim.trace import read_trace
+    rep = replay_trace(read_trace(demo), 256 * MIB, knobs=StreamKnobs(prefetch=1))
+    n_bad = rep.residency_rows - rep.residency_agree
+    assert n_bad > 0
+    assert len(rep.disagreements) == min(n_bad, 10)
+    assert all((d.replayed != 0) != (d.recorded != 0) for d in rep.disagreements)
