@@ -50,13 +50,16 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb) if args.cache_mb is not None else None
-    for path in args.traces:
+    keeps = args.n_expert_used
+    traces = []
+    for path in args.traces:           # every trace read and checked before any report is printed
         trace = read_trace(path)
         k = trace.header.n_expert_used
-        keeps = args.n_expert_used
         if keeps is not None and not all(1 <= x < k for x in keeps):
-            raise ConfigError(f"--n-expert-used: expected values in 1..{k - 1} (below the trace's "
-                              f"top-k {k}), got {','.join(map(str, keeps))}")
+            raise ConfigError(f"{path}: --n-expert-used: expected values in 1..{k - 1} (below the "
+                              f"trace's top-k {k}), got {','.join(map(str, keeps))}")
+        traces.append((path, trace))
+    for path, trace in traces:
         for line in report_lines(trace, os.path.basename(path), args.frac, keeps, budget):
             print(line)
     return 0
