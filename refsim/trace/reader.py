@@ -853,21 +853,24 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     from refsim.trace.fastparse import parse_rows
 
     path = os.fspath(path)
-    fail = None
     try:
         fh = open(path, "rb") if os.path.isfile(path) else None
     except OSError:
         fh = None
     if fh is None:                              # a FIFO or device: read whole (or its message)
         return _whole(path)
-    head = b""
-    while True:                              # the preamble, line by line
-        line = fh.readline()
-        head += line
-        if len(head) > 1 << 26 or not line:
+    parts: list[bytes] = []                  # the preamble, line by line (joined once: linear time)
+    size = n_lines = 0
+    while True:
+        line = fh.readline(1 << 26)
+        parts.append(line)
+        size += len(line)
+        n_lines += line.endswith(b"\n")
+        if size > 1 << 26 or not line:
             break
-        if head.count(b"\n") > 1 and not (line.startswith(b"#") or not line.strip()):
+        if n_lines > 1 and not (line.startswith(b"#") or not line.strip()):
             break
+    head = b"".join(parts)
     pre = None
     if head.startswith(TRACE_MAGIC.encode() + b"\n") and head.endswith(b"\n"):
         try:
