@@ -199,7 +199,10 @@ class AdmitPolicy(Policy):
         return ok, out + more
 
     def to_evict(self, candidates):  # pragma: no cover - the admit protocol is used instead
-        raise NotImplementedError("AdmitPolicy chooses victims in admit()")
+        # a guard, not a stub: replay_policy sends every AdmitPolicy to _admit_replay, which
+        # calls admit(); a caller of the victim-list protocol has the wrong replay loop
+        raise TypeError(f"policy {self.name!r} chooses its victims in admit(); replay it with "
+                        f"refsim.cache.policy.replay_policy")
 
 
 def _admit_replay(batches: BatchTrace, policy: AdmitPolicy, budget: int) -> PolicyResult:
