@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from refsim.cli.common import nonneg_float, positive_int
 from refsim.timing.breakeven import DEFAULT_EPS
+from refsim.timing.whatif import DEFAULT_IO_THREADS
 
 
 def add_device_args(p) -> None:
@@ -16,7 +17,7 @@ def add_device_args(p) -> None:
     g.add_argument("--device-model", metavar="KEY",
                    help="which of the device's compute floors stands for this model (default: its "
                         "only one)")
-    g.add_argument("--io-threads", type=positive_int, default=4, metavar="L",
+    g.add_argument("--io-threads", type=positive_int, default=DEFAULT_IO_THREADS, metavar="L",
                    help="with --device: I/O lanes (default 4, the engine's)")
     g.add_argument("--overlap", action="store_true",
                    help="with --device: the engine's --overlap (reads overlapped with compute)")
@@ -32,7 +33,8 @@ def load_device_args(args):
         from refsim.errors import UsageError
         from refsim.timing.breakeven import DEFAULT_EPS
         for flag, given in (("--device-model", args.device_model is not None),
-                            ("--io-threads", args.io_threads != 4), ("--overlap", args.overlap),
+                            ("--io-threads", args.io_threads != DEFAULT_IO_THREADS),
+                            ("--overlap", args.overlap),
                             ("--position-cost", args.position_cost != DEFAULT_EPS)):
             if given:
                 raise UsageError(f"{flag} without --device: it sets the device model's what-if")

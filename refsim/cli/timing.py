@@ -11,11 +11,13 @@ import numpy as np
 
 from refsim.cli.common import (cache_mib, check_outputs, int_list, nonneg_float, nonneg_int,
                                positive_int, report_stream)
-from refsim.spec.constants import DRAFT_MAX_LIMIT
+from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
+from refsim.spec.constants import DRAFT_MAX_LIMIT
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
 from refsim.timing.breakeven import DEFAULT_EPS, breakeven
 from refsim.timing.model import PARAMS
+from refsim.timing.whatif import DEFAULT_IO_THREADS
 from refsim.timing.runs import split_spec
 
 RUN_HELP = ("per-token metrics CSV(s) of one device (bmoe_metrics v1/v2 or legacy); a file that "
@@ -68,7 +70,7 @@ def add_parser(sub) -> None:
                    metavar="D", help="draft widths: N, N,M,... or A..B, 1..8 (default 1..8)")
     b.add_argument("--model", metavar="KEY", help="which of the device's compute floors to use "
                                                   "(default: its only one)")
-    b.add_argument("--io-threads", type=positive_int, default=4, metavar="L",
+    b.add_argument("--io-threads", type=positive_int, default=DEFAULT_IO_THREADS, metavar="L",
                    help="I/O lanes (default 4, the engine's)")
     b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
     b.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
@@ -143,7 +145,6 @@ def _report_fit(args, dev, runs, preds) -> int:
 
 
 def run_predict(args) -> int:
-    from refsim.errors import ConfigError
     dev = load_device(args.device)
     runs = _runs(args, dev.trim if args.trim is None else args.trim)
     if not runs:
@@ -160,7 +161,6 @@ def run_predict(args) -> int:
 
 
 def run_validate(args) -> int:
-    from refsim.errors import ConfigError
     runs = _runs(args, args.trim)
     if len(runs) < 3:
         raise ConfigError(f"timing validate: {len(runs)} run(s) to validate on; leaving one out "
@@ -192,19 +192,13 @@ def run_validate(args) -> int:
 def run_breakeven(args) -> int:
     from refsim import MIB
     from refsim.cache import ExpertCache
-    from refsim.errors import ConfigError
     from refsim.studies.union import union_study
     from refsim.trace import read_trace
 
+    from refsim.timing.whatif import resolve_model
+
     dev = load_device(args.device)
-    if args.model is None:
-        if len(dev.compute) != 1:
-            raise ConfigError(f"--model: the device knows {len(dev.compute)} models "
-                              f"({', '.join(sorted(dev.compute))}); name one")
-        model = next(iter(dev.compute))
-    else:
-        model = args.model
-        dev.compute_floor(model, where=f"--model {model}")
+    model = resolve_model(dev, args.model, "--model")
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
     trace = read_trace(args.trace)
     widths = sorted({1} | {d + 1 for d in args.draft})

@@ -21,6 +21,10 @@ from refsim.errors import ConfigError
 from refsim.timing.breakeven import DEFAULT_EPS, decode_ms
 from refsim.timing.model import DeviceModel
 
+DEFAULT_IO_THREADS = 4
+"""I/O lanes a what-if assumes unless told (the engine's default ``--io-threads``,
+bmoe-engine.md §3.4)."""
+
 
 @dataclass(frozen=True)
 class DeviceWhatIf:
@@ -47,8 +51,10 @@ class DeviceWhatIf:
                 f"{'--overlap' if self.overlap else 'serial'}, compute floor of {self.model})")
 
 
-def resolve_model(device: DeviceModel, model: str | None) -> str:
+def resolve_model(device: DeviceModel, model: str | None, flag: str = "--device-model") -> str:
     """The compute floor to use: ``model``, or the device's only one.
+
+    ``flag`` names the option in the messages.
 
     Raises
     ------
@@ -57,10 +63,10 @@ def resolve_model(device: DeviceModel, model: str | None) -> str:
     """
     if model is None:
         if len(device.compute) != 1:
-            raise ConfigError(f"--device-model: the device knows {len(device.compute)} models "
+            raise ConfigError(f"{flag}: the device knows {len(device.compute)} models "
                               f"({', '.join(sorted(device.compute))}); name one")
         return next(iter(device.compute))
-    device.compute_floor(model, where=f"--device-model {model}")
+    device.compute_floor(model, where=f"{flag} {model}")
     return model
 
 
