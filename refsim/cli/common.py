@@ -316,6 +316,11 @@ def fraction(text: str) -> float:
     return _number(text, _strict_float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
+def percent(text: str) -> float:
+    """``type=`` validator: a percentage in [0, 100] (``refsim memory --hit-pct``)."""
+    return _number(text, _strict_float, lambda v: 0.0 <= v <= 100.0, "a percentage in [0, 100]")
+
+
 knob_depth = int_in(0, MAX_PREFETCH)
 """``type=`` validator: ``--prefetch K`` and ``--route-ahead N``, 0..8 (the engine's range,
 bmoe-engine.md §3.5)."""

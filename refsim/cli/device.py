@@ -8,8 +8,10 @@ from refsim.timing.breakeven import DEFAULT_EPS
 from refsim.timing.whatif import DEFAULT_IO_THREADS
 
 
-def add_device_args(p) -> None:
-    """Add ``--device``, ``--device-model``, ``--io-threads``, ``--overlap``, ``--position-cost``."""
+def add_device_args(p, positions: bool = True):
+    """Add ``--device``, ``--device-model``, ``--io-threads``, ``--overlap`` and (``positions``:
+    for a command whose decodes may carry several positions) ``--position-cost``; returns the
+    argument group, for a command's own device flags."""
     g = p.add_argument_group("time on a device (predicted; docs/timing.md)")
     g.add_argument("--device", metavar="DEVICE.json",
                    help="a device model from refsim timing fit: also print predicted s/token and "
@@ -21,9 +23,11 @@ def add_device_args(p) -> None:
                    help="with --device: I/O lanes (default 4, the engine's)")
     g.add_argument("--overlap", action="store_true",
                    help="with --device: the engine's --overlap (reads overlapped with compute)")
-    g.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
-                   help=f"with --device: compute of each extra verify position as a fraction of "
-                        f"one position's (default {DEFAULT_EPS}; docs/timing.md)")
+    if positions:
+        g.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
+                       help=f"with --device: compute of each extra verify position as a fraction "
+                            f"of one position's (default {DEFAULT_EPS}; docs/timing.md)")
+    return g
 
 
 def load_device_args(args):
@@ -35,7 +39,8 @@ def load_device_args(args):
         for flag, given in (("--device-model", args.device_model is not None),
                             ("--io-threads", args.io_threads != DEFAULT_IO_THREADS),
                             ("--overlap", args.overlap),
-                            ("--position-cost", args.position_cost != DEFAULT_EPS)):
+                            ("--position-cost",
+                             getattr(args, "position_cost", DEFAULT_EPS) != DEFAULT_EPS)):
             if given:
                 raise UsageError(f"{flag} without --device: it sets the device model's what-if")
         return None

@@ -4,12 +4,17 @@ Prints what the run holds outside the expert cache (KV, recurrent state and its 
 rollback snapshots, the MTP draft context, dense weights) and, with ``--ram-mb``, the
 ``--cache-mb auto`` budget with and without speculation and their difference: the MiB
 speculation takes from the expert cache. Logic: :mod:`refsim.cache.ledger`.
+
+With ``--device DEVICE.json`` it also prints what that device predicts from the model's bytes
+alone (:func:`refsim.timing.whatif.memory_whatif`): plain decoding at 0 MiB/token (all hits), at
+``--hit-pct P`` and at one token cycle T (all misses).
 """
 
 from __future__ import annotations
 
 from refsim import MIB
-from refsim.cli.common import draft_width, mib, nonneg_int, positive_int, positive_mib
+from refsim.cli.common import draft_width, mib, nonneg_int, percent, positive_int, positive_mib
+from refsim.cli.device import add_device_args, load_device_args
 from refsim.errors import ConfigError, UsageError
 from refsim.fmt import budget_mib, num
 
@@ -41,6 +46,11 @@ def add_parser(subparsers) -> None:
                         "bmoe-engine.md §3.3-3.4)")
     p.add_argument("--cache-floor-mb", type=mib, default=1536.0, help="default 1536")
     p.add_argument("--cache-ceil-mb", type=mib, default=0.0, help="default 0 (no cap)")
+    g = add_device_args(p, positions=False)
+    g.add_argument("--hit-pct", type=percent, default=None, metavar="P",
+                   help="with --device: also predict plain decoding at this decode hit %% "
+                        "(refsim replay's decode-only figure at the budget), read as (1 - P/100) x T "
+                        "MiB/token")
     p.set_defaults(func=run)
 
 
@@ -55,6 +65,9 @@ def run(args) -> int:
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
         raise UsageError(f"argument --ubatch: expected 0 (= --ctx) or an integer >= --draft + 1 = "
                          f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
+    if args.hit_pct is not None and args.device is None:
+        raise UsageError("--hit-pct without --device: it sets the device model's what-if")
+    device = load_device_args(args)
     model = open_model(args.model)
     n_ctx_train = model.spec.n_ctx_train
     if args.ctx is None:
@@ -82,4 +95,28 @@ def run(args) -> int:
                   f"adds the head's experts to it")
         print(f"cache-mb auto without speculation: {budget_mib(base_budget)} MiB; {change} "
               f"(context items {num(led.speculation_bytes / MIB, 1)} MiB)")
+    if device is not None:
+        _device_lines(args, device, model, led, led_budget)
     return 0
+
+
+def _device_lines(args, loaded, model, led, budget) -> None:
+    """``--device``: predicted plain decoding at the read levels the model's bytes fix."""
+    from refsim.timing.whatif import memory_whatif
+    dev, name, key = loaded
+    t_mib = model.t_bytes() / MIB
+    cases = memory_whatif(dev, name, key, t_mib, args.io_threads, args.overlap, args.hit_pct)
+    print(f"device {name} (predicted, not measured): plain decoding, one position per decode, "
+          f"expert cache on, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}, "
+          f"compute floor of {key}")
+    for c in cases:
+        w = c.whatif
+        print(f"  {c.case + ':':<12} {num(c.mib_per_token, 1):>8} MiB/token -> "
+              f"{w.predicted_s_per_token:.4f} s/token, {w.predicted_tok_s:.3f} tok/s")
+    if budget is not None and budget >= led.total_expert_bytes:
+        print(f"  the auto budget ({budget_mib(budget)} MiB) holds the whole streamed set: a warm "
+              f"cache reads 0 MiB/token, the all-hits line")
+    else:
+        at = f" at {budget_mib(budget)} MiB" if budget is not None else ""
+        print(f"  the hit rate{at} is a trace's: refsim replay TRACE --cache-mb N --device {name} "
+              f"predicts it; refsim timing breakeven prices speculation's wider verify decodes")

@@ -88,3 +88,46 @@ def device_whatif(device: DeviceModel, name: str, mib_per_token: float, tokens_p
                         position_cost=eps, ms_per_decode=t, predicted_s_per_token=s_tok,
                         predicted_tok_s=1.0 / s_tok,
                         predicted_effective_tok_s=1.0 / (s_tok + draft_s_per_token))
+
+
+@dataclass(frozen=True)
+class MemoryCase:
+    """One read level of ``refsim memory --device``: a plain decode reading ``mib_per_token``."""
+
+    case: str
+    mib_per_token: float
+    whatif: DeviceWhatIf
+
+    def as_dict(self) -> dict:
+        return {"case": self.case, "mib_per_token": self.mib_per_token, **self.whatif.as_dict()}
+
+
+def memory_whatif(device: DeviceModel, name: str, model: str, t_mib: float, io_threads: int,
+                  overlap: bool, hit_pct: float | None = None) -> list[MemoryCase]:
+    """What a device predicts from a model's bytes alone (``refsim memory --device``).
+
+    ``refsim memory`` knows the model's token cycle ``T`` (``t_mib``: Σ trunk layers ``min(k,
+    n_expert) × expert_bytes``, MiB) and the budget, not a hit rate: which experts a run routes
+    is a trace's fact. So it predicts plain decoding (one position per decode, expert cache on) at
+    the read levels the bytes fix, in this order:
+
+    - ``all hits``: 0 MiB/token, the device's floor (``C`` + cache bookkeeping + the fixed flash
+      or stall term); also the steady state when the budget holds the whole streamed set;
+    - ``hit P%`` (``hit_pct`` given): ``(1 - P/100) × T`` MiB/token — P read as the byte-weighted
+      decode hit share (equal to the decode-only hit % when every layer's expert slice has the
+      same bytes);
+    - ``all misses``: ``T`` MiB/token, every routed expert read from flash (the cache's worst).
+
+    Raises
+    ------
+    ConfigError
+        ``hit_pct`` outside 0..100; the device's own refusals (:func:`device_whatif`).
+    """
+    if hit_pct is not None and not 0.0 <= hit_pct <= 100.0:
+        raise ConfigError(f"--hit-pct: expected 0..100, got {hit_pct!r}")
+    levels = [("all hits", 0.0)]
+    if hit_pct is not None:
+        levels.append((f"hit {hit_pct:g}%", (1.0 - hit_pct / 100.0) * t_mib))
+    levels.append(("all misses", t_mib))
+    return [MemoryCase(case, x, device_whatif(device, name, x, 1.0, model, io_threads, overlap))
+            for case, x in levels]

@@ -101,6 +101,8 @@ TABLE = [
     (["union", "t.csv"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
     (["run"], "--io-threads", "--io-threads", INT1, ()),
     (["run"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
+    (["memory", "m.gguf"], "--io-threads", "--io-threads", INT1, ()),
+    (["memory", "m.gguf"], "--hit-pct", "--hit-pct", "a percentage in [0, 100]", ("0",)),
 ]
 
 
