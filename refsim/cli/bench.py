@@ -63,8 +63,14 @@ def run(args) -> int:
         plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
     runs = [read_metrics(p) for p in args.runs]
+    labels = _labels(args.runs)
+    for i, r in enumerate(runs):     # refsim run --device: times predicted, flagged in every table
+        if r.predicted_by is not None:
+            labels[i] += f" [predicted: {r.predicted_by}]"
+            print(f"refsim bench: note: {r.path}: its times are predictions of device "
+                  f"{r.predicted_by} (preamble times=predicted), not measurements", file=sys.stderr)
     rows = [bench_run(r, label, args.trim, args.resamples, args.seed)
-            for r, label in zip(runs, _labels(args.runs))]
+            for r, label in zip(runs, labels)]
     comparison = (compare_runs(runs[0], rows[0], runs[1], rows[1], args.resamples, args.seed)
                   if args.compare else None)
     if args.md is not None:

@@ -74,3 +74,16 @@ def tokens_per_decode(trace, tokens: int) -> float:
     if decodes is None:
         decodes = n_target_decodes(trace)
     return max(1.0, tokens / decodes) if decodes else 1.0
+
+
+def run_times(args, loaded, result):
+    """``refsim run --device``: the run's per-decode predicted times for its metrics CSV
+    (:func:`refsim.timing.whatif.predicted_run_times`; the device named by its file's base name),
+    or None without ``--device``."""
+    if loaded is None:
+        return None
+    import os
+    from refsim.timing.whatif import predicted_run_times
+    dev, name, model = loaded
+    return predicted_run_times(dev, os.path.basename(name), result, model, args.io_threads,
+                               args.overlap, args.position_cost)

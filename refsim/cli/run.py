@@ -115,16 +115,20 @@ def _stop_note(result) -> str:
             f"-n {result.n_predict})")
 
 
-def _write_metrics(args, result, stats, config, path: str, arch: str) -> None:
-    """``--csv``: the per-token metrics CSV (bmoe_metrics v2), when asked."""
+def _write_metrics(args, result, stats, config, path: str, arch: str, device=None) -> None:
+    """``--csv``: the per-token metrics CSV (bmoe_metrics v2), when asked; with ``--device`` its
+    times are the device's predictions, labelled so (refsim.telemetry.predicted)."""
     if args.csv is None:
         return
     import numba
+    from refsim.cli.device import run_times
     from refsim.telemetry import MetricsPreamble, write_metrics_csv
+    times = run_times(args, device, result)
+    lanes = {} if times is None else dict(io_threads=times.io_threads, overlap=int(times.overlap))
     preamble = MetricsPreamble.for_run(
         result, config, model=path, arch=arch, threads=numba.get_num_threads(),
-        n_ubatch=args.ubatch)
-    write_metrics_csv(args.csv, result, stats, preamble)
+        n_ubatch=args.ubatch, **lanes)
+    write_metrics_csv(args.csv, result, stats, preamble, times)
 
 
 def _report_dense(args, model, path, prompt, tokenizer, result, stats, config, decode_tps,
@@ -278,7 +282,7 @@ def _run(args, report: contextlib.ExitStack) -> int:
                              dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
                              extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
         result.write_trace(args.route_trace, header)
-    _write_metrics(args, result, stats, config, path, spec.arch)
+    _write_metrics(args, result, stats, config, path, spec.arch, device)
     # the outputs are written: the report goes to stderr if one of them went to stdout
     report.enter_context(contextlib.redirect_stdout(to_stdout))
     text = _ids_text(model, result.tokens, tokenizer)

@@ -12,10 +12,11 @@ What refsim fills and what it writes as the engine writes "unmeasured":
   decode's misses × entry size, unaligned), ``cache_hit_pct`` (lifetime, prefill included;
   -1 without a cache), ``cache_budget_mib``;
 - from the loop: ``step``, ``steps``, ``mtp_batch``, ``turn`` (0);
-- unmeasured: ``io_ms``, ``stall_ms``, ``mgmt_ms``, ``cpu_ms``, ``majflt`` and
-  ``majflt_mib`` (0 = unmeasured, as the engine writes majflt), ``dense_resident_frac``
-  (-1 = unmeasured), the process/device memory columns (0.0), and the overlap/route-ahead
-  waits (0.000).
+- unmeasured: ``io_ms``, ``stall_ms``, ``mgmt_ms`` (these three, ``wall_ms`` and
+  ``compute_ms`` are a device model's predictions when one is given:
+  :mod:`refsim.telemetry.predicted`), ``cpu_ms``, ``majflt`` and ``majflt_mib`` (0 =
+  unmeasured, as the engine writes majflt), ``dense_resident_frac`` (-1 = unmeasured), the
+  process/device memory columns (0.0), and the overlap/route-ahead waits (0.000).
 
 Group accounting (bmoe-engine.md §2 step 8): a decode's whole cost (wall, I/O, compute,
 majflt, cpu, read bytes, loop overhead, drafting) sits on the group's first row; the other
@@ -141,26 +142,37 @@ class MetricsPreamble:
         ]
 
 
-def metric_rows(result) -> list[str]:
-    """One CSV row per emitted token (no newline), group cost on the group's first row."""
+def metric_rows(result, times=None) -> list[str]:
+    """One CSV row per emitted token (no newline), group cost on the group's first row.
+
+    ``times`` (:class:`refsim.telemetry.predicted.PredictedTimes`, one entry per step): the time
+    columns are the device's predictions and the simulator's seconds (loop overhead, drafting)
+    are written 0 (docs/telemetry.md, "Predicted times")."""
     cache = result.cache
     budget_mib = cache.budget_bytes / MIB if cache is not None else 0.0
+    if times is not None and len(times.wall_ms) != len(result.steps):
+        raise ConfigError(f"predicted times: {len(times.wall_ms)} decodes, the run has "
+                          f"{len(result.steps)}")
     rows: list[str] = []
     step = 0
-    for s in result.steps:
+    for i, s in enumerate(result.steps):
         hit = 100.0 * s.cum_hits / s.cum_lookups if cache is not None and s.cum_lookups \
             else (0.0 if cache is not None else -1.0)
+        if times is None:
+            wall, io, compute, stall, mgmt = s.wall_s * 1e3, 0.0, s.wall_s * 1e3, 0.0, 0.0
+            loop, draft = s.loop_overhead_s * 1e3, s.draft_s * 1e3
+        else:
+            wall, io, compute = times.wall_ms[i], times.io_ms[i], times.compute_ms[i]
+            stall, mgmt, loop, draft = times.stall_ms[i], times.mgmt_ms[i], 0.0, 0.0
         for r in range(s.n_emitted):
             step += 1
-            first = r == 0
-            wall_ms = s.wall_s * 1e3 if first else 0.0
+            f = 1.0 if r == 0 else 0.0      # the group's cost on its first row
             rows.append(
-                f"{step},{result.n_predict},{wall_ms:.3f},{0.0:.3f},{wall_ms:.3f},"
-                f"{s.read_bytes if first else 0},{hit:.2f},{0.0:.3f},{0.0:.3f},0,"
+                f"{step},{result.n_predict},{wall * f:.3f},{io * f:.3f},{compute * f:.3f},"
+                f"{s.read_bytes if r == 0 else 0},{hit:.2f},{stall * f:.3f},{mgmt * f:.3f},0,"
                 f"{0.0:.3f},{-1.0:.3f},0,{0.0:.2f},{budget_mib:.1f},"
                 f"{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},{0.0:.1f},"
-                f"{s.loop_overhead_s * 1e3 if first else 0.0:.3f},{s.batch},"
-                f"{s.draft_s * 1e3 if first else 0.0:.3f},"
+                f"{loop * f:.3f},{s.batch},{draft * f:.3f},"
                 f"{0.0:.3f},{0.0:.3f},{0.0:.3f},{0.0:.3f}")
     return rows
 
@@ -172,16 +184,33 @@ def engine_number(x: float | None) -> float:
     return 0.0 if x is None else x
 
 
-def summary_values(s: RunStats) -> dict[str, float | int]:
+def predicted_split(s: RunStats, times) -> dict[str, float]:
+    """Seconds per token of the predicted split (``compute``, ``mgmt``, ``io``, ``stall``) and
+    the total ``io_s``; all 0 without ``times`` (unmeasured)."""
+    if times is None:
+        return {"compute": s.s_per_tok, "mgmt": 0.0, "io": 0.0, "stall": 0.0, "io_s": 0.0}
+    per = {k: _per_token(times.total_s(f"{k}_ms"), s.tokens) for k in ("compute", "mgmt", "io", "stall")}
+    return {**per, "io_s": times.total_s("io_ms")}
+
+
+def _per_token(x: float, tokens: int) -> float | None:
+    return x / tokens if tokens else None
+
+
+def summary_values(s: RunStats, times=None) -> dict[str, float | int]:
     """The trailer's values by key (unmeasured quantities are 0, a rate over zero events is the
-    engine's 0: :func:`engine_number`)."""
+    engine's 0: :func:`engine_number`). With ``times`` (predicted) the times are theirs
+    (:meth:`refsim.telemetry.predicted.PredictedTimes.stats`)."""
+    if times is not None:
+        s = times.stats(s)
     cache_mib = s.resident_bytes / MIB
+    t = predicted_split(s, times)
     vals = {
         "tokens": s.tokens, "s/tok": s.s_per_tok, "tok/s": s.tok_s, "read_MiB": s.read_mib,
-        "io_s": 0.0, "compute_s/tok": s.s_per_tok, "io_s/tok": 0.0,
+        "io_s": t["io_s"], "compute_s/tok": t["compute"], "io_s/tok": t["io"],
         "cache_hit_pct": s.cache_hit_pct, "n_prompt": s.n_prompt, "load_s": s.load_s,
-        "prefill_s": s.prefill_s, "prefill_tps": s.prefill_tps, "stall_s/tok": 0.0,
-        "mgmt_s/tok": 0.0, "cache_resident_MiB": cache_mib,
+        "prefill_s": s.prefill_s, "prefill_tps": s.prefill_tps, "stall_s/tok": t["stall"],
+        "mgmt_s/tok": t["mgmt"], "cache_resident_MiB": cache_mib,
         "cache_budget_MiB": s.budget_bytes / MIB, "cache_resizes": 0,
         "spec_read_MiB": s.spec_read_bytes / MIB, "spec_experts": s.spec_experts,
         "spec_useful": s.spec_useful, "majflt/tok": 0.0, "cpu_s/tok": 0.0,
@@ -197,14 +226,14 @@ def summary_values(s: RunStats) -> dict[str, float | int]:
     return {k: engine_number(v) for k, v in vals.items()}
 
 
-def summary_trailer(s: RunStats) -> str:
-    """The ``# summary key=value ...`` line (no newline)."""
-    vals = summary_values(s)
+def summary_trailer(s: RunStats, times=None) -> str:
+    """The ``# summary key=value ...`` line (no newline); ``times`` as in :func:`summary_values`."""
+    vals = summary_values(s, times)
     return "# summary " + " ".join(f"{k}={format(vals[k], fmt)}" for k, fmt in SUMMARY_KEYS)
 
 
 def format_metrics_csv(result, stats: RunStats | None = None,
-                       preamble: MetricsPreamble | None = None) -> str:
+                       preamble: MetricsPreamble | None = None, times=None) -> str:
     """The whole CSV text (newline-terminated lines).
 
     Parameters
@@ -214,16 +243,22 @@ def format_metrics_csv(result, stats: RunStats | None = None,
         Default ``RunStats.from_run(result)``.
     preamble : MetricsPreamble, optional
         Default ``MetricsPreamble.for_run(result)``.
+    times : refsim.telemetry.predicted.PredictedTimes, optional
+        A device model's predictions: they fill the time columns and the trailer's times, the
+        preamble gains ``# times=predicted device=<name>``, and every simulator second is 0.
     """
     stats = stats if stats is not None else RunStats.from_run(result)
     preamble = preamble if preamble is not None else MetricsPreamble.for_run(result)
-    lines = preamble.lines() + [",".join(METRICS_COLUMNS)] + metric_rows(result) + \
-        [summary_trailer(stats)]
+    head = preamble.lines()
+    if times is not None:
+        head.append(times.preamble_line())
+    lines = head + [",".join(METRICS_COLUMNS)] + metric_rows(result, times) + \
+        [summary_trailer(stats, times)]
     return "\n".join(lines) + "\n"
 
 
 def write_metrics_csv(path, result, stats: RunStats | None = None,
-                      preamble: MetricsPreamble | None = None) -> None:
+                      preamble: MetricsPreamble | None = None, times=None) -> None:
     """Write :func:`format_metrics_csv` to ``path`` atomically (temp file + rename).
 
     Raises
@@ -231,4 +266,4 @@ def write_metrics_csv(path, result, stats: RunStats | None = None,
     ConfigError
         If the folder cannot be written (names ``--csv`` and the path).
     """
-    write_text_atomic(path, format_metrics_csv(result, stats, preamble), what="--csv")
+    write_text_atomic(path, format_metrics_csv(result, stats, preamble, times), what="--csv")

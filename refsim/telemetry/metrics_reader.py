@@ -149,6 +149,15 @@ class MetricsRun:
         return float(self.config[key])
 
     @property
+    def predicted_by(self) -> str | None:
+        """The device whose predictions fill this file's time columns (preamble ``times=predicted
+        device=NAME``, written by ``refsim run --device``), or None: the times are measurements.
+        A fit or a check of a device model must not take them as measured (docs/telemetry.md)."""
+        if self.config.get("times") != "predicted":
+            return None
+        return self.config.get("device", "unnamed")
+
+    @property
     def overlap(self) -> bool | None:
         """Whether the run used ``--overlap``: the preamble's ``overlap=``; for a file without it
         (legacy), inferred as "some row has ``stall_ms`` > 0" (``stall_ms`` is 0 in serial mode,
@@ -222,6 +231,9 @@ def _short(text: str) -> str:
 
 
 def _check_preamble_value(path: str, lineno: int, key: str, value: str) -> None:
+    if key == "times" and value != "predicted":
+        raise MetricsFormatError(f"{path}:{lineno}: preamble times={value!r}, expected 'predicted' "
+                                 f"(the only value refsim writes; measured times carry no key)")
     kind = _PREAMBLE_TYPES.get(key)
     try:
         if kind == "int":

@@ -209,7 +209,8 @@ def load_runs(specs: list[str], trim: int, skip_unmodelled: bool = False) -> tup
     MetricsFormatError
         The file is not a valid metrics CSV (names the file and line).
     ConfigError
-        A bad ``@`` override, a missing configuration value, or an unmodelled run.
+        A bad ``@`` override, a missing configuration value, an unmodelled run, or a file whose
+        times are a device model's predictions (``times=predicted``: fitting on them is circular).
     """
     from refsim.telemetry.metrics_reader import read_metrics
 
@@ -222,6 +223,10 @@ def load_runs(specs: list[str], trim: int, skip_unmodelled: bool = False) -> tup
             raise ConfigError(f"{spec}: the same file as {seen[real]}; expected each run once")
         seen[real] = spec
         run = read_metrics(path)
+        if run.predicted_by is not None:
+            raise ConfigError(f"{path}: its times are predictions of device {run.predicted_by} "
+                              f"(preamble times=predicted), not measurements; a device model is "
+                              f"fitted to and checked against measured runs only (circular)")
         try:
             runs.append(run_data(run, overrides, trim, label=path))
         except UnmodelledRun as exc:

@@ -131,3 +131,44 @@ def memory_whatif(device: DeviceModel, name: str, model: str, t_mib: float, io_t
     levels.append(("all misses", t_mib))
     return [MemoryCase(case, x, device_whatif(device, name, x, 1.0, model, io_threads, overlap))
             for case, x in levels]
+
+
+def predicted_run_times(device: DeviceModel, name: str, result, model: str, io_threads: int,
+                        overlap: bool, eps: float = DEFAULT_EPS):
+    """Per-decode predicted times of a :class:`refsim.spec.RunResult`, for its metrics CSV and
+    ``BMOE_DONE`` (:class:`refsim.telemetry.predicted.PredictedTimes`).
+
+    Decode ``i`` of ``w = 1 + n_draft`` positions reading ``x`` MiB (its ``read_bytes`` less the
+    draft source's ``draft_read_bytes``: drafting is outside the engine's ``wall_ms``) costs
+    :func:`refsim.timing.breakeven.decode_ms`, split as the engine's columns are (ms)::
+
+        mgmt    = tail * cache * (m0 + m1 x)
+        compute = tail * (C (1 + eps (w - 1)) + overlap * kappa x)
+        io      = tail * (i0 + x (a + b / L))          (serial flash time, also under overlap)
+        stall   = tail * max(0, s0 + s1 x - h C)       (0 serially)
+        wall    = compute + mgmt + (stall if overlap else io)
+
+    Raises
+    ------
+    ConfigError
+        The device's refusals (unknown model, a mode it was not fitted on, a time <= 0).
+    """
+    import numpy as np
+
+    from refsim import MIB
+    from refsim.telemetry.predicted import PredictedTimes
+    steps = result.steps
+    cache = result.cache is not None
+    x = np.array([(s.read_bytes - getattr(s, "draft_read_bytes", 0)) / MIB for s in steps],
+                 dtype=np.float64)
+    w = np.array([1 + s.n_draft for s in steps], dtype=np.float64)
+    parts = device.token_ms(x, model, io_threads, overlap, cache, where=f"--device {name}")
+    v, c = device.value, device.compute_floor(model)
+    mgmt = v("m0") + v("m1") * x if cache else np.zeros_like(x)
+    compute = parts["cpu"] - mgmt + c * eps * (w - 1)
+    tail = v("tail")
+    flash = parts["stall"] if overlap else parts["io"]
+    return PredictedTimes(device=name, overlap=overlap, io_threads=io_threads,
+                          wall_ms=tail * (compute + mgmt + flash), compute_ms=tail * compute,
+                          mgmt_ms=tail * mgmt, io_ms=tail * parts["io"],
+                          stall_ms=tail * parts["stall"])

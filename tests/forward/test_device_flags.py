@@ -86,8 +86,17 @@ def test_device_flag_errors(tmp_path, capsys, device_file):
     assert main(["replay", str(DEMO), "--cache-mb", "8", "--policy", "lfu", "--device", path]) == 2
 
 
-def test_run_device_json(capsys, device_file, builtin_model_cache):
+def test_run_device_json(tmp_path, capsys, device_file, builtin_model_cache):
     dev, path = device_file
-    out = _json(capsys, ["run", "-n", "4", "--json", "--device", path])
-    want = device_whatif(dev, path, out["mib_per_token"], 1.0, "m", 4, False)
+    csv_path = tmp_path / "run.csv"
+    out = _json(capsys, ["run", "-n", "4", "--json", "--device", path, "--io-threads", "2",
+                         "--csv", str(csv_path)])
+    want = device_whatif(dev, path, out["mib_per_token"], 1.0, "m", 2, False)
     assert out["device"] == pytest.approx(want.as_dict())
+    # the metrics CSV carries the same device's times, labelled predicted; the preamble states the
+    # lanes they assume. Serial and plain decoding: the mean of the per-decode times (linear in
+    # the reads) is the what-if's s/token at the mean read
+    text = csv_path.read_text()
+    assert "# times=predicted device=dev.json" in text and " io_threads=2 " in text
+    summary = dict(kv.split("=") for kv in text.splitlines()[-1].split()[2:])
+    assert float(summary["tok/s"]) == pytest.approx(want.predicted_tok_s, abs=5e-4)

@@ -83,3 +83,123 @@ def test_cli_memory_device_flag_errors(q3, device_file, capsys):
     assert exc.value.code == 2 and "unrecognized arguments: --position-cost" in capsys.readouterr().err
     assert main(["memory", q3, "--device", device_file, "--device-model", "x"]) == 1
     assert "not among the fitted runs" in capsys.readouterr().err
+
+
+# --- refsim's own telemetry with predicted times ---------------------------------------------
+
+def _fake_run():
+    """Two decodes with a cache: a plain one reading 10 MiB, then a verify of 1 + 2 drafts (one
+    accepted: 2 tokens) reading 41 MiB, 1 MiB of it the draft source's (outside the decode)."""
+    from types import SimpleNamespace
+
+    from refsim.events import DecodeKind
+    from refsim.spec.loop import StepRecord
+    steps = [StepRecord(DecodeKind.PLAIN, 8, 0, 0, 1, 1, False, 0.5, 0.0, 0.01, 10 * MIB, 4, 1, 20, 5),
+             StepRecord(DecodeKind.VERIFY, 9, 2, 1, 2, 2, False, 0.7, 0.02, 0.03, 41 * MIB, 8, 2, 28,
+                        7, draft_read_bytes=MIB)]
+    return SimpleNamespace(steps=steps, cache=SimpleNamespace(budget_bytes=8 * MIB), n_predict=3,
+                           events=[], spec="ngram", draft_max=2)
+
+
+def _fake_stats():
+    from refsim.telemetry import RunStats
+    return RunStats(spec="ngram", draft_max=2, n_predict=3, n_prompt=8, tokens=3, decodes=2,
+                    verify_decodes=1, drafted=2, accepted=1, drafted_steps=1, prefill_s=0.25,
+                    decode_s=1.2, draft_s=0.02, loop_overhead_s=0.04, has_cache=True, lookups=28,
+                    hits=7, read_bytes=51 * MIB, prefill_read_bytes=0, resident_bytes=8 * MIB,
+                    budget_bytes=8 * MIB, evictions=0, rereads=0, token_demand_bytes=0,
+                    layer_demand_bytes=0, n_past=11, load_s=0.5)
+
+
+def _times(overlap):
+    from refsim.timing.whatif import predicted_run_times
+    return predicted_run_times(device({**VALUES, "tail": 1.1}), "dev.json", _fake_run(), "m", 4,
+                               overlap, 0.5)
+
+
+def test_predicted_run_times_hand_worked():
+    from refsim.timing.breakeven import decode_ms
+    # serial, 4 lanes, eps 0.5, tail 1.1. decode 1: x = 10, w = 1: mgmt 5 + 2 = 7, compute 100,
+    # io 3 + 10 * 1.125 = 14.25 -> wall 121.25. decode 2: x = 41 - 1 = 40, w = 3: mgmt 5 + 8 = 13,
+    # compute 100 + 0.5 * 100 * 2 = 200, io 3 + 45 = 48 -> 261. Each x 1.1.
+    t = _times(False)
+    assert t.mgmt_ms.tolist() == pytest.approx([7.7, 14.3])
+    assert t.compute_ms.tolist() == pytest.approx([110.0, 220.0])
+    assert t.io_ms.tolist() == pytest.approx([15.675, 52.8])
+    assert t.stall_ms.tolist() == [0.0, 0.0]
+    assert t.wall_ms.tolist() == pytest.approx([133.375, 287.1])
+    dev = device({**VALUES, "tail": 1.1})
+    assert t.wall_ms[1] == pytest.approx(decode_ms(dev, 40.0, 3, "m", 4, False, True, 0.5))
+    # --overlap: compute adds kappa x (0.1 x); stall = max(0, 2 + 0.8 x - 0.1 * 100):
+    # decode 1: 101 + 7 + 0 = 108; decode 2: 204 + 13 + 24 = 241. Each x 1.1.
+    t = _times(True)
+    assert t.compute_ms.tolist() == pytest.approx([111.1, 224.4])
+    assert t.stall_ms.tolist() == pytest.approx([0.0, 26.4])
+    assert t.wall_ms.tolist() == pytest.approx([118.8, 265.1])
+    assert t.io_ms.tolist() == pytest.approx([15.675, 52.8])      # serial flash time, for reference
+
+
+def test_metrics_csv_with_predicted_times(tmp_path):
+    from refsim.telemetry import MetricsPreamble, format_metrics_csv, read_metrics
+    text = format_metrics_csv(_fake_run(), _fake_stats(), MetricsPreamble(), _times(False))
+    lines = text.splitlines()
+    assert lines[5] == "# times=predicted device=dev.json"
+    # wall, io, compute, ..., stall, mgmt on a group's first row; 0 after it; the simulator's loop
+    # overhead and drafting seconds are 0, never mixed in
+    assert lines[7].startswith("1,3,133.375,15.675,110.000,10485760,")
+    f = lines[8].split(",")
+    assert f[2:5] == ["287.100", "52.800", "220.000"] and f[7:9] == ["0.000", "14.300"]
+    assert f[22] == "0.000" and f[23] == "2" and f[24] == "0.000"
+    assert lines[9].split(",")[2:5] == ["0.000", "0.000", "0.000"]
+    summary = dict(kv.split("=") for kv in lines[10].split()[2:])
+    # s/tok = (133.375 + 287.1) / 3 ms = 0.140158 s; tok/s = 3 / 0.420475 = 7.1348;
+    # io_s = 0.068475; compute 0.330 / 3; io 0.068475 / 3 = 0.0228; mgmt 0.022 / 3 = 0.0073
+    assert (summary["s/tok"], summary["tok/s"], summary["io_s"]) == ("0.140", "7.135", "0.07")
+    assert (summary["compute_s/tok"], summary["io_s/tok"], summary["mgmt_s/tok"]) == \
+        ("0.110", "0.023", "0.007")
+    assert (summary["prefill_s"], summary["load_s"], summary["loop_overhead_s/tok"],
+            summary["mtp_draft_s/tok"]) == ("0.000", "0.000", "0.0000", "0.0000")
+    # the reader says whose predictions they are; without times nothing is flagged
+    path = tmp_path / "pred.csv"
+    path.write_text(text)
+    assert read_metrics(path).predicted_by == "dev.json"
+    plain = tmp_path / "meas.csv"
+    plain.write_text(format_metrics_csv(_fake_run(), _fake_stats(), MetricsPreamble()))
+    assert read_metrics(plain).predicted_by is None
+    assert "times=" not in plain.read_text()
+    assert plain.read_text().splitlines()[6].startswith("1,3,500.000,0.000,500.000,")  # measured
+
+
+def test_done_line_with_predicted_times():
+    import json
+
+    from refsim.telemetry import done_line
+    line = done_line(_fake_stats(), times=_times(False))
+    doc = json.loads(line[len("BMOE_DONE "):])
+    assert list(doc)[-2:] == ["times", "device"] and doc["times"] == "predicted"
+    assert doc["device"] == "dev.json"
+    assert '"tok_s":7.135' in line and '"compute_s_tok":0.1100' in line
+    assert '"io_s_tok":0.0228' in line and '"mgmt_s_tok":0.0073' in line
+    assert '"prefill_s":0.000' in line and '"mtp_draft_s_tok":0.0000' in line
+    measured = done_line(_fake_stats())
+    assert '"times"' not in measured and '"tok_s":2.500' in measured and '"io_s_tok":0.0000' in measured
+
+
+def test_readers_refuse_or_flag_predicted_times(tmp_path, capsys, device_file):
+    from refsim.telemetry import MetricsPreamble, format_metrics_csv
+    text = format_metrics_csv(_fake_run(), _fake_stats(), MetricsPreamble(), _times(False))
+    path = tmp_path / "pred.csv"
+    path.write_text(text)
+    for argv in (["timing", "fit", str(path), str(path) + "@model=m", "--out", str(tmp_path / "d.json")],
+                 ["timing", "predict", device_file, f"{path}@model=m"],
+                 ["timing", "validate", str(path), "--trim", "0"]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "predictions of device dev.json" in err[0] and "circular" in err[0]
+    assert main(["bench", str(path), "--trim", "0"]) == 0
+    cap = capsys.readouterr()
+    assert "pred.csv [predicted: dev.json]" in cap.out and "not measurements" in cap.err
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text.replace("times=predicted", "times=measured"))
+    assert main(["bench", str(bad)]) == 1
+    assert "bad.csv:6: preamble times='measured', expected 'predicted'" in capsys.readouterr().err
