@@ -87,9 +87,9 @@ OUTPUTS = """## Outputs, `-`, numbers, Ctrl-C
   built-in model counts as an input.
 - A write that fails (`ENOSPC` on `/dev/full` or a full disk, `EIO`) is one line,
   `--out /dev/full: write failed: No space left on device`, exit 1.
-- `--plot` (`sweep`, `analyze`, `bench`) writes the format its extension names: `.png`, `.pdf`
-  or `.svg`. Any other extension is refused before any work. A FIFO or device without an
-  extension gets PNG.
+- `--plot` (`sweep`, `analyze`, `bench`, `timing breakeven`) writes the format its extension
+  names: `.png`, `.pdf` or `.svg`. Any other extension is refused before any work. A FIFO or
+  device without an extension gets PNG.
 
 **Numbers** (`refsim.fmt`; docs/telemetry.md "Undefined and unmeasured values"). A ratio over
 zero events prints `n/a` (JSON `null`, `nan` in a numeric CSV column), never `0.0%`. Counters a

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 
 import numpy as np
@@ -79,6 +80,10 @@ def add_parser(sub) -> None:
     b.add_argument("--draft-ms", type=nonneg_float, default=0.0, metavar="MS",
                    help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
     b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    b.add_argument("--plot", metavar="OUT.png",
+                   help="figure (.png, .pdf or .svg by the extension): acceptance needed and "
+                        "tokens needed against the draft width, with the band of position costs "
+                        "0.2-0.4 (needs matplotlib)")
     b.set_defaults(func=run_breakeven)
 
     v = tsub.add_parser("validate", help="leave-one-run-out check of the model on one device's runs",
@@ -197,14 +202,32 @@ def run_breakeven(args) -> int:
 
     from refsim.timing.whatif import resolve_model
 
+    check_outputs({"--plot": args.plot}, {"TRACE": args.trace, "--device": args.device})
+    if args.plot is not None:
+        from refsim.studies.plot import plot_format, require_matplotlib
+        plot_format(args.plot)          # the extension names a format we write, before any work
+        require_matplotlib()
     dev = load_device(args.device)
     model = resolve_model(dev, args.model, "--model")
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
     trace = read_trace(args.trace)
     widths = sorted({1} | {d + 1 for d in args.draft})
-    rows = breakeven(dev, union_study(trace, widths, budget), model, args.io_threads,
-                     args.overlap, True, args.position_cost, args.draft_ms)
-    rows = [r for r in rows if r.draft in set(args.draft)]
+    union = union_study(trace, widths, budget)
+
+    def at(eps: float):
+        rows = breakeven(dev, union, model, args.io_threads, args.overlap, True, eps, args.draft_ms)
+        return [r for r in rows if r.draft in set(args.draft)]
+
+    rows = at(args.position_cost)
+    if args.plot is not None:
+        from refsim.timing.breakeven import EPS_RANGE
+        from refsim.timing.plot import plot_breakeven
+        lo, hi = EPS_RANGE
+        plot_breakeven(rows, args.plot, (at(lo), at(hi), f"position cost {lo:g}-{hi:g}"),
+                       title=f"break-even on {os.path.basename(args.device)} at "
+                             f"{budget / MIB:.0f} MiB ({os.path.basename(args.trace)}; "
+                             f"{args.io_threads} lanes, "
+                             f"{'--overlap' if args.overlap else 'serial'}; predicted)")
     if args.json:
         print(json.dumps({"trace": args.trace, "device": args.device, "model": model,
                           "cache_mb": budget / MIB, "io_threads": args.io_threads,

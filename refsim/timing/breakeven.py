@@ -36,6 +36,10 @@ DEFAULT_EPS = 0.38
 so a 4-position decode costs 0.245 s = 2.13 x 0.115: (2.13 - 1) / 3 = 0.38). Were the MTP head's
 0.020-0.023 s/token inside that compute figure it would be 0.20: docs/timing.md."""
 
+EPS_RANGE = (0.2, 0.4)
+"""The honest range of the position cost (docs/timing.md, "What the shared runs identify"): 0.20
+with the MTP head's time inside the host's compute figure, 0.38 without, rounded out to 0.4."""
+
 
 @dataclass(frozen=True)
 class BreakevenRow:

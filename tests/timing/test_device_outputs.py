@@ -203,3 +203,38 @@ def test_readers_refuse_or_flag_predicted_times(tmp_path, capsys, device_file):
     bad.write_text(text.replace("times=predicted", "times=measured"))
     assert main(["bench", str(bad)]) == 1
     assert "bad.csv:6: preamble times='measured', expected 'predicted'" in capsys.readouterr().err
+
+
+# --- timing breakeven --plot -------------------------------------------------------------------
+
+def test_breakeven_plot_shows_the_table(tmp_path, capsys, device_file):
+    """The figure's series are the table's rows (and the band its rows at eps 0.2 and 0.4)."""
+    import json
+    from pathlib import Path
+    pytest.importorskip("matplotlib")
+    from refsim.studies.union import union_study
+    from refsim.timing.breakeven import breakeven
+    from refsim.timing.plot import plot_breakeven
+    from refsim.trace import read_trace
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    argv = ["timing", "breakeven", str(demo), "--device", device_file, "--cache-mb", "256",
+            "--draft", "1..3"]
+    assert main(argv + ["--json"]) == 0
+    table = json.loads(capsys.readouterr().out)["rows"]
+    union = union_study(read_trace(str(demo)), [1, 2, 3, 4], 256 * MIB)
+    rows = {eps: breakeven(device(), union, "m", 4, False, True, eps) for eps in (0.38, 0.2, 0.4)}
+    shown = plot_breakeven(rows[0.38], str(tmp_path / "b.svg"), (rows[0.2], rows[0.4], "band"))
+    assert shown["draft"] == [1, 2, 3]
+    assert shown["acceptance_needed_pct"] == pytest.approx([r["acceptance_needed_pct"] for r in table])
+    assert shown["tokens_needed"] == pytest.approx([r["tokens_needed"] for r in table])
+    # a cheaper extra position needs less acceptance: the band brackets the curve
+    assert all(lo < a < hi for lo, a, hi in zip(shown["band_lo"], shown["acceptance_needed_pct"],
+                                                 shown["band_hi"]))
+    assert (tmp_path / "b.svg").read_text().lstrip().startswith("<?xml")
+    out = tmp_path / "b.png"
+    assert main(argv + ["--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "acceptance_needed" in capsys.readouterr().out          # the table is still printed
+    assert main(argv + ["--plot", str(tmp_path / "b.gif")]) == 1    # refused before any work
+    assert "unsupported extension '.gif'" in capsys.readouterr().err
+    assert not (tmp_path / "b.gif").exists()
