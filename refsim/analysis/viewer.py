@@ -44,7 +44,9 @@ def metrics_columns(path: str) -> dict[str, list[float]]:
 
     Read and validated by :func:`refsim.telemetry.metrics_reader.read_metrics` (every layout:
     ``bmoe_metrics v2``, ``v1``, legacy with or without header), so the page shows exactly what
-    ``refsim bench`` reads.
+    ``refsim bench`` reads. A file whose times are a device model's predictions (preamble
+    ``times=predicted``, ``refsim run --device``) has its time columns named so, e.g.
+    ``wall_ms (predicted: dev.json)``, and the page labels them that way.
 
     Raises
     ------
@@ -54,7 +56,13 @@ def metrics_columns(path: str) -> dict[str, list[float]]:
     from refsim.telemetry.metrics_reader import read_metrics
 
     run = read_metrics(path)
-    return {name: run.data[name].astype(float).tolist() for name in run.columns}
+    timed = ("wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms")
+
+    def label(name: str) -> str:
+        if run.predicted_by is None or name not in timed:
+            return name
+        return f"{name} (predicted: {run.predicted_by})"
+    return {label(name): run.data[name].astype(float).tolist() for name in run.columns}
 
 
 def _script_json(obj) -> str:

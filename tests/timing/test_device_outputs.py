@@ -291,3 +291,15 @@ def test_page_fault_cost_is_not_identified_by_the_shared_runs():
     with_tail = [abs(h.prediction.error_pct) for h in leave_one_out(runs)]
     assert np.median(errs) == pytest.approx(16.0, abs=0.05)
     assert np.median(with_tail) == pytest.approx(7.3, abs=0.05)
+
+
+def test_view_labels_predicted_time_columns(tmp_path):
+    from refsim.analysis.viewer import metrics_columns
+    from refsim.telemetry import MetricsPreamble, format_metrics_csv
+    path = tmp_path / "pred.csv"
+    path.write_text(format_metrics_csv(_fake_run(), _fake_stats(), MetricsPreamble(), _times(False)))
+    cols = metrics_columns(str(path))
+    assert cols["wall_ms (predicted: dev.json)"] == pytest.approx([133.375, 287.1, 0.0])
+    assert "wall_ms" not in cols and "read_bytes" in cols
+    path.write_text(format_metrics_csv(_fake_run(), _fake_stats(), MetricsPreamble()))
+    assert metrics_columns(str(path))["wall_ms"] == [500.0, 700.0, 0.0]
