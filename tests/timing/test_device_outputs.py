@@ -278,7 +278,7 @@ def test_page_fault_cost_is_not_identified_by_the_shared_runs():
     # a fault term in place of `tail` (the rest of the fit's mean excess wall time per fault,
     # priced at the held-out run's faults) predicts the held-out run worse than `tail` does
     from refsim.timing import leave_one_out
-    errs = []
+    errs, prices = [], []
     for i, r in enumerate(runs):
         others = [x for j, x in enumerate(runs) if j != i]
         d = fit_device(others, jackknife=False)
@@ -286,9 +286,11 @@ def test_page_fault_cost_is_not_identified_by_the_shared_runs():
                 for x in runs]
         per_fault = (sum(float((runs[j].wall - base[j]).sum()) for j in range(len(runs)) if j != i)
                      / sum(float(faults[j].sum()) for j in range(len(runs)) if j != i))
+        prices.append(per_fault * 1000.0)                         # us per fault
         predicted = base[i].mean() + per_fault * faults[i].mean()
         errs.append(abs(100.0 * (r.wall.mean() / predicted - 1.0)))
     with_tail = [abs(h.prediction.error_pct) for h in leave_one_out(runs)]
+    assert [round(p) for p in prices] == [181, 139, 144, 68]
     assert np.median(errs) == pytest.approx(16.0, abs=0.05)
     assert np.median(with_tail) == pytest.approx(7.3, abs=0.05)
 
