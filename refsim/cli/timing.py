@@ -10,10 +10,11 @@ import sys
 
 import numpy as np
 
-from refsim.cli.common import (cache_mib, check_outputs, int_list, nonneg_float, nonneg_int,
+from refsim.cli.common import (check_outputs, int_list, nonneg_float, nonneg_int,
                                positive_int, report_stream)
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
+from refsim.fmt import budget_mib
 from refsim.spec.constants import DRAFT_MAX_LIMIT
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
 from refsim.timing.breakeven import DEFAULT_EPS, breakeven
@@ -65,8 +66,10 @@ def add_parser(sub) -> None:
                                     "needs to beat plain decoding. docs/timing.md.")
     b.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1)")
     b.add_argument("--device", required=True, metavar="DEVICE.json", help="from refsim timing fit")
-    b.add_argument("--cache-mb", required=True, metavar="N", type=cache_mib,
-                   help="cache budget, MiB (2^-20..2^40)")
+    b.add_argument("--cache-mb", required=True, metavar="LIST",
+                   help="cache budget(s) in MiB: N, N,N,... or START:STOP:STEP, each 2^-20..2^40 "
+                        "(a repeated budget is dropped); several budgets: one table row per "
+                        "budget and draft, and --plot draws them against the budget")
     b.add_argument("--draft", type=int_list(1, DRAFT_MAX_LIMIT), default=list(range(1, 9)),
                    metavar="D", help="draft widths: N, N,M,... or A..B, 1..8 (default 1..8)")
     b.add_argument("--model", metavar="KEY", help="which of the device's compute floors to use "
@@ -197,11 +200,13 @@ def run_validate(args) -> int:
 def run_breakeven(args) -> int:
     from refsim import MIB
     from refsim.cache import ExpertCache
+    from refsim.studies.sweep import parse_budgets_mib
     from refsim.studies.union import union_study
     from refsim.trace import read_trace
 
     from refsim.timing.whatif import resolve_model
 
+    budgets_mib = list(dict.fromkeys(parse_budgets_mib(args.cache_mb)))   # first kept
     check_outputs({"--plot": args.plot}, {"TRACE": args.trace, "--device": args.device})
     if args.plot is not None:
         from refsim.studies.plot import plot_format, require_matplotlib
@@ -209,42 +214,51 @@ def run_breakeven(args) -> int:
         require_matplotlib()
     dev = load_device(args.device)
     model = resolve_model(dev, args.model, "--model")
-    budget = ExpertCache.mib_to_bytes(args.cache_mb)
     trace = read_trace(args.trace)
     widths = sorted({1} | {d + 1 for d in args.draft})
-    union = union_study(trace, widths, budget)
+    unions = {b: union_study(trace, widths, ExpertCache.mib_to_bytes(b)) for b in budgets_mib}
 
-    def at(eps: float):
+    def at(union, eps: float):
         rows = breakeven(dev, union, model, args.io_threads, args.overlap, True, eps, args.draft_ms)
         return [r for r in rows if r.draft in set(args.draft)]
 
-    rows = at(args.position_cost)
+    table = {b: at(u, args.position_cost) for b, u in unions.items()}
+    mode = '--overlap' if args.overlap else 'serial'
     if args.plot is not None:
         from refsim.timing.breakeven import EPS_RANGE
-        from refsim.timing.plot import plot_breakeven
+        from refsim.timing.plot import plot_breakeven, plot_breakeven_budgets
         lo, hi = EPS_RANGE
-        plot_breakeven(rows, args.plot, (at(lo), at(hi), f"position cost {lo:g}-{hi:g}"),
-                       title=f"break-even on {os.path.basename(args.device)} at "
-                             f"{budget / MIB:.0f} MiB ({os.path.basename(args.trace)}; "
-                             f"{args.io_threads} lanes, "
-                             f"{'--overlap' if args.overlap else 'serial'}; predicted)")
+        bands = {b: (at(u, lo), at(u, hi)) for b, u in unions.items()}
+        label = f"position cost {lo:g}-{hi:g}"
+        where = (f"{os.path.basename(args.trace)}; {args.io_threads} lanes, {mode}; predicted")
+        if len(budgets_mib) == 1:
+            (b,) = budgets_mib
+            plot_breakeven(table[b], args.plot, (*bands[b], label),
+                           title=f"break-even on {os.path.basename(args.device)} at "
+                                 f"{ExpertCache.mib_to_bytes(b) / MIB:.0f} MiB ({where})")
+        else:
+            plot_breakeven_budgets(table, args.plot, bands, label,
+                                   title=f"break-even on {os.path.basename(args.device)} "
+                                         f"({where})")
     if args.json:
+        rows = [{"cache_mb": ExpertCache.mib_to_bytes(b) / MIB, **r.as_dict()}
+                for b, rs in table.items() for r in rs]
         print(json.dumps({"trace": args.trace, "device": args.device, "model": model,
-                          "cache_mb": budget / MIB, "io_threads": args.io_threads,
-                          "overlap": args.overlap, "position_cost": args.position_cost,
-                          "draft_ms": args.draft_ms, "rows": [r.as_dict() for r in rows]}))
+                          "budgets_mib": [ExpertCache.mib_to_bytes(b) / MIB for b in budgets_mib],
+                          "io_threads": args.io_threads, "overlap": args.overlap,
+                          "position_cost": args.position_cost, "draft_ms": args.draft_ms,
+                          "rows": rows}))
         return 0
-    print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); budget "
-          f"{budget / MIB:.1f} MiB; {args.io_threads} lanes; "
-          f"{'--overlap' if args.overlap else 'serial'}; extra position {args.position_cost:g} x C; "
+    print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); "
+          f"{args.io_threads} lanes; {mode}; extra position {args.position_cost:g} x C; "
           f"drafting {args.draft_ms:g} ms per drafted decode")
-    if rows:
-        print(f"plain decode: {rows[0].plain_ms:.1f} ms ({1000.0 / rows[0].plain_ms:.2f} tok/s)")
-    print(f"{'draft':>5}  {'MiB/decode':>10}  {'verify_ms':>9}  {'tokens_needed':>13}  "
-          f"{'acceptance_needed':>17}")
-    for r in rows:
-        print(f"{r.draft:>5}  {r.mib_per_decode:>10.1f}  {r.verify_ms:>9.1f}  "
-              f"{r.tokens_needed:>13.2f}  {r.acceptance_needed_pct:>16.1f}%")
+    print(f"{'budget_mib':>10}  {'plain_ms':>8}  {'plain_tok/s':>11}  {'draft':>5}  "
+          f"{'MiB/decode':>10}  {'verify_ms':>9}  {'tokens_needed':>13}  {'acceptance_needed':>17}")
+    for b, rows in table.items():
+        for r in rows:
+            print(f"{budget_mib(ExpertCache.mib_to_bytes(b)):>10}  {r.plain_ms:>8.1f}  "
+                  f"{1000.0 / r.plain_ms:>11.2f}  {r.draft:>5}  {r.mib_per_decode:>10.1f}  "
+                  f"{r.verify_ms:>9.1f}  {r.tokens_needed:>13.2f}  {r.acceptance_needed_pct:>16.1f}%")
     print("a drafted decode pays off when it confirms more than tokens_needed tokens, i.e. when "
           "acceptance (accepted / drafted) exceeds acceptance_needed, whatever the coverage")
     return 0

@@ -75,3 +75,56 @@ def plot_breakeven(rows, path: str, band: tuple | None = None, title: str = "") 
     finish_figure(plt, fig, path, title)
     return {"draft": d, "acceptance_needed_pct": alpha, "tokens_needed": need, "band_lo": lo,
             "band_hi": hi}
+
+
+def plot_breakeven_budgets(table: dict, path: str, bands: dict | None = None, band_label: str = "",
+                           title: str = "") -> dict:
+    """Break-even against the cache budget, one line per draft width (several ``--cache-mb``).
+
+    Left: the acceptance each draft width needs at each budget (100 % marked), with the band of
+    ``bands`` (the rows at two other position costs) around each line. Right: the predicted plain
+    decoding tok/s at each budget (``1000 / plain_ms``), the baseline speculation must beat.
+
+    Parameters
+    ----------
+    table : dict of float -> list of BreakevenRow
+        Budget (MiB) -> its rows, in draft order (every budget the same drafts).
+    path : str
+        Output (``.png``, ``.pdf`` or ``.svg``).
+    bands : dict of float -> (rows_lo, rows_hi), optional
+    band_label, title : str
+
+    Returns
+    -------
+    dict
+        ``budget_mib`` (list), ``acceptance_needed_pct`` (draft -> list over budgets) and
+        ``plain_tok_s`` (list): the plotted series.
+    """
+    plt = pyplot()
+    budgets = list(table)
+    drafts = [r.draft for r in table[budgets[0]]]
+    fig, (ax_a, ax_p) = plt.subplots(1, 2, figsize=(11, 4.4))
+    alpha = {}
+    for k, d in enumerate(drafts):
+        alpha[d] = [table[b][k].acceptance_needed_pct for b in budgets]
+        color = f"C{k % 10}"
+        if bands is not None:
+            lo = [bands[b][0][k].acceptance_needed_pct for b in budgets]
+            hi = [bands[b][1][k].acceptance_needed_pct for b in budgets]
+            ax_a.fill_between(budgets, [min(x, y) for x, y in zip(lo, hi)],
+                              [max(x, y) for x, y in zip(lo, hi)], color=color, alpha=0.12,
+                              label=band_label if k == 0 else None)
+        ax_a.plot(budgets, alpha[d], "-o", ms=3, color=color, label=f"d = {d}")
+    ax_a.axhline(100.0, color="k", lw=0.8, ls="--")
+    ax_a.text(budgets[0], 100.0, " 100 %: above it no acceptance pays", va="bottom", fontsize=8)
+    ax_a.set_xlabel("cache budget (MiB)")
+    ax_a.set_ylabel("acceptance needed, % of drafts (predicted)")
+    plain = [1000.0 / table[b][0].plain_ms for b in budgets]
+    ax_p.plot(budgets, plain, "-o", ms=3, color="k")
+    ax_p.set_xlabel("cache budget (MiB)")
+    ax_p.set_ylabel("plain decoding tok/s (predicted, not measured)")
+    for ax in (ax_a, ax_p):
+        ax.grid(alpha=0.3)
+    ax_a.legend(fontsize=8)
+    finish_figure(plt, fig, path, title)
+    return {"budget_mib": budgets, "acceptance_needed_pct": alpha, "plain_tok_s": plain}

@@ -305,3 +305,42 @@ def test_view_labels_predicted_time_columns(tmp_path):
     assert "wall_ms" not in cols and "read_bytes" in cols
     path.write_text(format_metrics_csv(_fake_run(), _fake_stats(), MetricsPreamble()))
     assert metrics_columns(str(path))["wall_ms"] == [500.0, 700.0, 0.0]
+
+
+def test_breakeven_over_budgets_table_and_plot(tmp_path, capsys, device_file):
+    """Several --cache-mb: each budget's rows are that budget's own breakeven (the one-budget
+    command's), and the figure plots them against the budget."""
+    import json
+    from pathlib import Path
+    pytest.importorskip("matplotlib")
+    from refsim.studies.union import union_study
+    from refsim.timing.breakeven import breakeven
+    from refsim.timing.plot import plot_breakeven_budgets
+    from refsim.trace import read_trace
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    argv = ["timing", "breakeven", str(demo), "--device", device_file, "--draft", "1,3"]
+    assert main(argv + ["--cache-mb", "64,256,64", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["budgets_mib"] == [64.0, 256.0]                       # the repeat dropped
+    assert [(r["cache_mb"], r["draft"]) for r in doc["rows"]] == [(64.0, 1), (64.0, 3),
+                                                                  (256.0, 1), (256.0, 3)]
+    assert main(argv + ["--cache-mb", "256", "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)["rows"]
+    assert doc["rows"][2:] == single
+    trace = read_trace(str(demo))
+    table = {b: [r for r in breakeven(device(), union_study(trace, [1, 2, 4], b * MIB), "m", 4,
+                                      False, True, 0.38) if r.draft in (1, 3)] for b in (64, 256)}
+    shown = plot_breakeven_budgets(table, str(tmp_path / "b.svg"))
+    assert shown["budget_mib"] == [64, 256]
+    assert shown["acceptance_needed_pct"][3] == pytest.approx(
+        [r["acceptance_needed_pct"] for r in doc["rows"] if r["draft"] == 3])
+    assert shown["plain_tok_s"] == pytest.approx([1000 / doc["rows"][0]["plain_ms"],
+                                                  1000 / doc["rows"][2]["plain_ms"]])
+    out = tmp_path / "b.png"
+    assert main(argv + ["--cache-mb", "64:256:64", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = capsys.readouterr().out
+    budgets = [line.split()[0] for line in text.splitlines()[2:-1]]
+    assert budgets == ["64", "64", "128", "128", "192", "192", "256", "256"]  # two drafts each
+    assert main(argv + ["--cache-mb", "64,abc"]) == 2
+    assert "argument --cache-mb: expected N[,N,...] or START:STOP:STEP" in capsys.readouterr().err
