@@ -252,10 +252,22 @@ def _run(args, report: contextlib.ExitStack) -> int:
                 raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
             from refsim.predict_stats import PredictProbe
             probe = target.predict_probe = PredictProbe(target.n_layer)
-    t1 = time.perf_counter()
-    result = run_generation(target, source, prompt, args.n_predict, cache=cache,
-                            draft_max=config.draft_max)
-    wall_s = time.perf_counter() - t1
+    writer = contextlib.nullcontext()
+    if args.route_trace is not None and not dense:
+        from refsim.trace import TraceWriter
+        header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
+                             n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
+                             dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
+                             extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
+        writer = TraceWriter(args.route_trace, header)
+    # the trace's rows are written as the events arrive (temp file renamed at the end): the run
+    # keeps no event (keep_events=False), only the first and last the telemetry reads
+    with writer as trace_out:
+        t1 = time.perf_counter()
+        result = run_generation(target, source, prompt, args.n_predict, cache=cache,
+                                draft_max=config.draft_max, keep_events=False,
+                                on_event=trace_out.write_record if trace_out is not None else None)
+        wall_s = time.perf_counter() - t1
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
     sim_tps = ratio(result.n_gen + len(prompt), wall_s)    # None (n/a, null) if no time was measured
     decode_tps = stats.tok_s
@@ -272,12 +284,6 @@ def _run(args, report: contextlib.ExitStack) -> int:
     from refsim.cache.summary import KnobSummary
     knob_summary = KnobSummary.from_stats(cache.stats, knobs) if knobs.any_on else None
     warn_below_token_cycle("run", [budget], t_bytes)
-    if args.route_trace is not None:
-        header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
-                             n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
-                             dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
-                             extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
-        result.write_trace(args.route_trace, header)
     _write_metrics(args, result, stats, config, path, spec.arch)
     # the outputs are written: the report goes to stderr if one of them went to stdout
     report.enter_context(contextlib.redirect_stdout(to_stdout))
