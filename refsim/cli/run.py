@@ -62,6 +62,15 @@ def add_parser(sub) -> None:
     add_knob_args(p, route_ahead=True)
     from refsim.cli.device import add_device_args
     add_device_args(p)
+    g = p.add_argument_group("many prompts (docs/scale.md)")
+    g.add_argument("--prompts", metavar="FILE",
+                   help="run every prompt of FILE (one a line, UTF-8, at most 10000 lines of 65536 "
+                        "bytes), writing DIR/prompt-NNNN.csv and DIR/prompt-NNNN.route.csv per prompt "
+                        "(NNNN = the 0-based line index), then a summary; needs --out-dir")
+    g.add_argument("--out-dir", metavar="DIR",
+                   help="with --prompts: the folder of the per-prompt outputs (made if missing)")
+    from refsim.scale.executor import add_executor_args
+    add_executor_args(p)
     p.set_defaults(func=run)
 
 
@@ -167,11 +176,19 @@ def _report_dense(args, model, path, prompt, tokenizer, result, stats, config, d
 
 
 def run(args) -> int:
+    if args.prompts is not None:
+        from refsim.scale.prompts import run_prompts
+        return run_prompts(args)
+    if args.out_dir is not None or args.workers != 1 or args.dask_scheduler is not None:
+        raise UsageError("--out-dir, --workers and --dask-scheduler: with --prompts only (one "
+                         "prompt runs in this process)")
     with contextlib.ExitStack() as report:
         return _run(args, report)
 
 
-def _run(args, report: contextlib.ExitStack) -> int:
+def _run(args, report: contextlib.ExitStack, quiet: bool = False):
+    """Run one generation and print its report; with ``quiet`` (``--prompts``' workers) write the
+    outputs, print nothing and return the ``--json`` object instead of an exit code."""
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
     from refsim.cli.common import check_outputs, knobs_from_args, report_stream, warn_below_token_cycle
@@ -274,6 +291,10 @@ def _run(args, report: contextlib.ExitStack) -> int:
     to_stdout = report_stream({"--route-trace": args.route_trace, "--csv": args.csv})
     if dense:
         _write_metrics(args, result, stats, config, path, model.spec.arch)
+        if quiet:
+            return {"prompt_tokens": prompt, "tokens": result.tokens.tolist(), "dense": True,
+                    "decodes": stats.decodes, "drafted": stats.drafted, "accepted": stats.accepted,
+                    "read_bytes": stats.decodes * model.bytes.file_tensor_bytes, "cache": None}
         # the outputs are written: the report goes to stderr if one of them went to stdout
         report.enter_context(contextlib.redirect_stdout(to_stdout))
         return _report_dense(args, model, path, prompt, tokenizer, result, stats, config,
@@ -285,8 +306,9 @@ def _run(args, report: contextlib.ExitStack) -> int:
     knob_summary = KnobSummary.from_stats(cache.stats, knobs) if knobs.any_on else None
     warn_below_token_cycle("run", [budget], t_bytes)
     _write_metrics(args, result, stats, config, path, spec.arch)
-    # the outputs are written: the report goes to stderr if one of them went to stdout
-    report.enter_context(contextlib.redirect_stdout(to_stdout))
+    if not quiet:
+        # the outputs are written: the report goes to stderr if one of them went to stdout
+        report.enter_context(contextlib.redirect_stdout(to_stdout))
     text = _ids_text(model, result.tokens, tokenizer)
     out = {
         "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,
@@ -312,6 +334,8 @@ def _run(args, report: contextlib.ExitStack) -> int:
     if ahead is not None:
         out["route_ahead"] = {"n": ahead.n, "committed": ahead.committed,
                               "passthrough": ahead.passthrough, "agree_pct": ahead.agree_pct}
+    if quiet:
+        return out
     if args.json:
         print(json.dumps(out))
         return 0
