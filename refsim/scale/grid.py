@@ -127,7 +127,8 @@ def sweep_cell(cell: SweepCell):
     return sweep_budgets(_batches(cell.trace), cell.budgets_mib, [cell.policy], h.token_cycle_bytes)
 
 
-def sweep_grid(refs: list[TraceRef], budgets_mib, policies, knobs, spec) -> list:
+def sweep_grid(refs: list[TraceRef], budgets_mib, policies, knobs, spec,
+               split: bool | None = None) -> list:
     """Every trace at every budget under every policy, on the executor ``spec``.
 
     Parameters
@@ -140,6 +141,9 @@ def sweep_grid(refs: list[TraceRef], budgets_mib, policies, knobs, spec) -> list
     knobs : StreamKnobs or None
         With a knob on, one ExpertCache replay per point (lru only).
     spec : refsim.scale.executor.ExecutorSpec
+    split : bool, optional
+        One budget per cell (default: when ``spec`` is not this process) or every budget of a
+        (trace, policy) in one cell; the rows are the same.
 
     Returns
     -------
@@ -161,7 +165,8 @@ def sweep_grid(refs: list[TraceRef], budgets_mib, policies, knobs, spec) -> list
     on = knobs if knobs is not None and knobs.any_on else None
     if on is not None:
         check_knob_policies(list(insts))
-    split = spec.dask is not None or spec.workers > 1
+    if split is None:
+        split = spec.dask is not None or spec.workers > 1
     chunks = [(b,) for b in budgets] if split else [budgets]
     cells = [SweepCell(ref, pol, chunk, on) for ref in refs for pol in insts.values()
              for chunk in chunks]
