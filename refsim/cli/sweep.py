@@ -84,7 +84,7 @@ def run(args) -> int:
         policies = ["lru"]                    # the knobs exist for the engine's LRU only
     results = sweep_grid(refs, budgets, policies, knobs, spec)
     t_all = [h.token_cycle_bytes for _, h, _, _ in facts]
-    warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], min(t_all))
+    warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], max(t_all))
     out = report_stream({"--csv": args.csv})   # stderr when the CSV goes to stdout
     for (path, h, n_prompt, _), result in zip(facts, results):
         if many:

@@ -78,11 +78,12 @@ def read_prompts(path: str) -> list[str]:
 @dataclass(frozen=True)
 class PromptCell:
     """One task: prompt ``index`` (its ``text``) with the command's other flags (``flags``: the
-    parsed namespace's picklable values)."""
+    parsed namespace's picklable values); ``route_trace`` False for a dense model (no routes)."""
 
     index: int
     text: str
     flags: tuple
+    route_trace: bool = True
 
 
 def output_paths(out_dir: str, index: int) -> tuple[str, str]:
@@ -99,7 +100,7 @@ def prompt_cell(cell: PromptCell) -> dict:
     args = argparse.Namespace(**dict(cell.flags))
     trace, metrics = output_paths(args.out_dir, cell.index)
     args.prompt, args.prompt_tokens, args.json = cell.text, None, False
-    args.csv, args.route_trace = metrics, trace
+    args.csv, args.route_trace = metrics, trace if cell.route_trace else None
     with contextlib.ExitStack() as report:
         out = _run(args, report, quiet=True)
     return _summary(cell.index, out)
@@ -164,12 +165,16 @@ def run_prompts(args) -> int:
     prepare_out_dir(args.out_dir)
     if args.model is None:
         from refsim.forward.builtin import builtin_model_path
-        builtin_model_path()             # built once here, not by every worker at once
+        path = builtin_model_path()      # built once here, not by every worker at once
     elif not os.path.exists(args.model):
         raise ConfigError(f"MODEL {args.model}: no such file")
+    else:
+        path = args.model
+    from refsim.model import open_model
+    dense = not open_model(path).spec.n_expert     # a dense model writes no route trace
     flags = tuple((k, v) for k, v in sorted(vars(args).items()) if k not in ("func", "_parser"))
-    rows = run_cells(prompt_cell, [PromptCell(i, t, flags) for i, t in enumerate(prompts)], spec)
-    dense = rows[0]["dense"]
+    rows = run_cells(prompt_cell, [PromptCell(i, t, flags, not dense) for i, t in enumerate(prompts)],
+                     spec)
     print(f"prompts: {args.prompts}, {len(rows)} prompts; outputs in {args.out_dir}: "
           f"{PROMPT_STEM.format(0)}.csv (metrics)"
           + ("" if dense else f" and {PROMPT_STEM.format(0)}.route.csv (route trace)")
