@@ -179,3 +179,18 @@ def test_dask_local_cluster_of_processes(two_traces, capsys):
     pytest.importorskip("distributed")
     argv = ["union", str(two_traces), "--window", "1..2"]
     assert run_cli(capsys, argv) == run_cli(capsys, argv + ["--dask-scheduler", "local", "--workers", "2"])
+
+
+def test_device_predictions_per_trace_and_pooled(two_traces, capsys, tmp_path):
+    from refsim.timing import DeviceModel, Param
+    from refsim.timing.model import PARAMS
+    dev = DeviceModel(params={k: Param(1.0) for k in PARAMS}, compute={"m": Param(100.0)},
+                      serial_runs=1, overlap_runs=1)
+    (tmp_path / "d.json").write_text(dev.to_json())
+    one = run_cli(capsys, ["sweep", str(two_traces / "a.route.csv"), "--cache-mb", "64", "--policy",
+                           "lru", "--device", str(tmp_path / "d.json"), "--csv", "-"])
+    many = run_cli(capsys, ["sweep", str(two_traces), "--cache-mb", "64", "--policy", "lru",
+                            "--device", str(tmp_path / "d.json"), "--csv", "-"]).splitlines()
+    assert many[0].endswith(",over_budget,predicted_tok_s") and many[-1].startswith("(pooled),64,lru,")
+    # the first trace's row is its one-trace row, the trace column in front
+    assert many[1] == f"{two_traces / 'a.route.csv'}," + one.splitlines()[1]
