@@ -111,12 +111,19 @@ def run_cells(fn: Callable, cells: Sequence, spec: ExecutorSpec) -> list:
         return [fn(c) for c in cells]
     from concurrent.futures import ProcessPoolExecutor
     ctx = multiprocessing.get_context(START_METHOD)
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_sigint) as pool:
         try:
             return list(pool.map(fn, cells))
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
+
+
+def _ignore_sigint() -> None:
+    """A worker process ignores Ctrl-C (the terminal sends it to the whole process group): the
+    command handles it, prints its one line and shuts the pool down (docs/cli.md, Ctrl-C)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_dask(fn: Callable, cells: list, spec: ExecutorSpec) -> list:

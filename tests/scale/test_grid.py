@@ -194,3 +194,17 @@ def test_device_predictions_per_trace_and_pooled(two_traces, capsys, tmp_path):
     assert many[0].endswith(",over_budget,predicted_tok_s") and many[-1].startswith("(pooled),64,lru,")
     # the first trace's row is its one-trace row, the trace column in front
     assert many[1] == f"{two_traces / 'a.route.csv'}," + one.splitlines()[1]
+
+
+def test_a_worker_refuses_a_trace_that_is_not_the_checked_file(two_traces):
+    import dataclasses
+    from refsim.errors import ConfigError
+    from refsim.scale.grid import load_trace
+    ref = TraceRef.of(str(two_traces / "b.route.csv"))
+    other = dataclasses.replace(ref, size=ref.size + 1)       # what a worker sees on another disk
+    with pytest.raises(ConfigError, match=r"^TRACE .*b\.route\.csv: not the file refsim checked"):
+        load_trace(other)
+    gone = TraceRef(str(two_traces / "gone.route.csv"), 1, 1)
+    with pytest.raises(ConfigError, match="not readable on this worker: No such file"):
+        load_trace(gone)
+    assert load_trace(ref).header.model == "scripted"
