@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from refsim.cache import ExpertCache
+from refsim.cache.knobs import StreamKnobs
 from refsim.cli import main
 from refsim.errors import ConfigError
 from refsim.spec import NgramDraft, run_generation
@@ -25,19 +26,22 @@ HEADER = TraceHeader(model="scripted", arch="scripted", n_layer=N_LAYER, n_exper
                      dense_bytes=np.zeros(N_LAYER, dtype=np.int64))
 
 
-def scripted_run(n_predict, **kw):
+def scripted_run(n_predict, knobs=None, **kw):
     doc = copy_heavy_document(400, n_vocab=40, seed=5)
     target = ScriptedTarget(DocumentScript(doc, eos=None), ScriptedRouter(N_LAYER, N_EXPERT, K, seed=3))
-    cache = ExpertCache(EXPERT_BYTES, N_EXPERT, 40_000)
+    cache = ExpertCache(EXPERT_BYTES, N_EXPERT, 40_000, knobs)
     return run_generation(target, NgramDraft(min_match=2), np.asarray(doc[:20]), n_predict,
                           cache=cache, draft_max=3, **kw)
 
 
-def test_streamed_trace_is_the_kept_runs_trace_byte_for_byte(tmp_path):
-    kept = scripted_run(120)
+@pytest.mark.parametrize("knobs", [None, StreamKnobs(prefetch=2, traced=True),
+                                   StreamKnobs(drop_frac=0.9, traced=True)],   # drops 261 slots in 60 tokens
+                         ids=["plain", "prefetch", "drop"])
+def test_streamed_trace_is_the_kept_runs_trace_byte_for_byte(tmp_path, knobs):
+    kept = scripted_run(120, knobs)
     kept.write_trace(tmp_path / "kept.route.csv", HEADER)          # every event kept, then written
     with TraceWriter(tmp_path / "streamed.route.csv", HEADER) as w:
-        streamed = scripted_run(120, keep_events=False, on_event=w.write_record)
+        streamed = scripted_run(120, knobs, keep_events=False, on_event=w.write_record)
     assert (tmp_path / "streamed.route.csv").read_bytes() == (tmp_path / "kept.route.csv").read_bytes()
     assert w.events == sum(1 for e in kept.events if not e.kind.draft_context) > 20
     # the telemetry a run reports is the same without the events (timings aside: measured)
