@@ -37,7 +37,7 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 
 | flags | accepted |
 |---|---|
-| `-n`, `--ctx`, `-k`, `--prompt-len`, `--top`, `--io-threads` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
+| `-n`, `--ctx`, `-k`, `--prompt-len`, `--top`, `--io-threads`, `--workers` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
 | `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps` | an integer in 0..2147483647 |
 | `--resamples` | an integer in 1..100000 |
 | `--position-cost`, `--draft-ms` | a finite number >= 0 |
@@ -73,6 +73,10 @@ OUTPUTS = """## Outputs, `-`, numbers, Ctrl-C
   that fails or is interrupted leaves the earlier file as it was and no temporary behind.
 - A FIFO, a character device (`/dev/null`, a terminal) or any path under `/dev/` or `/proc/`
   (`/dev/stdout`, `/dev/fd/N`) is opened and written in place, streamed as it is produced.
+- `refsim run --route-trace` writes each decode's rows as the run produces them (into the
+  temporary file, or in place for `-`, a FIFO or a device) and keeps none of them, so a
+  long run's memory does not grow with its trace; the file is renamed into place when the
+  run ends (docs/scale.md).
 - `-` is standard output for every text output (`--csv`, `--route-trace`, `--md`, `--html`,
   `timing fit --out`). The command's own
   report (text or `--json`) then goes to standard error, so the stream holds only the file. Two

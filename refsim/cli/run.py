@@ -62,6 +62,15 @@ def add_parser(sub) -> None:
     add_knob_args(p, route_ahead=True)
     from refsim.cli.device import add_device_args
     add_device_args(p)
+    g = p.add_argument_group("many prompts (docs/scale.md)")
+    g.add_argument("--prompts", metavar="FILE",
+                   help="run every prompt of FILE (one a line, UTF-8, at most 10000 lines of 65536 "
+                        "bytes), writing DIR/prompt-NNNN.csv and DIR/prompt-NNNN.route.csv per prompt "
+                        "(NNNN = the 0-based line index), then a summary; needs --out-dir")
+    g.add_argument("--out-dir", metavar="DIR",
+                   help="with --prompts: the folder of the per-prompt outputs (made if missing)")
+    from refsim.scale.executor import add_executor_args
+    add_executor_args(p)
     p.set_defaults(func=run)
 
 
@@ -171,11 +180,19 @@ def _report_dense(args, model, path, prompt, tokenizer, result, stats, config, d
 
 
 def run(args) -> int:
+    if args.prompts is not None:
+        from refsim.scale.prompts import run_prompts
+        return run_prompts(args)
+    if args.out_dir is not None or args.workers != 1 or args.dask_scheduler is not None:
+        raise UsageError("--out-dir, --workers and --dask-scheduler: with --prompts only (one "
+                         "prompt runs in this process)")
     with contextlib.ExitStack() as report:
         return _run(args, report)
 
 
-def _run(args, report: contextlib.ExitStack) -> int:
+def _run(args, report: contextlib.ExitStack, quiet: bool = False):
+    """Run one generation and print its report; with ``quiet`` (``--prompts``' workers) write the
+    outputs, print nothing and return the ``--json`` object instead of an exit code."""
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
     from refsim.cli.common import check_outputs, knobs_from_args, report_stream, warn_below_token_cycle
@@ -256,16 +273,32 @@ def _run(args, report: contextlib.ExitStack) -> int:
                 raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
             from refsim.predict_stats import PredictProbe
             probe = target.predict_probe = PredictProbe(target.n_layer)
-    t1 = time.perf_counter()
-    result = run_generation(target, source, prompt, args.n_predict, cache=cache,
-                            draft_max=config.draft_max)
-    wall_s = time.perf_counter() - t1
+    writer = contextlib.nullcontext()
+    if args.route_trace is not None and not dense:
+        from refsim.trace import TraceWriter
+        header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
+                             n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
+                             dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
+                             extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
+        writer = TraceWriter(args.route_trace, header)
+    # the trace's rows are written as the events arrive (temp file renamed at the end): the run
+    # keeps no event (keep_events=False), only the first and last the telemetry reads
+    with writer as trace_out:
+        t1 = time.perf_counter()
+        result = run_generation(target, source, prompt, args.n_predict, cache=cache,
+                                draft_max=config.draft_max, keep_events=False,
+                                on_event=trace_out.write_record if trace_out is not None else None)
+        wall_s = time.perf_counter() - t1
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)
     sim_tps = ratio(result.n_gen + len(prompt), wall_s)    # None (n/a, null) if no time was measured
     decode_tps = stats.tok_s
     to_stdout = report_stream({"--route-trace": args.route_trace, "--csv": args.csv})
     if dense:
         _write_metrics(args, result, stats, config, path, model.spec.arch)
+        if quiet:
+            return {"prompt_tokens": prompt, "tokens": result.tokens.tolist(), "dense": True,
+                    "decodes": stats.decodes, "drafted": stats.drafted, "accepted": stats.accepted,
+                    "read_bytes": stats.decodes * model.bytes.file_tensor_bytes, "cache": None}
         # the outputs are written: the report goes to stderr if one of them went to stdout
         report.enter_context(contextlib.redirect_stdout(to_stdout))
         return _report_dense(args, model, path, prompt, tokenizer, result, stats, config,
@@ -276,15 +309,10 @@ def _run(args, report: contextlib.ExitStack) -> int:
     from refsim.cache.summary import KnobSummary
     knob_summary = KnobSummary.from_stats(cache.stats, knobs) if knobs.any_on else None
     warn_below_token_cycle("run", [budget], t_bytes)
-    if args.route_trace is not None:
-        header = TraceHeader(model=path, arch=spec.arch, n_layer=target.n_layer, n_expert=spec.n_expert,
-                             n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
-                             dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
-                             extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
-        result.write_trace(args.route_trace, header)
     _write_metrics(args, result, stats, config, path, spec.arch, device)
-    # the outputs are written: the report goes to stderr if one of them went to stdout
-    report.enter_context(contextlib.redirect_stdout(to_stdout))
+    if not quiet:
+        # the outputs are written: the report goes to stderr if one of them went to stdout
+        report.enter_context(contextlib.redirect_stdout(to_stdout))
     text = _ids_text(model, result.tokens, tokenizer)
     out = {
         "model": path, "builtin": builtin, "numerics": args.numerics, "spec": result.spec,
@@ -310,6 +338,8 @@ def _run(args, report: contextlib.ExitStack) -> int:
     if ahead is not None:
         out["route_ahead"] = {"n": ahead.n, "committed": ahead.committed,
                               "passthrough": ahead.passthrough, "agree_pct": ahead.agree_pct}
+    if quiet:
+        return out
     if args.json:
         print(json.dumps(out))
         return 0

@@ -7,7 +7,9 @@ from refsim.cli.common import add_knob_args, cache_mib, int_list, knobs_from_arg
 from refsim.cli.device import add_device_args, device_figures, load_device_args
 from refsim.errors import UsageError
 from refsim.fmt import NA, budget_mib, num, ratio
-from refsim.studies.union import union_study
+from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
+from refsim.scale.grid import TraceRef, pool_union, prefixed, remember, union_grid
+from refsim.scale.inputs import expand_traces
 from refsim.trace import read_trace
 
 
@@ -17,13 +19,17 @@ def add_parser(sub) -> None:
         description="For windows of w consecutive decode positions: the per-layer union of the "
                     "top-k sets (mean, p50, p90) and, with --cache-mb, the flash MiB a verify "
                     "batch of width w would read (decode positions replayed in batches of w).")
-    p.add_argument("trace", help="route trace file (route_trace v1)")
+    p.add_argument("trace", nargs="+", metavar="TRACE",
+                   help="route trace files (route_trace v1), globs or folders of *.route.csv; with "
+                        "more than one, per-trace rows (a trace column) and the pooled rows "
+                        "(docs/scale.md)")
     p.add_argument("--window", type=int_list(1), default=list(range(1, 9)), metavar="W",
                    help="window widths: N, N,M,... or A..B (default 1..8)")
     p.add_argument("--cache-mb", metavar="N", type=cache_mib,
                    help="cache budget in MiB for the replay (omit: union sizes only)")
     add_knob_args(p)
     add_device_args(p)
+    add_executor_args(p)
     p.set_defaults(func=run)
 
 
@@ -31,14 +37,27 @@ def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb) if args.cache_mb is not None else None
     if args.device is not None and budget is None:
         raise UsageError("--device without --cache-mb: the predicted time needs the replay's reads")
+    spec = ExecutorSpec.from_args(args)
+    paths = expand_traces(args.trace)
+    if spec.dask is not None:
+        require_dask()
     device = load_device_args(args)
-    trace = read_trace(args.trace)
-    knobs = knobs_from_args(args, trace.header.n_expert_used)
-    rows = union_study(trace, args.window, budget, knobs)
+    refs, headers, knobs, warned = [], [], None, set()
+    for path in paths:                 # every trace is checked before any cell runs
+        trace = read_trace(path)
+        if trace.header.n_expert_used not in warned:
+            warned.add(trace.header.n_expert_used)
+            knobs = knobs_from_args(args, trace.header.n_expert_used)
+        ref = TraceRef.of(path)
+        remember(ref, trace)
+        refs.append(ref)
+        headers.append((trace.path, trace.header))
+        del trace
+    per_trace = union_grid(refs, args.window, budget, knobs, spec)
     knobs_on = knobs.any_on
-    h = trace.header
-    print(f"trace: {trace.path} ({h.n_layer} layers, {h.n_expert} experts, "
-          f"top-{h.n_expert_used})")
+    for tpath, h in headers:
+        print(f"trace: {tpath} ({h.n_layer} layers, {h.n_expert} experts, "
+              f"top-{h.n_expert_used})")
     head = f"{'w':>2}  {'windows':>7}  {'union':>6}  {'p50':>5}  {'p90':>5}  {'union_MiB':>9}"
     if budget is not None:
         print(f"replay at {budget_mib(budget)} MiB; decode positions in batches of w")
@@ -53,7 +72,30 @@ def run(args) -> int:
             print(f"knob columns: the same replay with --drop-cold-experts {knobs.drop_frac:g} "
                   f"--prefetch {knobs.prefetch} (the drop rule per token row of each batch)")
             head += f"  {'k_MiB/tok':>9}  {'k x w=1':>7}  {'k_hit%':>6}  {'dropped':>13}"
+    if len(paths) == 1:
+        print(head)
+        for line in table_lines([r for r, _ in per_trace[0]], args, device, budget, knobs_on):
+            print(line)
+        return 0
+    width = max(len("trace"), *(len(p) for p in paths))
+    print(f"{'trace':<{width}}  {head}")
+    for path, pairs in zip(paths, per_trace):
+        for line in prefixed(path, width, table_lines([r for r, _ in pairs], args, device, budget,
+                                                      knobs_on)):
+            print(line)
+    print(f"pooled over {len(paths)} traces (union sizes over every window and layer of every "
+          f"trace; decodes, hits, lookups, bytes and tokens summed, rates the ratios of the sums; "
+          f"docs/scale.md)")
     print(head)
+    for line in table_lines(pool_union(per_trace), args, device, budget, knobs_on):
+        print(line)
+    return 0
+
+
+def table_lines(rows, args, device, budget, knobs_on) -> list[str]:
+    """The table's lines of one trace's (or the pooled) rows; ``x w=1`` is against the first
+    w=1 row of ``rows``."""
+    out = []
     base = kbase = None
     for r in rows:
         line = (f"{r.window:>2}  {r.n_windows:>7}  {r.union_mean:>6.2f}  {r.union_p50:>5.1f}  "
@@ -73,5 +115,5 @@ def run(args) -> int:
                 kr = num(ratio(r.knob_mib_per_token, kbase), 2) if kbase else NA
                 line += (f"  {num(r.knob_mib_per_token, 2):>9}  {kr:>7}  {num(r.knob_hit_pct_decode, 1):>6}  "
                          f"{f'{r.knob_dropped}/{r.knob_routed}':>13}")
-        print(line)
-    return 0
+        out.append(line)
+    return out

@@ -133,6 +133,11 @@ class RunResult:
         Seconds after the last decode until the loop returned (counted in loop overhead).
     cache : ExpertCache or None
         The cache the events were fed to.
+    first_event, last_event : DecodeEvent or None
+        The first (the prefill) and last event of the run, kept even when ``events`` is not
+        (:class:`SpeculativeLoop` with ``keep_events=False``).
+    n_events : int
+        Events the run produced (``len(events)`` when they are kept).
     """
 
     prompt: np.ndarray
@@ -148,6 +153,9 @@ class RunResult:
     prefill_s: float = 0.0
     tail_s: float = 0.0
     cache: ExpertCache | None = field(default=None, repr=False)
+    first_event: DecodeEvent | None = field(default=None, repr=False)
+    last_event: DecodeEvent | None = field(default=None, repr=False)
+    n_events: int = 0
 
     @property
     def n_prompt(self) -> int:
@@ -181,6 +189,9 @@ class RunResult:
         from refsim.trace import write_trace
         if self.cache is None or any(r is None for r in self.records):
             raise ConfigError("a route trace needs a run with an expert cache (--cache-mb)")
+        if self.n_events and len(self.events) != self.n_events:
+            raise ConfigError("the run did not keep its events (keep_events=False); write the "
+                              "trace as it runs (SpeculativeLoop on_event, refsim.trace.TraceWriter)")
         traced = [(e, r) for e, r in zip(self.events, self.records)
                   if not e.kind.draft_context]
         write_trace(path, header, [e for e, _ in traced], [r.trace_residency() for _, r in traced],
@@ -221,6 +232,13 @@ class SpeculativeLoop:
         Every event is applied to it; its records give bytes, lookups and hits.
     clock : callable, default time.perf_counter
         Seconds source (tests pass a fake clock for reproducible telemetry).
+    on_event : callable, optional
+        Called as ``on_event(event, record)`` for every event in order, once the cache has
+        applied it (``record`` None without a cache): ``refsim run --route-trace`` writes the
+        trace's rows here (:meth:`refsim.trace.TraceWriter.write_record`).
+    keep_events : bool, default True
+        Keep every event and record in the result; False keeps only the first and last event
+        and a count (what the telemetry needs), so memory does not grow with the events.
 
     Raises
     ------
@@ -232,7 +250,8 @@ class SpeculativeLoop:
     def __init__(self, target: Target, draft_source: DraftSource | None = None,
                  draft_max: int = DRAFT_MAX_DEFAULT, n_predict: int = 128,
                  cache: ExpertCache | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter,
+                 on_event: Callable | None = None, keep_events: bool = True):
         if not 1 <= int(draft_max) <= DRAFT_MAX_LIMIT:
             raise ConfigError(f"--draft: expected 1..{DRAFT_MAX_LIMIT}, got {draft_max}")
         if int(n_predict) < 1:
@@ -246,6 +265,10 @@ class SpeculativeLoop:
         self.n_predict = int(n_predict)
         self.cache = cache
         self.clock = clock
+        self.on_event = on_event
+        self.keep_events = bool(keep_events)
+        self._first = self._last = None
+        self._n_events = 0
 
     @property
     def spec_on(self) -> bool:
@@ -254,13 +277,20 @@ class SpeculativeLoop:
 
     def _apply(self, event: DecodeEvent, events: list, records: list,
                gate=None) -> EventRecord | None:
-        events.append(event)
         if gate is not None:
             self.target.moe_gate = None
             rec = gate.close(event)
         else:
             rec = self.cache.apply(event) if self.cache is not None else None
-        records.append(rec)
+        if self.keep_events:
+            events.append(event)
+            records.append(rec)
+        if self._first is None:
+            self._first = event
+        self._last = event
+        self._n_events += 1
+        if self.on_event is not None:
+            self.on_event(event, rec)
         return rec
 
     def _open_gate(self, kind: DecodeKind, positions: np.ndarray):
@@ -308,6 +338,8 @@ class SpeculativeLoop:
         events: list[DecodeEvent] = []
         records: list[EventRecord | None] = []
         steps: list[StepRecord] = []
+        self._first = self._last = None
+        self._n_events = 0
         n_prompt = prompt.size
         corpus = np.empty(n_prompt + self.n_predict, dtype=np.int64)
         corpus[:n_prompt] = prompt
@@ -399,12 +431,14 @@ class SpeculativeLoop:
             prompt=prompt, tokens=np.asarray(gen, dtype=np.int32), steps=steps, events=events,
             records=records, spec=self.draft_source.name,
             draft_max=self.draft_max if spec_on else 0, n_predict=self.n_predict, eog=eog,
-            eog_token=eog_token, prefill_s=t1 - t0, tail_s=t_end - prev_end, cache=self.cache)
+            eog_token=eog_token, prefill_s=t1 - t0, tail_s=t_end - prev_end, cache=self.cache,
+            first_event=self._first, last_event=self._last, n_events=self._n_events)
 
 
 def run_generation(target: Target, draft_source: DraftSource | None, prompt, n_predict: int,
                    cache: ExpertCache | None = None, draft_max: int = DRAFT_MAX_DEFAULT,
-                   clock: Callable[[], float] = time.perf_counter) -> RunResult:
+                   clock: Callable[[], float] = time.perf_counter,
+                   on_event: Callable | None = None, keep_events: bool = True) -> RunResult:
     """One-call form of :class:`SpeculativeLoop` (what ``refsim run`` calls).
 
     Parameters
@@ -417,6 +451,9 @@ def run_generation(target: Target, draft_source: DraftSource | None, prompt, n_p
     cache : ExpertCache, optional
     draft_max : int, default 3
     clock : callable, default time.perf_counter
+    on_event : callable, optional
+    keep_events : bool, default True
+        As :class:`SpeculativeLoop`'s.
 
     Returns
     -------
@@ -428,7 +465,7 @@ def run_generation(target: Target, draft_source: DraftSource | None, prompt, n_p
     refsim.spec.config.SpecConfig : flag validation and :func:`draft_source_for`.
     """
     loop = SpeculativeLoop(target, draft_source, draft_max=draft_max, n_predict=n_predict,
-                           cache=cache, clock=clock)
+                           cache=cache, clock=clock, on_event=on_event, keep_events=keep_events)
     return loop.run(prompt)
 
 

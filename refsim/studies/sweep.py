@@ -248,10 +248,7 @@ def sweep_knobs(trace, budgets_mib, knobs, policies=("lru",)) -> SweepResult:
     """
     from refsim.studies.replay import replay_trace
 
-    policies = list(dict.fromkeys(getattr(p, "label", p) for p in policies))
-    if policies != ["lru"]:
-        raise UsageError(f"--policy {','.join(policies)}: --drop-cold-experts and --prefetch act "
-                         f"in the engine's LRU cache only; expected --policy lru")
+    check_knob_policies(policies)
     budgets_mib = list(dict.fromkeys(float(b) for b in budgets_mib))
     if not budgets_mib:
         raise ConfigError("--cache-mb: no budget given")
@@ -263,6 +260,27 @@ def sweep_knobs(trace, budgets_mib, knobs, policies=("lru",)) -> SweepResult:
     n_batch = len(trace.events) * h.n_layer
     return SweepResult(rows, ["lru"], budgets_mib, int(h.token_cycle_bytes), n_batch,
                        rows[0].summary.tokens)
+
+
+def check_knob_policies(policies) -> None:
+    """The knobs' policy list must be lru alone (the engine implements them for its LRU only).
+
+    Raises
+    ------
+    UsageError
+        ``"--policy P,Q: --drop-cold-experts and --prefetch act in the engine's LRU cache only;
+        expected --policy lru"``.
+    """
+    policies = list(dict.fromkeys(getattr(p, "label", p) for p in policies))
+    if policies != ["lru"]:
+        raise UsageError(f"--policy {','.join(policies)}: --drop-cold-experts and --prefetch act "
+                         f"in the engine's LRU cache only; expected --policy lru")
+
+
+def sweep_csv_rows(result: SweepResult, tok_s: list | None = None) -> list[list]:
+    """The data rows of :func:`write_sweep_csv` (after its column line), as field lists."""
+    return [r.csv_fields() + [int(r.over_budget)] + ([csv_num(tok_s[i], 3)] if tok_s is not None else [])
+            for i, r in enumerate(result.rows)]
 
 
 def write_sweep_csv(path: str, result: SweepResult, tok_s: list | None = None) -> None:
@@ -278,9 +296,7 @@ def write_sweep_csv(path: str, result: SweepResult, tok_s: list | None = None) -
     with open_output(path, "--csv") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(SWEEP_CSV_COLUMNS + (("predicted_tok_s",) if tok_s is not None else ()))
-        for i, r in enumerate(result.rows):
-            w.writerow(r.csv_fields() + [int(r.over_budget)]
-                       + ([csv_num(tok_s[i], 3)] if tok_s is not None else []))
+        w.writerows(sweep_csv_rows(result, tok_s))
 
 
 def format_table(result: SweepResult, tok_s: list | None = None) -> list[str]:
@@ -325,7 +341,7 @@ def known_policies() -> list[str]:
     return list(POLICIES)
 
 
-__all__ = ["sweep_budgets", "sweep_knobs", "SweepResult", "SweepRow", "parse_budgets_mib",
+__all__ = ["sweep_budgets", "sweep_knobs", "check_knob_policies", "sweep_csv_rows", "SweepResult", "SweepRow", "parse_budgets_mib",
            "write_sweep_csv", "SWEEP_CSV_COLUMNS",
            "format_budget",
            "format_table", "known_policies", "CSV_COLUMNS", "DEFAULT_BUDGETS_MIB", "MIB"]

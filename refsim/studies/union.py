@@ -60,6 +60,31 @@ class UnionRow:
     knob_routed: int | None = None
 
 
+@dataclass(frozen=True)
+class UnionParts:
+    """The sums one window width of one trace adds to a pooled row (docs/scale.md, "Pooling").
+
+    ``size_counts[s]`` = number of (window, routed layer) pairs whose union holds ``s`` experts
+    (the union sizes as a histogram: exact pooled mean and percentiles); ``union_bytes`` = the
+    sum over windows of the union bytes summed over layers. The replay fields (decode counters,
+    bytes) are 0 without a budget; the ``knob_*`` ones without knobs.
+    """
+
+    size_counts: tuple[int, ...]
+    union_bytes: int
+    n_windows: int
+    tokens: int = 0
+    decodes: int = 0
+    decode_lookups: int = 0
+    decode_hits: int = 0
+    decode_read_bytes: int = 0
+    knob_decode_lookups: int = 0
+    knob_decode_hits: int = 0
+    knob_decode_read_bytes: int = 0
+    knob_dropped: int = 0
+    knob_routed: int = 0
+
+
 def decode_positions(events, with_weights: bool = False) -> tuple:
     """Per decode position (ascending), the routes of the last target decode that fed it.
 
@@ -156,7 +181,7 @@ def _replay_grouped(h, events, budget_bytes, n_tokens, knobs=None):
 
 
 def union_study(trace, windows, budget_bytes: int | None = None,
-                knobs=None) -> list[UnionRow]:
+                knobs=None, parts: bool = False) -> list:
     """Union sizes and widened-batch reads for each window width.
 
     Parameters
@@ -169,9 +194,12 @@ def union_study(trace, windows, budget_bytes: int | None = None,
     knobs : refsim.cache.knobs.StreamKnobs, optional
         With a budget: replay a second time with these knobs on (``knob_*`` fields).
 
+    parts : bool
+        Return ``(UnionRow, UnionParts)`` pairs (the sums a pooled row needs) instead of rows.
+
     Returns
     -------
-    list of UnionRow
+    list of UnionRow, or of (UnionRow, UnionParts) with ``parts=True``
         One per width, in the given order.
 
     Raises
@@ -193,8 +221,11 @@ def union_study(trace, windows, budget_bytes: int | None = None,
             raise ConfigError(f"--window: {w} is outside 1..{positions.size} "
                               f"(the trace's decode positions)")
         sizes = window_union_sizes(routes, h.n_expert, w, dropped)
-        mib = (sizes * h.expert_bytes[None, :]).sum(axis=1) / MIB
+        wbytes = (sizes * h.expert_bytes[None, :]).sum(axis=1)     # union bytes per window
+        mib = wbytes / MIB
         sizes = np.delete(sizes, trace.unrouted_layers, axis=1)   # an --mtp trace's head layer
+        part = dict(size_counts=tuple(int(c) for c in np.bincount(sizes.ravel())),
+                    union_bytes=int(wbytes.sum()), n_windows=int(sizes.shape[0]))
         row = dict(window=int(w), n_windows=int(sizes.shape[0]),
                    union_mean=float(sizes.mean()),
                    union_p50=float(np.percentile(sizes, 50)),
@@ -205,11 +236,16 @@ def union_study(trace, windows, budget_bytes: int | None = None,
             _, s = _replay_grouped(h, evs, budget_bytes, int(positions.size))
             row.update(decodes=len(evs) - len(prefill), read_mib=s.decode_read_mib,
                        mib_per_token=s.mib_per_token, hit_pct_decode=s.hit_pct_decode)
+            part.update(tokens=s.tokens, decodes=row["decodes"], decode_lookups=s.decode_lookups,
+                        decode_hits=s.decode_hits, decode_read_bytes=s.decode_read_bytes)
             if knobs_on:
                 cache, s = _replay_grouped(h, evs, budget_bytes, int(positions.size), knobs)
                 k = KnobSummary.from_stats(cache.stats, knobs)
                 row.update(knob_read_mib=s.decode_read_mib, knob_mib_per_token=s.mib_per_token,
                            knob_hit_pct_decode=s.hit_pct_decode, knob_dropped=k.experts_dropped,
                            knob_routed=k.experts_routed)
-        rows.append(UnionRow(**row))
+                part.update(knob_decode_lookups=s.decode_lookups, knob_decode_hits=s.decode_hits,
+                            knob_decode_read_bytes=s.decode_read_bytes,
+                            knob_dropped=k.experts_dropped, knob_routed=k.experts_routed)
+        rows.append((UnionRow(**row), UnionParts(**part)) if parts else UnionRow(**row))
     return rows

@@ -95,7 +95,8 @@ class MetricsPreamble:
         ``overrides`` set any other key (``model=``, ``arch=``, ``n_ctx=``, ...).
         """
         kw: dict = {}
-        ev = result.events[0] if result.events else None
+        ev = result.first_event if result.first_event is not None else (
+            result.events[0] if result.events else None)
         if ev is not None:
             kw["n_layer"] = ev.n_layer
             kw["n_expert_used"] = int(ev.routes.shape[2])

@@ -101,8 +101,9 @@ class RunStats:
         cache = result.cache
         st = cache.stats if cache is not None else None
         token_demand = layer_demand = 0
-        if cache is not None and result.events:
-            ev = result.events[-1]
+        ev = result.last_event if result.last_event is not None else (
+            result.events[-1] if result.events else None)
+        if cache is not None and ev is not None:
             per_layer = [np.unique(ev.layer_ids(il)).size * int(cache.expert_bytes[il])
                          for il in range(ev.n_layer)]
             token_demand, layer_demand = int(sum(per_layer)), int(max(per_layer, default=0))

@@ -11,6 +11,7 @@ counters. Weights are written as the shortest text that reads back to the same f
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -100,6 +101,70 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     return "\n".join(rows) + "\n" if rows else ""
 
 
+class TraceWriter:
+    """A route trace written as its events arrive (``refsim run --route-trace``): the header at
+    open, each event's rows at :meth:`write`, nothing kept but a count, so memory does not grow
+    with the run. The file follows :func:`refsim.fileio.open_output`'s rules: a regular file is a
+    temporary in the destination's folder, renamed over it when the ``with`` block ends without
+    an exception (removed otherwise); ``-``, a FIFO or a device are written as the rows come.
+
+    Parameters
+    ----------
+    path : str or path-like
+    header : TraceHeader
+    what : str
+        The flag named in errors (default ``--route-trace``).
+
+    Raises
+    ------
+    ConfigError
+        If the destination cannot be written or a write fails (names ``what`` and the path).
+    """
+
+    def __init__(self, path: str | os.PathLike, header: TraceHeader, what: str = "--route-trace"):
+        self.path, self.header, self.what = path, header, what
+        self.events = 0
+        """Events written (draft-context events are skipped and not counted)."""
+        self._ctx = self._fh = None
+
+    def __enter__(self) -> "TraceWriter":
+        self._ctx = open_output(self.path, self.what)
+        self._fh = self._ctx.__enter__()
+        try:
+            self._fh.write(format_header(self.header))
+        except BaseException:
+            self._close(*sys.exc_info())
+            raise
+        return self
+
+    def write(self, event: DecodeEvent, residency: np.ndarray, charged_bytes: np.ndarray) -> None:
+        """Write one event's rows (:func:`format_event_rows`); a draft-context event is skipped
+        (the engine discards the draft context's rows)."""
+        if event.kind.draft_context:
+            return
+        try:
+            self._fh.write(format_event_rows(event, residency, charged_bytes))
+        except BaseException:
+            self._close(*sys.exc_info())
+            raise
+        self.events += 1
+
+    def write_record(self, event: DecodeEvent, record) -> None:
+        """:meth:`write` with the cache's :class:`~refsim.cache.EventRecord` of the event (the
+        residency the engine writes, :meth:`~refsim.cache.EventRecord.trace_residency`)."""
+        if not event.kind.draft_context:
+            self.write(event, record.trace_residency(), record.charged_bytes)
+
+    def _close(self, *exc) -> bool | None:
+        ctx, self._ctx, self._fh = self._ctx, None, None
+        if ctx is None:
+            return None
+        return ctx.__exit__(*exc)
+
+    def __exit__(self, *exc):
+        return self._close(*exc)
+
+
 def write_trace(path: str | os.PathLike, header: TraceHeader,
                 events: Iterable[DecodeEvent], residency: Sequence[np.ndarray],
                 charged_bytes: Sequence[np.ndarray], what: str = "--route-trace") -> None:
@@ -125,9 +190,6 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
     ConfigError
         If the destination cannot be written or a write fails (names ``what`` and the path).
     """
-    with open_output(path, what) as fh:
-        fh.write(format_header(header))
+    with TraceWriter(path, header, what) as w:
         for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
-            if ev.kind.draft_context:
-                continue
-            fh.write(format_event_rows(ev, res, chg))
+            w.write(ev, res, chg)

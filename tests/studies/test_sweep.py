@@ -141,7 +141,7 @@ def test_missing_matplotlib_fails_before_the_sweep(tmp_path, capsys, monkeypatch
         raise AssertionError("the sweep ran before the matplotlib check")
 
     monkeypatch.setattr(builtins, "__import__", no_mpl)
-    monkeypatch.setattr(cli_sweep, "sweep_budgets", must_not_run)
+    monkeypatch.setattr(cli_sweep, "sweep_grid", must_not_run)     # the command's one entry to the sweep
     trace = write_demo_trace(tmp_path)
     assert main(["sweep", str(trace), "--cache-mb", "4", "--plot", str(tmp_path / "x.png"),
                  "--csv", str(tmp_path / "ok.csv")]) == 1

@@ -1,0 +1,152 @@
+"""The grid executor: run one function over a list of cells in this process, on local processes
+(``--workers N``) or on a Dask distributed cluster (``--dask-scheduler ADDRESS``), and return the
+results **in the cells' order** whatever ran them, so a command's output is byte-identical for
+every executor (docs/scale.md).
+
+What goes to a worker is the cell (a small frozen dataclass: paths, budgets, policy, knobs) and
+the function, pickled by reference (``refsim.scale.grid.sweep_cell``): a worker needs refsim
+installed and the trace paths readable at the same names (a shared filesystem), and it sends back
+the cell's rows (a few hundred bytes each).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from refsim.errors import ConfigError
+
+DASK_INSTALL_HINT = ("--dask-scheduler needs the optional dask extra; install it with: "
+                     "python3 -m pip install 'refsim[dask]' (or 'dask[distributed]>=2024.1')")
+"""The one line ``--dask-scheduler`` stops with when ``distributed`` is not installed."""
+
+LOCAL = "local"
+"""``--dask-scheduler local``: start a ``distributed.LocalCluster`` on this machine."""
+
+START_METHOD = "spawn"
+"""How ``--workers N`` starts its processes: ``spawn`` (a fresh interpreter; no forked copy of
+the parent's Numba/threads state, the same on Linux and macOS)."""
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """Which executor a command runs its grid on: ``workers`` local processes (1 = this process)
+    or, with ``dask``, the Dask scheduler at that address (``local`` = a LocalCluster of
+    ``workers`` processes, or ``os.cpu_count()`` when ``workers`` is 1)."""
+
+    workers: int = 1
+    dask: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.dask is not None:
+            return f"dask {self.dask}"
+        return "serial" if self.workers <= 1 else f"{self.workers} local processes"
+
+    @classmethod
+    def from_args(cls, args) -> "ExecutorSpec":
+        """From ``--workers`` and ``--dask-scheduler`` (:func:`add_executor_args`)."""
+        return cls(int(getattr(args, "workers", 1) or 1), getattr(args, "dask_scheduler", None))
+
+
+def add_executor_args(parser) -> None:
+    """``--workers N`` and ``--dask-scheduler ADDRESS`` (docs/scale.md)."""
+    from refsim.cli.common import positive_int
+    g = parser.add_argument_group("executor (docs/scale.md; the output is the same for every one)")
+    g.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="run the grid's cells on N local processes (default 1: in this process); "
+                        "with --dask-scheduler local, the LocalCluster's worker count")
+    g.add_argument("--dask-scheduler", metavar="ADDRESS",
+                   help="run the cells on a Dask distributed cluster: 'local' starts a LocalCluster, "
+                        "an address (tcp://host:8786) uses a running scheduler; needs refsim[dask] "
+                        "and the input paths readable by every worker (a shared filesystem)")
+
+
+def require_dask():
+    """Import ``distributed`` (before any work).
+
+    Raises
+    ------
+    ConfigError
+        :data:`DASK_INSTALL_HINT`.
+    """
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError(DASK_INSTALL_HINT) from None
+    return distributed
+
+
+def run_cells(fn: Callable, cells: Sequence, spec: ExecutorSpec) -> list:
+    """``[fn(c) for c in cells]`` on the executor ``spec`` names, in the cells' order.
+
+    Parameters
+    ----------
+    fn : callable
+        A module-level function (pickled by reference).
+    cells : sequence
+        Picklable arguments, one task each.
+    spec : ExecutorSpec
+
+    Returns
+    -------
+    list
+        ``fn(cell)`` for each cell, in order.
+
+    Raises
+    ------
+    RefsimError
+        Whatever a cell raised (the first failing cell in order for local processes, the first
+        to fail for Dask): the same one-line error as in this process.
+    ConfigError
+        :data:`DASK_INSTALL_HINT`; ``"--dask-scheduler ADDRESS: cannot connect: REASON"``.
+    """
+    cells = list(cells)
+    if spec.dask is not None:
+        return _run_dask(fn, cells, spec)
+    n = min(spec.workers, len(cells))
+    if n <= 1:
+        return [fn(c) for c in cells]
+    from concurrent.futures import ProcessPoolExecutor
+    ctx = multiprocessing.get_context(START_METHOD)
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_sigint) as pool:
+        try:
+            return list(pool.map(fn, cells))
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _ignore_sigint() -> None:
+    """A worker process ignores Ctrl-C (the terminal sends it to the whole process group): the
+    command handles it, prints its one line and shuts the pool down (docs/cli.md, Ctrl-C)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_dask(fn: Callable, cells: list, spec: ExecutorSpec) -> list:
+    distributed = require_dask()
+    cluster = None
+    try:
+        if spec.dask == LOCAL:
+            n = spec.workers if spec.workers > 1 else (os.cpu_count() or 1)
+            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                               dashboard_address=None)
+            client = distributed.Client(cluster)
+        else:
+            try:
+                client = distributed.Client(spec.dask, timeout="30s")
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise ConfigError(f"--dask-scheduler {spec.dask}: cannot connect: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                                  ) from None
+        try:
+            futures = client.map(fn, cells, pure=False)
+            return client.gather(futures)
+        finally:
+            client.close()
+    finally:
+        if cluster is not None:
+            cluster.close()
