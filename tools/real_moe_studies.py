@@ -439,15 +439,29 @@ def tables(res: dict) -> str:
                  f"{_f(s['acceptance_pct'])} | {_f(s['coverage_pct'])} | {_f(s['tokens_per_decode'], 2)} | "
                  f"{_f(s['verify_width'], 2)} | {u} | {_f(s['plain_mib_per_token'], 3)} | "
                  f"{_f(s['spec_mib_per_token'], 3)} | {'yes' if s['spec_equals_greedy'] else 'NO'} |")
-    L += ["", "(b) routing statistics (position framing; hot = share of routings on the hottest "
-          "E/8 experts, uniform 12.5 %; reuse in steps)", "",
-          "| source | k/E (chance %) | lag-1 overlap % all | per layer: lag-1 % / entropy bits / hot % / reuse p50,p90 |",
-          "|---|---|---|---|"]
+    L += ["", "(b) routing statistics (position framing; entropy of a routing's k renormalised "
+          "weights, max log2 k; hot = share of routings on the hottest E/8 experts, 12.5 % if "
+          "uniform; reuse distance in steps, median over layers of each layer's p50 / p90)", "",
+          "| source | k/E | chance % | lag-1 overlap % | × chance | lag-1 % range over layers | "
+          "entropy bits (max) | hot E/8 % | reuse p50 / p90 |", "|---|---|---|---|---|---|---|---|---|"]
     for src, s in res["routing"].items():
-        cells = "; ".join(f"L{r['layer']} {_f(r['lag1_pct'])} / {_f(r['entropy_bits'], 2)} / "
-                          f"{_f(r['hot_pct'])} / {r['reuse_p50']},{r['reuse_p90']}" for r in s["layers"])
-        L.append(f"| {src} | {s['k']}/{s['n_expert']} ({_f(s['chance_pct'], 2)}) | "
-                 f"{_f(s['lag1_all_pct'])} | {cells} |")
+        ly = s["layers"]
+        lag = [r["lag1_pct"] for r in ly]
+        p50 = sorted(r["reuse_p50"] for r in ly if r["reuse_p50"] is not None)
+        p90 = sorted(r["reuse_p90"] for r in ly if r["reuse_p90"] is not None)
+        L.append(f"| {src} | {s['k']}/{s['n_expert']} | {_f(s['chance_pct'], 2)} | "
+                 f"{_f(s['lag1_all_pct'])} | {_f(s['lag1_all_pct'] / s['chance_pct'], 2)} | "
+                 f"{_f(min(lag))}–{_f(max(lag))} | "
+                 f"{_f(float(np.mean([r['entropy_bits'] for r in ly])), 2)} ({_f(math.log2(s['k']), 2)}) | "
+                 f"{_f(float(np.mean([r['hot_pct'] for r in ly])))} | "
+                 f"{p50[len(p50) // 2] if p50 else '-'} / {p90[len(p90) // 2] if p90 else '-'} |")
+    small = {k: v for k, v in res["routing"].items() if len(v["layers"]) <= 8}
+    n = max(len(v["layers"]) for v in small.values())
+    L += ["", "per layer (lag-1 % / entropy bits / hot %):", "",
+          "| source | " + " | ".join(f"layer {i}" for i in range(n)) + " |", "|---|" + "---|" * n]
+    for src, s in small.items():
+        L.append(f"| {src} | " + " | ".join(
+            f"{_f(r['lag1_pct'])} / {_f(r['entropy_bits'], 2)} / {_f(r['hot_pct'])}" for r in s["layers"]) + " |")
     L += ["", f"(c) --drop-cold-experts F at {CACHE_MB:g} MiB (teacher-forced held-out windows; "
           "greedy agreement on the (a) prompts)", "",
           "| F | decode MiB/token | read saved % | experts dropped % | nats/token (code / prose) | "
@@ -507,10 +521,11 @@ def plots(res: dict, out_dir: Path) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(6, 3))
     for src, s in res["routing"].items():
-        ax.plot([r["layer"] for r in s["layers"]],
-                [r["lag1_pct"] / s["chance_pct"] for r in s["layers"]], "o-", label=src)
+        n = max(1, len(s["layers"]) - 1)
+        ax.plot([r["layer"] / n for r in s["layers"]],
+                [r["lag1_pct"] / s["chance_pct"] for r in s["layers"]], "o-", ms=3, label=src)
     ax.axhline(1, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("layer")
+    ax.set_xlabel("relative depth (layer / (n_layer - 1))")
     ax.set_ylabel("lag-1 overlap / chance (k/E)")
     ax.legend(fontsize=6)
     save(fig, "real-moe-routing.png")
