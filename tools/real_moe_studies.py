@@ -30,10 +30,9 @@ import importlib.util
 import io
 import json
 import math
-import os
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,15 +40,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from refsim import MIB  # noqa: E402
-
 MODEL = REPO / "models" / "tiny-moe-q8_0.gguf"
 REAL_TRACE = ("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")
 """The engine's recorded Qwen3-30B-A3B trace under the shared folder (refsim.testing.shared)."""
 CACHE_MB = 2.0
 """Expert cache budget of every study, MiB: 40 of the 128 Q8_0 experts (31 %), 2.5 token cycles."""
 DROP_FRACS = (0.0, 0.5, 0.75, 1.0)
-HORIZONS = {"small": (1,), "full": (1, 2, 3)}
 
 
 @dataclass(frozen=True)
@@ -61,9 +57,10 @@ class Budget:
     n_gen: int              # tokens generated per run
     n_windows: int          # teacher-forced windows per kind (c, d)
     window: int             # tokens per window
+    horizons: tuple         # route-ahead N values (d)
 
 
-BUDGETS = {"small": Budget(1, 40, 24, 1, 48), "full": Budget(4, 96, 64, 4, 160)}
+BUDGETS = {"small": Budget(1, 40, 24, 1, 48, (1,)), "full": Budget(4, 96, 64, 4, 160, (1, 2, 3))}
 
 
 def _train_module():
@@ -408,7 +405,7 @@ def study_predict(c: dict, prompts_a: dict, budget: Budget) -> dict:
             t.merge(s)
         totals[n] = dict(hit_pct=t.hit_pct, exact_pct=t.exact_pct, rows=t.rows)
     horizon = {}
-    for h in HORIZONS["full" if budget.n_prompts > 1 else "small"]:
+    for h in budget.horizons:
         agree = slots = 0.0
         for kind, a in prompts_a.items():
             for run in a["runs"]:
@@ -558,9 +555,9 @@ def _jsonable(res: dict) -> dict:
     a = {k: dict(summary=v["summary"], runs=[dict(name=r["name"], prompt_tokens=len(r["prompt"]),
                                                    tokens=r["plain"]["tokens"]) for r in v["runs"]])
          for k, v in res["ngram"].items()}
-    c["rows"] = {str(f): {k: v for k, v in r.items()} for f, r in c["rows"].items()}
-    return dict(budget=res["budget"], prompts=res["prompts"], windows=res["windows"], cache_mb=CACHE_MB, ngram=a, routing=res["routing"], drop=c,
-                predict=dict(res["predict"], horizon={str(h): v for h, v in res["predict"]["horizon"].items()}))
+    c["rows"] = {str(f): dict(r) for f, r in c["rows"].items()}
+    return dict(budget=res["budget"], prompts=res["prompts"], windows=res["windows"], cache_mb=CACHE_MB,
+                ngram=a, routing=res["routing"], drop=c, predict=dict(res["predict"], horizon={str(h): v for h, v in res["predict"]["horizon"].items()}))
 
 
 def run_studies(budget_name: str, tmp: Path) -> dict:

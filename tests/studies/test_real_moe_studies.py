@@ -92,3 +92,16 @@ def test_teacher_forced_scorer_is_the_models_cross_entropy(tmp_path):
     assert len(tf["nll"]) == ids.size - 1
     np.testing.assert_allclose(tf["nll"], want, rtol=0, atol=1e-4)
     assert tf["experts_dropped"] == 0
+
+
+@pytest.mark.slow
+def test_tables_and_plots_from_the_json(small, tmp_path, capsys):
+    """The docs' tables print from the --json file alone, and the four PNGs are written."""
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(small))
+    assert studies.main(["--from-json", str(path), "--plot-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 0.5 |" in out and "| stale-gate |" in out and "| random twin" in out
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "real-moe-drop.png", "real-moe-ngram.png", "real-moe-predict.png", "real-moe-routing.png"]
