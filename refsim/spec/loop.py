@@ -200,8 +200,12 @@ def _event(kind: DecodeKind, positions: np.ndarray, tokens: np.ndarray, out: Tar
                               f"({n_pos}, {n_layer}, {k}) (n_pos, n_layer, n_expert_used)")
         weights = None if out.weights is None else np.asarray(out.weights, dtype=np.float32)
     dropped = out.dropped if out.dropped is not None and np.any(out.dropped) else None
+    pred = {} if out.pred_routes is None or out.routes is None else {
+        "pred_routes": np.asarray(out.pred_routes, np.int16),
+        "pred_weights": np.asarray(out.pred_weights, np.float32)}
     return DecodeEvent(kind=kind, positions=positions.astype(np.int64), routes=routes,
-                       weights=weights, tokens=tokens.astype(np.int32), dropped=dropped, **kw)
+                       weights=weights, tokens=tokens.astype(np.int32), dropped=dropped,
+                       **pred, **kw)
 
 
 class SpeculativeLoop:
