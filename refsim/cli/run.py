@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
     p.add_argument("--predict-log", action="store_true",
                    help="score the stale-gate, previous-token and control predictors per layer "
                         "(the engine's expert-prediction.md; qwen3moe, qwen35moe)")
-    add_knob_args(p, route_ahead=True)
+    add_knob_args(p, route_ahead=True, predict=True)
     from refsim.cli.device import add_device_args
     add_device_args(p)
     p.set_defaults(func=run)
@@ -93,6 +93,7 @@ def refuse_cache_flags(args, path: str, model) -> None:
                           f"expert routings; drop --route-trace (--csv writes the per-token metrics)")
     for flag, on in (("--drop-cold-experts", args.drop_cold_experts > 0),
                      ("--prefetch", args.prefetch > 0), ("--route-ahead", args.route_ahead > 0),
+                     ("--predict-prefetch", args.predict_prefetch),
                      ("--predict-log", args.predict_log), ("--device", args.device is not None)):
         if on:
             raise ConfigError(f"{flag}: {why}; the streaming knobs act on an expert cache")
@@ -191,6 +192,9 @@ def _run(args, report: contextlib.ExitStack) -> int:
     if args.drop_cold_experts > 0 and config.spec == "mtp":
         raise UsageError("--drop-cold-experts with --mtp: refsim does not run the MTP head's pass "
                          "through the drop seam yet; use --ngram or no speculation")
+    if args.predict_prefetch and config.spec == "mtp":
+        raise UsageError("--predict-prefetch with --mtp: refsim's MTP head pass has no stale-gate "
+                         "seam (docs/streaming-knobs.md); use --ngram or no speculation")
     if args.route_ahead and config.enabled:
         raise UsageError("--route-ahead: mutually exclusive with speculation (--ngram, --mtp), "
                          "as the engine rejects it")
@@ -242,11 +246,16 @@ def _run(args, report: contextlib.ExitStack) -> int:
                       else sum(expert_bytes) * spec.n_expert // 2)
         knobs = knobs_from_args(args, spec.n_expert_used, traced=args.route_trace is not None)
         cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
+        if (knobs.route_ahead or knobs.predict_prefetch) and not getattr(target, "supports_moe_gate", False):
+            flag = "--route-ahead" if knobs.route_ahead else "--predict-prefetch"
+            raise ConfigError(f"{flag}: refsim runs the stale gate live in the qwen3moe and qwen35moe "
+                              f"passes (exact/ggml numerics), not {spec.arch} --numerics {args.numerics}")
         if knobs.route_ahead:
-            if spec.arch != "qwen3moe":
-                raise ConfigError(f"--route-ahead: refsim runs it live for qwen3moe only, not {spec.arch}")
             from refsim.route_ahead import RouteAhead
             ahead = target.route_ahead = RouteAhead(knobs.route_ahead)
+        if knobs.predict_prefetch:
+            from refsim.stale_gate import PredictPrefetch
+            target.predictor = PredictPrefetch()
         if args.predict_log:
             if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
                 raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
@@ -349,7 +358,9 @@ def _run(args, report: contextlib.ExitStack) -> int:
         flags = "".join(f" {f} {v}" for f, v, on in (
             ("--drop-cold-experts", f"{knobs.drop_frac:g}", knobs.drop_on),
             ("--prefetch", knobs.prefetch, knobs.prefetch > 0),
-            ("--route-ahead", knobs.route_ahead, knobs.route_ahead > 0)) if on)
+            ("--route-ahead", knobs.route_ahead, knobs.route_ahead > 0),
+            ("--predict-prefetch --predict-spec-max", knobs.predict_spec_max,
+             knobs.predict_prefetch)) if on)
         flags += " --drop-in-prefill" if knobs.drop_on and knobs.drop_in_prefill else ""
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
               f"{budget_mib(budget)}{flags})", file=sys.stderr)

@@ -184,7 +184,8 @@ class RunResult:
         traced = [(e, r) for e, r in zip(self.events, self.records)
                   if not e.kind.draft_context]
         write_trace(path, header, [e for e, _ in traced], [r.trace_residency() for _, r in traced],
-                    [r.charged_bytes for _, r in traced])
+                    [r.charged_bytes for _, r in traced],
+                    pred=any(e.pred_routes is not None for e, _ in traced))
 
 
 def _event(kind: DecodeKind, positions: np.ndarray, tokens: np.ndarray, out: TargetOutput,

@@ -17,11 +17,13 @@ import numpy as np
 
 from refsim.events import DecodeEvent
 from refsim.fileio import open_output
-from refsim.trace.format import TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
+from refsim.trace.format import PRED_COLUMNS, TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
 
 
-def format_header(header: TraceHeader) -> str:
-    """The preamble and column line of a trace, newline-terminated."""
+def format_header(header: TraceHeader, pred: bool = False) -> str:
+    """The preamble and column line of a trace, newline-terminated; ``pred``: add the
+    :data:`~refsim.trace.format.PRED_COLUMNS` (a run with ``--predict-prefetch`` or
+    ``--route-ahead``)."""
     extra = "".join(f" {k}={v}" for k, v in header.extra)
     out = [TRACE_MAGIC,
            f"# model={header.model} arch={header.arch} n_layer={header.n_layer} "
@@ -29,7 +31,7 @@ def format_header(header: TraceHeader) -> str:
     for il in range(header.n_layer):
         out.append(f"# layer={il} expert_bytes={int(header.expert_bytes[il])} "
                    f"dense_bytes={int(header.dense_bytes[il])}")
-    out.append(",".join(WRITE_COLUMNS))
+    out.append(",".join(WRITE_COLUMNS + (PRED_COLUMNS if pred else ())))
     return "\n".join(out) + "\n"
 
 
@@ -39,7 +41,8 @@ def _weight_text(w: float) -> str:
     return str(np.float32(w))
 
 
-def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: np.ndarray) -> str:
+def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: np.ndarray,
+                      pred: bool = False) -> str:
     """The CSV rows of one event, newline-terminated.
 
     Parameters
@@ -57,6 +60,8 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
 
     A dropped slot keeps the router's expert id and weight (``event.routes``/``event.weights``
     as the router produced them) and is written with ``dropped=1``, as the engine writes it.
+    With ``pred`` every row gains ``pred_expert,pred_weight`` (``event.pred_routes`` /
+    ``pred_weights`` at the row's position, layer and slot; ``-1,nan`` where none).
 
     Raises
     ------
@@ -72,6 +77,7 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     n_pos, n_layer, k = event.routes.shape
     weights = event.weights
     dropped = event.dropped
+    pr, pw = (event.pred_routes, event.pred_weights) if pred else (None, None)
     rows: list[str] = []
     prefix = f"{event.turn},{event.phase},"
     for il in range(n_layer):
@@ -96,13 +102,19 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
                 if not 0 <= r <= 2:
                     raise ValueError(f"slot at position {step} layer {il} slot {s} has residency "
                                      f"{r}; expected 0, 1 or 2")
-                rows.append(f"{prefix}{step},{il},{s},{e},{w},{r},{c},{d}")
+                if not pred:
+                    rows.append(f"{prefix}{step},{il},{s},{e},{w},{r},{c},{d}")
+                    continue
+                pe = -1 if pr is None else int(pr[p, il, s])
+                pwt = "nan" if pr is None or pe < 0 else _weight_text(float(pw[p, il, s]))
+                rows.append(f"{prefix}{step},{il},{s},{e},{w},{r},{c},{d},{pe},{pwt}")
     return "\n".join(rows) + "\n" if rows else ""
 
 
 def write_trace(path: str | os.PathLike, header: TraceHeader,
                 events: Iterable[DecodeEvent], residency: Sequence[np.ndarray],
-                charged_bytes: Sequence[np.ndarray], what: str = "--route-trace") -> None:
+                charged_bytes: Sequence[np.ndarray], what: str = "--route-trace",
+                pred: bool = False) -> None:
     """Write a route trace by :func:`refsim.fileio.open_output`'s rules: a regular file is
     replaced atomically (temp file beside it + rename), ``-`` is standard output, a FIFO or device
     is streamed in place.
@@ -119,6 +131,8 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
         as the engine discards the draft context's rows).
     residency, charged_bytes : sequences of (n_pos, n_layer, k) ndarrays
         One per event, as recorded by the cache model.
+    pred : bool
+        Write the prediction columns (:data:`~refsim.trace.format.PRED_COLUMNS`).
 
     Raises
     ------
@@ -126,8 +140,8 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
         If the destination cannot be written or a write fails (names ``what`` and the path).
     """
     with open_output(path, what) as fh:
-        fh.write(format_header(header))
+        fh.write(format_header(header, pred))
         for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
             if ev.kind.draft_context:
                 continue
-            fh.write(format_event_rows(ev, res, chg))
+            fh.write(format_event_rows(ev, res, chg, pred))
