@@ -189,9 +189,6 @@ def _run(args, report: contextlib.ExitStack) -> int:
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
         raise UsageError(f"argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = "
                          f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
-    if args.drop_cold_experts > 0 and config.spec == "mtp":
-        raise UsageError("--drop-cold-experts with --mtp: refsim does not run the MTP head's pass "
-                         "through the drop seam yet; use --ngram or no speculation")
     if args.predict_prefetch and config.spec == "mtp":
         raise UsageError("--predict-prefetch with --mtp: refsim's MTP head pass has no stale-gate "
                          "seam (docs/streaming-knobs.md); use --ngram or no speculation")

@@ -161,14 +161,17 @@ class MtpResult:
     h : (n_pos, n_embd) float32 ndarray
         ``h_mtp`` after the shared head norm (the next chained step's ``h``).
     routes : (n_pos, k) int16 ndarray
-        The head's own routed experts.
+        The head's own routed experts (the router's).
     weights : (n_pos, k) float32 ndarray
+    dropped : (n_pos, k) bool ndarray, optional
+        Slots ``--drop-cold-experts`` dropped through the seam (None without it).
     """
 
     logits: np.ndarray
     h: np.ndarray
     routes: np.ndarray
     weights: np.ndarray
+    dropped: np.ndarray | None = None
 
 
 def _dims(s: ModelSpec) -> tuple[int, int, int, int]:
@@ -511,7 +514,7 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
 
 
 def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.ndarray, h_prev: np.ndarray,
-               numerics: Numerics = Numerics(), tap: Tap | None = None) -> MtpResult:
+               numerics: Numerics = Numerics(), tap: Tap | None = None, gate=None) -> MtpResult:
     """One decode of the MTP head: row ``p`` gets token ``x_p`` and ``h_prev[p]`` = ``h_{p-1}``.
 
     Parameters
@@ -525,6 +528,10 @@ def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.
         ``kv.n, kv.n + 1, ...``.
     h_prev : (n_pos, n_embd) float32 ndarray
         Target ``h_nextn`` of the previous position (or the head's own ``h`` when chaining).
+    gate : LayerFeed-like, optional
+        The drop seam for the head's MoE (layer index ``n_layer``), as the trunk's: the head's
+        experts are "streamed, cached and dropped like any other layer's" (engine-docs/mtp.md,
+        "How it is wired"). ``routes`` / ``weights`` stay the router's; ``dropped`` marks drops.
 
     Returns
     -------
@@ -553,10 +560,12 @@ def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.
     a = rms_norm(c, B.attn_norm, eps)
     c = (c + gated_attention(B.mixer, a, kv, 0, positions, s, numerics, t, il)).astype(np.float32)
     f = rms_norm(c, B.ffn.post_attention_norm, eps)
-    ffn, ids, w, _ = moe_shared(B.ffn, f, s.n_expert_used, numerics, t, il)
+    dropped = np.zeros((n_pos, s.n_expert_used), dtype=bool)
+    ffn, ids, w, _ = moe_shared(B.ffn, f, s.n_expert_used, numerics, t, il, gate, dropped)
     c = (c + ffn).astype(np.float32)
     kv.advance(n_pos)
     hm = rms_norm(c, N.head_norm, eps)                                        # [n_pos, n_embd]
     logits = linear(N.head, hm, numerics)                                     # [n_pos, n_vocab]
     t("mtp_logits", il, logits)
-    return MtpResult(logits=logits, h=hm, routes=ids, weights=w)
+    return MtpResult(logits=logits, h=hm, routes=ids, weights=w,
+                     dropped=dropped if gate is not None else None)
