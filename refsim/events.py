@@ -81,6 +81,14 @@ class DecodeEvent:
     accepted : int or None
         Draft tokens accepted by this verify decode; None when unknown (trace replay) or
         not a verify decode.
+    pred_routes : (n_pos, n_layer, k) int16 ndarray, optional
+        The stale-gate ranking of layer t's router on an earlier layer's gate input, where the
+        graph made one (the batch's last position; ``--predict-prefetch``: from layer t-2,
+        ``--route-ahead N``: from layer t-N, then equal to ``routes`` there); -1 elsewhere.
+        None when no predictor ran (the trace's ``pred_expert`` column).
+    pred_weights : (n_pos, n_layer, k) float32 ndarray, optional
+        The softmax over that ranking's top-k (NaN where none): what the drop-aware filter
+        compares with F/k (the trace's ``pred_weight`` column).
 
     Raises
     ------
@@ -97,6 +105,8 @@ class DecodeEvent:
     turn: int = 0
     n_draft: int = 0
     accepted: int | None = None
+    pred_routes: np.ndarray | None = None
+    pred_weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.routes.ndim != 3:
@@ -106,7 +116,9 @@ class DecodeEvent:
             raise ValueError(
                 f"positions shape {self.positions.shape} does not match routes' n_pos={n_pos}"
             )
-        for name in ("weights", "dropped"):
+        if (self.pred_routes is None) != (self.pred_weights is None):
+            raise ValueError("pred_routes and pred_weights go together")
+        for name in ("weights", "dropped", "pred_routes", "pred_weights"):
             arr = getattr(self, name)
             if arr is not None and arr.shape != self.routes.shape:
                 raise ValueError(f"{name} shape {arr.shape} != routes shape {self.routes.shape}")

@@ -4,8 +4,11 @@ Lossy by design: in a decode graph, layer L's expert selection is *replaced* by 
 layer L's own router on the gate input of layer L−N (the same position, the same graph); the
 committed experts get their true renormalised weights from layer L's own logits
 (:func:`refsim.forward.layers.route_weights`). Pass-through (the router's own choice) applies to
-layers 0..N−1, prefill, and the run's first decode graph. The cache reads layer L+N's committed
-experts early, right after layer L's load (:mod:`refsim.cache.lru`).
+layers 0..N−1, prefill, and the run's first decode graph. The ranking for layer L is made at layer L−N
+(:func:`refsim.stale_gate.predict_layer`, as the engine's worker job is submitted at L−N's topk)
+and handed to the cache at once, which reads layer L's committed experts early, right after
+layer L−N's load (:mod:`refsim.cache.lru`); with ``--drop-cold-experts`` only those whose
+stale-ranking weight passes the drop-aware filter (rank 0, or weight >= F/k).
 
 :class:`RouteAhead` is the object the target hands its pass; it decides per graph whether to
 commit and keeps the engine's ``moe-route-ahead:`` counters. It never counts bytes.
@@ -48,12 +51,18 @@ class RouteAhead:
             self._decodes += 1
 
     @property
-    def _active(self) -> bool:
+    def active(self) -> bool:
+        """The current graph ranks ahead and commits (a decode graph after the run's first)."""
         return self._phase == 1 and self._decodes > 1
+
+    @property
+    def horizon(self) -> int:
+        """Layers ahead the ranking targets (N)."""
+        return self.n
 
     def commits(self, il: int) -> bool:
         """Whether layer ``il`` of the current graph takes the committed selection."""
-        return self._active and il >= self.n
+        return self.active and il >= self.n
 
     def record(self, router_ids: np.ndarray, committed_ids: np.ndarray | None) -> None:
         """Count one layer's decode routings (rows of ``router_ids`` (n, k)); ``committed_ids``

@@ -171,6 +171,8 @@ class ExpertCache:
         self._has_prev = np.zeros(self.n_layer, dtype=np.bool_)
         self._learned = np.zeros(self.n_layer, dtype=np.bool_)   # terminal weight node known
         self._hot = np.zeros(n_keys, dtype=np.bool_)
+        self._pend = np.zeros((self.n_layer, 2, 1), dtype=np.int16)     # predict-prefetch lists
+        self._pend_n = np.zeros((self.n_layer, 2), dtype=np.int64)
         self._decodes = 0                      # target decode graphs applied (route-ahead)
         self._qstate = np.zeros(1, dtype=np.int64)
         self._counters = np.zeros(_lru.N_COUNTERS, dtype=np.int64)
@@ -203,7 +205,20 @@ class ExpertCache:
             a weight the event lacks.
         """
         ctx = self._begin(event.kind, event.positions, event.routes, event.weights,
-                          None if self.knobs.drop_on else event.dropped)
+                          None if self.knobs.drop_on else event.dropped,
+                          event.pred_routes, event.pred_weights)
+        kn = self.knobs
+        if kn.predict_prefetch and event.pred_routes is None and not ctx.kind.draft_context:
+            raise ConfigError(
+                f"--predict-prefetch: the event at position {int(event.positions[0])} carries no "
+                f"stale-gate prediction (a trace needs the pred_expert/pred_weight columns, which "
+                f"`refsim run --predict-prefetch --route-trace` writes)")
+        if ctx.ahead and kn.drop_on and event.pred_weights is None:
+            raise ConfigError(
+                f"--route-ahead with --drop-cold-experts: the decode at position "
+                f"{int(event.positions[0])} has no stale-ranking weights for the drop-aware "
+                f"early-read filter (a trace needs the pred_weight column, which `refsim run "
+                f"--route-ahead N --drop-cold-experts F --route-trace` writes)")
         if ctx.deferred.any():
             look = (ctx.routes >= 0) & ctx.deferred[None, :, None]
             if not np.isfinite(ctx.weights[look]).all():
@@ -218,7 +233,8 @@ class ExpertCache:
         hook calls ``load_layer`` per layer); see :class:`LayerFeed`."""
         return LayerFeed(self, kind, positions, k)
 
-    def _begin(self, kind, positions, routes, weights, dropped):
+    def _begin(self, kind, positions, routes, weights, dropped, pred_routes=None,
+               pred_weights=None):
         routes = np.ascontiguousarray(routes, np.int16)
         if routes.shape[1] != self.n_layer:
             raise ConfigError(
@@ -240,7 +256,16 @@ class ExpertCache:
         kind = DecodeKind(kind)
         # route-ahead commits in target decodes after the run's first (route-ahead.md)
         ahead = self.knobs.route_ahead if kind in TARGET_DECODE_KINDS and self._decodes else 0
+        if pred_routes is None:    # no stale ranking: route-ahead reads the committed routes
+            pr, pw = routes, np.full(routes.shape, np.nan, np.float32)
+        else:
+            pr = np.ascontiguousarray(pred_routes, np.int16)
+            pw = np.ascontiguousarray(pred_weights, np.float32)
+        if self._pend.shape[2] != k:
+            self._pend = np.zeros((n_layer, 2, k), dtype=np.int16)
+            self._pend_n[:] = 0
         return _EventCtx(kind=kind, positions=np.asarray(positions, np.int64), ahead=ahead,
+                         pred_routes=pr, pred_weights=pw,
                          routes=routes, weights=w, dropped_in=d, armed=armed, deferred=deferred,
                          residency=np.full(routes.shape, -1, np.int8),
                          charged=np.zeros(routes.shape, np.int64),
@@ -255,7 +280,8 @@ class ExpertCache:
             self._ever_evicted, self._touched_gen, self._first_res, self._charged_gen, self._spec,
             self._queued, self._queue, self._qstate, self._prev, self._next, self._head_tail,
             self._gen, self._counters, ctx.residency, ctx.charged, ctx.dropped_out,
-            self.layer_lookups, self.layer_hits, l0, l1, ctx.ahead, self._hot)
+            self.layer_lookups, self.layer_hits, l0, l1, ctx.ahead, self._hot, ctx.pred_routes,
+            ctx.pred_weights, self.knobs.spec_max, self._pend, self._pend_n)
 
     def _finish(self, ctx) -> EventRecord:
         if self.knobs.traced or ctx.armed:           # this graph showed its weight chain
@@ -325,6 +351,8 @@ class _EventCtx:
     charged: np.ndarray
     dropped_out: np.ndarray
     before: np.ndarray
+    pred_routes: np.ndarray
+    pred_weights: np.ndarray
 
 
 class LayerFeed:
@@ -342,7 +370,8 @@ class LayerFeed:
         positions = np.asarray(positions, np.int64)
         shape = (positions.size, cache.n_layer, int(k))
         self.cache = cache
-        self.ctx = cache._begin(kind, positions, np.full(shape, -1, np.int16), None, None)
+        self.ctx = cache._begin(kind, positions, np.full(shape, -1, np.int16), None, None,
+                                np.full(shape, -1, np.int16), np.full(shape, np.nan, np.float32))
         self.ctx.deferred[:] = cache._learned if self.ctx.armed else False
         self._next = 0
 
@@ -363,6 +392,16 @@ class LayerFeed:
         ids = np.asarray(ids, np.int64)
         keys = il * self.cache.n_expert + np.maximum(ids, 0)
         return (ids >= 0) & (self.cache._resident[keys] | self.cache._queued[keys])
+
+    def predicted(self, t: int, rows, ids, weights) -> None:
+        """The pass ranked layer ``t``'s router on an earlier layer's gate input (the stale
+        gate: route-ahead's committed ids, ``--predict-prefetch``'s prediction): ``ids`` (n, k)
+        ranked, ``weights`` (n, k) the softmax over that top-k, for event positions ``rows``.
+        Must come before the layer the cache acts on it at is fed (t-N, t-2)."""
+        if t < self._next:
+            raise ConfigError(f"layer {t}: predicted after it was fed (next is {self._next})")
+        self.ctx.pred_routes[rows, t] = ids
+        self.ctx.pred_weights[rows, t] = weights
 
     def routed(self, il: int, rows, ids, weights, dropped=None) -> None:
         """Layer ``il`` routed ``ids`` / ``weights`` ((n, k), the router's) for event positions
@@ -389,4 +428,7 @@ class LayerFeed:
         self._catch_up(self.cache.n_layer)
         if not np.array_equal(event.routes, self.ctx.routes):
             raise ConfigError("LayerFeed.close: the event's routes differ from the layers fed")
+        if event.pred_routes is not None and not np.array_equal(event.pred_routes,
+                                                                self.ctx.pred_routes):
+            raise ConfigError("LayerFeed.close: the event's predictions differ from those fed")
         return self.cache._finish(self.ctx)

@@ -1,5 +1,6 @@
-"""The engine's streaming knobs that act inside the expert cache: ``--drop-cold-experts`` and
-``--prefetch`` (bmoe-engine.md §3.5, §3.6; engine-docs/expert-dropping.md, prefetch.md).
+"""The engine's streaming knobs that act inside the expert cache: ``--drop-cold-experts``,
+``--prefetch``, ``--predict-prefetch`` and route-ahead's early reads (bmoe-engine.md §3.5, §3.6;
+engine-docs/expert-dropping.md, prefetch.md, expert-prediction.md, route-ahead.md).
 
 :class:`StreamKnobs` holds the flags and the engine's validation; :class:`~refsim.cache.ExpertCache`
 applies them in its one LRU kernel (:mod:`refsim.cache.lru`), for live runs and replays alike.
@@ -16,6 +17,10 @@ from refsim.errors import ConfigError
 
 MAX_PREFETCH = 8
 """Largest ``--prefetch K`` the engine accepts (config.cpp: 0..8)."""
+
+PREDICT_SPEC_MAX_DEFAULT = 2
+"""``--predict-spec-max`` default: speculated predicted misses per layer (router_hook.h
+``set_predict_prefetch(bool on, int spec_max = 2)``; bmoe-engine.md §3.5: range 0..8)."""
 
 DROP_LOW_TOPK_WARN = 4
 """``MoeStreamConfig::drop_low_topk_warn``: at top-k <= this the engine warns once at load."""
@@ -46,13 +51,22 @@ class StreamKnobs:
     route_ahead : int
         ``--route-ahead N``, 0..8; 0 = off. The cache side: in decode graphs after the first,
         layer L+N's committed experts are read early after layer L's load and adopted at the
-        hot end (engine-docs/route-ahead.md); the routing itself is the forward pass's.
+        hot end (engine-docs/route-ahead.md); the routing itself is the forward pass's. With
+        F > 0 only the committed ids that pass the drop-aware filter are read early (rank 0, or
+        a stale-ranking weight >= F/k).
+    predict_prefetch : bool
+        ``--predict-prefetch``: act on the stale-gate prediction (layer t's router on layer
+        t-2's gate input, recorded in the event): retain its resident ids, speculate up to
+        ``predict_spec_max`` of its misses (expert-prediction.md; :mod:`refsim.cache.lru`).
+    predict_spec_max : int
+        ``--predict-spec-max``, 0..8 (0 = retention only); read only with ``predict_prefetch``.
 
     Raises
     ------
     ConfigError
-        Naming the flag, if F is not in [0, 1], K or N not in 0..8, both K and N are set (the
-        engine rejects the pair), or N with F > 0 (not modelled by refsim).
+        Naming the flag, if F is not in [0, 1], K, N or the spec max not in 0..8, or two of
+        ``--prefetch``, ``--predict-prefetch``, ``--route-ahead`` are set (the engine rejects
+        each pair).
     """
 
     drop_frac: float = 0.0
@@ -61,22 +75,27 @@ class StreamKnobs:
     traced: bool = True
     prefetch: int = 0
     route_ahead: int = 0
+    predict_prefetch: bool = False
+    predict_spec_max: int = PREDICT_SPEC_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         f = self.drop_frac
         if not (isinstance(f, (int, float)) and math.isfinite(f) and 0.0 <= f <= 1.0):
             raise ConfigError(f"--drop-cold-experts: expected a fraction in [0, 1] of the uniform "
                               f"share 1/k (0 = off), got {f!r}")
-        for flag, k in (("--prefetch", self.prefetch), ("--route-ahead", self.route_ahead)):
+        for flag, k in (("--prefetch", self.prefetch), ("--route-ahead", self.route_ahead),
+                        ("--predict-spec-max", self.predict_spec_max)):
             if not (isinstance(k, int) and 0 <= k <= MAX_PREFETCH):
                 raise ConfigError(f"{flag}: expected an integer in 0..{MAX_PREFETCH}, got {k!r}")
         if self.prefetch and self.route_ahead:
             raise ConfigError("--route-ahead and --prefetch: mutually exclusive (the engine rejects "
                               "speculating on a routing the policy has already fixed)")
-        if self.route_ahead and self.drop_frac > 0:
-            raise ConfigError("--route-ahead with --drop-cold-experts: refsim does not model the "
-                              "engine's drop-aware early-read filter (it needs the stale ranking's "
-                              "weights, which neither a trace nor the committed routing carries)")
+        if self.predict_prefetch and self.prefetch:
+            raise ConfigError("--predict-prefetch and --prefetch: mutually exclusive (the engine "
+                              "feeds one predictor to the speculative read path)")
+        if self.predict_prefetch and self.route_ahead:
+            raise ConfigError("--route-ahead and --predict-prefetch: mutually exclusive (the "
+                              "engine rejects speculating on a routing the policy has already fixed)")
 
     @property
     def drop_on(self) -> bool:
@@ -86,7 +105,13 @@ class StreamKnobs:
     @property
     def any_on(self) -> bool:
         """True when a knob changes what the cache does."""
-        return self.drop_on or self.prefetch > 0 or self.route_ahead > 0
+        return (self.drop_on or self.prefetch > 0 or self.route_ahead > 0
+                or self.predict_prefetch)
+
+    @property
+    def spec_max(self) -> int:
+        """The kernel's ``spec_max``: ``predict_spec_max`` with ``--predict-prefetch``, else -1."""
+        return self.predict_spec_max if self.predict_prefetch else -1
 
     def drop_threshold(self, k: int) -> np.float32:
         """``F / k`` in float32, as router_hook.cpp computes it (``drop_frac_ / (float) nu``)."""

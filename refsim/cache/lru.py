@@ -29,6 +29,17 @@ integrated at the **cold** end (the engine's stamp 0) with the speculative flag;
 lookup that hits it shows residency 2, clears the flag and counts ``spec_useful``. The hint is
 issued after the layer's load, or before it (at the topk node) for a drop-deferred layer.
 
+``--predict-prefetch`` (expert-prediction.md; router_hook.cpp ``predict_at_topk``,
+``build_spec_lists``, ``predict_after_load``; ``ExpertStreamSource::retain``): the event carries
+the stale-gate prediction for layer t (``pred_routes``/``pred_weights``, the batch's last
+position: layer t's router on layer t-2's gate input, ranked, with the softmax over its top-k).
+At the start of layer t-2 (before its settle and load) the prediction is split by residency
+(resident entries only, a queued one is not): after the drop-aware filter (rank 0 always, else
+predicted weight >= F/k when F > 0), resident ids are *kept*, the first ``spec_max`` others are
+*speculated*. After layer t-1's load the kept ones still resident are promoted to the hot end
+(retention: no lookup, no byte), then the speculated ones are queued as ``--prefetch`` queues
+them (skipped if resident or queued; cold end at the next settle).
+
 The state is a doubly linked list in arrays, and one Numba kernel applies a whole event
 (every layer) per call, so a live run and a trace replay run the same code.
 """
@@ -139,16 +150,25 @@ def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resid
 
 
 @nb.njit(cache=True)
-def _issue_committed(t, routes, expert_bytes, n_expert, resident, queued, hot, queue, qn,
-                     ever_evicted, prev, next_, head_tail, counters):
+def _issue_filter(s, w, thr):
+    """The drop-aware filter of a predicted or committed ranking (router_hook.cpp
+    ``build_spec_lists`` and the route-ahead worker): rank 0 always passes; with F > 0
+    (``thr`` = F/k > 0) rank s passes iff its predicted weight ``w`` >= thr (NaN fails)."""
+    return s == 0 or thr <= 0 or w >= thr
+
+
+@nb.njit(cache=True)
+def _issue_committed(t, src, src_w, thr, expert_bytes, n_expert, resident, queued, hot, queue,
+                     qn, ever_evicted, prev, next_, head_tail, counters):
     """Route-ahead's early reads of layer t's committed experts (route-ahead.md, "The early
-    reads"): a resident one is retained (promoted, zero bytes), a miss is queued for the hot end
-    and charged to read and speculative bytes."""
-    n_pos, _, k = routes.shape
+    reads"): of the committed ids ``src[:, t]`` that pass the drop-aware filter (predicted
+    weights ``src_w``, threshold ``thr``), a resident one is retained (promoted, zero bytes), a
+    miss is queued for the hot end and charged to read and speculative bytes."""
+    n_pos, _, k = src.shape
     for p in range(n_pos):
         for s in range(k):
-            e = routes[p, t, s]
-            if e < 0:
+            e = src[p, t, s]
+            if e < 0 or not _issue_filter(s, src_w[p, t, s], thr):
                 continue
             key = t * n_expert + e
             if resident[key]:
@@ -159,6 +179,52 @@ def _issue_committed(t, routes, expert_bytes, n_expert, resident, queued, hot, q
                 continue
             hot[key] = True
             qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
+    return qn
+
+
+@nb.njit(cache=True)
+def _predict_snapshot(t, pred_routes, pred_w, thr, spec_max, n_expert, resident, pend, pend_n):
+    """``--predict-prefetch`` at layer t-2's topk: split the last predicted position's ranking
+    for layer t into kept (resident now) and speculated (the first ``spec_max`` others) ids,
+    after the drop-aware filter; stored in ``pend[t, 0]`` / ``pend[t, 1]`` with counts
+    ``pend_n[t, 0..1]``."""
+    pend_n[t, 0] = 0
+    pend_n[t, 1] = 0
+    n_pos, _, k = pred_routes.shape
+    for p in range(n_pos - 1, -1, -1):
+        if pred_routes[p, t, 0] < 0:
+            continue
+        for s in range(k):
+            e = pred_routes[p, t, s]
+            if e < 0 or not _issue_filter(s, pred_w[p, t, s], thr):
+                continue
+            if resident[t * n_expert + e]:
+                pend[t, 0, pend_n[t, 0]] = e
+                pend_n[t, 0] += 1
+            elif pend_n[t, 1] < spec_max:
+                pend[t, 1, pend_n[t, 1]] = e
+                pend_n[t, 1] += 1
+        return
+
+
+@nb.njit(cache=True)
+def _predict_issue(t, pend, pend_n, expert_bytes, n_expert, resident, queued, queue, qn,
+                   ever_evicted, prev, next_, head_tail, counters):
+    """``--predict-prefetch`` after layer t-1's load: retain the kept ids still resident
+    (promoted to the hot end, no lookup), then queue the speculated ones (skipped if resident
+    or queued) for the cold end."""
+    for i in range(pend_n[t, 0]):
+        key = t * n_expert + pend[t, 0, i]
+        if resident[key]:
+            _unlink(key, prev, next_, head_tail)
+            _push_head(key, prev, next_, head_tail)
+    for i in range(pend_n[t, 1]):
+        key = t * n_expert + pend[t, 1, i]
+        if resident[key] or queued[key]:
+            continue
+        qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
+    pend_n[t, 0] = 0
+    pend_n[t, 1] = 0
     return qn
 
 
@@ -188,7 +254,8 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                     prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert, budget_bytes,
                     resident, ever_evicted, touched_gen, first_res, charged_gen, spec, queued,
                     queue, qstate, prev, next_, head_tail, gen, counters, residency_out,
-                    charged_out, dropped_out, layer_lookups, layer_hits, l0, l1, ahead, hot):
+                    charged_out, dropped_out, layer_lookups, layer_hits, l0, l1, ahead, hot,
+                    pred_routes, pred_w, spec_max, pend, pend_n):
     """Apply an event's per-layer batches ``l0 <= il < l1`` to the LRU state (in place).
 
     Parameters
@@ -252,6 +319,16 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
         (:func:`_issue_committed`).
     hot : (n_keys,) bool ndarray
         Queued entries to integrate at the hot end (route-ahead).
+    pred_routes : (n_pos, n_layer, k) int16 ndarray, pred_w : float32 ndarray
+        The stale ranking per (position, layer), -1 / NaN where none: route-ahead's committed
+        ids and ``--predict-prefetch``'s prediction, with the softmax over the ranking's top-k
+        (the drop-aware filter reads it when F > 0). Route-ahead reads ``routes`` where the
+        caller has no ranking (pass ``routes`` itself).
+    spec_max : int
+        ``--predict-spec-max`` when ``--predict-prefetch`` is on, else -1 (off).
+    pend : (n_layer, 2, k) int16 ndarray, pend_n : (n_layer, 2) int64 ndarray
+        ``--predict-prefetch``'s kept / speculated ids per target layer, between the snapshot
+        (layer t-2) and the issue (after layer t-1's load); kept between calls.
 
     Returns
     -------
@@ -264,6 +341,9 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
     for il in range(l0, l1):
         gen += 1
         eb = expert_bytes[il]
+        if spec_max >= 0 and il + 2 < n_layer:     # predict-prefetch: snapshot before the load
+            _predict_snapshot(il + 2, pred_routes, pred_w, drop_thr, spec_max, n_expert,
+                              resident, pend, pend_n)
         if count_routed:
             for p in range(n_pos):
                 for s in range(k):
@@ -346,9 +426,13 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
         if not deferred[il] and prefetch_depth > 0:   # hinted after the layer's load
             qn = _issue_prefetch(il, prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert,
                                  resident, queued, queue, qn, ever_evicted, counters)
+        if spec_max >= 0 and il + 1 < n_layer:      # predict-prefetch: layer il+1's prediction
+            qn = _predict_issue(il + 1, pend, pend_n, expert_bytes, n_expert, resident, queued,
+                                queue, qn, ever_evicted, prev, next_, head_tail, counters)
         if ahead > 0 and il + ahead < n_layer:        # route-ahead: layer il+N's committed reads
-            qn = _issue_committed(il + ahead, routes, expert_bytes, n_expert, resident, queued,
-                                  hot, queue, qn, ever_evicted, prev, next_, head_tail, counters)
+            qn = _issue_committed(il + ahead, pred_routes, pred_w, drop_thr, expert_bytes,
+                                  n_expert, resident, queued, hot, queue, qn, ever_evicted, prev,
+                                  next_, head_tail, counters)
         for p in range(n_pos - 1, -1, -1):            # the batch's last routed token
             routed = False
             for s in range(k):

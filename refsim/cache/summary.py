@@ -103,6 +103,10 @@ class KnobSummary:
         100 × dropped / routed (0 when nothing was routed).
     prefetch, route_ahead : int
         K and N (0 = off); with N the speculative counters are route-ahead's early reads.
+    predict_prefetch : bool
+        ``--predict-prefetch`` on: the speculative counters are the stale-gate prefetch's.
+    predict_spec_max : int or None
+        ``--predict-spec-max`` with ``--predict-prefetch``, else None.
     spec_read_bytes : int
         Bytes prefetch read (a subset of ``CacheSummary.decode_read_bytes``).
     spec_experts, spec_useful : int
@@ -122,6 +126,8 @@ class KnobSummary:
     spec_experts: int
     spec_useful: int
     useful_pct: float | None
+    predict_prefetch: bool = False
+    predict_spec_max: int | None = None
 
     @classmethod
     def from_stats(cls, stats: CacheStats, knobs) -> "KnobSummary":
@@ -134,7 +140,9 @@ class KnobSummary:
                    experts_dropped=dropped, dropped_pct=pct(dropped, routed),
                    prefetch=int(knobs.prefetch), route_ahead=int(knobs.route_ahead),
                    spec_read_bytes=sb, spec_read_mib=sb / MIB,
-                   spec_experts=se, spec_useful=su, useful_pct=pct(su, se))
+                   spec_experts=se, spec_useful=su, useful_pct=pct(su, se),
+                   predict_prefetch=bool(knobs.predict_prefetch),
+                   predict_spec_max=int(knobs.predict_spec_max) if knobs.predict_prefetch else None)
 
     def as_dict(self) -> dict:
         """Plain dict (full precision) for JSON output."""

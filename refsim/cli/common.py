@@ -327,9 +327,10 @@ bmoe-engine.md §3.5)."""
 
 
 def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True,
-                  route_ahead: bool = False) -> None:
+                  route_ahead: bool = False, predict: bool = False) -> None:
     """The engine's cache-side knobs: ``--drop-cold-experts F``, ``--drop-no-renorm``,
-    ``--drop-in-prefill`` and (unless ``prefetch=False``) ``--prefetch K``.
+    ``--drop-in-prefill``, (unless ``prefetch=False``) ``--prefetch K``, (``route_ahead``)
+    ``--route-ahead N`` and (``predict``) ``--predict-prefetch`` / ``--predict-spec-max M``.
 
     Turn them into :class:`refsim.cache.knobs.StreamKnobs` with :func:`knobs_from_args`, which
     applies the engine's validation (ConfigError).
@@ -351,6 +352,16 @@ def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True,
                        help="lossy: layer L's experts are layer L's router ranking on layer L-N's "
                             "gate input, read early after layer L-N's load; 0..8, 0 = off "
                             "(default 0). A replay models the early reads of a route-ahead trace")
+    if predict:
+        from refsim.cache.knobs import PREDICT_SPEC_MAX_DEFAULT
+        g.add_argument("--predict-prefetch", action="store_true",
+                       help="act on the stale-gate prediction (layer L's router on layer L-2's gate "
+                            "input): retain its resident experts, read up to --predict-spec-max of "
+                            "its misses ahead. run: live; replay: from the trace's pred_expert/"
+                            "pred_weight columns (written by run --predict-prefetch --route-trace)")
+        g.add_argument("--predict-spec-max", type=knob_depth, default=None, metavar="M",
+                       help=f"with --predict-prefetch: predicted misses read ahead per layer, 0..8 "
+                            f"(0 = retention only; default {PREDICT_SPEC_MAX_DEFAULT})")
 
 
 def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
@@ -368,14 +379,22 @@ def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
     ------
     UsageError
         The engine's validation of the knobs (flag named): F outside [0, 1], K or N outside 0..8,
-        ``--prefetch`` with ``--route-ahead``.
+        ``--prefetch`` with ``--route-ahead``, ``--predict-prefetch`` with either,
+        ``--predict-spec-max`` without ``--predict-prefetch``.
     """
-    from refsim.cache.knobs import StreamKnobs, low_topk_warning
+    from refsim.cache.knobs import PREDICT_SPEC_MAX_DEFAULT, StreamKnobs, low_topk_warning
+    predict = getattr(args, "predict_prefetch", False)
+    spec_max = getattr(args, "predict_spec_max", None)
+    if spec_max is not None and not predict:
+        raise UsageError("--predict-spec-max: only with --predict-prefetch (it caps the "
+                         "predicted misses read ahead)")
     try:
         knobs = StreamKnobs(drop_frac=args.drop_cold_experts, drop_renorm=not args.drop_no_renorm,
                             drop_in_prefill=args.drop_in_prefill, traced=traced,
                             prefetch=getattr(args, "prefetch", 0),
-                            route_ahead=getattr(args, "route_ahead", 0))
+                            route_ahead=getattr(args, "route_ahead", 0),
+                            predict_prefetch=predict,
+                            predict_spec_max=PREDICT_SPEC_MAX_DEFAULT if spec_max is None else spec_max)
     except ConfigError as exc:        # the engine's validation sees the flags alone: a usage error
         raise UsageError(str(exc)) from None
     warning = low_topk_warning(knobs, k)

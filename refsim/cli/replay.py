@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--predict-log", action="store_true",
                    help="score the previous-token predictor and a static hot list per layer "
                         "(the engine's expert-prediction.md; decode rows)")
-    add_knob_args(p, route_ahead=True)
+    add_knob_args(p, route_ahead=True, predict=True)
     add_device_args(p)
     p.add_argument("--stream", action="store_true",
                    help="read and replay the trace turn by turn, in memory bounded by one turn "
@@ -212,6 +212,10 @@ def run(args) -> int:
         trace = read_trace(args.trace)
         trace.require_rows("replay")
         knobs = knobs_from_args(args, trace.header.n_expert_used)
+        if knobs.predict_prefetch and not trace.has_pred_columns:
+            raise ConfigError(f"{args.trace}: --predict-prefetch needs the stale-gate prediction, "
+                              f"and the trace has no pred_expert/pred_weight columns (record one "
+                              f"with refsim run --predict-prefetch --route-trace)")
         report = replay_trace(trace, budget, knobs=knobs)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None and not args.stream:

@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
     p.add_argument("--predict-log", action="store_true",
                    help="score the stale-gate, previous-token and control predictors per layer "
                         "(the engine's expert-prediction.md; qwen3moe, qwen35moe)")
-    add_knob_args(p, route_ahead=True)
+    add_knob_args(p, route_ahead=True, predict=True)
     from refsim.cli.device import add_device_args
     add_device_args(p)
     g = p.add_argument_group("many prompts (docs/scale.md)")
@@ -102,6 +102,7 @@ def refuse_cache_flags(args, path: str, model) -> None:
                           f"expert routings; drop --route-trace (--csv writes the per-token metrics)")
     for flag, on in (("--drop-cold-experts", args.drop_cold_experts > 0),
                      ("--prefetch", args.prefetch > 0), ("--route-ahead", args.route_ahead > 0),
+                     ("--predict-prefetch", args.predict_prefetch),
                      ("--predict-log", args.predict_log), ("--device", args.device is not None)):
         if on:
             raise ConfigError(f"{flag}: {why}; the streaming knobs act on an expert cache")
@@ -209,9 +210,9 @@ def _run(args, report: contextlib.ExitStack, quiet: bool = False):
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
         raise UsageError(f"argument --ubatch: expected 0 (= n_batch) or an integer >= --draft + 1 = "
                          f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
-    if args.drop_cold_experts > 0 and config.spec == "mtp":
-        raise UsageError("--drop-cold-experts with --mtp: refsim does not run the MTP head's pass "
-                         "through the drop seam yet; use --ngram or no speculation")
+    if args.predict_prefetch and config.spec == "mtp":
+        raise UsageError("--predict-prefetch with --mtp: refsim's MTP head pass has no stale-gate "
+                         "seam (docs/streaming-knobs.md); use --ngram or no speculation")
     if args.route_ahead and config.enabled:
         raise UsageError("--route-ahead: mutually exclusive with speculation (--ngram, --mtp), "
                          "as the engine rejects it")
@@ -263,11 +264,16 @@ def _run(args, report: contextlib.ExitStack, quiet: bool = False):
                       else sum(expert_bytes) * spec.n_expert // 2)
         knobs = knobs_from_args(args, spec.n_expert_used, traced=args.route_trace is not None)
         cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
+        if (knobs.route_ahead or knobs.predict_prefetch) and not getattr(target, "supports_moe_gate", False):
+            flag = "--route-ahead" if knobs.route_ahead else "--predict-prefetch"
+            raise ConfigError(f"{flag}: refsim runs the stale gate live in the qwen3moe and qwen35moe "
+                              f"passes (exact/ggml numerics), not {spec.arch} --numerics {args.numerics}")
         if knobs.route_ahead:
-            if spec.arch != "qwen3moe":
-                raise ConfigError(f"--route-ahead: refsim runs it live for qwen3moe only, not {spec.arch}")
             from refsim.route_ahead import RouteAhead
             ahead = target.route_ahead = RouteAhead(knobs.route_ahead)
+        if knobs.predict_prefetch:
+            from refsim.stale_gate import PredictPrefetch
+            target.predictor = PredictPrefetch()
         if args.predict_log:
             if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
                 raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
@@ -280,7 +286,9 @@ def _run(args, report: contextlib.ExitStack, quiet: bool = False):
                              n_expert_used=spec.n_expert_used, expert_bytes=expert_bytes,
                              dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)],
                              extra=(("cache_mb", budget_mib(budget)),))   # the recording budget, exact
-        writer = TraceWriter(args.route_trace, header)
+        # the prediction columns exactly when the run has a ranking to record (docs/trace-format.md)
+        writer = TraceWriter(args.route_trace, header,
+                             pred=bool(knobs and (knobs.predict_prefetch or knobs.route_ahead)))
     # the trace's rows are written as the events arrive (temp file renamed at the end): the run
     # keeps no event (keep_events=False), only the first and last the telemetry reads
     with writer as trace_out:
@@ -383,7 +391,9 @@ def _run(args, report: contextlib.ExitStack, quiet: bool = False):
         flags = "".join(f" {f} {v}" for f, v, on in (
             ("--drop-cold-experts", f"{knobs.drop_frac:g}", knobs.drop_on),
             ("--prefetch", knobs.prefetch, knobs.prefetch > 0),
-            ("--route-ahead", knobs.route_ahead, knobs.route_ahead > 0)) if on)
+            ("--route-ahead", knobs.route_ahead, knobs.route_ahead > 0),
+            ("--predict-prefetch --predict-spec-max", knobs.predict_spec_max,
+             knobs.predict_prefetch)) if on)
         flags += " --drop-in-prefill" if knobs.drop_on and knobs.drop_in_prefill else ""
         print(f"route trace: {args.route_trace} (refsim replay {args.route_trace} --cache-mb "
               f"{budget_mib(budget)}{flags})", file=sys.stderr)

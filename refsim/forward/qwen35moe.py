@@ -59,10 +59,11 @@ from refsim.forward.delta_net import gated_delta_net
 from refsim.forward.kv import KVCache
 from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, linear, logit_margin, moe_ffn,
                                    rms_norm, rope_neox, route_topk, swiglu)
-from refsim.forward.qwen3moe import _experts, _qweight, _vector
+from refsim.forward.qwen3moe import _commit_ahead, _experts, _qweight, _vector
 from refsim.forward.recurrent import HybridState, RecurrentState
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, ModelSpec
+from refsim.stale_gate import predict_layer
 
 Tap = Callable[[str, int, np.ndarray], None]
 
@@ -160,14 +161,17 @@ class MtpResult:
     h : (n_pos, n_embd) float32 ndarray
         ``h_mtp`` after the shared head norm (the next chained step's ``h``).
     routes : (n_pos, k) int16 ndarray
-        The head's own routed experts.
+        The head's own routed experts (the router's).
     weights : (n_pos, k) float32 ndarray
+    dropped : (n_pos, k) bool ndarray, optional
+        Slots ``--drop-cold-experts`` dropped through the seam (None without it).
     """
 
     logits: np.ndarray
     h: np.ndarray
     routes: np.ndarray
     weights: np.ndarray
+    dropped: np.ndarray | None = None
 
 
 def _dims(s: ModelSpec) -> tuple[int, int, int, int]:
@@ -377,12 +381,14 @@ def delta_net_block(W: DeltaNetWeights, a: np.ndarray, rec: RecurrentState, il: 
 
 
 def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap, il: int,
-               gate=None, dropped_out: np.ndarray | None = None):
+               gate=None, dropped_out: np.ndarray | None = None, commit=None):
     """Routed experts plus the sigmoid-gated shared expert.
 
     With ``gate`` (the drop seam, :func:`refsim.drop_rule.gate_layer`) the routed experts run
     on the routing after ``--drop-cold-experts``; the dropped slots are written to
     ``dropped_out`` (n_pos, k) and the returned ids / weights stay the router's.
+    ``commit(ids, w, logits) -> (ids, w)`` (``--route-ahead``) replaces the selection before
+    the drop seam and the experts see it; the returned ids / weights are then the committed.
 
     Returns
     -------
@@ -397,6 +403,8 @@ def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap,
     ids, w, m = route_topk(logits_e, k)
     t("ffn_moe_topk", il, ids)
     t("ffn_moe_weights_norm", il, w)
+    if commit is not None:
+        ids, w = commit(ids, w, logits_e)
     use_ids, use_w = ids, w
     if gate is not None:
         use_ids, use_w, dropped_out[:] = gate_layer(gate, il, np.arange(ids.shape[0]), ids, w)
@@ -410,7 +418,8 @@ def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap,
 
 def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None, gate=None, probe=None) -> Qwen35DecodeResult:
+           tap: Tap | None = None, gate=None, probe=None, ahead=None,
+           predictor=None) -> Qwen35DecodeResult:
     """Decode ``tokens`` at ``positions`` through the trunk, updating KV and recurrent state.
 
     Parameters
@@ -426,8 +435,10 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
         Rows that produce logits (default all). Every position is routed at every layer.
     tap : callable, optional
         ``tap(name, il, array)`` (llama.cpp ``cb`` names).
-    gate, probe : optional
-        The drop seam and the ``--predict-log`` probe, as in :func:`refsim.forward.qwen3moe.decode`.
+    gate, probe, ahead, predictor : optional
+        The drop seam, the ``--predict-log`` probe, ``--route-ahead`` and ``--predict-prefetch``,
+        as in :func:`refsim.forward.qwen3moe.decode` (every position of a graph is routed here,
+        so the stale gate's row is the batch's last position).
 
     Returns
     -------
@@ -454,6 +465,16 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
         """Layer j's router on gate input x (1, n_embd): its top-k ids (1, k) (the probe's)."""
         return route_topk(linear(weights.layers[j].ffn.ffn_gate_inp, x, numerics), k)[0]
 
+    def stale(j: int, x: np.ndarray):
+        """Layer j's router on gate input x (1, n_embd): ranked ids (1, k) and logits."""
+        sc = linear(weights.layers[j].ffn.ffn_gate_inp, x, numerics)
+        return route_topk(sc, k)[0], sc
+
+    ranker = ahead if ahead is not None else predictor
+    pred_routes = np.full((n_pos, s.n_layer, k), NOT_ROUTED, dtype=np.int16)
+    pred_weights = np.full((n_pos, s.n_layer, k), np.nan, dtype=np.float32)
+    last = n_pos - 1
+
     h = weights.token_embd.rows(tokens)                                       # [n_pos, n_embd]
     for L in weights.layers:
         il = L.il
@@ -467,7 +488,13 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
         t("ffn_inp", il, h)
         f = rms_norm(h, L.ffn.post_attention_norm, eps)
         t("attn_post_norm", il, f)
-        ffn, ids, w, m = moe_shared(L.ffn, f, k, numerics, t, il, gate, dropped[:, il])
+        commit = None
+        if ahead is not None:
+            def commit(ids, w, logits_e, il=il):
+                return _commit_ahead(ahead, il, ids, w, logits_e, pred_routes, last)
+        if ranker is not None:
+            predict_layer(ranker, il, f[-1:], stale, last, pred_routes, pred_weights, gate)
+        ffn, ids, w, m = moe_shared(L.ffn, f, k, numerics, t, il, gate, dropped[:, il], commit)
         if probe is not None:
             probe.layer(il, ids[-1], f[-1:], rank)
         routes[:, il], rweights[:, il], rmargin[:, il] = ids, w, m
@@ -481,11 +508,13 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
     t("result_output", -1, logits)
     return Qwen35DecodeResult(logits=logits, out_rows=rows, routes=routes, weights=rweights,
                               margin=logit_margin(logits), route_margin=rmargin, h_nextn=hn,
-                              dropped=dropped if gate is not None else None)
+                              dropped=dropped if gate is not None else None,
+                              pred_routes=pred_routes if ranker is not None else None,
+                              pred_weights=pred_weights if ranker is not None else None)
 
 
 def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.ndarray, h_prev: np.ndarray,
-               numerics: Numerics = Numerics(), tap: Tap | None = None) -> MtpResult:
+               numerics: Numerics = Numerics(), tap: Tap | None = None, gate=None) -> MtpResult:
     """One decode of the MTP head: row ``p`` gets token ``x_p`` and ``h_prev[p]`` = ``h_{p-1}``.
 
     Parameters
@@ -499,6 +528,10 @@ def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.
         ``kv.n, kv.n + 1, ...``.
     h_prev : (n_pos, n_embd) float32 ndarray
         Target ``h_nextn`` of the previous position (or the head's own ``h`` when chaining).
+    gate : LayerFeed-like, optional
+        The drop seam for the head's MoE (layer index ``n_layer``), as the trunk's: the head's
+        experts are "streamed, cached and dropped like any other layer's" (engine-docs/mtp.md,
+        "How it is wired"). ``routes`` / ``weights`` stay the router's; ``dropped`` marks drops.
 
     Returns
     -------
@@ -527,10 +560,12 @@ def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.
     a = rms_norm(c, B.attn_norm, eps)
     c = (c + gated_attention(B.mixer, a, kv, 0, positions, s, numerics, t, il)).astype(np.float32)
     f = rms_norm(c, B.ffn.post_attention_norm, eps)
-    ffn, ids, w, _ = moe_shared(B.ffn, f, s.n_expert_used, numerics, t, il)
+    dropped = np.zeros((n_pos, s.n_expert_used), dtype=bool)
+    ffn, ids, w, _ = moe_shared(B.ffn, f, s.n_expert_used, numerics, t, il, gate, dropped)
     c = (c + ffn).astype(np.float32)
     kv.advance(n_pos)
     hm = rms_norm(c, N.head_norm, eps)                                        # [n_pos, n_embd]
     logits = linear(N.head, hm, numerics)                                     # [n_pos, n_vocab]
     t("mtp_logits", il, logits)
-    return MtpResult(logits=logits, h=hm, routes=ids, weights=w)
+    return MtpResult(logits=logits, h=hm, routes=ids, weights=w,
+                     dropped=dropped if gate is not None else None)

@@ -44,6 +44,7 @@ from refsim.forward.kv import KVCache
 from refsim.forward.layers import (decode_inputs, route_weights, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
                                    logit_margin, moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
+from refsim.stale_gate import predict_layer
 from refsim.kernels import require_kernel
 from refsim.model import Model, ModelSpec
 
@@ -153,16 +154,15 @@ def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
     return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
 
 
-def _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank):
-    """``--route-ahead``: record layer il's gate input, and where the policy commits, replace the
-    selection by layer il's ranking on layer il−N's gate input with its true weights."""
+def _commit_ahead(ahead, il, ids, w, logits_e, pred_routes, row):
+    """``--route-ahead``: where the policy commits, replace layer il's selection (one position)
+    by the ranking made at layer il−N (``pred_routes[row, il]``) with its true weights from layer
+    il's own logits; count the routing."""
     if ahead is None:
         return ids, w
-    gate_in[il] = f
     committed = None
-    src = gate_in.get(il - ahead.n)
-    if ahead.commits(il) and src is not None and src.shape[0] == f.shape[0]:
-        committed = rank(il, src)
+    if ahead.commits(il) and ids.shape[0] == 1 and pred_routes[row, il, 0] >= 0:
+        committed = pred_routes[row:row + 1, il].copy()
     ahead.record(ids, committed)
     if committed is None:
         return ids, w
@@ -171,7 +171,8 @@ def _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank):
 
 def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None, gate=None, probe=None, ahead=None) -> DecodeResult:
+           tap: Tap | None = None, gate=None, probe=None, ahead=None,
+           predictor=None) -> DecodeResult:
     """Decode ``tokens`` at ``positions``, appending them to the KV cache.
 
     Parameters
@@ -202,7 +203,12 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     ahead : refsim.route_ahead.RouteAhead, optional
         ``--route-ahead N``: where ``ahead.commits(il)``, layer il's selection is the ranking of
         its router on layer il−N's gate input, with its true renormalised weights; ``routes`` and
-        ``weights`` hold the committed routing (what the engine's trace records).
+        ``weights`` hold the committed routing (what the engine's trace records). The ranking
+        for layer L is made at layer L−N and recorded in ``pred_routes`` / ``pred_weights``.
+    predictor : refsim.stale_gate.PredictPrefetch, optional
+        ``--predict-prefetch``: at layer il the pass ranks layer il+2's router on layer il's
+        gate input (the batch's last position) and records it (``pred_routes``, ``pred_weights``
+        and ``gate.predicted``); the routing is unchanged.
 
     Returns
     -------
@@ -232,8 +238,14 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         """Layer j's router on gate input x (n, n_embd): its top-k ids (n, k) (probe, route-ahead)."""
         return route_topk(linear(weights.layers[j].ffn_gate_inp, x, numerics), k)[0]
 
-    gate_in: dict[int, np.ndarray] = {}        # layer -> its gate input (route-ahead's source)
+    def stale(j: int, x: np.ndarray):
+        """Layer j's router on gate input x (1, n_embd): ranked ids (1, k) and logits."""
+        sc = linear(weights.layers[j].ffn_gate_inp, x, numerics)
+        return route_topk(sc, k)[0], sc
 
+    ranker = ahead if ahead is not None else predictor
+    pred_routes = np.full((n_pos, n_layer, k), NOT_ROUTED, dtype=np.int16)
+    pred_weights = np.full((n_pos, n_layer, k), np.nan, dtype=np.float32)
 
     h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
     for il, L in enumerate(weights.layers):
@@ -262,7 +274,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
             for name, x in (("kqv_out", o), ("ffn_inp", h), ("ffn_norm", f), ("ffn_moe_logits", logits_e),
                             ("ffn_moe_topk", ids), ("ffn_moe_weights_norm", w)):
                 t(name, il, x)
-            ids, w = _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank)
+            ids, w = _commit_ahead(ahead, il, ids, w, logits_e, pred_routes, 0)
+            if ranker is not None:
+                predict_layer(ranker, il, f, stale, 0, pred_routes, pred_weights, gate)
             routes[0, il] = ids[0]
             rweights[0, il] = w[0]
             rmargin[0, il] = m[0]
@@ -288,7 +302,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         ids, w, m = route_topk(logits_e, k)                                     # [n_act, k]
         t("ffn_moe_topk", il, ids)
         t("ffn_moe_weights_norm", il, w)
-        ids, w = _commit_ahead(ahead, il, ids, w, logits_e, gate_in, f, rank)
+        ids, w = _commit_ahead(ahead, il, ids, w, logits_e, pred_routes, int(idx[-1]))
+        if ranker is not None:
+            predict_layer(ranker, il, f[-1:], stale, int(idx[-1]), pred_routes, pred_weights, gate)
         routes[idx, il] = ids
         rweights[idx, il] = w
         rmargin[idx, il] = m
@@ -309,4 +325,6 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     t("result_output", -1, logits)
     return DecodeResult(logits=logits, out_rows=rows, routes=routes, weights=rweights,
                         margin=logit_margin(logits), route_margin=rmargin,
-                        dropped=dropped if gate is not None else None)
+                        dropped=dropped if gate is not None else None,
+                        pred_routes=pred_routes if ranker is not None else None,
+                        pred_weights=pred_weights if ranker is not None else None)

@@ -31,6 +31,10 @@ class DecodeResult:
     dropped : (n_pos, n_layer, k) bool ndarray, optional
         Slots ``--drop-cold-experts`` dropped (through the drop seam); ``routes`` and
         ``weights`` stay the router's. None without the seam.
+    pred_routes, pred_weights : (n_pos, n_layer, k) ndarrays, optional
+        The stale-gate ranking per (position, layer) where the pass made one (``--route-ahead``,
+        ``--predict-prefetch``; :mod:`refsim.stale_gate`): int16 ids (-1 elsewhere) and float32
+        softmax weights (NaN elsewhere). None when no predictor ran.
     """
 
     logits: np.ndarray
@@ -40,6 +44,8 @@ class DecodeResult:
     margin: np.ndarray
     route_margin: np.ndarray
     dropped: np.ndarray | None = None
+    pred_routes: np.ndarray | None = None
+    pred_weights: np.ndarray | None = None
 
     @property
     def argmax(self) -> np.ndarray:

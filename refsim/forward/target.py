@@ -28,6 +28,12 @@ def eog_ids(model: Model) -> frozenset[int]:
     return frozenset() if eos is None else frozenset([int(eos)])
 
 
+def _output(res: DecodeResult) -> TargetOutput:
+    return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
+                        dropped=res.dropped, pred_routes=res.pred_routes,
+                        pred_weights=res.pred_weights)
+
+
 class ForwardTarget:
     """A GGUF model run by refsim's reference pass, one greedy sequence.
 
@@ -98,7 +104,10 @@ class ForwardTarget:
         self.moe_gate = None
         """The drop seam for the next prefill/decode (set by the loop; see supports_moe_gate)."""
         self.route_ahead = None
-        """A :class:`refsim.route_ahead.RouteAhead` for ``--route-ahead N`` (qwen3moe)."""
+        """A :class:`refsim.route_ahead.RouteAhead` for ``--route-ahead N`` (qwen3moe, qwen35moe)."""
+        self.predictor = None
+        """A :class:`refsim.stale_gate.PredictPrefetch` for ``--predict-prefetch`` (qwen3moe,
+        qwen35moe): the pass records the stale-gate prediction of every decode graph."""
         self.predict_probe = None
         """A :class:`refsim.predict_stats.PredictProbe` fed by every graph (``--predict-log``;
         qwen3moe, like the drop seam)."""
@@ -117,6 +126,9 @@ class ForwardTarget:
         if self.route_ahead is not None:
             self.route_ahead.begin_graph(phase)
             gate["ahead"] = self.route_ahead
+        if self.predictor is not None:
+            self.predictor.begin_graph(phase)
+            gate["predictor"] = self.predictor
         with np.errstate(invalid="ignore", over="ignore"):   # NaN/inf from the file: refused just below, in one line
             res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics,
                                    out_rows=out_rows, **gate)
@@ -147,14 +159,11 @@ class ForwardTarget:
         if tokens.size == 0:
             raise ConfigError("prefill: empty prompt")
         res = self._run(tokens, np.arange(tokens.size), out_rows=[tokens.size - 1], phase=0)
-        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
-                            dropped=res.dropped)
+        return _output(res)
 
     def decode(self, tokens: np.ndarray, positions: np.ndarray) -> TargetOutput:
         """Decode ``tokens`` at ``positions`` (contiguous from the KV length); a row per position."""
-        res = self._run(tokens, positions)
-        return TargetOutput(logits=res.logits, routes=res.routes, weights=res.weights,
-                            dropped=res.dropped)
+        return _output(self._run(tokens, positions))
 
     def trim(self, n_keep: int) -> None:
         """Keep KV positions ``< n_keep`` (the rollback after a rejected draft)."""

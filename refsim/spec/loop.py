@@ -195,7 +195,8 @@ class RunResult:
         traced = [(e, r) for e, r in zip(self.events, self.records)
                   if not e.kind.draft_context]
         write_trace(path, header, [e for e, _ in traced], [r.trace_residency() for _, r in traced],
-                    [r.charged_bytes for _, r in traced])
+                    [r.charged_bytes for _, r in traced],
+                    pred=any(e.pred_routes is not None for e, _ in traced))
 
 
 def _event(kind: DecodeKind, positions: np.ndarray, tokens: np.ndarray, out: TargetOutput,
@@ -211,8 +212,12 @@ def _event(kind: DecodeKind, positions: np.ndarray, tokens: np.ndarray, out: Tar
                               f"({n_pos}, {n_layer}, {k}) (n_pos, n_layer, n_expert_used)")
         weights = None if out.weights is None else np.asarray(out.weights, dtype=np.float32)
     dropped = out.dropped if out.dropped is not None and np.any(out.dropped) else None
+    pred = {} if out.pred_routes is None or out.routes is None else {
+        "pred_routes": np.asarray(out.pred_routes, np.int16),
+        "pred_weights": np.asarray(out.pred_weights, np.float32)}
     return DecodeEvent(kind=kind, positions=positions.astype(np.int64), routes=routes,
-                       weights=weights, tokens=tokens.astype(np.int32), dropped=dropped, **kw)
+                       weights=weights, tokens=tokens.astype(np.int32), dropped=dropped,
+                       **pred, **kw)
 
 
 class SpeculativeLoop:
@@ -277,9 +282,12 @@ class SpeculativeLoop:
 
     def _apply(self, event: DecodeEvent, events: list, records: list,
                gate=None) -> EventRecord | None:
+        applied = getattr(self.draft_source, "applied", None)
         if gate is not None:
             self.target.moe_gate = None
             rec = gate.close(event)
+        elif applied and event in applied:    # fed to the cache as it ran (the MTP head's seam)
+            rec = applied.pop(event)
         else:
             rec = self.cache.apply(event) if self.cache is not None else None
         if self.keep_events:
@@ -292,6 +300,15 @@ class SpeculativeLoop:
         if self.on_event is not None:
             self.on_event(event, rec)
         return rec
+
+    @staticmethod
+    def _tally(rec, draft: bool, tally: list) -> None:
+        if rec is not None:
+            tally[0] += rec.read_bytes
+            tally[1] += rec.lookups
+            tally[2] += rec.hits
+            if draft:
+                tally[3] += rec.read_bytes
 
     def _open_gate(self, kind: DecodeKind, positions: np.ndarray):
         """The drop seam for one target graph when ``--drop-cold-experts`` is armed: the
@@ -346,6 +363,10 @@ class SpeculativeLoop:
         n_ctx = n_prompt
         gen: list[int] = []
 
+        if (self.cache is not None and self.cache.knobs.drop_on
+                and hasattr(self.draft_source, "cache_feed")):
+            cache = self.cache             # the draft context feeds its decodes as they run
+            self.draft_source.cache_feed = lambda kind, pos, k: cache.open_event(kind, pos, k)
         positions = np.arange(n_prompt, dtype=np.int64)
         gate = self._open_gate(DecodeKind.PREFILL, positions)
         t0 = clock()
@@ -392,18 +413,19 @@ class SpeculativeLoop:
             res = greedy_accept(drafts, out.argmax(), eos)
             if res.n_acc < n:
                 tgt.trim(n_past + 1 + res.n_acc)
-            post_events = tuple(self.draft_source.accept(res.n_acc))
-            read = looks = hits = draft_read = 0
             kind = DecodeKind.VERIFY if n else DecodeKind.PLAIN
             ev = _event(kind, positions, fed, out, n_layer, k, n_draft=n,
                         accepted=res.n_acc if n else None)
-            # cache order as the engine reads: drafting, the target decode, then the catch-up
-            for e in draft_events + (ev,) + post_events:
-                rec = self._apply(e, events, records, gate if e is ev else None)
-                if rec is not None:
-                    read, looks, hits = read + rec.read_bytes, looks + rec.lookups, hits + rec.hits
-                    if e is not ev:
-                        draft_read += rec.read_bytes
+            # cache order as the engine reads: drafting, the target decode, then the catch-up.
+            # The catch-up decodes only after the target decode's record is closed: a draft
+            # source that feeds the cache as it decodes (the MTP head's drop seam) sees its reads.
+            tally = [0, 0, 0, 0]                       # read, lookups, hits, draft read
+            for e in draft_events + (ev,):
+                self._tally(self._apply(e, events, records, gate if e is ev else None),
+                            e is not ev, tally)
+            for e in self.draft_source.accept(res.n_acc):
+                self._tally(self._apply(e, events, records), True, tally)
+            read, looks, hits, draft_read = tally
             confirmed = [tok] + res.emitted.tolist()
             emitted = 0
             for t in confirmed:

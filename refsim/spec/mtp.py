@@ -26,6 +26,14 @@ Every draft-context decode (begin, each draft step, each catch-up) is a
 index ``n_layer`` (``NOT_ROUTED`` elsewhere), fed to the same cache as the target's decodes, so
 the flash split of the ``mtp:`` line is the cache's own accounting.
 
+With ``--drop-cold-experts`` the head's MoE goes through the same drop seam as the trunk's
+(engine-docs/mtp.md, "How it is wired": the head's experts are "streamed, cached and dropped like
+any other layer's"): the loop hands the source ``cache_feed`` and each draft-context decode is
+fed to the cache *as it runs*, layer ``n_layer`` through a
+:class:`refsim.cache.expert_cache.LayerFeed`, so a draft's drop decision sees the residency the
+earlier graphs left; its record is kept in ``applied`` for the loop (which does not apply the
+event again). The trunk's verify decode gets the seam through :class:`MtpTarget`.
+
 Load-time rejections (:func:`check_mtp_load`): ``--mtp`` on a model without
 ``nextn_predict_layers``, with ``--ngram``, with non-greedy sampling (both in
 :class:`refsim.spec.config.SpecConfig`), and a ubatch narrower than the verify batch.
@@ -137,12 +145,31 @@ class MtpTarget:
         """The last decode's :class:`refsim.forward.qwen35moe.Qwen35DecodeResult`."""
         return self.inner.results[-1]
 
+    @property
+    def supports_moe_gate(self) -> bool:
+        """The trunk's pass takes the drop seam (the head's is fed by :class:`MtpDraft`)."""
+        return self.inner.supports_moe_gate
+
+    @property
+    def moe_gate(self):
+        """The drop seam of the next trunk decode (forwarded to the inner pass); its span is
+        ``n_layer + 1``, of which the trunk feeds layers ``0..n_layer-1``."""
+        return self.inner.moe_gate
+
+    @moe_gate.setter
+    def moe_gate(self, gate) -> None:
+        self.inner.moe_gate = gate
+
     def _widen(self, out: TargetOutput) -> TargetOutput:
         n_pos, _, k = out.routes.shape
         routes = np.full((n_pos, self.n_layer, k), NOT_ROUTED, np.int16)
         weights = np.full((n_pos, self.n_layer, k), np.nan, np.float32)
         routes[:, :-1], weights[:, :-1] = out.routes, out.weights
-        return TargetOutput(logits=out.logits, routes=routes, weights=weights)
+        dropped = None
+        if out.dropped is not None:
+            dropped = np.zeros((n_pos, self.n_layer, k), bool)
+            dropped[:, :-1] = out.dropped
+        return TargetOutput(logits=out.logits, routes=routes, weights=weights, dropped=dropped)
 
     def prefill(self, tokens):
         tokens = np.asarray(tokens, np.int64)
@@ -186,17 +213,34 @@ class MtpDraft:
         self.pending_h = np.zeros(spec.n_embd, np.float32)
         self.began = False
         self.n_mtp_decodes = 0
+        self.cache_feed = None
+        """``cache_feed(kind, positions, k) -> LayerFeed`` (set by the loop when
+        ``--drop-cold-experts`` is armed): each draft-context decode is fed to the cache as it
+        runs, through the drop seam."""
+        self.applied: dict = {}
+        """Event -> its :class:`refsim.cache.EventRecord`, for events already fed to the cache
+        (the loop takes them from here instead of applying the event again)."""
 
     def _decode(self, tokens, positions, h_prev, kind=DecodeKind.DRAFT) -> tuple:
         t = self.target
-        res = self._Q.mtp_decode(t.inner.weights, self.kv, tokens, positions, h_prev, t.inner.numerics)
+        positions = np.asarray(positions, np.int64)
+        gate = (None if self.cache_feed is None
+                else self.cache_feed(kind, positions, t.n_expert_used))
+        res = self._Q.mtp_decode(t.inner.weights, self.kv, tokens, positions, h_prev, t.inner.numerics,
+                                 gate=gate)
         self.n_mtp_decodes += 1
         n_pos, k = res.routes.shape
         routes = np.full((n_pos, t.n_layer, k), NOT_ROUTED, np.int16)
         weights = np.full((n_pos, t.n_layer, k), np.nan, np.float32)
         routes[:, -1], weights[:, -1] = res.routes, res.weights
-        ev = DecodeEvent(kind=kind, positions=np.asarray(positions, np.int64), routes=routes,
-                         weights=weights, tokens=np.asarray(tokens, np.int32))
+        dropped = None
+        if res.dropped is not None and res.dropped.any():
+            dropped = np.zeros(routes.shape, bool)
+            dropped[:, -1] = res.dropped
+        ev = DecodeEvent(kind=kind, positions=positions, routes=routes, weights=weights,
+                         tokens=np.asarray(tokens, np.int32), dropped=dropped)
+        if gate is not None:
+            self.applied[ev] = gate.close(ev)
         return res, ev
 
     def _process(self, tokens, positions, h_rows, kind=DecodeKind.DRAFT) -> DecodeEvent:

@@ -33,6 +33,9 @@ class TargetOutput:
         Final routing weights (NaN where unknown), the router's.
     dropped : (n_pos, n_layer, k) bool ndarray, optional
         Slots ``--drop-cold-experts`` dropped in the pass (a target with a drop seam).
+    pred_routes, pred_weights : (n_pos, n_layer, k) ndarrays, optional
+        The stale-gate ranking the pass made (``--route-ahead``, ``--predict-prefetch``;
+        :class:`refsim.events.DecodeEvent`).
 
     Raises
     ------
@@ -51,6 +54,8 @@ class TargetOutput:
     routes: np.ndarray | None = None
     weights: np.ndarray | None = None
     dropped: np.ndarray | None = None
+    pred_routes: np.ndarray | None = None
+    pred_weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if (self.logits is None) == (self.ids is None):

@@ -95,8 +95,9 @@ def knob_lines(k) -> list[str]:
     ``moe-drop: 5146/81920 routed experts dropped (6.3%), threshold 0.75 x uniform``.
     """
     out = []
-    if k.prefetch > 0 or k.route_ahead > 0:
-        tag = " [route-ahead]" if k.route_ahead > 0 else ""
+    if k.prefetch > 0 or k.route_ahead > 0 or k.predict_prefetch:
+        tag = (" [route-ahead]" if k.route_ahead > 0 else " [stale-gate]" if k.predict_prefetch
+               else "")
         out.append(f"moe-prefetch: {k.spec_read_mib:.1f} MiB speculative, {k.spec_useful}/"
                    f"{k.spec_experts} experts useful ({pct_text(k.useful_pct, 0)}){tag}")
     if k.drop_frac > 0:

@@ -104,6 +104,9 @@ class MetricsPreamble:
             kw.update(n_expert=result.cache.n_expert, moe_stream=1,
                       cache_mb=result.cache.budget_bytes // MIB,
                       prefetch=result.cache.knobs.prefetch,
+                      route_ahead=result.cache.knobs.route_ahead,
+                      predict_prefetch=int(result.cache.knobs.predict_prefetch),
+                      predict_spec_max=result.cache.knobs.predict_spec_max,
                       drop_cold_frac=result.cache.knobs.drop_frac)
         kw["spec"] = result.spec
         kw["spec_draft_max"] = result.draft_max

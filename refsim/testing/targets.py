@@ -167,8 +167,24 @@ class ScriptedTarget:
         """The drop seam for the next prefill/decode (set by the loop): each layer's scripted
         routing goes through :func:`refsim.drop_rule.gate_layer` (there is no computation to
         change, so only the cache sees the drops)."""
+        self.predictor = None
+        """A :class:`refsim.stale_gate.PredictPrefetch` (``--predict-prefetch``): every decode
+        graph after the first ranks layer il+2 ahead with a scripted stale gate
+        (:meth:`_stale`), reported to the drop seam and recorded in the output."""
 
     supports_moe_gate = True
+
+    @staticmethod
+    def _stale(routes: np.ndarray, weights: np.ndarray, row: int, t: int, n_expert: int):
+        """A scripted stale gate for layer t at position ``row``: scores that favour layer t's
+        own routing (by weight) and add layer t-1's, so the ranking is right on part of its
+        slots. Returns ``(ids (1, k) int16, scores (1, n_expert) float32)``."""
+        k = routes.shape[2]
+        sc = np.zeros(n_expert, np.float32)
+        sc[routes[row, t]] += 2.0 * weights[row, t]
+        sc[routes[row, t - 1]] += 1.5 * np.nan_to_num(weights[row, t - 1])
+        order = np.argsort(-sc, kind="stable")[:k]
+        return order[None, :].astype(np.int16), sc[None, :]
 
     def __repr__(self) -> str:
         return (f"ScriptedTarget({self.script!r}, router={self.router!r}, "
@@ -187,22 +203,35 @@ class ScriptedTarget:
         kv = np.asarray(self._kv, dtype=np.int64)
         return np.array([self.script(kv[: start + i + 1]) for i in range(n)], dtype=np.int64)
 
-    def _output(self, ids: np.ndarray, routes, weights) -> TargetOutput:
-        dropped = None
-        if self.moe_gate is not None and routes is not None:
+    def _output(self, ids: np.ndarray, routes, weights, phase: int = 1) -> TargetOutput:
+        dropped = pr = pw = None
+        pred = self.predictor if routes is not None else None
+        if pred is not None:
+            from refsim.stale_gate import predict_layer
+            pred.begin_graph(phase)
+            pr = np.full(routes.shape, -1, np.int16)
+            pw = np.full(routes.shape, np.nan, np.float32)
+            last = routes.shape[0] - 1
+
+            def stale(t, x):
+                return self._stale(routes, weights, last, t, self.n_expert)
+        if (self.moe_gate is not None or pred is not None) and routes is not None:
             from refsim.drop_rule import gate_layer
             dropped = np.zeros(routes.shape, bool)
             for il in range(routes.shape[1]):
+                if pred is not None:
+                    predict_layer(pred, il, None, stale, last, pr, pw, self.moe_gate)
                 rows = np.flatnonzero((routes[:, il] >= 0).any(axis=1))
-                if rows.size:
+                if rows.size and self.moe_gate is not None:
                     _, _, dropped[rows, il] = gate_layer(self.moe_gate, il, rows, routes[rows, il],
                                                          weights[rows, il])
+        extra = dict(routes=routes, weights=weights, dropped=dropped, pred_routes=pr,
+                     pred_weights=pw)
         if self.n_vocab is None:
-            return TargetOutput(ids=ids.astype(np.int32), routes=routes, weights=weights,
-                                dropped=dropped)
+            return TargetOutput(ids=ids.astype(np.int32), **extra)
         logits = np.zeros((ids.size, self.n_vocab), dtype=np.float32)
         logits[np.arange(ids.size), ids] = 1.0
-        return TargetOutput(logits=logits, routes=routes, weights=weights, dropped=dropped)
+        return TargetOutput(logits=logits, **extra)
 
     def _routes(self, start: int, n: int):
         if self.router is None:
@@ -222,7 +251,7 @@ class ScriptedTarget:
         if routes is not None:
             routes[:-1, -1, :] = NOT_ROUTED
             weights[:-1, -1, :] = np.nan
-        return self._output(self._rows(n - 1, 1), routes, weights)
+        return self._output(self._rows(n - 1, 1), routes, weights, phase=0)
 
     def decode(self, tokens, positions) -> TargetOutput:
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)

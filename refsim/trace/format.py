@@ -19,8 +19,15 @@ REQUIRED_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight"
 OPTIONAL_COLUMNS = ("dropped",)
 """Columns added later (10-column files); absent means 0 for every row."""
 
+PRED_COLUMNS = ("pred_expert", "pred_weight")
+"""refsim's columns for the stale-gate ranking a run made (``--predict-prefetch``,
+``--route-ahead N``): per row, the ranked id at that (position, layer, slot = rank) and the
+softmax over the ranking's top-k; ``-1`` / ``nan`` where the graph ranked nothing
+(docs/trace-format.md, "Prediction columns"). Not the engine's: its traces never have them."""
+
 WRITE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
-"""Column order refsim writes (the engine's current writer)."""
+"""Column order refsim writes (the engine's current writer); :data:`PRED_COLUMNS` follow when
+the run ranked ahead."""
 
 MAX_LAYERS = 4096
 """Largest ``n_layer`` a trace may declare: 8x llama.cpp's ``LLAMA_MAX_LAYERS`` (512,

@@ -21,8 +21,8 @@ from refsim import MAX_CACHE_MIB
 from refsim.errors import TraceFormatError
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
 from refsim.trace.format import (MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS, MAX_LAYERS,
-                                 MAX_POSITION, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TRACE_MAGIC,
-                                 TraceHeader)
+                                 MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS,
+                                 TRACE_MAGIC, TraceHeader)
 
 
 @dataclass
@@ -45,6 +45,9 @@ class RouteTrace:
         1-based line of each slot's row (0 where not routed), for error messages.
     path : str
         The file read.
+    has_pred_columns : bool
+        The file has refsim's prediction columns (``pred_expert``, ``pred_weight``): every event
+        then carries ``pred_routes`` / ``pred_weights``.
     """
 
     header: TraceHeader
@@ -57,6 +60,7 @@ class RouteTrace:
     n_rows: int = 0
     speculative: bool = field(default=False)
     column_line: int = 0
+    has_pred_columns: bool = False
 
     def require_rows(self, purpose: str) -> None:
         """Refuse a trace with a preamble and no rows, for a command that would print zeros.
@@ -113,8 +117,9 @@ _INT_RE, _FLOAT_RE = re.compile(_INT_FIELD), re.compile(_FLOAT_FIELD)
 _MODEL_KEYS = ("model", "arch", "n_layer", "n_expert", "n_expert_used", "cache_mb")
 """Keys of the model line; on a layer line they are damage (the engine's scripts merge every
 ``#`` line's keys, so they would read them as the model's)."""
-_KNOWN = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
-_INT_COLUMNS = tuple(c for c in _KNOWN if c != "weight")
+_KNOWN = REQUIRED_COLUMNS + OPTIONAL_COLUMNS + PRED_COLUMNS
+_FLOAT_COLUMNS = ("weight", "pred_weight")
+_INT_COLUMNS = tuple(c for c in _KNOWN if c not in _FLOAT_COLUMNS)
 
 
 def _read_text(path: str) -> str:
@@ -290,6 +295,10 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
         raise TraceFormatError(
             f"{path}:{i + 1}: column header lacks {', '.join(absent)} "
             f"(expected {','.join(REQUIRED_COLUMNS)}[,dropped])")
+    if (PRED_COLUMNS[0] in columns) != (PRED_COLUMNS[1] in columns):
+        raise TraceFormatError(f"{path}:{i + 1}: column header has one of "
+                               f"{', '.join(PRED_COLUMNS)} without the other; expected both or "
+                               f"neither")
     known = set(_MODEL_KEYS) - {"cache_mb"}
     header = TraceHeader(
         model=model_kv.get("model", ""), arch=model_kv.get("arch", ""), n_layer=n_layer,
@@ -311,7 +320,8 @@ def _range_text(name: str, header: TraceHeader) -> str:
             "step": f"0..{MAX_POSITION}", "layer": f"0..{header.n_layer - 1}",
             "slot": f"0..{header.n_expert_used - 1}", "expert": f"0..{header.n_expert - 1}",
             "residency": "0, 1 or 2", "expert_bytes": "bytes",
-            "dropped": "0 or 1"}.get(name, "")
+            "dropped": "0 or 1",
+            "pred_expert": f"-1 (no prediction) or 0..{header.n_expert - 1}"}.get(name, "")
 
 
 def _diagnose_row(path: str, lineno: int, line: str, columns: list[str], header: TraceHeader):
@@ -321,9 +331,9 @@ def _diagnose_row(path: str, lineno: int, line: str, columns: list[str], header:
         raise TraceFormatError(f"{path}:{lineno}: expected {len(columns)} fields "
                                f"({','.join(columns)}), got {len(fields)}")
     for name, t in zip(columns, fields):
-        if name == "weight" and not _FLOAT_RE.fullmatch(t):
-            raise TraceFormatError(f"{path}:{lineno}: column 'weight' is {t[:40]!r}, expected a "
-                                   f"number (ASCII; nan when the engine saw no weight)")
+        if name in _FLOAT_COLUMNS and not _FLOAT_RE.fullmatch(t):
+            raise TraceFormatError(f"{path}:{lineno}: column {name!r} is {t[:40]!r}, expected a "
+                                   f"number (ASCII; nan when there is no weight)")
         if name in _INT_COLUMNS and not _INT_RE.fullmatch(t):
             raise TraceFormatError(f"{path}:{lineno}: column {name!r} is {t[:40]!r}, expected an "
                                    f"integer in {_range_text(name, header)} (ASCII digits)")
@@ -339,8 +349,9 @@ def _parse_rows(path: str, pre: _Preamble) -> dict[str, np.ndarray]:
     n_rows = len(data)
     wanted = [c for c in columns if c in _KNOWN]
     if not data:
-        return {c: np.zeros(0, dtype=np.float64 if c == "weight" else np.int64) for c in wanted}
-    field = {c: (_FLOAT_FIELD if c == "weight" else _INT_FIELD if c in _KNOWN else "[^,]*")
+        return {c: np.zeros(0, dtype=np.float64 if c in _FLOAT_COLUMNS else np.int64)
+                for c in wanted}
+    field = {c: (_FLOAT_FIELD if c in _FLOAT_COLUMNS else _INT_FIELD if c in _KNOWN else "[^,]*")
              for c in columns}
     row = ",".join(f"(?:{field[c]})" for c in columns) + r"\r?"
     block = "\n".join(data)
@@ -357,7 +368,7 @@ def _parse_rows(path: str, pre: _Preamble) -> dict[str, np.ndarray]:
     out = {}
     for j, c in enumerate(wanted):
         v = table[:, j]
-        out[c] = v if c == "weight" else v.astype(np.int64)
+        out[c] = v if c in _FLOAT_COLUMNS else v.astype(np.int64)
     assert all(len(v) == n_rows for v in out.values())
     return out
 
@@ -434,8 +445,8 @@ def _read_fast(path: str) -> RouteTrace | None:
         return None
     try:
         pre = _parse_preamble(path, data[:end + 1].decode("utf-8"))
-        if pre.column_line != lineno or pre.data:
-            return None
+        if pre.column_line != lineno or pre.data or PRED_COLUMNS[0] in pre.columns:
+            return None                   # the prediction columns: the per-line path reads them
         h = pre.header
         cols = parse_rows(data, end + 1, lineno + 1, pre.columns, h.n_layer, h.n_expert,
                           h.n_expert_used, MAX_POSITION, MAX_LINES)
@@ -486,6 +497,15 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
     check((dropped != 0) & (dropped != 1), "0 or 1", "dropped", dropped)
     check(~np.isnan(weight) & ~(np.abs(weight) <= np.finfo(np.float32).max),
           "a finite float32 weight or nan", "weight", weight)
+    has_pred = "pred_expert" in cols
+    if has_pred:
+        pexp, pwt = cols["pred_expert"], cols["pred_weight"]
+        check((pexp < -1) | (pexp >= n_expert), _range_text("pred_expert", header), "pred_expert",
+              pexp)
+        check(~np.isnan(pwt) & ~(np.abs(pwt) <= np.finfo(np.float32).max),
+              "a finite float32 weight or nan", "pred_weight", pwt)
+        check((pexp < 0) & ~np.isnan(pwt), "nan on a row without a prediction (pred_expert -1)",
+              "pred_weight", pwt)
 
     # Frame decodes: a new one starts when turn/phase changes or (layer, step, slot) fails to
     # increase strictly. Single-layer traces: every decode-phase step change starts one too.
@@ -525,6 +545,21 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
         chg[idx] = charged[a:b]
         lines_arr[idx] = lines_of[a:b]
         drop[idx] = dropped[a:b] != 0
+        pred = {}
+        if has_pred:
+            pr = np.full(shape, NOT_ROUTED, dtype=np.int16)
+            pw = np.full(shape, np.nan, dtype=np.float32)
+            pr[idx] = pexp[a:b]
+            pw[idx] = pwt[a:b]
+            some = pr >= 0
+            partial = some.any(axis=2) & ~some.all(axis=2)
+            if partial.any():
+                p0, l0 = (int(v[0]) for v in np.nonzero(partial))
+                raise TraceFormatError(
+                    f"{path}:{int(lines_arr[p0, l0][lines_arr[p0, l0] > 0].min())}: position "
+                    f"{int(steps[p0])} layer {l0} has a prediction (pred_expert) on some slots "
+                    f"only; expected all {k} ranks or none")
+            pred = {"pred_routes": pr, "pred_weights": pw}
         if int(phase[a]) == 0:
             kind = DecodeKind.PREFILL
         else:
@@ -532,7 +567,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
         events.append(DecodeEvent(
             kind=kind, positions=steps.astype(np.int64), routes=routes, weights=weights,
             dropped=drop if drop.any() else None, turn=int(turn[a]),
-            n_draft=len(steps) - 1 if kind is DecodeKind.VERIFY else 0))
+            n_draft=len(steps) - 1 if kind is DecodeKind.VERIFY else 0, **pred))
         res_list.append(res)
         bytes_list.append(chg)
         line_list.append(lines_arr)
@@ -564,7 +599,8 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
     _infer_accepted(events)
     return RouteTrace(header=header, events=events, residency=res_list, charged_bytes=bytes_list,
                       line_numbers=line_list, path=path, has_dropped_column="dropped" in columns,
-                      n_rows=n_rows, speculative=speculative, column_line=pre.column_line)
+                      n_rows=n_rows, speculative=speculative, column_line=pre.column_line,
+                      has_pred_columns=has_pred)
 
 
 def _routed_layers(events: list[DecodeEvent], n_layer: int) -> np.ndarray:
@@ -877,7 +913,8 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
             pre = _parse_preamble(path, head.decode("utf-8"))
         except (TraceFormatError, UnicodeDecodeError):
             pre = None
-    if pre is None or pre.data or pre.column_line != head.count(b"\n"):
+    if (pre is None or pre.data or pre.column_line != head.count(b"\n")
+            or PRED_COLUMNS[0] in pre.columns):    # prediction columns: read whole (per-line path)
         fh.close()
         return _whole(path)                     # the per-line path's message, or its trace
     h = pre.header

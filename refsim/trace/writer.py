@@ -18,11 +18,13 @@ import numpy as np
 
 from refsim.events import DecodeEvent
 from refsim.fileio import open_output
-from refsim.trace.format import TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
+from refsim.trace.format import PRED_COLUMNS, TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
 
 
-def format_header(header: TraceHeader) -> str:
-    """The preamble and column line of a trace, newline-terminated."""
+def format_header(header: TraceHeader, pred: bool = False) -> str:
+    """The preamble and column line of a trace, newline-terminated; ``pred``: add the
+    :data:`~refsim.trace.format.PRED_COLUMNS` (a run with ``--predict-prefetch`` or
+    ``--route-ahead``)."""
     extra = "".join(f" {k}={v}" for k, v in header.extra)
     out = [TRACE_MAGIC,
            f"# model={header.model} arch={header.arch} n_layer={header.n_layer} "
@@ -30,7 +32,7 @@ def format_header(header: TraceHeader) -> str:
     for il in range(header.n_layer):
         out.append(f"# layer={il} expert_bytes={int(header.expert_bytes[il])} "
                    f"dense_bytes={int(header.dense_bytes[il])}")
-    out.append(",".join(WRITE_COLUMNS))
+    out.append(",".join(WRITE_COLUMNS + (PRED_COLUMNS if pred else ())))
     return "\n".join(out) + "\n"
 
 
@@ -40,7 +42,8 @@ def _weight_text(w: float) -> str:
     return str(np.float32(w))
 
 
-def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: np.ndarray) -> str:
+def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: np.ndarray,
+                      pred: bool = False) -> str:
     """The CSV rows of one event, newline-terminated.
 
     Parameters
@@ -58,6 +61,8 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
 
     A dropped slot keeps the router's expert id and weight (``event.routes``/``event.weights``
     as the router produced them) and is written with ``dropped=1``, as the engine writes it.
+    With ``pred`` every row gains ``pred_expert,pred_weight`` (``event.pred_routes`` /
+    ``pred_weights`` at the row's position, layer and slot; ``-1,nan`` where none).
 
     Raises
     ------
@@ -73,6 +78,7 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     n_pos, n_layer, k = event.routes.shape
     weights = event.weights
     dropped = event.dropped
+    pr, pw = (event.pred_routes, event.pred_weights) if pred else (None, None)
     rows: list[str] = []
     prefix = f"{event.turn},{event.phase},"
     for il in range(n_layer):
@@ -97,7 +103,12 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
                 if not 0 <= r <= 2:
                     raise ValueError(f"slot at position {step} layer {il} slot {s} has residency "
                                      f"{r}; expected 0, 1 or 2")
-                rows.append(f"{prefix}{step},{il},{s},{e},{w},{r},{c},{d}")
+                if not pred:
+                    rows.append(f"{prefix}{step},{il},{s},{e},{w},{r},{c},{d}")
+                    continue
+                pe = -1 if pr is None else int(pr[p, il, s])
+                pwt = "nan" if pr is None or pe < 0 else _weight_text(float(pw[p, il, s]))
+                rows.append(f"{prefix}{step},{il},{s},{e},{w},{r},{c},{d},{pe},{pwt}")
     return "\n".join(rows) + "\n" if rows else ""
 
 
@@ -114,6 +125,9 @@ class TraceWriter:
     header : TraceHeader
     what : str
         The flag named in errors (default ``--route-trace``).
+    pred : bool
+        Write the prediction columns (``pred_expert``, ``pred_weight``; docs/trace-format.md,
+        "Prediction columns"), for runs with a predictor or ``--route-ahead``.
 
     Raises
     ------
@@ -121,8 +135,9 @@ class TraceWriter:
         If the destination cannot be written or a write fails (names ``what`` and the path).
     """
 
-    def __init__(self, path: str | os.PathLike, header: TraceHeader, what: str = "--route-trace"):
-        self.path, self.header, self.what = path, header, what
+    def __init__(self, path: str | os.PathLike, header: TraceHeader, what: str = "--route-trace",
+                 pred: bool = False):
+        self.path, self.header, self.what, self.pred = path, header, what, pred
         self.events = 0
         """Events written (draft-context events are skipped and not counted)."""
         self._ctx = self._fh = None
@@ -131,7 +146,7 @@ class TraceWriter:
         self._ctx = open_output(self.path, self.what)
         self._fh = self._ctx.__enter__()
         try:
-            self._fh.write(format_header(self.header))
+            self._fh.write(format_header(self.header, self.pred))
         except BaseException:
             self._close(*sys.exc_info())
             raise
@@ -143,7 +158,7 @@ class TraceWriter:
         if event.kind.draft_context:
             return
         try:
-            self._fh.write(format_event_rows(event, residency, charged_bytes))
+            self._fh.write(format_event_rows(event, residency, charged_bytes, self.pred))
         except BaseException:
             self._close(*sys.exc_info())
             raise
@@ -167,7 +182,8 @@ class TraceWriter:
 
 def write_trace(path: str | os.PathLike, header: TraceHeader,
                 events: Iterable[DecodeEvent], residency: Sequence[np.ndarray],
-                charged_bytes: Sequence[np.ndarray], what: str = "--route-trace") -> None:
+                charged_bytes: Sequence[np.ndarray], what: str = "--route-trace",
+                pred: bool = False) -> None:
     """Write a route trace by :func:`refsim.fileio.open_output`'s rules: a regular file is
     replaced atomically (temp file beside it + rename), ``-`` is standard output, a FIFO or device
     is streamed in place.
@@ -184,12 +200,14 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
         as the engine discards the draft context's rows).
     residency, charged_bytes : sequences of (n_pos, n_layer, k) ndarrays
         One per event, as recorded by the cache model.
+    pred : bool
+        Write the prediction columns (:data:`~refsim.trace.format.PRED_COLUMNS`).
 
     Raises
     ------
     ConfigError
         If the destination cannot be written or a write fails (names ``what`` and the path).
     """
-    with TraceWriter(path, header, what) as w:
+    with TraceWriter(path, header, what, pred) as w:
         for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
             w.write(ev, res, chg)

@@ -1,6 +1,8 @@
-"""Properties of --drop-cold-experts and --prefetch in the LRU kernel on random event streams,
+"""Properties of --drop-cold-experts, --prefetch, --predict-prefetch and route-ahead's early
+reads in the LRU kernel on random event streams,
 against a plain-Python model written from the engine's rules (bmoe-engine.md §3.2, §3.5, §3.6;
-router_hook.cpp apply_drop; expert_stream_source.cpp prefetch, quiesce_spec, touch_entry)."""
+router_hook.cpp apply_drop, build_spec_lists, predict_after_load; expert_stream_source.cpp
+prefetch, quiesce_spec, touch_entry, retain)."""
 
 import dataclasses
 from collections import OrderedDict
@@ -27,6 +29,7 @@ class ModelCache:
                       useful=0, rereads=0)
         self.dropped_masks = []
         self.decodes = 0
+        self.pend = {}
 
     def resident(self):
         return sum(self.eb[key // self.ne] for key in self.od)
@@ -42,11 +45,15 @@ class ModelCache:
                 self.c["spec_read"] += self.eb[t]
                 self.c["rereads"] += key in self.evicted
 
-    def issue_committed(self, t, rows, queue):
-        for r in rows:
-            for e in r:
+    def passes(self, s, w, thr):
+        # the drop-aware filter: rank 0 always; with F > 0 a predicted weight >= F/k
+        return s == 0 or self.kn.drop_frac == 0 or bool(w >= thr)
+
+    def issue_committed(self, t, rows, wrows, thr, queue):
+        for r, wr in zip(rows, wrows):
+            for s, e in enumerate(r):
                 key = t * self.ne + e
-                if e < 0:
+                if e < 0 or not self.passes(s, wr[s], thr):
                     continue
                 if key in self.od:
                     self.od.move_to_end(key)                  # retained: promoted, no bytes
@@ -74,7 +81,25 @@ class ModelCache:
         thr = np.float32(np.float32(kn.drop_frac) / np.float32(k))
         mask = np.zeros(ev.routes.shape, bool)
         queue = []
+        pr = ev.pred_routes if ev.pred_routes is not None else ev.routes
+        pw = (ev.pred_weights if ev.pred_weights is not None
+              else np.full(ev.routes.shape, np.nan, np.float32))
         for il in range(n_layer):
+            t = il + 2
+            if kn.predict_prefetch and t < n_layer:        # the snapshot at layer t-2's topk
+                keep, spec = [], []
+                ps = [p for p in range(n_pos) if pr[p, t, 0] >= 0]
+                if ps:
+                    p = ps[-1]
+                    for s_ in range(k):
+                        e = int(pr[p, t, s_])
+                        if e < 0 or not self.passes(s_, pw[p, t, s_], thr):
+                            continue
+                        if t * ne + e in self.od:
+                            keep.append(e)
+                        elif len(spec) < kn.predict_spec_max:
+                            spec.append(e)
+                self.pend[t] = (keep, spec)
             rows = [[int(x) for x in ev.routes[p, il]] for p in range(n_pos)]
             ws = [[np.float32(x) for x in ev.weights[p, il]] for p in range(n_pos)]
             routed = any(e >= 0 for r in rows for e in r)
@@ -120,9 +145,24 @@ class ModelCache:
                 self.evicted.add(tail)
             if not deferred and kn.prefetch:
                 self.issue(il, queue)
+            if kn.predict_prefetch and il + 1 in self.pend:  # after layer t-1's load
+                keep, spec = self.pend.pop(il + 1)
+                for e in keep:
+                    key = (il + 1) * ne + e
+                    if key in self.od:
+                        self.od.move_to_end(key)               # retained: hot end, no lookup
+                for e in spec:
+                    key = (il + 1) * ne + e
+                    if key in self.od or key in [q for q, _ in queue]:
+                        continue
+                    queue.append((key, False))
+                    self.c["read"] += self.eb[il + 1]
+                    self.c["spec_read"] += self.eb[il + 1]
+                    self.c["rereads"] += key in self.evicted
             if ahead and il + ahead < n_layer:
-                self.issue_committed(il + ahead, [[int(x) for x in ev.routes[p, il + ahead]]
-                                                  for p in range(n_pos)], queue)
+                self.issue_committed(il + ahead, [[int(x) for x in pr[p, il + ahead]]
+                                                  for p in range(n_pos)],
+                                     [list(pw[p, il + ahead]) for p in range(n_pos)], thr, queue)
             last = [r for r in rows if any(e >= 0 for e in r)]
             if last:
                 self.prev[il] = last[-1]
@@ -137,25 +177,49 @@ def weighted_streams(draw):
     """cache_streams with a final weight on every slot (positive, a row sums to 1, drawn from a
     few values so ties and exact thresholds occur) and no recorded drops."""
     s = draw(cache_streams())
+    predict = draw(st.booleans())
+    n_expert = s.header.n_expert
     out = []
     for e in s.events:
         raw = np.array(draw(st.lists(st.sampled_from([1, 2, 3, 5, 8]), min_size=e.routes.size,
                                      max_size=e.routes.size)), np.float32).reshape(e.routes.shape)
         w = (raw / raw.sum(axis=2, keepdims=True)).astype(np.float32)
+        pred = {}
+        if predict:         # a stale-gate ranking on the last position of some layers
+            n_pos, n_layer, k = e.routes.shape
+            pr = np.full(e.routes.shape, -1, np.int16)
+            pw = np.full(e.routes.shape, np.nan, np.float32)
+            if e.phase == 1:
+                for t in range(n_layer):
+                    if draw(st.booleans()):
+                        ids = draw(st.permutations(range(n_expert)))[:k]
+                        raw_p = np.sort(np.array(draw(st.lists(st.sampled_from([1, 2, 3, 5, 8]),
+                                                               min_size=k, max_size=k)),
+                                                 np.float32))[::-1]
+                        pr[-1, t] = ids
+                        pw[-1, t] = (raw_p / raw_p.sum()).astype(np.float32)
+            pred = {"pred_routes": pr, "pred_weights": pw}
         out.append(DecodeEvent(e.kind, e.positions, e.routes, weights=w, turn=e.turn,
-                               n_draft=e.n_draft, accepted=e.accepted))
+                               n_draft=e.n_draft, accepted=e.accepted, **pred))
     return EventStream(s.header, out)
 
 
 knob_draws = st.one_of(
     st.builds(StreamKnobs, drop_frac=st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]),
               drop_in_prefill=st.booleans(), traced=st.booleans(), prefetch=st.integers(0, 3)),
-    st.builds(StreamKnobs, route_ahead=st.integers(1, 3)))
+    st.builds(StreamKnobs, route_ahead=st.integers(1, 3),
+              drop_frac=st.sampled_from([0.0, 0.5, 1.0]), traced=st.booleans()),
+    st.builds(StreamKnobs, predict_prefetch=st.just(True), predict_spec_max=st.integers(0, 8),
+              drop_frac=st.sampled_from([0.0, 0.5, 1.0]), traced=st.booleans()))
 cases = weighted_streams().flatmap(lambda s: st.tuples(st.just(s), cache_budgets(s.header)))
 
 
 def run(stream, budget, knobs):
     h = stream.header
+    if knobs is not None and stream.events and stream.events[0].pred_routes is None:
+        # a stream drawn without predictions: predict-prefetch and route-ahead+drop need them
+        knobs = dataclasses.replace(knobs, predict_prefetch=False,
+                                    drop_frac=0.0 if knobs.route_ahead else knobs.drop_frac)
     c = ExpertCache(h.expert_bytes, h.n_expert, budget, knobs)
     return c, [c.apply(e) for e in stream.events]
 
@@ -166,6 +230,7 @@ def test_kernel_equals_the_plain_model(case, knobs):
     stream, budget = case
     h = stream.header
     c, recs = run(stream, budget, knobs)
+    knobs = c.knobs
     m = ModelCache(h.expert_bytes, h.n_expert, budget, knobs)
     for e in stream.events:
         m.apply(e)
@@ -208,8 +273,10 @@ def test_speculative_counters_are_bounded(case, knobs):
     assert s.total("spec_useful") <= s.total("spec_experts")
     for r in recs:
         assert r.spec_read_bytes <= r.read_bytes
-        assert ((r.residency == 2).sum() == 0) or knobs.prefetch > 0 or knobs.route_ahead > 0
-    if knobs.prefetch == knobs.route_ahead == 0:
+        assert ((r.residency == 2).sum() == 0) or knobs.prefetch > 0 or knobs.route_ahead > 0 \
+            or knobs.predict_prefetch
+    if knobs.prefetch == knobs.route_ahead == 0 and not (knobs.predict_prefetch
+                                                         and knobs.predict_spec_max):
         assert s.total("spec_read_bytes") == s.total("spec_experts") == 0
 
 
@@ -235,7 +302,7 @@ def test_recorded_drops_replay_to_the_same_cache(case, knobs):
     # undropped one after it, so a drop run with --prefetch replays only with the same F
     # (route-ahead's early reads need --route-ahead in the replay too).
     stream, budget = case
-    knobs = dataclasses.replace(knobs, prefetch=0, route_ahead=0)
+    knobs = dataclasses.replace(knobs, prefetch=0, route_ahead=0, predict_prefetch=False)
     c, recs = run(stream, budget, knobs)
     replay = [DecodeEvent(e.kind, e.positions, e.routes, weights=e.weights, dropped=r.dropped,
                           n_draft=e.n_draft, accepted=e.accepted)

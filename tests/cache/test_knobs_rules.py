@@ -292,5 +292,142 @@ def test_route_ahead_validation():
         StreamKnobs(route_ahead=9)
     with pytest.raises(ConfigError, match="mutually exclusive"):
         StreamKnobs(route_ahead=1, prefetch=1)
-    with pytest.raises(ConfigError, match="drop-aware"):
-        StreamKnobs(route_ahead=1, drop_frac=0.5)
+    StreamKnobs(route_ahead=1, drop_frac=0.5)          # composes (the drop-aware filter)
+    with pytest.raises(ConfigError, match="mutually exclusive"):
+        StreamKnobs(route_ahead=1, predict_prefetch=True)
+
+
+# ---- --predict-prefetch (the stale-gate prediction acted on) ----------------------------------
+
+def evp(kind, pos, rows, weights=None, pred=None):
+    """Several layers, one position: rows = per layer the k ids (weights default 1/k); pred =
+    {layer: (ids, predicted weights)} for that position (the stale gate's ranking)."""
+    r = np.array([rows], np.int16)
+    w = (np.full(r.shape, 1.0 / r.shape[2], np.float32) if weights is None
+         else np.array([weights], np.float32))
+    pr = np.full(r.shape, -1, np.int16)
+    pw = np.full(r.shape, np.nan, np.float32)
+    for t, (ids, ws) in (pred or {}).items():
+        pr[0, t], pw[0, t] = ids, ws
+    return DecodeEvent(kind, np.array([pos], np.int64), r, weights=w, pred_routes=pr,
+                       pred_weights=pw)
+
+
+PP_PRE = [evp(PRE, 0, [[0, 1], [0, 1], [0, 1]]), evp(PLAIN, 1, [[0, 1], [0, 1], [0, 1]])]
+
+
+def test_predict_prefetch_speculates_misses_cold_and_retains_residents():
+    # 3 layers of 10 B, k = 2, budget 70 B. Prefill and decode 1 read/hit (l, 0), (l, 1) of
+    # every layer; MRU order after them: (2,1) (2,0) (1,1) (1,0) (0,1) (0,0), 60 B.
+    # Decode 2 routes [0,1] [0,1] [2,3]; the stale gate predicted layer 2 as [2, 0] (made at
+    # layer 0). Snapshot at layer 0 (before its load): (2,2) cold -> speculated, (2,0) resident
+    # -> kept. Layers 0, 1 hit (order: (1,1) (1,0) (0,1) (0,0) (2,1) (2,0)). After layer 1's
+    # load: retain (2,0) -> hot end; queue (2,2): 10 B, speculative. Layer 2: the settle puts
+    # (2,2) at the COLD end (70 B); 2 hits it (residency 2, useful), 3 misses (10 B): 80 > 70,
+    # evict the tail not touched by the batch: (2,1) — (2,0) was retained away from it.
+    c = cache(budget=70, knobs=StreamKnobs(predict_prefetch=True), n_expert=4, eb=(10,) * 3)
+    for e in PP_PRE:
+        c.apply(e)
+    r = c.apply(evp(PLAIN, 2, [[0, 1], [0, 1], [2, 3]], pred={2: ([2, 0], [0.7, 0.3])}))
+    assert r.residency[0, 2].tolist() == [2, 0]
+    assert (r.lookups, r.hits, r.read_bytes, r.spec_read_bytes) == (6, 5, 20, 10)
+    assert c.resident_keys() == [(2, 3), (2, 2), (2, 0), (1, 1), (1, 0), (0, 1), (0, 0)]
+    s = c.stats
+    assert (s.total("spec_experts"), s.total("spec_useful")) == (1, 1)
+    # --predict-spec-max 0: retention only, no byte speculated; 2 and 3 are both read on demand
+    # (20 B) and the retained (2,0) still outlives (2,1)
+    c0 = cache(budget=70, knobs=StreamKnobs(predict_prefetch=True, predict_spec_max=0),
+               n_expert=4, eb=(10,) * 3)
+    for e in PP_PRE:
+        c0.apply(e)
+    r0 = c0.apply(evp(PLAIN, 2, [[0, 1], [0, 1], [2, 3]], pred={2: ([2, 0], [0.7, 0.3])}))
+    assert r0.residency[0, 2].tolist() == [0, 0]
+    assert (r0.read_bytes, r0.spec_read_bytes) == (20, 0)
+    assert c0.resident_keys()[:3] == [(2, 3), (2, 2), (2, 0)] and (2, 1) not in c0.resident_keys()
+    # without --predict-prefetch the same events evict (2,0), the LRU tail
+    cb = cache(budget=70, n_expert=4, eb=(10,) * 3)
+    for e in PP_PRE:
+        cb.apply(e)
+    cb.apply(evp(PLAIN, 2, [[0, 1], [0, 1], [2, 3]], pred={2: ([2, 0], [0.7, 0.3])}))
+    assert (2, 1) in cb.resident_keys() and (2, 0) not in cb.resident_keys()
+
+
+def test_predict_spec_max_caps_the_speculated_misses_in_rank_order():
+    # The same prefix, budget 1000 B. Prediction for layer 2: [3, 2], both cold. spec_max 1:
+    # only rank 0, (2,3), is read ahead (10 B); (2,2) is read on demand.
+    c = cache(budget=1000, knobs=StreamKnobs(predict_prefetch=True, predict_spec_max=1),
+              n_expert=4, eb=(10,) * 3)
+    for e in PP_PRE:
+        c.apply(e)
+    r = c.apply(evp(PLAIN, 2, [[0, 1], [0, 1], [2, 3]], pred={2: ([3, 2], [0.6, 0.4])}))
+    assert r.residency[0, 2].tolist() == [0, 2]
+    assert (r.read_bytes, r.spec_read_bytes) == (20, 10)
+
+
+def test_predict_prefetch_is_drop_aware():
+    # F = 1, k = 2: thr = 0.5. Prediction for layer 2: [2, 3] weighted (.7, .3): rank 1 is
+    # below thr -> not speculated (if it misses, the drop rule discards it unread). Only (2,2)
+    # is read ahead. Layer 2 routes [2, 3] weighted (.6, .4): 2 hits the prefetched entry, 3
+    # misses, is not the best and .4 < .5 -> dropped, never read.
+    c = cache(budget=1000, knobs=StreamKnobs(predict_prefetch=True, drop_frac=1.0), n_expert=4,
+              eb=(10,) * 3)
+    for e in PP_PRE:
+        c.apply(e)
+    r = c.apply(evp(PLAIN, 2, [[0, 1], [0, 1], [2, 3]], weights=[[.5, .5], [.5, .5], [.6, .4]],
+                    pred={2: ([2, 3], [0.7, 0.3])}))
+    assert r.residency[0, 2].tolist() == [2, -1]
+    assert r.dropped[0, 2].tolist() == [False, True]
+    assert (r.read_bytes, r.spec_read_bytes) == (10, 10)
+
+
+def test_a_kept_id_evicted_before_the_issue_is_neither_retained_nor_read():
+    # 3 layers of 10 B, k = 1, budget 20 B. Prefill [0,0,0]: reads (0,0) (1,0) (2,0), evicting
+    # (0,0). Decode 1 [1,0,0]: (0,1) evicts (1,0); (1,0) evicts (2,0); (2,0) evicts (0,1):
+    # [(2,0), (1,0)]. Decode 2 [1,1,0], layer 2 predicted [0]: at layer 0's snapshot (2,0) is
+    # resident -> kept (not speculated). Layer 0 reads (0,1), evicting (1,0); layer 1 reads
+    # (1,1), evicting (2,0). The retention finds it gone, and a kept id is not prefetched: layer
+    # 2 reads (2,0) on demand (residency 0, no speculative byte).
+    c = cache(budget=20, knobs=StreamKnobs(predict_prefetch=True), n_expert=4, eb=(10,) * 3)
+    c.apply(evp(PRE, 0, [[0], [0], [0]]))
+    c.apply(evp(PLAIN, 1, [[1], [0], [0]]))
+    r = c.apply(evp(PLAIN, 2, [[1], [1], [0]], pred={2: ([0], [1.0])}))
+    assert r.residency[0].tolist() == [[0], [0], [0]]
+    assert (r.read_bytes, r.spec_read_bytes) == (30, 0)
+
+
+def test_predict_prefetch_needs_the_prediction():
+    c = cache(knobs=StreamKnobs(predict_prefetch=True))
+    with pytest.raises(ConfigError, match="pred_expert/pred_weight"):
+        c.apply(ev(PLAIN, 0, [[0, 1]], [[0.5, 0.5]]))
+    with pytest.raises(ConfigError, match="--predict-spec-max: expected an integer in 0..8"):
+        StreamKnobs(predict_prefetch=True, predict_spec_max=9)
+    with pytest.raises(ConfigError, match="mutually exclusive"):
+        StreamKnobs(predict_prefetch=True, prefetch=1)
+
+
+def test_route_ahead_early_reads_are_drop_aware():
+    # 2 layers of 10 B, k = 2, budget 1000 B, --route-ahead 1 with F = 1 (thr = 0.5). Prefill and
+    # decode 1 route [0,1] [0,1]. Decode 2 commits layer 1 to [2, 3], ranked at layer 0 with
+    # stale weights (.8, .2): after layer 0's load only rank 0, (1,2), is read early (hot end,
+    # 10 B speculative); (1,3) is below thr and left cold. Layer 1 (true weights .7, .3): 2 hits
+    # the adopted entry (residency 2); 3 misses and .3 < .5 -> dropped unread.
+    def run(f):
+        c = cache(budget=1000, knobs=StreamKnobs(route_ahead=1, drop_frac=f), n_expert=4,
+                  eb=(10, 10))
+        c.apply(evp(PRE, 0, [[0, 1], [0, 1]]))
+        c.apply(evp(PLAIN, 1, [[0, 1], [0, 1]]))
+        return c.apply(evp(PLAIN, 2, [[0, 1], [2, 3]], weights=[[.5, .5], [.7, .3]],
+                           pred={1: ([2, 3], [0.8, 0.2])}))
+    r = run(1.0)
+    assert r.residency[0, 1].tolist() == [2, -1] and r.dropped[0, 1].tolist() == [False, True]
+    assert (r.read_bytes, r.spec_read_bytes) == (10, 10)
+    # F = 0: the filter is inert, both committed experts are read early (20 B speculative)
+    r0 = run(0.0)
+    assert r0.residency[0, 1].tolist() == [2, 2]
+    assert (r0.read_bytes, r0.spec_read_bytes) == (20, 20)
+    # a trace without the stale ranking's weights cannot drive the filter
+    c = cache(budget=1000, knobs=StreamKnobs(route_ahead=1, drop_frac=1.0), n_expert=4, eb=(10, 10))
+    c.apply(ev2(PRE, 0, [[[0, 1], [0, 1]]]))
+    c.apply(ev2(PLAIN, 1, [[[0, 1], [0, 1]]]))
+    with pytest.raises(ConfigError, match="pred_weight column"):
+        c.apply(ev2(PLAIN, 2, [[[0, 1], [2, 3]]]))

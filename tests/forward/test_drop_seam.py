@@ -223,3 +223,130 @@ def test_route_ahead_commits_the_stale_ranking(tiny_models):
     assert np.array_equal(res.routes[:, 1], want)
     assert np.array_equal(res.weights[:, 1], route_weights(seen[("ffn_moe_logits", 1)], want))
     assert (ra.committed, ra.passthrough) == (2 * (m.spec.n_layer - 1), m.spec.n_layer + 2)
+
+
+# ---- the stale gate acted on: --predict-prefetch, and route-ahead with drop ------------------
+
+def test_stale_weights_are_the_softmax_over_the_ranked_top_k():
+    # scores (ln 1, ln 3, ln 6, 0-ish): ranked top-2 = [2, 1]; exp(s - s_max) = (1, 1/2):
+    # weights (2/3, 1/3) in float32
+    from refsim.stale_gate import stale_weights
+    sc = np.log(np.array([[1.0, 3.0, 6.0, 0.5]], np.float32))
+    w = stale_weights(sc, np.array([[2, 1]]))
+    assert np.allclose(w, [[2 / 3, 1 / 3]], atol=1e-7) and w.dtype == np.float32
+
+
+def test_predict_prefetch_ranks_layer_il_plus_2_on_layer_il_input(builtin_model_cache):
+    # three single-token decode graphs with PredictPrefetch: the first predicts nothing; the
+    # third's prediction for layer 2 is layer 2's router on layer 0's gate input (ffn_norm),
+    # with the softmax over its top-k; the routing itself is the router's (nothing committed)
+    from refsim.forward.layers import Numerics, linear, route_topk
+    from refsim.model import open_model
+    from refsim.stale_gate import PredictPrefetch, stale_weights
+    m = open_model(builtin_model_cache / "builtin-qwen3moe-v1.gguf")
+    assert m.spec.n_layer >= 3
+    wts = qwen3moe.load_weights(m)
+    state = qwen3moe.new_state(m.spec, 64)
+    pp = PredictPrefetch()
+    seen = {}
+
+    def tap(name, il, a):
+        seen[(name, il)] = np.array(a)
+
+    out = []
+    for pos, tok in enumerate([1, 5, 9]):
+        pp.begin_graph(1)
+        out.append(qwen3moe.decode(wts, state, np.array([tok]), np.array([pos]), tap=tap,
+                                   predictor=pp))
+    assert (out[0].pred_routes < 0).all()                       # the run's first decode graph
+    res = out[2]
+    sc = linear(wts.layers[2].ffn_gate_inp, seen[("ffn_norm", 0)], Numerics())
+    want = route_topk(sc, m.spec.n_expert_used)[0]
+    assert np.array_equal(res.pred_routes[0, 2], want[0])
+    assert np.array_equal(res.pred_weights[0, 2], stale_weights(sc, want)[0])
+    assert (res.pred_routes[0, :2] < 0).all()                   # layers 0, 1: nothing 2 back
+    assert np.array_equal(res.routes[0, 2], route_topk(seen[("ffn_moe_logits", 2)],
+                                                        m.spec.n_expert_used)[0][0])
+
+
+def test_predict_prefetch_live_run_replays_to_its_numbers(builtin_model_cache, capsys, tmp_path):
+    trace = tmp_path / "pp.route.csv"
+    flags = ["--predict-prefetch", "--predict-spec-max", "3", "--drop-cold-experts", "0.75"]
+    run = _json(capsys, ["run", "-n", "8", "--cache-mb", "2", "--json", "--route-trace",
+                         str(trace), *flags])
+    k = run["knobs"]
+    assert k["predict_prefetch"] and k["predict_spec_max"] == 3
+    assert 0 < k["spec_read_bytes"] <= run["cache"]["decode_read_bytes"]
+    assert k["spec_useful"] <= k["spec_experts"]
+    rep = _json(capsys, ["replay", str(trace), "--cache-mb", "2", "--json", *flags])
+    assert rep["knobs"] == k
+    for key, v in run["cache"].items():
+        assert rep[key] == v, key
+    assert rep["residency_agree"] == rep["residency_rows"]
+    lines = trace.read_text().splitlines()
+    assert next(ln for ln in lines if ln.startswith("turn,")).endswith(",pred_expert,pred_weight")
+    # the text report tags the line
+    assert main(["replay", str(trace), "--cache-mb", "2", *flags]) == 0
+    assert "[stale-gate]" in capsys.readouterr().out
+    # a trace without the prediction columns cannot drive --predict-prefetch (data: exit 1)
+    bare = tmp_path / "bare.route.csv"
+    assert main(["run", "-n", "3", "--cache-mb", "2", "--route-trace", str(bare)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(bare), "--cache-mb", "2", "--predict-prefetch"]) == 1
+    err = capsys.readouterr().err
+    assert str(bare) in err and "pred_expert/pred_weight" in err
+
+
+def test_route_ahead_with_drop_live_run_replays(builtin_model_cache, capsys, tmp_path):
+    # the drop-aware early-read filter runs live on the stale ranking's weights; the trace
+    # records them (pred_weight), so its replay with the same flags gives the run's numbers
+    trace = tmp_path / "rad.route.csv"
+    flags = ["--route-ahead", "1", "--drop-cold-experts", "1.0"]
+    run = _json(capsys, ["run", "-n", "8", "--cache-mb", "2", "--json", "--route-trace",
+                         str(trace), *flags])
+    k = run["knobs"]
+    assert k["experts_dropped"] > 0 and k["spec_experts"] > 0
+    rep = _json(capsys, ["replay", str(trace), "--cache-mb", "2", "--json", *flags])
+    assert rep["knobs"] == k
+    for key, v in run["cache"].items():
+        assert rep[key] == v, key
+    # committed rows: the ranked id is the routed id
+    from refsim.trace import read_trace
+    tr = read_trace(trace)
+    n_committed = 0
+    for ev in tr.decode_events:
+        has = ev.pred_routes[:, :, 0] >= 0
+        assert np.array_equal(ev.pred_routes[has], ev.routes[has])
+        n_committed += int(has.sum())
+    assert n_committed == run["route_ahead"]["committed"]
+    # without the filter (a filter-blind replay at F = 0 reads every committed expert early)
+    blind = _json(capsys, ["replay", str(trace), "--cache-mb", "2", "--json", "--route-ahead", "1"])
+    assert blind["knobs"]["spec_experts"] >= k["spec_experts"]
+
+
+def test_route_ahead_runs_on_the_qwen35moe_pass(tmp_path, capsys):
+    from refsim.model import write_synthetic
+    model = write_synthetic(tmp_path / "h.gguf", "qwen35moe", "F32", seed=3)
+    trace = tmp_path / "h.route.csv"
+    flags = ["--route-ahead", "1", "--drop-cold-experts", "0.75"]
+    run = _json(capsys, ["run", str(model), "--prompt-tokens", "1,5,9,4", "-n", "6",
+                         "--cache-mb", "0.05", "--json", "--route-trace", str(trace), *flags])
+    assert run["route_ahead"]["committed"] > 0
+    rep = _json(capsys, ["replay", str(trace), "--cache-mb", "0.05", "--json", *flags])
+    assert rep["knobs"] == run["knobs"]
+    for key, v in run["cache"].items():
+        assert rep[key] == v, key
+
+
+def test_predict_prefetch_rejections(builtin_model_cache, capsys):
+    for extra, msg in ((["--prefetch", "1"], "--predict-prefetch and --prefetch"),
+                       (["--route-ahead", "1"], "--route-ahead and --predict-prefetch")):
+        assert main(["run", "-n", "2", "--predict-prefetch", *extra]) == 2
+        assert msg in capsys.readouterr().err
+    assert main(["run", "-n", "2", "--predict-spec-max", "1"]) == 2
+    assert "only with --predict-prefetch" in capsys.readouterr().err
+    import pytest
+    with pytest.raises(SystemExit) as exc:               # argparse's type check: exit 2
+        main(["run", "-n", "2", "--predict-prefetch", "--predict-spec-max", "9"])
+    assert exc.value.code == 2
+    assert "--predict-spec-max: expected an integer in 0..8" in capsys.readouterr().err

@@ -171,3 +171,86 @@ def test_one_mib_per_token_figure(hybrid):
     pre = [rec for e, rec in zip(r.events, r.records) if e.kind is DecodeKind.DRAFT_PREFILL]
     assert len(pre) == 1 and s.prefill_read_bytes == stats.prefill_read_bytes
     assert s.prefill_lookups == sum(rec.lookups for e, rec in zip(r.events, r.records) if e.phase == 0)
+
+
+# ---- --drop-cold-experts in the head's pass (the same seam as the trunk's) ------------------
+
+def _drop_run(hybrid, frac, draft=3, n=10, budget_frac=0.3, prefill=False):
+    from refsim.cache.knobs import StreamKnobs
+    eb = np.array([hybrid.expert_bytes(il) for il in range(hybrid.spec.n_layer_all)], np.int64)
+    knobs = StreamKnobs(drop_frac=frac, drop_in_prefill=prefill, traced=False)
+    cache = ExpertCache(eb, hybrid.spec.n_expert, int(eb.sum() * hybrid.spec.n_expert * budget_frac),
+                        knobs)
+    tgt, src = mtp_source_for(hybrid, SpecConfig.from_flags(mtp=True, draft=draft))
+    return run_generation(tgt, src, PROMPT, n, cache=cache, draft_max=draft), cache, eb, knobs
+
+
+@pytest.mark.parametrize("prefill", [False, True])
+def test_mtp_run_with_drop_replays_its_events_to_the_same_cache(hybrid, prefill):
+    # every event the live run produced (the head's draft decodes and catch-ups included),
+    # applied in order to a fresh cache with the same knobs, re-decides every drop from the
+    # replayed state and gives the run's counters, drops and final LRU: the head's pass asked
+    # residency at the right time (after the earlier graphs' reads, before its own load)
+    r, cache, eb, knobs = _drop_run(hybrid, 1.0, prefill=prefill)
+    n_layer = hybrid.spec.n_layer
+    head = [rec for e, rec in zip(r.events, r.records) if e.kind.draft_context]
+    assert sum(rec.experts_dropped for rec in head) > 0          # the head drops too
+    assert all(rec.dropped is None or not rec.dropped[:, :n_layer].any() for rec in head)
+    again = ExpertCache(eb, hybrid.spec.n_expert, cache.budget_bytes, knobs)
+    recs = [again.apply(e) for e in r.events]
+    for name in ("lookups", "hits", "read_bytes", "experts_routed", "experts_dropped"):
+        assert (getattr(again.stats, name) == getattr(cache.stats, name)).all(), name
+    assert again.resident_keys() == cache.resident_keys()
+    for a, b in zip(recs, r.records):
+        assert (a.dropped is None) == (b.dropped is None)
+        if a.dropped is not None:
+            assert (a.dropped == b.dropped).all()
+        assert (a.residency == b.residency).all()
+
+
+def test_mtp_drop_below_every_weight_is_the_plain_mtp_run(hybrid):
+    # G8a with the head: a threshold under every weight drops nothing, in the trunk or the head
+    r0, c0, _, _ = _drop_run(hybrid, 0.0)
+    r1, c1, _, _ = _drop_run(hybrid, 1e-9)
+    np.testing.assert_array_equal(r0.tokens, r1.tokens)
+    assert c1.stats.total("experts_dropped") == 0 and c1.stats.total("experts_routed") > 0
+    assert c1.stats.total("read_bytes") == c0.stats.total("read_bytes")
+
+
+def test_mtp_head_drop_changes_the_heads_computation(hybrid, monkeypatch):
+    # the head's expert FFN runs on the edited routing (weight 0, id repointed): with every
+    # non-best slot cold and light, the head's logits differ from the undropped pass
+    seen = []
+
+    class Gate:
+        drop_renorm = True
+
+        def drop_threshold(self, il):
+            return np.float32(1.0)                               # every non-best slot is light
+
+        def resident(self, il, ids):
+            return np.zeros(np.shape(ids), bool)
+
+        def routed(self, il, rows, ids, weights, dropped):
+            seen.append((il, dropped.copy()))
+
+    w = Q.load_weights(hybrid)
+    h = np.zeros((1, hybrid.spec.n_embd), np.float32)
+    a = Q.mtp_decode(w, Q.new_mtp_state(hybrid.spec), [5], [0], h)
+    b = Q.mtp_decode(w, Q.new_mtp_state(hybrid.spec), [5], [0], h, gate=Gate())
+    assert seen and seen[0][0] == hybrid.spec.n_layer
+    assert seen[0][1][0].sum() == hybrid.spec.n_expert_used - 1   # all but the best dropped
+    assert b.dropped is not None and (b.routes == a.routes).all()  # routes stay the router's
+    assert not np.array_equal(a.logits, b.logits)
+
+
+def test_run_cli_takes_drop_with_mtp(hybrid, capsys):
+    import json
+    from refsim.cli import main
+    assert main(["run", hybrid.path, "--mtp", "--draft", "2", "--prompt-tokens", "1,5,77,123",
+                 "-n", "8", "--cache-mb", "0.05", "--json", "--drop-cold-experts", "1.0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["knobs"]["experts_dropped"] > 0
+    for flag in ("--predict-prefetch", "--predict-log"):     # still refused with --mtp
+        code = main(["run", hybrid.path, "--mtp", "-n", "2", flag])
+        assert code in (1, 2) and "--mtp" in capsys.readouterr().err

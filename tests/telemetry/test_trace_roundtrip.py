@@ -65,6 +65,9 @@ def knob_run(tmp_path, knobs, budget, seed=3, k=3, draft=True):
     router = ScriptedRouter(n_layer, n_expert, k, seed=seed)
     doc = copy_heavy_document(120, n_vocab=40, seed=5)
     target = ScriptedTarget(DocumentScript(doc, eos=0), router, eos_ids=(0,))
+    if knobs.predict_prefetch:                 # the scripted stale gate ranks layer il+2 ahead
+        from refsim.stale_gate import PredictPrefetch
+        target.predictor = PredictPrefetch()
     cache = ExpertCache(expert_bytes, n_expert, budget, knobs)
     r = run_generation(target, NgramDraft(min_match=2) if draft else None, np.asarray(doc[:20]),
                        60, cache=cache, draft_max=3)
@@ -100,7 +103,11 @@ def assert_replays(r, cache, trace, budget, knobs):
     StreamKnobs(drop_frac=0.75, drop_in_prefill=True),
     StreamKnobs(prefetch=2),
     StreamKnobs(drop_frac=1.0, prefetch=1),
-], ids=["drop1", "drop.75-norenorm", "drop.75-prefill", "prefetch2", "drop1-prefetch1"])
+    StreamKnobs(predict_prefetch=True),
+    StreamKnobs(predict_prefetch=True, predict_spec_max=0),
+    StreamKnobs(predict_prefetch=True, predict_spec_max=8, drop_frac=0.75),
+], ids=["drop1", "drop.75-norenorm", "drop.75-prefill", "prefetch2", "drop1-prefetch1",
+        "predict", "predict-retain-only", "predict8-drop.75"])
 def test_live_run_with_knobs_replays_to_the_same_numbers(tmp_path, knobs):
     budget = 60_000
     r, cache, trace = knob_run(tmp_path, knobs, budget)
@@ -108,8 +115,47 @@ def test_live_run_with_knobs_replays_to_the_same_numbers(tmp_path, knobs):
     rep = assert_replays(r, cache, trace, budget, knobs)
     if knobs.drop_on:
         assert trace.has_dropped_column and rep.knobs.experts_dropped > 0
-    if knobs.prefetch:
+    if knobs.prefetch or (knobs.predict_prefetch and knobs.predict_spec_max):
         assert rep.knobs.spec_experts > 0
+    if knobs.predict_prefetch:
+        assert trace.has_pred_columns
+        assert rep.knobs.spec_read_bytes <= rep.summary.decode_read_bytes
+        assert rep.knobs.spec_useful <= rep.knobs.spec_experts
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 50), st.integers(8_000, 120_000), st.sampled_from([0.0, 0.75, 1.0]),
+       st.integers(0, 8), st.integers(2, 4), st.booleans())
+def test_predict_prefetch_run_equals_replay_and_keeps_its_invariants(seed, budget, frac, spec_max,
+                                                                     k, draft):
+    # run == replay of its own trace (the prediction is in the pred_* columns); speculative
+    # bytes are a subset of read bytes; useful <= prefetched; at most spec_max entries are
+    # speculated per (decode, layer); spec max 0 reads exactly the bytes of no prefetch plus
+    # nothing (retention moves no byte of its own)
+    import tempfile
+    from pathlib import Path
+    knobs = StreamKnobs(drop_frac=frac, predict_prefetch=True, predict_spec_max=spec_max)
+    with tempfile.TemporaryDirectory() as d:
+        r, cache, trace = knob_run(Path(d), knobs, budget, seed=seed, k=k, draft=draft)
+        rep = assert_replays(r, cache, trace, budget, knobs)
+        s = cache.stats
+        for kind in range(len(s.read_bytes)):
+            assert 0 <= s.spec_read_bytes[kind] <= s.read_bytes[kind]
+            assert s.spec_useful[kind] <= s.spec_experts[kind]
+        n_pred = sum(int((e.pred_routes[:, :, 0] >= 0).sum()) for e in trace.events)
+        assert rep.knobs.spec_experts <= spec_max * n_pred
+        if spec_max == 0:
+            assert s.total("spec_read_bytes") == 0 and s.total("spec_experts") == 0
+
+
+def test_predict_spec_max_zero_without_eviction_pressure_is_no_prefetch_byte_for_byte(tmp_path):
+    # retention only moves resident entries; with a budget that never evicts, it changes no
+    # lookup, hit or byte: the replay equals the bare replay on every counter
+    knobs = StreamKnobs(predict_prefetch=True, predict_spec_max=0)
+    r, cache, trace = knob_run(tmp_path, knobs, 10**9)
+    a = replay_trace(trace, 10**9, knobs=knobs).summary
+    b = replay_trace(trace, 10**9).summary
+    assert a == b
 
 
 @settings(max_examples=15, deadline=None)

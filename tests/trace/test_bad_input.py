@@ -36,6 +36,43 @@ def test_ten_column_file_with_dropped(tmp_path):
     assert tr.events[0].dropped[0, 0].tolist() == [False, True]
 
 
+PRED_HEAD = HEAD.replace("expert_bytes\n", "expert_bytes,dropped,pred_expert,pred_weight\n")
+PRED_ROWS = ("0,1,5,0,0,1,0.5,0,8,0,-1,nan\n"
+             "0,1,5,0,1,2,0.5,0,8,0,-1,nan\n"
+             "0,1,5,1,0,3,0.5,0,4,0,3,0.75\n"
+             "0,1,5,1,1,0,0.5,0,4,0,1,0.25\n")
+
+
+def test_prediction_columns_read_into_the_event(tmp_path):
+    # refsim's stale-gate columns (docs/trace-format.md, "Prediction columns"): layer 1 was
+    # ranked [3, 1] with weights (.75, .25); layer 0 has none (-1, nan)
+    tr = read_trace(write(tmp_path, PRED_HEAD + PRED_ROWS))
+    ev = tr.events[0]
+    assert tr.has_pred_columns
+    assert ev.pred_routes[0].tolist() == [[-1, -1], [3, 1]]
+    assert ev.pred_weights[0, 1].tolist() == [0.75, 0.25]
+    assert all(map(lambda v: v != v, ev.pred_weights[0, 0].tolist()))          # nan
+    # a file without them reads as before: no prediction on the events
+    old = read_trace(write(tmp_path, HEAD + ROWS))
+    assert not old.has_pred_columns and old.events[0].pred_routes is None
+
+
+@pytest.mark.parametrize("text, where, what", [
+    (PRED_HEAD.replace(",pred_weight", "") + "".join(r.rsplit(",", 1)[0] + "\n"
+                                                     for r in PRED_ROWS.splitlines()),
+     ":5:", "pred_expert, pred_weight without the other"),
+    (PRED_HEAD + PRED_ROWS.replace(",3,0.75", ",4,0.75"), ":8:", "pred_expert"),
+    (PRED_HEAD + PRED_ROWS.replace(",-1,nan\n0,1,5,0,1", ",-1,0.5\n0,1,5,0,1"), ":6:",
+     "nan on a row without a prediction"),
+    (PRED_HEAD + PRED_ROWS.replace(",1,0.25", ",-1,nan"), ":8:", "some slots only"),
+    (PRED_HEAD + PRED_ROWS.replace(",3,0.75", ",3,x"), ":8:", "'pred_weight'"),
+])
+def test_damaged_prediction_columns(tmp_path, text, where, what):
+    with pytest.raises(TraceFormatError, match=what) as exc:
+        read_trace(write(tmp_path, text))
+    assert where in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_columns_are_read_by_name(tmp_path):
     head = HEAD.replace("turn,phase,step,layer,slot,expert,weight,residency,expert_bytes",
                         "expert,turn,phase,step,layer,slot,weight,residency,expert_bytes")
@@ -172,3 +209,14 @@ def test_an_expert_twice_in_one_positions_top_k_is_named(tmp_path):
     with pytest.raises(TraceFormatError, match=r"bad.route.csv:7: expert 1 routed twice at step 5 layer 0; "
                                                r"expected the top-k experts of a position to be distinct"):
         read_trace(write(tmp_path, HEAD + ROWS.replace("0,1,5,0,1,2,0.5,0,8", "0,1,5,0,1,1,0.5,0,0")))
+
+
+def test_a_trace_with_prediction_columns_streams_whole(tmp_path):
+    # the bounded-memory reader leaves the prediction columns to the per-line path: it reads
+    # such a file whole and yields exactly read_trace's events
+    from refsim.trace import iter_trace_turns
+    p = write(tmp_path, PRED_HEAD + PRED_ROWS)
+    _, turns = iter_trace_turns(p)
+    parts = list(turns)
+    assert len(parts) == 1 and parts[0].has_pred_columns
+    assert parts[0].events[0].pred_routes.tolist() == read_trace(p).events[0].pred_routes.tolist()
