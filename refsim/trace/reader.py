@@ -186,6 +186,10 @@ def _header_int(path: str, lineno: int, kv: dict[str, str], key: str, lo: int, h
     if not re.fullmatch(r"-?[0-9]+", text):
         raise TraceFormatError(
             f"{path}:{lineno}: {key}={text[:40]!r} is not an integer (expected ASCII digits)")
+    if not re.fullmatch(r"0|-?[1-9][0-9]*", text):
+        raise TraceFormatError(
+            f"{path}:{lineno}: {key}={text[:40]} is not written as the engine writes integers; expected "
+            f"'0' or digits without a leading zero (%d; a flipped byte must not read as another number)")
     if len(text.lstrip("-")) > 20 or not lo <= int(text) <= hi:
         raise TraceFormatError(f"{path}:{lineno}: {key}={text[:40]} is out of range; expected "
                                f"{lo}..{hi}{what}")
@@ -194,8 +198,9 @@ def _header_int(path: str, lineno: int, kv: dict[str, str], key: str, lo: int, h
 
 def _check_cache_mb(path: str, lineno: int, text: str) -> None:
     """The recorded budget ``cache_mb=`` (refsim's own key) is a finite number of MiB in
-    ``(0, MAX_CACHE_MIB]``, or replay would quote a budget that never was."""
-    ok = re.fullmatch(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", text) is not None
+    ``(0, MAX_CACHE_MIB]``, its integer part without a leading zero (``fmt.budget_mib`` and the
+    engine's ``%d`` never write one), or replay would quote a budget that never was."""
+    ok = re.fullmatch(r"(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", text) is not None
     if ok:
         value = float(text)
         ok = 0 < value <= MAX_CACHE_MIB
@@ -484,8 +489,9 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
     check((residency < 0) | (residency > 2), "residency 0, 1 or 2", "residency", residency)
     check(charged < 0, "bytes >= 0", "expert_bytes", charged)
     check((dropped != 0) & (dropped != 1), "0 or 1", "dropped", dropped)
-    check(~np.isnan(weight) & ~(np.abs(weight) <= np.finfo(np.float32).max),
-          "a finite float32 weight or nan", "weight", weight)
+    check(~np.isnan(weight) & ~((weight >= 0) & (weight <= np.finfo(np.float32).max)),
+          "a finite float32 weight >= 0 or nan (the router's softmax/sigmoid weights, maybe scaled "
+          "by expert_weights_scale, are never negative)", "weight", weight)
 
     # Frame decodes: a new one starts when turn/phase changes or (layer, step, slot) fails to
     # increase strictly. Single-layer traces: every decode-phase step change starts one too.

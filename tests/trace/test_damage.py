@@ -102,6 +102,14 @@ def test_blank_lines_keep_the_file_line_numbers(tmp_path):
     ("n_expert_used=2", "n_expert_used=0", r":2: n_expert_used=0 is out of range"),
     ("n_layer=2", "n_layer=1_0", r":2: n_layer='1_0' is not an integer"),
     ("n_layer=2", "n_layer=\u0662", r":2: n_layer='\u0662' is not an integer"),   # ARABIC-INDIC TWO
+    # main read a leading zero as written (n_layer=048 was 48): the engine writes %d, and the
+    # rows refuse it, so a flipped byte ("8" -> "0") is an error in the preamble too
+    ("n_layer=2", "n_layer=02", r":2: n_layer=02 is not written as the engine writes integers; expected "
+                                r"'0' or digits without a leading zero"),
+    ("expert_bytes=8", "expert_bytes=008", r":3: expert_bytes=008 is not written as the engine writes"),
+    ("# layer=1 ", "# layer=01 ", r":4: layer=01 is not written as the engine writes integers"),
+    ("dense_bytes=1\n", "dense_bytes=-0\n", r":3: dense_bytes=-0 is not written as the engine writes"),
+    ("n_expert_used=2", "n_expert_used=2 cache_mb=0256", r":2: cache_mb='0256' is not a budget"),
     # main: OverflowError
     ("expert_bytes=8", "expert_bytes=9223372036854775808",
      r":3: expert_bytes=9223372036854775808 is out of range; expected 1..1099511627776"),
@@ -190,7 +198,27 @@ def test_weights_are_ascii_numbers(tmp_path, weight):
 
 def test_a_weight_outside_float32_is_refused(tmp_path):
     refused(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", "0,1,2,0,0,1,1e39,"),
-            r":12: column 'weight' is 1e\+39, expected a finite float32 weight or nan")
+            r":12: column 'weight' is 1e\+39, expected a finite float32 weight >= 0 or nan")
+
+
+@pytest.mark.parametrize("weight, shown", [("-0.5", "-0.5"), ("-1e-05", "-1e-05"), ("inf", "inf"),
+                                           ("-inf", "-inf")])
+def test_a_negative_or_infinite_weight_is_refused(tmp_path, weight, shown):
+    # main accepted these as written. The engine writes the router's final weight (softmax or
+    # sigmoid, renormalised, times expert_weights_scale: build_moe_ffn, llama-cpp-notes.md 2.4),
+    # never negative, never infinite (the renormalising sum is clamped to >= 6.1e-5)
+    msg = refused(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},"),
+                  rf":12: column 'weight' is {shown}, expected a finite float32 weight >= 0 or nan")
+    assert "never negative" in msg
+
+
+@pytest.mark.parametrize("weight, value", [("2.5", 2.5), ("0", 0.0), ("nan", None)])
+def test_weights_above_one_zero_and_nan_read_as_written(tmp_path, weight, value):
+    # > 1 is valid: expert_weights_scale (DeepSeek-style routed_scaling_factor 2.5, e.g. Ling's
+    # bailingmoe, in the engine's registry) multiplies the weights after renormalisation
+    tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")))
+    w = tr.events[1].weights[0, 0, 0]
+    assert np.isnan(w) if value is None else w == np.float32(value)
 
 
 def test_crlf_reads_as_lf(tmp_path):
