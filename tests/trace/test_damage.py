@@ -404,6 +404,15 @@ def test_a_dropped_slot_charging_bytes_is_not_written(tmp_path):
         write_trace(tmp_path / "d.csv", h, [ev], [rec.residency], [chg])
 
 
+@pytest.mark.parametrize("w", [-0.25, np.inf])
+def test_a_weight_the_reader_refuses_is_not_written(tmp_path, w):
+    h, ev = _dropped_event()
+    rec = ExpertCache(h.expert_bytes, h.n_expert, 1 << 20).apply(ev)
+    ev.weights[0, 1, 0] = w
+    with pytest.raises(ValueError, match="routing weight .*; expected a finite weight >= 0 or nan"):
+        write_trace(tmp_path / "d.csv", h, [ev], [rec.residency], [rec.charged_bytes])
+
+
 def test_every_slot_dropped_is_refused(tmp_path):
     head = HEAD.replace("expert_bytes\n", "expert_bytes,dropped\n")
     rows = "".join(r[:-1] + ",0\n" for r in (PRE + DEC).splitlines(True))
