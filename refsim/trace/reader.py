@@ -628,6 +628,18 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
             f"trace leaves one out: its last layer, {n_layer - 1}, the head)")
     L = np.flatnonzero(routed)
     last = int(L[-1])
+    # a row repeating the key of the row before it is a pasted duplicate: within a decode the key
+    # increases, and across a decode boundary the last row (last layer, slot k-1) and the first
+    # (first layer, slot 0) differ unless only one layer is routed with k = 1
+    if n_rows > 1 and (k > 1 or L.size > 1):
+        same = ((step[1:] == step[:-1]) & (layer[1:] == layer[:-1]) & (slot[1:] == slot[:-1])
+                & (turn[1:] == turn[:-1]) & (phase[1:] == phase[:-1]))
+        if same.any():
+            j = int(np.argmax(same)) + 1
+            raise TraceFormatError(
+                f"{path}:{int(lines_of[j])}: a duplicate row: (turn, phase, step, layer, slot) = "
+                f"{(int(turn[j]), int(phase[j]), int(step[j]), int(layer[j]), int(slot[j]))} as on line "
+                f"{int(lines_of[j - 1])}; expected each routed slot once per decode (a row pasted twice?)")
     ev = np.cumsum(new) - 1
     g_new = new.copy()
     g_new[1:] |= (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])

@@ -5,6 +5,7 @@ Each test holds the minimal input of one defect found on main (db02823); the com
 main did with it.
 """
 
+import re
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -305,6 +306,17 @@ def test_a_prefill_in_two_chunks_reads(tmp_path):
     text.insert(10, "0,0,0,2,0,2,nan,0,2,0\n0,0,0,2,1,1,nan,0,2,0\n")
     refused(tmp_path, "".join(text), r":11: a prefill chunk routes the last layer 2 at step 0; expected "
                                      r"the last-layer rule: an earlier chunk of a turn's prefill routes it")
+
+
+@pytest.mark.parametrize("i", range(10))
+def test_a_duplicated_row_is_reported_as_a_duplicate_at_its_line(tmp_path, i):
+    # main: "layer 0 at step 0 has rows for slots [0] only; expected all 2 slots" (the repeat
+    # starts a new decode), which sends the user looking for a deleted row
+    rows = (PRE + DEC).splitlines(True)
+    key = tuple(int(x) for x in rows[i].split(",")[:5])
+    text = HEAD + "".join(rows[:i + 1] + [rows[i]] + rows[i + 1:])
+    refused(tmp_path, text, rf":{i + 7}: a duplicate row: \(turn, phase, step, layer, slot\) = "
+                            rf"{re.escape(str(key))} as on line {i + 6}; expected each routed slot once")
 
 
 def test_a_layer_no_row_routes_other_than_the_last_is_refused(tmp_path):
