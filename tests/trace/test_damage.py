@@ -342,6 +342,38 @@ def test_dev_zero_is_refused_from_its_first_bytes():
     assert msg.endswith("(not a route trace)")
 
 
+def test_a_trace_through_a_fifo_reads_as_the_file(tmp_path):
+    # open() waits for the writer (as cat does; docs/trace-format.md "FIFOs and devices"), then the
+    # per-line path reads it; --stream's reader takes it whole
+    import os
+    import threading
+    from refsim.trace import iter_trace_turns
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    want = read_trace(write(tmp_path, GOOD, "good.csv"))
+    for read in (read_trace, lambda p: iter_trace_turns(p)[1].__next__()):
+        t = threading.Thread(target=lambda: fifo.write_text(GOOD), daemon=True)
+        t.start()
+        got = read(fifo)
+        t.join(10)
+        same_events(got, want)
+
+
+def test_a_valid_but_edited_trace_is_read_as_written(tmp_path):
+    """docs/trace-format.md "What a valid but edited trace can do": the reader cannot see these
+    edits; a replay at the recorded budget (cache_mb=256) sees the id edit, not the 1 -> 2 one."""
+    from refsim.studies.replay import replay_trace
+    lines = DEMO.read_text().splitlines(True)
+    assert lines[583] == "0,1,20,2,0,30,0.476394,1,0,0\n"           # line 584: a hit on expert 30
+    budget = ExpertCache.mib_to_bytes(256)
+    for edit, agree, listed in (("0,1,20,2,0,30,0.476394,2,0,0\n", 2612, []),
+                                ("0,1,20,2,0,31,0.476394,1,0,0\n", 2611, [(618, 30, 1, 0)])):
+        tr = read_trace(write(tmp_path, "".join(lines[:583] + [edit] + lines[584:])))
+        rep = replay_trace(tr, budget)
+        assert (rep.residency_agree, rep.residency_rows) == (agree, 2612)
+        assert [(x.line, x.expert, x.recorded, x.replayed) for x in rep.disagreements] == listed
+
+
 def test_a_multi_gib_binary_file_is_refused_without_reading_it(tmp_path):
     p = tmp_path / "big.bin"
     with open(p, "wb") as fh:           # sparse: 3 GiB of zeros on no disk
