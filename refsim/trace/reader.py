@@ -543,6 +543,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
         bytes_list.append(chg)
         line_list.append(lines_arr)
 
+    _check_weights_known(path, events, line_list)
     if not fast:
         _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
     elif not charged_ok(new, layer, expert, residency, charged, dropped, header.expert_bytes,
@@ -760,6 +761,23 @@ def _check_positions(path: str, events: list[DecodeEvent], lines: list[np.ndarra
                 f"at step {start} after the {'decode' if a.phase == 1 else 'prefill'} of steps "
                 f"{int(a.positions[0])}..{int(a.positions[-1])}; expected {want} (a missing decode "
                 f"or chunk?)")
+
+
+def _check_weights_known(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
+    """A (position, layer)'s weights are all ``nan`` or none: the engine writes ``nan`` for a
+    whole layer record when the graph exposed no weight node, else the node's values
+    (router_hook.cpp ``flush_pending``, ``have_w``; a NaN the model computed fills its token's
+    whole softmax row). One ``nan`` among weights is damage (a weight lost, not unknown)."""
+    for ev, ln in zip(events, lines):
+        nan = np.isnan(ev.weights) & (ev.routes >= 0)
+        some = nan.any(axis=2) & ~nan.all(axis=2)
+        if some.any():
+            p, il = (int(v[0]) for v in np.nonzero(some))
+            row = int(ln[p, il][nan[p, il]].min())
+            raise TraceFormatError(
+                f"{path}:{row}: weight nan at step {int(ev.positions[p])} layer {il} where the other "
+                f"slots have weights; expected all of a position's weights in a layer nan (no weight "
+                f"node) or none")
 
 
 def _span(layers: np.ndarray) -> str:

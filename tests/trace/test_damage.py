@@ -213,13 +213,24 @@ def test_a_negative_or_infinite_weight_is_refused(tmp_path, weight, shown):
     assert "never negative" in msg
 
 
-@pytest.mark.parametrize("weight, value", [("2.5", 2.5), ("0", 0.0), ("nan", None)])
-def test_weights_above_one_zero_and_nan_read_as_written(tmp_path, weight, value):
+@pytest.mark.parametrize("weight, value", [("2.5", 2.5), ("0", 0.0)])
+def test_weights_above_one_and_zero_read_as_written(tmp_path, weight, value):
     # > 1 is valid: expert_weights_scale (DeepSeek-style routed_scaling_factor 2.5, e.g. Ling's
     # bailingmoe, in the engine's registry) multiplies the weights after renormalisation
     tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")))
-    w = tr.events[1].weights[0, 0, 0]
-    assert np.isnan(w) if value is None else w == np.float32(value)
+    assert tr.events[1].weights[0, 0, 0] == np.float32(value)
+
+
+def test_one_nan_among_a_positions_weights_is_refused(tmp_path):
+    # main: accepted, the weight lost as "unknown". The engine writes nan for a whole layer record
+    # (no weight node) or the node's values (router_hook.cpp flush_pending)
+    for nan in ("nan", "-nan"):
+        refused(tmp_path, GOOD.replace("0,1,2,0,1,2,0.5,", f"0,1,2,0,1,2,{nan},"),
+                r":13: weight nan at step 2 layer 0 where the other slots have weights; expected all of "
+                r"a position's weights in a layer nan \(no weight node\) or none")
+    both = GOOD.replace("0,1,2,0,0,1,0.5,", "0,1,2,0,0,1,nan,").replace("0,1,2,0,1,2,0.5,", "0,1,2,0,1,2,-nan,")
+    w = read_trace(write(tmp_path, both)).events[1].weights
+    assert np.isnan(w[0, 0]).all() and not np.isnan(w[0, 1]).any()   # a layer without a weight node
 
 
 def test_crlf_reads_as_lf(tmp_path):
@@ -242,7 +253,9 @@ def test_weights_are_written_as_the_engine_writes_them(tmp_path, weight):
 @pytest.mark.parametrize("weight, value", [("1e-05", 1e-5), ("1.0", 1.0), ("-nan", None), ("0", 0.0),
                                            ("2.5E+01", 25.0), ("1.", 1.0)])
 def test_weights_as_printf_and_numpy_write_them(tmp_path, weight, value):
-    tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")))
+    w2 = "nan" if value is None else "0.5"             # a position's weights are all nan or none
+    tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")
+                          .replace("0,1,2,0,1,2,0.5,", f"0,1,2,0,1,2,{w2},")))
     w = tr.events[1].weights[0, 0, 0]
     assert np.isnan(w) if value is None else w == np.float32(value)
 

@@ -203,6 +203,11 @@ def _check(data: bytes, recipe: str, path) -> None:
     for r in rows:                        # and what was accepted is in range
         assert r[2] in (0, 1) and 0 <= r[4] < h.n_layer and 0 <= r[5] < h.n_expert_used
         assert 0 <= r[6] < h.n_expert and r[8] in (0, 1, 2) and r[10] in (0, 1), recipe
+    cells: dict[int, list] = {}           # a (position, layer)'s adjacent rows: weights all nan or none
+    for j, r in enumerate(rows):
+        start = j if j == 0 or rows[j - 1][1:5] != r[1:5] else start
+        cells.setdefault(start, []).append(bool(np.isnan(r[7])))
+    assert all(len(set(v)) == 1 for v in cells.values()), f"{recipe}: a cell with some weights nan"
 
 
 @pytest.fixture(scope="module")
