@@ -389,7 +389,9 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         (:data:`~refsim.trace.format.MAX_LAYERS` and friends, ``cache_mb=`` not a budget), a
         layer without ``expert_bytes``/``dense_bytes``, a missing or repeated column, a row with
         the wrong field count (including a truncated last line), a field that is not an ASCII
-        number, a value out of range, rows missing from a decode, positions out of order, an
+        number (a preamble integer with a leading zero included), a value out of range (a
+        negative or infinite weight), a ``nan`` weight among a position's known weights, a row
+        repeating the previous row's key, rows missing from a decode, positions out of order, an
         ``expert_bytes`` cell that disagrees with the preamble, or a duplicate
         ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
