@@ -24,6 +24,7 @@ import numpy as np
 from refsim.cache.batches import NEVER, BatchTrace
 from refsim.cache.policy import Policy
 from refsim.cache.policy_kernel import KIND_BELADY, KIND_LFU, KIND_LRU, KIND_RANDOM
+from refsim.errors import UsageError, value_message
 
 __all__ = ["LRU", "LFU", "Belady", "RandomPolicy", "LayerLRU", "LayerLFU", "NEVER"]
 
@@ -91,6 +92,11 @@ class RandomPolicy(Policy, name="random"):
 
     kernel = KIND_RANDOM
     params = {"seed": 1234}
+
+    def check_params(self):
+        if self.seed < 0:       # random.Random(-1) seeds with abs(-1): the same victims as seed=1
+            raise UsageError(value_message("--policy", "random:seed= an integer >= 0 (random.Random takes "
+                                           "the absolute value of a negative seed)", self.seed))
 
     def reset(self, batches):
         self.rng = random.Random(self.seed)

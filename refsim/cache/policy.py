@@ -289,7 +289,8 @@ def parse_policy_list(text: str) -> list[Policy]:
     ------
     UsageError
         ``argument --policy: expected ..., got '...'`` (docs/cli.md, "Conventions"): on an empty
-        list or an unknown name (``expected comma-separated names from ...``), an unknown
+        list, an empty item (``lru,,arc``) or an unknown name (``expected comma-separated names
+        from ...``), an unknown
         parameter, a malformed ``key=value``, a value of the wrong type or range, or a parameter
         before any policy.
     """
@@ -298,7 +299,8 @@ def parse_policy_list(text: str) -> list[Policy]:
     specs: list[tuple[str, dict[str, str]]] = []
     for item in (x.strip() for x in text.split(",")):
         if not item:
-            continue
+            raise UsageError(value_message("--policy", f"comma-separated names from {','.join(POLICIES)} "
+                                           f"with no empty item", text))
         if ":" in item:
             name, _, kv = item.partition(":")
             specs.append((name.strip(), {}))

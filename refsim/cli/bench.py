@@ -73,6 +73,11 @@ def run(args) -> int:
             for r, label in zip(runs, labels)]
     comparison = (compare_runs(runs[0], rows[0], runs[1], rows[1], args.resamples, args.seed)
                   if args.compare else None)
+    for r in rows:          # after the one refusal (--compare needs both means), before any output
+        if r.trimmed is None:
+            print(f"refsim bench: note: {r.label}: --trim {args.trim} leaves {max(r.tokens - args.trim, 0)} of "
+                  f"its {r.tokens} tokens; the per-token mean and its CI need at least 2 (n/a in the "
+                  f"table; lower --trim)", file=sys.stderr)
     if args.md is not None:
         write_text_atomic(args.md, format_markdown(rows, comparison), what="--md")
     if args.plot is not None:

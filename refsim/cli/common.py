@@ -31,11 +31,12 @@ INT_MAX = 2**31 - 1
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)",
                     re.IGNORECASE)
-NUMBER_ARGUMENT = re.compile(r"^-([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$|^-(inf|infinity|nan)$",
+NUMBER_ARGUMENT = re.compile(r"^-(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)([,:]\S*)?$",
                              re.IGNORECASE)
-"""A command-line word that is a negative number (``-1``, ``-1e5``, ``-.5``, ``-inf``, ``-nan``):
-every parser reads it as a flag's value, not as an unknown flag, so ``--cache-mb -inf`` and
-``--cache-mb -1`` are refused by the same validator with the same message (argparse's own rule
+"""A command-line word that is a negative number (``-1``, ``-1e5``, ``-.5``, ``-inf``, ``-nan``),
+or a list or range that starts with one (``-5,100``, ``-5:100:5``): every parser reads it as a
+flag's value, not as an unknown flag, so ``--cache-mb -inf``, ``--cache-mb -1`` and ``sweep
+--cache-mb -5,100`` are refused by the flag's validator naming the bad item (argparse's own rule
 knows only ``-1`` and ``-1.5``). Installed by :func:`refsim.cli.make_parser`."""
 
 

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from refsim.errors import ModelFormatError
 from refsim.model.bytes import EXPERT_SUFFIXES, LayerBytes, ModelBytes, expert_stride, model_bytes
@@ -121,9 +122,21 @@ def required_tensors(spec: ModelSpec) -> list[str]:
     return tensor_shapes(spec)[1]
 
 
+NOT_WEIGHT_TYPES = frozenset({GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
+                              GGMLQuantizationType.I64, GGMLQuantizationType.F64})
+"""ggml types that are never model weights: ggml.c ``type_traits`` gives them no ``to_float`` (they
+hold indices, positions and counts), so no llama.cpp op reads a weight of that type as numbers."""
+
+
 def _check_tensors(header: GGUFHeader, spec: ModelSpec) -> None:
-    """Required tensors present, no tensor the arch does not have, every shape as the hparams say."""
+    """Required tensors present, no tensor the arch does not have, every shape as the hparams say,
+    no tensor of a type that is not a weight type (:data:`NOT_WEIGHT_TYPES`)."""
     path, tensors = header.path, header.tensors
+    for name, ti in tensors.items():
+        if ti.ggml_type in NOT_WEIGHT_TYPES:
+            raise ModelFormatError(f"{path}: tensor {name!r} has ggml type {ti.ggml_type.name}, expected a weight "
+                                   f"type (float or quantized: ggml has no conversion to float for I8, I16, I32, "
+                                   f"I64, F64)")
     shapes, required = tensor_shapes(spec)
     missing = [n for n in required if n not in tensors]
     if spec.arch != "gemma3":
@@ -311,8 +324,9 @@ def open_model(path: str | os.PathLike) -> Model:
         architecture, a missing required key or a key of the wrong type
         (:meth:`ModelSpec.from_metadata`), a bad vocabulary
         (:func:`refsim.model.tokenizer.check_vocab`), a missing required tensor, a tensor the
-        architecture does not have, or any tensor whose shape disagrees with the hparams
-        (:func:`tensor_shapes`), each naming the file.
+        architecture does not have, any tensor whose shape disagrees with the hparams
+        (:func:`tensor_shapes`), or a tensor of an integer or F64 type (:data:`NOT_WEIGHT_TYPES`),
+        each naming the file.
     """
     header = read_header(path)
     check_vocab(header.metadata, header.path, header.types)

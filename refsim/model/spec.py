@@ -32,6 +32,12 @@ MAX_EXPERTS = 512
 """Bound on ``expert_count``: llama.cpp's ``LLAMA_MAX_EXPERTS`` (src/llama-hparams.h, "Qwen3 Next";
 load_hparams asserts ``n_expert <= LLAMA_MAX_EXPERTS``)."""
 
+MAX_RMS_EPS = 1.0
+"""Exclusive bound on ``attention.layer_norm_rms_epsilon``: real models use 1e-6 (Gemma 3,
+Qwen3) to 1e-5; RMSNorm divides by ``sqrt(mean(x**2) + eps)`` and an epsilon near the mean
+square of unit-scale activations (1) would flatten every norm. llama.cpp sets no bound; refsim
+refuses such a file as damaged rather than run a model that says something else."""
+
 ROPE_FREQ_BASE_SWA_KEY = "gemma3.rope.freq_base_swa"
 """gemma3's optional local-layer RoPE base (f32; llama.cpp ``LLM_KV_ROPE_FREQ_BASE_SWA``, default 10000)."""
 
@@ -165,7 +171,9 @@ class ModelSpec:
         qwen3moe: ``rope.dimension_count == key_length == value_length`` (llama.cpp
         src/models/qwen3moe.cpp asserts both). gemma3: the same (refsim's pass implements only
         full-head RoPE), ``feed_forward_length > 0``. qwen35moe: ``rope.dimension_count`` even and
-        in 1..key_length (partial IMRoPE), 4 non-negative ``rope.dimension_sections``, at most one
+        in 1..key_length (partial IMRoPE), 4 non-negative ``rope.dimension_sections`` whose sum is in
+        1..key_length (ggml/src/ggml-cpu/ops.cpp ``ggml_mrope_cache_init``: ``GGML_ASSERT(sect_dims <=
+        ne0)`` over the head's row, and ``(i0/2) % sect_dims`` divides by the sum), at most one
         nextn block (llama-cpp-notes.md section 3.6), a shared expert width > 0, and, with
         recurrent layers, gated-delta-net dims with ``time_step_rank`` a multiple of ``group_count``
         and ``inner_size`` a multiple of ``time_step_rank`` (section 3.2).
@@ -181,8 +189,12 @@ class ModelSpec:
         if self.n_rot % 2 or not 0 < self.n_rot <= self.head_dim_k:
             raise ModelFormatError(f"{a}: {a}.rope.dimension_count {self.n_rot} must be even and in 1..key_length "
                                    f"{self.head_dim_k}")
-        if len(self.rope_sections) != 4 or min(self.rope_sections) < 0:
-            raise ModelFormatError(f"{a}: {a}.rope.dimension_sections {list(self.rope_sections)}: expected 4 values >= 0")
+        if (len(self.rope_sections) != 4 or min(self.rope_sections) < 0
+                or not 0 < sum(self.rope_sections) <= self.head_dim_k):
+            raise ModelFormatError(
+                f"{a}: {a}.rope.dimension_sections {list(self.rope_sections)}: expected 4 values >= 0 with a sum in "
+                f"1..key_length {self.head_dim_k} (ggml's ggml_mrope_cache_init asserts sum <= the rotated row "
+                f"length and takes each pair's section modulo the sum)")
         if self.nextn_predict_layers > 1:
             raise ModelFormatError(f"{a}: {a}.nextn_predict_layers {self.nextn_predict_layers}: only 1 MTP block "
                                    f"is supported (as in llama.cpp)")
@@ -318,6 +330,10 @@ class ModelSpec:
             # NaN/inf here makes every logit NaN; 0 (or a value that is 0 in float32) divides by zero
             if not (math.isfinite(value) and np.float32(value) > 0):
                 raise ModelFormatError(f"{path}: key {k} is {value!r}, expected a finite number > 0")
+            if k == key(Keys.Attention.LAYERNORM_RMS_EPS) and not value < MAX_RMS_EPS:
+                raise ModelFormatError(f"{path}: key {k} is {value!r}, expected a finite number > 0 and < "
+                                       f"{MAX_RMS_EPS:g} (real models use 1e-6..1e-5; an epsilon that large swamps "
+                                       f"the mean square it is added to)")
             values.append(value)
         return cls(
             arch=arch, n_layer=n_layer, n_layer_all=n_layer_all, n_embd=n_embd, n_head=n_head,

@@ -64,7 +64,7 @@ _TOKENS = "tokenizer.ggml.tokens"
 # --- the SPM tokenizer (real vocabularies) ------------------------------------------------------
 
 # GGUF / llama.cpp token types (``llama_token_type``; the same numbers as SentencePiece's Type enum)
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 0, 1, 2, 3, 4, 5, 6
 
 SPACE_ESCAPE = "\u2581"
 """``'▁'``: SentencePiece's visible space."""
@@ -110,22 +110,25 @@ def check_vocab(metadata: Mapping[str, Any], path: str, types: Mapping | None = 
     ------
     ModelFormatError
         Naming the key (and the token index where one is at fault): ``tokens`` not an array of
-        str, empty, with an empty or a duplicate piece; ``scores`` not f32/i32, ``token_type``
-        not i32, either of another length than ``tokens``, a non-finite score; a BYTE-typed
-        piece that is not ``<0xXX>``; a special id that is not a u32 below the token count;
-        ``model`` not a str; a flag not a bool.
+        str, empty, with an empty or a duplicate piece; ``scores`` not f32, ``token_type`` not
+        i32, either of another length than ``tokens``, a non-finite score, a token type outside
+        0..6; a BYTE-typed piece that is not ``<0xXX>``; a special id that is not a u32 below the
+        token count; ``model`` not a str; a flag not a bool.
 
     Notes
     -----
     llama.cpp ``src/llama-vocab.cpp`` ``llama_vocab::impl::load`` (ggml-org/llama.cpp at
-    00ad355e): "invalid gguf type for tokenizer.ggml.tokens" unless arr[str]; scores arr[f32] or
-    arr[i32]; token_type arr[i32]; "duplicate token in vocabulary: '%s' has ids %d and %u";
-    special ids and flags through ``get_key<uint32_t>`` / ``get_key<bool>``. refsim is stricter in
-    four places, each a file llama.cpp would load into another vocabulary than it says: a
-    special id out of range is an error (llama.cpp warns and keeps its default), scores/types
-    longer than the token list are an error (llama.cpp ignores the tail), an empty piece is an
-    error (llama.cpp renames it ``[EMPTY_i]``), a NaN/inf score is an error (the merge order it
-    sets is undefined).
+    00ad355e): "invalid gguf type for tokenizer.ggml.tokens" unless arr[str]; scores and
+    token_type are read as raw ``const float *`` / ``const int *`` arrays
+    (``gguf_get_arr_data``, which refuses only strings), so only arr[f32] scores and arr[i32]
+    types mean what they say (an arr[i32] of scores would be read as the floats of its bits);
+    "duplicate token in vocabulary: '%s' has ids %d and %u"; special ids and flags through
+    ``get_key<uint32_t>`` / ``get_key<bool>``. refsim is stricter in five places, each a file
+    llama.cpp would load into another vocabulary than it says: a special id out of range is an
+    error (llama.cpp warns and keeps its default), scores/types longer than the token list are
+    an error (llama.cpp ignores the tail), an empty piece is an error (llama.cpp renames it
+    ``[EMPTY_i]``), a NaN/inf score is an error (the merge order it sets is undefined), a token
+    type outside 0..6 is an error (llama.cpp's ``switch`` maps it to UNDEFINED).
     """
     kr = KeyReader(metadata, path, types)
     if _KEY_MODEL in metadata:
@@ -152,7 +155,7 @@ def check_vocab(metadata: Mapping[str, Any], path: str, types: Mapping | None = 
             j = seen.setdefault(p, i)
             if j != i:
                 raise ModelFormatError(f"{path}: key {_TOKENS}: duplicate piece {p[:40]!r} at indices {j} and {i}")
-    for key, etypes in ((_KEY_SCORES, (GGUFValueType.FLOAT32, GGUFValueType.INT32)), (_KEY_TYPES, (GGUFValueType.INT32,))):
+    for key, etypes in ((_KEY_SCORES, (GGUFValueType.FLOAT32,)), (_KEY_TYPES, (GGUFValueType.INT32,))):
         if key in metadata:
             arr = kr.array(key, etypes)
             if len(arr) != n:
@@ -164,7 +167,14 @@ def check_vocab(metadata: Mapping[str, Any], path: str, types: Mapping | None = 
             raise ModelFormatError(f"{path}: key {_KEY_SCORES}[{int(bad[0])}] is "
                                    f"{float(metadata[_KEY_SCORES][bad[0]])!r}, expected a finite merge score")
     if _KEY_TYPES in metadata:
-        for i in np.flatnonzero(np.asarray(metadata[_KEY_TYPES]) == BYTE).tolist():
+        tt = np.asarray(metadata[_KEY_TYPES], dtype=np.int64)
+        bad = np.flatnonzero((tt < UNDEFINED) | (tt > BYTE))
+        if bad.size:
+            i = int(bad[0])
+            raise ModelFormatError(f"{path}: key {_KEY_TYPES}[{i}] is {int(tt[i])}, expected a llama.cpp token "
+                                   f"type 0..6 (UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE; "
+                                   f"llama.cpp reads any other value as UNDEFINED)")
+        for i in np.flatnonzero(tt == BYTE).tolist():
             if not _BYTE_PIECE.match(pieces[i]):
                 raise ModelFormatError(f"{path}: key {_KEY_TYPES}[{i}] is BYTE ({BYTE}) but the piece is "
                                        f"{pieces[i][:40]!r}, expected '<0xXX>'")

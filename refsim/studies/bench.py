@@ -32,6 +32,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.errors import ConfigError
+from refsim.fmt import NA
 
 DEFAULT_TRIM = 50
 """Warm-up tokens dropped before the per-token mean (phone-2026-07-22-drop-cold/findings.md:
@@ -348,8 +349,8 @@ def _cells(row: BenchRow, spec) -> list[str]:
 
 def _trim_cells(row: BenchRow) -> list[str]:
     t = row.trimmed
-    if t is None:
-        return ["—", "—", "—", "—"]
+    if t is None:            # fewer than 2 tokens after --trim: no mean, no CI (the CLI says why)
+        return [NA, NA, NA, NA]
     return [str(t.n), f"{t.median_ms:.1f}", f"{t.mean_ms:.1f}", f"[{t.ci_lo_ms:.1f}, {t.ci_hi_ms:.1f}]"]
 
 

@@ -191,6 +191,10 @@ def _header_int(path: str, lineno: int, kv: dict[str, str], key: str, lo: int, h
     if not re.fullmatch(r"-?[0-9]+", text):
         raise TraceFormatError(
             f"{path}:{lineno}: {key}={text[:40]!r} is not an integer (expected ASCII digits)")
+    if not re.fullmatch(r"0|-?[1-9][0-9]*", text):
+        raise TraceFormatError(
+            f"{path}:{lineno}: {key}={text[:40]} is not written as the engine writes integers; expected "
+            f"'0' or digits without a leading zero (%d; a flipped byte must not read as another number)")
     if len(text.lstrip("-")) > 20 or not lo <= int(text) <= hi:
         raise TraceFormatError(f"{path}:{lineno}: {key}={text[:40]} is out of range; expected "
                                f"{lo}..{hi}{what}")
@@ -199,8 +203,9 @@ def _header_int(path: str, lineno: int, kv: dict[str, str], key: str, lo: int, h
 
 def _check_cache_mb(path: str, lineno: int, text: str) -> None:
     """The recorded budget ``cache_mb=`` (refsim's own key) is a finite number of MiB in
-    ``(0, MAX_CACHE_MIB]``, or replay would quote a budget that never was."""
-    ok = re.fullmatch(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", text) is not None
+    ``(0, MAX_CACHE_MIB]``, its integer part without a leading zero (``fmt.budget_mib`` and the
+    engine's ``%d`` never write one), or replay would quote a budget that never was."""
+    ok = re.fullmatch(r"(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", text) is not None
     if ok:
         value = float(text)
         ok = 0 < value <= MAX_CACHE_MIB
@@ -395,7 +400,9 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         (:data:`~refsim.trace.format.MAX_LAYERS` and friends, ``cache_mb=`` not a budget), a
         layer without ``expert_bytes``/``dense_bytes``, a missing or repeated column, a row with
         the wrong field count (including a truncated last line), a field that is not an ASCII
-        number, a value out of range, rows missing from a decode, positions out of order, an
+        number (a preamble integer with a leading zero included), a value out of range (a
+        negative or infinite weight), a ``nan`` weight among a position's known weights, a row
+        repeating the previous row's key, rows missing from a decode, positions out of order, an
         ``expert_bytes`` cell that disagrees with the preamble, or a duplicate
         ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
@@ -495,15 +502,17 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
     check((residency < 0) | (residency > 2), "residency 0, 1 or 2", "residency", residency)
     check(charged < 0, "bytes >= 0", "expert_bytes", charged)
     check((dropped != 0) & (dropped != 1), "0 or 1", "dropped", dropped)
-    check(~np.isnan(weight) & ~(np.abs(weight) <= np.finfo(np.float32).max),
-          "a finite float32 weight or nan", "weight", weight)
+    check(~np.isnan(weight) & ~((weight >= 0) & (weight <= np.finfo(np.float32).max)),
+          "a finite float32 weight >= 0 or nan (the router's softmax/sigmoid weights, maybe scaled "
+          "by expert_weights_scale, are never negative)", "weight", weight)
     has_pred = "pred_expert" in cols
     if has_pred:
         pexp, pwt = cols["pred_expert"], cols["pred_weight"]
         check((pexp < -1) | (pexp >= n_expert), _range_text("pred_expert", header), "pred_expert",
               pexp)
-        check(~np.isnan(pwt) & ~(np.abs(pwt) <= np.finfo(np.float32).max),
-              "a finite float32 weight or nan", "pred_weight", pwt)
+        check(~np.isnan(pwt) & ~((pwt >= 0) & (pwt <= np.finfo(np.float32).max)),
+              "a finite float32 weight >= 0 or nan (a softmax over the ranked top-k)",
+              "pred_weight", pwt)
         check((pexp < 0) & ~np.isnan(pwt), "nan on a row without a prediction (pred_expert -1)",
               "pred_weight", pwt)
 
@@ -572,6 +581,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
         bytes_list.append(chg)
         line_list.append(lines_arr)
 
+    _check_weights_known(path, events, line_list)
     if not fast:
         _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
     elif not charged_ok(new, layer, expert, residency, charged, dropped, header.expert_bytes,
@@ -658,6 +668,18 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
             f"trace leaves one out: its last layer, {n_layer - 1}, the head)")
     L = np.flatnonzero(routed)
     last = int(L[-1])
+    # a row repeating the key of the row before it is a pasted duplicate: within a decode the key
+    # increases, and across a decode boundary the last row (last layer, slot k-1) and the first
+    # (first layer, slot 0) differ unless only one layer is routed with k = 1
+    if n_rows > 1 and (k > 1 or L.size > 1):
+        same = ((step[1:] == step[:-1]) & (layer[1:] == layer[:-1]) & (slot[1:] == slot[:-1])
+                & (turn[1:] == turn[:-1]) & (phase[1:] == phase[:-1]))
+        if same.any():
+            j = int(np.argmax(same)) + 1
+            raise TraceFormatError(
+                f"{path}:{int(lines_of[j])}: a duplicate row: (turn, phase, step, layer, slot) = "
+                f"{(int(turn[j]), int(phase[j]), int(step[j]), int(layer[j]), int(slot[j]))} as on line "
+                f"{int(lines_of[j - 1])}; expected each routed slot once per decode (a row pasted twice?)")
     ev = np.cumsum(new) - 1
     g_new = new.copy()
     g_new[1:] |= (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])
@@ -778,6 +800,23 @@ def _check_positions(path: str, events: list[DecodeEvent], lines: list[np.ndarra
                 f"at step {start} after the {'decode' if a.phase == 1 else 'prefill'} of steps "
                 f"{int(a.positions[0])}..{int(a.positions[-1])}; expected {want} (a missing decode "
                 f"or chunk?)")
+
+
+def _check_weights_known(path: str, events: list[DecodeEvent], lines: list[np.ndarray]) -> None:
+    """A (position, layer)'s weights are all ``nan`` or none: the engine writes ``nan`` for a
+    whole layer record when the graph exposed no weight node, else the node's values
+    (router_hook.cpp ``flush_pending``, ``have_w``; a NaN the model computed fills its token's
+    whole softmax row). One ``nan`` among weights is damage (a weight lost, not unknown)."""
+    for ev, ln in zip(events, lines):
+        nan = np.isnan(ev.weights) & (ev.routes >= 0)
+        some = nan.any(axis=2) & ~nan.all(axis=2)
+        if some.any():
+            p, il = (int(v[0]) for v in np.nonzero(some))
+            row = int(ln[p, il][nan[p, il]].min())
+            raise TraceFormatError(
+                f"{path}:{row}: weight nan at step {int(ev.positions[p])} layer {il} where the other "
+                f"slots have weights; expected all of a position's weights in a layer nan (no weight "
+                f"node) or none")
 
 
 def _span(layers: np.ndarray) -> str:

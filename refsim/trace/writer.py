@@ -39,6 +39,9 @@ def format_header(header: TraceHeader, pred: bool = False) -> str:
 def _weight_text(w: float) -> str:
     if np.isnan(w):
         return "nan"
+    if not 0 <= np.float32(w) < np.inf:
+        raise ValueError(f"routing weight {w!r}; expected a finite weight >= 0 or nan (the reader "
+                         f"refuses others)")
     return str(np.float32(w))
 
 
@@ -69,7 +72,8 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     ValueError
         For a ``DRAFT`` event, mismatched shapes, or a record the reader would refuse: a routed
         slot with residency outside 0..2 (-1 allowed on a dropped slot), a dropped slot with
-        bytes charged, a (position, layer) with some slots routed and others not.
+        bytes charged, a (position, layer) with some slots routed and others not, a negative or
+        infinite weight.
     """
     if event.kind.draft_context:
         raise ValueError("draft-context decodes are not written to route traces")

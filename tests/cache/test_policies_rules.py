@@ -270,7 +270,12 @@ def test_policy_lists_parse_parameters_in_one_place():
                      ("mru", "expected comma-separated names from lru,.*got 'mru'"),
                      ("arc:p=1", "expected arc's parameters .*got 'p'"),
                      ("s3fifo:small=2", r"s3fifo:small= a number in \[0, 1\], got '2.0'"),
-                     (" , ", "comma-separated names from .*got ' , '")]:
+                     (" , ", "comma-separated names from .*got ' , '"),
+                     # accepted before (the empty item skipped; seed -1 replayed as seed 1)
+                     ("lru,,arc", "comma-separated names from .* with no empty item, got 'lru,,arc'"),
+                     ("lru,", "with no empty item, got 'lru,'"),
+                     ("random:seed=-1", r"expected random:seed= an integer >= 0 \(random.Random takes the "
+                                        r"absolute value of a negative seed\), got '-1'")]:
         with pytest.raises(UsageError, match=msg):   # a UsageError is a ConfigError: exit 2
             parse_policy_list(bad)
 

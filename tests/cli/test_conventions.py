@@ -194,6 +194,20 @@ def test_one_range_text_per_flag_meaning():
      "refsim sweep: error: argument --policy: expected comma-separated names from "),
     (["sweep", "t.csv", "--cache-mb", "1:1000000000:1"],
      "refsim sweep: error: argument --cache-mb: expected at most 10000 budgets in one sweep"),
+    # a fresh user's slips: the empty item was skipped, seed -1 ran as seed 1, and a list starting
+    # with a negative number was argparse's "expected one argument"
+    (["sweep", "t.csv", "--policy", "lru,,arc"],
+     "refsim sweep: error: argument --policy: expected comma-separated names from lru,"),
+    (["sweep", "t.csv", "--policy", "random:seed=-1"],
+     "refsim sweep: error: argument --policy: expected random:seed= an integer >= 0"),
+    (["replay", "t.csv", "--cache-mb", "8", "--policy", "random:seed=-1"],
+     "refsim replay: error: argument --policy: expected random:seed= an integer >= 0"),
+    (["sweep", "t.csv", "--cache-mb", "-5,100"],
+     f"refsim sweep: error: argument --cache-mb: expected N[,N,...] or START:STOP:STEP, each "
+     f"{CACHE_MB_RANGE}, got '-5'"),
+    (["sweep", "t.csv", "--cache-mb", "100,-5:10:1"],
+     f"refsim sweep: error: argument --cache-mb: expected N[,N,...] or START:STOP:STEP, each "
+     f"{CACHE_MB_RANGE}, got '-5:10:1'"),
 ])
 def test_flag_combinations_are_usage_errors_too(tmp_path, monkeypatch, capsys, argv, line):
     # decided by the command line alone, so exit 2 before any file is opened (t.csv, m.gguf

@@ -83,6 +83,10 @@ def test_raw_writer_reproduces_the_seed(seeds):
      r"key tokenizer.ggml.add_bos_token has type u8, expected bool"),
     ("tokenizer.ggml.token_type", KV("tokenizer.ggml.token_type", T.ARRAY, [1] * 300, T.UINT32),
      r"key tokenizer.ggml.token_type has type arr\[u32\], expected arr\[i32\]"),
+    # was accepted: llama.cpp reads the scores as a raw float array, so i32 scores are the floats
+    # of their bits there; refsim took them as the integers
+    ("tokenizer.ggml.scores", KV("tokenizer.ggml.scores", T.ARRAY, [-i for i in range(300)], T.INT32),
+     r"key tokenizer.ggml.scores has type arr\[i32\], expected arr\[f32\]"),
 ])
 def test_a_key_of_the_wrong_type_names_key_type_and_expected_type(tmp_path, seeds, capsys, key, kv, expected):
     f = from_file(seeds["q3"])
@@ -121,6 +125,33 @@ def test_dimension_sections_scalar_is_repeated_and_a_short_array_refused(tmp_pat
     assert open_model(_write(tmp_path, f, "s.gguf")).spec.rope_sections == (1, 1, 1, 1)
     f.set("qwen35moe.rope.dimension_sections", T.ARRAY, [1, 1, 0], T.INT32)
     _refused(_write(tmp_path, f), r"key qwen35moe.rope.dimension_sections has 3 elements, expected 4")
+
+
+@pytest.mark.parametrize("sections, ok", [
+    ((4, 2, 2, 0), True),                  # sum 8 = key_length: the largest ggml accepts
+    ((1, 1, 0, 0), True),                  # the seed's: pairs wrap modulo 2
+    ((5, 2, 2, 0), False),                 # sum 9 > key_length 8
+    ((2**31 - 1, 0, 0, 0), False),         # was accepted (the huge value of the mutation campaign)
+    ((0, 0, 0, 0), False),                 # ggml divides by the sum
+])
+def test_dimension_sections_are_bounded_by_the_head(tmp_path, seeds, sections, ok):
+    f = from_file(seeds["q35"])
+    f.set("qwen35moe.rope.dimension_sections", T.ARRAY, list(sections), T.INT32)
+    p = _write(tmp_path, f)
+    if ok:
+        assert open_model(p).spec.rope_sections == sections
+    else:
+        _refused(p, rf"qwen35moe.rope.dimension_sections \[{', '.join(map(str, sections))}\]: expected 4 values "
+                    rf">= 0 with a sum in 1..key_length 8 \(ggml's ggml_mrope_cache_init")
+
+
+@pytest.mark.parametrize("eps", [3.4e38, 1.0])
+def test_an_absurd_rms_epsilon_is_refused(tmp_path, seeds, eps):
+    # 3.4e38 was accepted (every RMSNorm then returns ~0); the bound is < 1
+    f = from_file(seeds["q3"])
+    f.set("qwen3moe.attention.layer_norm_rms_epsilon", T.FLOAT32, eps)
+    _refused(_write(tmp_path, f), r"key qwen3moe.attention.layer_norm_rms_epsilon is [0-9.e+]+, expected a "
+                                  r"finite number > 0 and < 1 \(real models use 1e-6..1e-5")
 
 
 def test_in_memory_metadata_still_reads_with_inferred_types(seeds):
@@ -193,6 +224,22 @@ def test_every_forward_tensor_shape_is_checked_at_open(tmp_path, seeds, seed, na
     t.data = (t.data + bytes(t.n_bytes))[:t.n_bytes]
     exp = expected.replace("[", r"\[").replace("]", r"\]")
     _refused(_write(tmp_path, f), rf"tensor '{name}' has shape \[.*\], expected {exp}")
+
+
+@pytest.mark.parametrize("name, qtype, type_name", [
+    ("blk.0.attn_norm.weight", 26, "I32"),          # was refused only when the kernel ran
+    ("output_norm.weight", 24, "I8"),
+    ("blk.1.attn_q.weight", 28, "F64"),
+])
+def test_a_tensor_of_a_non_weight_type_is_refused_at_open(tmp_path, seeds, capsys, name, qtype, type_name):
+    f = from_file(seeds["q3"])
+    t = f.tensor(name)
+    t.qtype = qtype
+    t.data = (t.data * 2)[:t.n_bytes]
+    p = _write(tmp_path, f)
+    _refused(p, rf"tensor '{name}' has ggml type {type_name}, expected a weight type \(float or quantized")
+    for cmd in ("inspect", "memory"):
+        assert name in _cli_one_line(capsys, [cmd, p], p)
 
 
 def test_an_unknown_or_renamed_tensor_is_refused(tmp_path, seeds):
@@ -301,6 +348,13 @@ def _vocab_case(f, case):
     if case == "bos_out_of_range":
         f.set("tokenizer.ggml.bos_token_id", T.UINT32, 300)
         return r"key tokenizer.ggml.bos_token_id = 300 is not a token id: tokenizer.ggml.tokens has 300 tokens \(0..299\)"
+    if case == "token_type_2_32_minus_1":        # was accepted; llama.cpp reads it as UNDEFINED
+        f.get("tokenizer.ggml.token_type").value[265] = -1      # 0xFFFFFFFF as an i32
+        return (r"key tokenizer.ggml.token_type\[265\] is -1, expected a llama.cpp token type 0..6 \(UNDEFINED, "
+                r"NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE")
+    if case == "token_type_7":
+        f.get("tokenizer.ggml.token_type").value[3] = 7
+        return r"key tokenizer.ggml.token_type\[3\] is 7, expected a llama.cpp token type 0..6"
     if case == "eos_wrong_type":
         f.set("tokenizer.ggml.eos_token_id", T.INT32, -1)
         return r"key tokenizer.ggml.eos_token_id has type i32, expected u32"
@@ -308,7 +362,8 @@ def _vocab_case(f, case):
 
 
 @pytest.mark.parametrize("case", ["duplicate", "byte_typed_normal", "empty", "empty_piece", "scores_short",
-                                  "types_long", "nan_score", "bos_out_of_range", "eos_wrong_type"])
+                                  "types_long", "nan_score", "bos_out_of_range", "eos_wrong_type",
+                                  "token_type_2_32_minus_1", "token_type_7"])
 def test_vocabulary_defects_are_one_line_errors_at_open(tmp_path, seeds, capsys, case):
     f = from_file(seeds["q3"])
     pattern = _vocab_case(f, case)

@@ -327,6 +327,26 @@ def test_cli_text_json_md_and_compare(tmp_path, capsys):
     assert run["flash_wait_ms_per_token"] == pytest.approx(227.5)
 
 
+@pytest.mark.parametrize("trim", ["3", "4", "255"])
+def test_cli_a_trim_that_leaves_under_two_tokens_prints_na_with_the_reason(tmp_path, capsys, trim):
+    # main printed "—" (the mark of a value absent from the file) in the four cells, no reason
+    a = write(tmp_path, "a.csv", RUN4)
+    assert main(["bench", a, "--trim", trim, "--resamples", "20"]) == 0
+    out, err = capsys.readouterr()
+    kept = max(4 - int(trim), 0)
+    assert err == (f"refsim bench: note: a.csv: --trim {trim} leaves {kept} of its 4 tokens; the per-token "
+                   f"mean and its CI need at least 2 (n/a in the table; lower --trim)\n")
+    lines = out.splitlines()
+    row = lines[lines.index(next(ln for ln in lines if ln.startswith("Per-token decode time"))) + 2]
+    assert row.split() == ["a.csv", "n/a", "n/a", "n/a", "n/a"]
+    assert main(["bench", a, "--trim", trim, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["trimmed"] is None
+    # --compare needs both means: one error, no note before it
+    assert main(["bench", a, a, "--compare", "--trim", trim]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fewer than 2 tokens after --trim" in err
+
+
 def test_cli_a_file_without_rows_is_a_one_line_error(tmp_path, capsys):
     empty = write(tmp_path, "e.csv", RUN4.splitlines(True)[0])
     assert main(["bench", empty]) == 1

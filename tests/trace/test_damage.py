@@ -5,6 +5,7 @@ Each test holds the minimal input of one defect found on main (db02823); the com
 main did with it.
 """
 
+import re
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -102,6 +103,14 @@ def test_blank_lines_keep_the_file_line_numbers(tmp_path):
     ("n_expert_used=2", "n_expert_used=0", r":2: n_expert_used=0 is out of range"),
     ("n_layer=2", "n_layer=1_0", r":2: n_layer='1_0' is not an integer"),
     ("n_layer=2", "n_layer=\u0662", r":2: n_layer='\u0662' is not an integer"),   # ARABIC-INDIC TWO
+    # main read a leading zero as written (n_layer=048 was 48): the engine writes %d, and the
+    # rows refuse it, so a flipped byte ("8" -> "0") is an error in the preamble too
+    ("n_layer=2", "n_layer=02", r":2: n_layer=02 is not written as the engine writes integers; expected "
+                                r"'0' or digits without a leading zero"),
+    ("expert_bytes=8", "expert_bytes=008", r":3: expert_bytes=008 is not written as the engine writes"),
+    ("# layer=1 ", "# layer=01 ", r":4: layer=01 is not written as the engine writes integers"),
+    ("dense_bytes=1\n", "dense_bytes=-0\n", r":3: dense_bytes=-0 is not written as the engine writes"),
+    ("n_expert_used=2", "n_expert_used=2 cache_mb=0256", r":2: cache_mb='0256' is not a budget"),
     # main: OverflowError
     ("expert_bytes=8", "expert_bytes=9223372036854775808",
      r":3: expert_bytes=9223372036854775808 is out of range; expected 1..1099511627776"),
@@ -190,7 +199,38 @@ def test_weights_are_ascii_numbers(tmp_path, weight):
 
 def test_a_weight_outside_float32_is_refused(tmp_path):
     refused(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", "0,1,2,0,0,1,1e39,"),
-            r":12: column 'weight' is 1e\+39, expected a finite float32 weight or nan")
+            r":12: column 'weight' is 1e\+39, expected a finite float32 weight >= 0 or nan")
+
+
+@pytest.mark.parametrize("weight, shown", [("-0.5", "-0.5"), ("-1e-05", "-1e-05"), ("inf", "inf"),
+                                           ("-inf", "-inf")])
+def test_a_negative_or_infinite_weight_is_refused(tmp_path, weight, shown):
+    # main accepted these as written. The engine writes the router's final weight (softmax or
+    # sigmoid, renormalised, times expert_weights_scale: build_moe_ffn, llama-cpp-notes.md 2.4),
+    # never negative, never infinite (the renormalising sum is clamped to >= 6.1e-5)
+    msg = refused(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},"),
+                  rf":12: column 'weight' is {shown}, expected a finite float32 weight >= 0 or nan")
+    assert "never negative" in msg
+
+
+@pytest.mark.parametrize("weight, value", [("2.5", 2.5), ("0", 0.0)])
+def test_weights_above_one_and_zero_read_as_written(tmp_path, weight, value):
+    # > 1 is valid: expert_weights_scale (DeepSeek-style routed_scaling_factor 2.5, e.g. Ling's
+    # bailingmoe, in the engine's registry) multiplies the weights after renormalisation
+    tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")))
+    assert tr.events[1].weights[0, 0, 0] == np.float32(value)
+
+
+def test_one_nan_among_a_positions_weights_is_refused(tmp_path):
+    # main: accepted, the weight lost as "unknown". The engine writes nan for a whole layer record
+    # (no weight node) or the node's values (router_hook.cpp flush_pending)
+    for nan in ("nan", "-nan"):
+        refused(tmp_path, GOOD.replace("0,1,2,0,1,2,0.5,", f"0,1,2,0,1,2,{nan},"),
+                r":13: weight nan at step 2 layer 0 where the other slots have weights; expected all of "
+                r"a position's weights in a layer nan \(no weight node\) or none")
+    both = GOOD.replace("0,1,2,0,0,1,0.5,", "0,1,2,0,0,1,nan,").replace("0,1,2,0,1,2,0.5,", "0,1,2,0,1,2,-nan,")
+    w = read_trace(write(tmp_path, both)).events[1].weights
+    assert np.isnan(w[0, 0]).all() and not np.isnan(w[0, 1]).any()   # a layer without a weight node
 
 
 def test_crlf_reads_as_lf(tmp_path):
@@ -213,7 +253,9 @@ def test_weights_are_written_as_the_engine_writes_them(tmp_path, weight):
 @pytest.mark.parametrize("weight, value", [("1e-05", 1e-5), ("1.0", 1.0), ("-nan", None), ("0", 0.0),
                                            ("2.5E+01", 25.0), ("1.", 1.0)])
 def test_weights_as_printf_and_numpy_write_them(tmp_path, weight, value):
-    tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")))
+    w2 = "nan" if value is None else "0.5"             # a position's weights are all nan or none
+    tr = read_trace(write(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", f"0,1,2,0,0,1,{weight},")
+                          .replace("0,1,2,0,1,2,0.5,", f"0,1,2,0,1,2,{w2},")))
     w = tr.events[1].weights[0, 0, 0]
     assert np.isnan(w) if value is None else w == np.float32(value)
 
@@ -279,6 +321,17 @@ def test_a_prefill_in_two_chunks_reads(tmp_path):
                                      r"the last-layer rule: an earlier chunk of a turn's prefill routes it")
 
 
+@pytest.mark.parametrize("i", range(10))
+def test_a_duplicated_row_is_reported_as_a_duplicate_at_its_line(tmp_path, i):
+    # main: "layer 0 at step 0 has rows for slots [0] only; expected all 2 slots" (the repeat
+    # starts a new decode), which sends the user looking for a deleted row
+    rows = (PRE + DEC).splitlines(True)
+    key = tuple(int(x) for x in rows[i].split(",")[:5])
+    text = HEAD + "".join(rows[:i + 1] + [rows[i]] + rows[i + 1:])
+    refused(tmp_path, text, rf":{i + 7}: a duplicate row: \(turn, phase, step, layer, slot\) = "
+                            rf"{re.escape(str(key))} as on line {i + 6}; expected each routed slot once")
+
+
 def test_a_layer_no_row_routes_other_than_the_last_is_refused(tmp_path):
     # rows of layer 0 deleted everywhere (grep -v): main replayed the layer-1 half of the trace
     rows = "".join(r for r in (PRE + DEC).splitlines(True) if r.split(",")[3] != "0")
@@ -300,6 +353,38 @@ def test_dev_zero_is_refused_from_its_first_bytes():
     msg = refusal_in_child("refsim.trace:read_trace", "/dev/zero")
     assert msg.startswith("/dev/zero:1: expected '# route_trace v1', got '\\x00\\x00")
     assert msg.endswith("(not a route trace)")
+
+
+def test_a_trace_through_a_fifo_reads_as_the_file(tmp_path):
+    # open() waits for the writer (as cat does; docs/trace-format.md "FIFOs and devices"), then the
+    # per-line path reads it; --stream's reader takes it whole
+    import os
+    import threading
+    from refsim.trace import iter_trace_turns
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    want = read_trace(write(tmp_path, GOOD, "good.csv"))
+    for read in (read_trace, lambda p: iter_trace_turns(p)[1].__next__()):
+        t = threading.Thread(target=lambda: fifo.write_text(GOOD), daemon=True)
+        t.start()
+        got = read(fifo)
+        t.join(10)
+        same_events(got, want)
+
+
+def test_a_valid_but_edited_trace_is_read_as_written(tmp_path):
+    """docs/trace-format.md "What a valid but edited trace can do": the reader cannot see these
+    edits; a replay at the recorded budget (cache_mb=256) sees the id edit, not the 1 -> 2 one."""
+    from refsim.studies.replay import replay_trace
+    lines = DEMO.read_text().splitlines(True)
+    assert lines[583] == "0,1,20,2,0,30,0.476394,1,0,0\n"           # line 584: a hit on expert 30
+    budget = ExpertCache.mib_to_bytes(256)
+    for edit, agree, listed in (("0,1,20,2,0,30,0.476394,2,0,0\n", 2612, []),
+                                ("0,1,20,2,0,31,0.476394,1,0,0\n", 2611, [(618, 30, 1, 0)])):
+        tr = read_trace(write(tmp_path, "".join(lines[:583] + [edit] + lines[584:])))
+        rep = replay_trace(tr, budget)
+        assert (rep.residency_agree, rep.residency_rows) == (agree, 2612)
+        assert [(x.line, x.expert, x.recorded, x.replayed) for x in rep.disagreements] == listed
 
 
 def test_a_multi_gib_binary_file_is_refused_without_reading_it(tmp_path):
@@ -374,6 +459,15 @@ def test_a_dropped_slot_charging_bytes_is_not_written(tmp_path):
     chg[0, 0, 1] = 8
     with pytest.raises(ValueError, match="dropped slot .* has 8 bytes charged"):
         write_trace(tmp_path / "d.csv", h, [ev], [rec.residency], [chg])
+
+
+@pytest.mark.parametrize("w", [-0.25, np.inf])
+def test_a_weight_the_reader_refuses_is_not_written(tmp_path, w):
+    h, ev = _dropped_event()
+    rec = ExpertCache(h.expert_bytes, h.n_expert, 1 << 20).apply(ev)
+    ev.weights[0, 1, 0] = w
+    with pytest.raises(ValueError, match="routing weight .*; expected a finite weight >= 0 or nan"):
+        write_trace(tmp_path / "d.csv", h, [ev], [rec.residency], [rec.charged_bytes])
 
 
 def test_every_slot_dropped_is_refused(tmp_path):

@@ -104,6 +104,11 @@ def _int(text: str) -> int:
     return int(t)
 
 
+def _header_int(text: str) -> int:
+    assert re.fullmatch(r"0|-?[1-9][0-9]*", text), f"accepted a preamble integer not written as %d: {text!r}"
+    return int(text)
+
+
 def independent_read(data: bytes):
     """(header dict, layer sizes, rows) as the file says, or an AssertionError saying why it
     should not have been accepted. Rows: (line, turn, phase, step, layer, slot, expert, weight,
@@ -117,7 +122,8 @@ def independent_read(data: bytes):
     while j < len(body) and body[j][1].startswith("#"):
         kv = dict(t.split("=", 1) for t in body[j][1][1:].split() if "=" in t)
         if "layer" in kv:
-            sizes[_int(kv["layer"])] = (_int(kv["expert_bytes"]), _int(kv["dense_bytes"]))
+            sizes[_header_int(kv["layer"])] = (_header_int(kv["expert_bytes"]),
+                                               _header_int(kv["dense_bytes"]))
         elif "arch" in kv or "n_layer" in kv:
             assert model is None
             model = kv
@@ -129,6 +135,7 @@ def independent_read(data: bytes):
         assert len(ln.split(",")) == len(names)
         w = f["weight"].strip(" \t")
         assert w.isascii() and "_" not in w
+        assert math.isnan(float(w)) or float(w) >= 0, f"accepted a negative weight {w!r}"
         rows.append((n, *(_int(f[c]) for c in ("turn", "phase", "step", "layer", "slot", "expert")),
                      np.float32(float(w)), _int(f["residency"]), _int(f["expert_bytes"]),
                      _int(f["dropped"]) if "dropped" in f else 0))
@@ -179,13 +186,15 @@ def _check(data: bytes, recipe: str, path) -> None:
     model, sizes, rows = independent_read(data)
     h = tr.header
     assert (h.n_layer, h.n_expert, h.n_expert_used) == (
-        _int(model["n_layer"]), _int(model["n_expert"]), _int(model["n_expert_used"])), recipe
+        _header_int(model["n_layer"]), _header_int(model["n_expert"]),
+        _header_int(model["n_expert_used"])), recipe
     assert sorted(sizes) == list(range(h.n_layer)), recipe
     assert [sizes[il] for il in range(h.n_layer)] == list(zip(h.expert_bytes.tolist(),
                                                              h.dense_bytes.tolist())), recipe
     if "cache_mb" in model:
         v = float(model["cache_mb"])
         assert math.isfinite(v) and v > 0, f"{recipe}: accepted cache_mb={model['cache_mb']}"
+        assert not re.match(r"0[0-9]", model["cache_mb"]), f"{recipe}: accepted cache_mb={model['cache_mb']}"
     got = _reader_rows(tr)
     assert tr.n_rows == len(rows) == len(got), recipe
     for a, b in zip(got, rows):
@@ -194,6 +203,11 @@ def _check(data: bytes, recipe: str, path) -> None:
     for r in rows:                        # and what was accepted is in range
         assert r[2] in (0, 1) and 0 <= r[4] < h.n_layer and 0 <= r[5] < h.n_expert_used
         assert 0 <= r[6] < h.n_expert and r[8] in (0, 1, 2) and r[10] in (0, 1), recipe
+    cells: dict[int, list] = {}           # a (position, layer)'s adjacent rows: weights all nan or none
+    for j, r in enumerate(rows):
+        start = j if j == 0 or rows[j - 1][1:5] != r[1:5] else start
+        cells.setdefault(start, []).append(bool(np.isnan(r[7])))
+    assert all(len(set(v)) == 1 for v in cells.values()), f"{recipe}: a cell with some weights nan"
 
 
 @pytest.fixture(scope="module")
