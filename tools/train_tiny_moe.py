@@ -4,7 +4,7 @@
 Usage (the commands that made the committed files; see docs/real-moe.md)::
 
     python3 tools/train_tiny_moe.py --steps 1000 --out-dir models                      # tiny-moe-*
-    python3 tools/train_tiny_moe.py --arch qwen35moe --steps 400 --batch 4 --warmup 30 --out-dir models   # tiny-moe35-*
+    python3 tools/train_tiny_moe.py --arch qwen35moe --steps 200 --batch 4 --warmup 20 --out-dir models   # tiny-moe35-*
 
 Needs the optional extra ``train`` (``pip install 'refsim[train]'``: torch, sentencepiece).
 torch is never a runtime dependency of refsim; only this script imports it.
