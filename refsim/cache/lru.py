@@ -35,9 +35,9 @@ The state is a doubly linked list in arrays, and one Numba kernel applies a whol
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.drop_rule import drop_row, row_best
 
 NIL = -1
@@ -48,7 +48,7 @@ C_ROUTED, C_DROPPED, C_SPEC_READ, C_SPEC_EXPERTS, C_SPEC_USEFUL = range(6, 11)
 N_COUNTERS = 11
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _unlink(key, prev, next_, head_tail):
     p = prev[key]
     n = next_[key]
@@ -64,7 +64,7 @@ def _unlink(key, prev, next_, head_tail):
     next_[key] = NIL
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _push_end(key, end, towards, away, head_tail):
     """Link ``key`` in at one end of the list: ``end`` 0 = head (most recent; ``towards`` =
     next_, ``away`` = prev) or 1 = tail (coldest; ``towards`` = prev, ``away`` = next_)."""
@@ -78,17 +78,17 @@ def _push_end(key, end, towards, away, head_tail):
     head_tail[end] = key
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _push_head(key, prev, next_, head_tail):
     _push_end(key, 0, next_, prev, head_tail)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _push_tail(key, prev, next_, head_tail):
     _push_end(key, 1, prev, next_, head_tail)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def effective_routes(routes, weights, dropped):
     """The ids ``load_layer`` receives: a dropped slot rewritten to its row's best id (§3.6),
     or -1 (left out) when the row's weights are unknown. Shapes (n_pos, n_layer, k); returns
@@ -107,7 +107,7 @@ def effective_routes(routes, weights, dropped):
     return out
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _queue_read(key, nbytes, queued, queue, qn, ever_evicted, counters):
     """Queue one speculative read of ``nbytes`` (charged to read and speculative bytes; a
     re-read if the entry was ever evicted); returns the new queue length."""
@@ -120,7 +120,7 @@ def _queue_read(key, nbytes, queued, queue, qn, ever_evicted, counters):
     return qn + 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resident, queued,
                     queue, qn, ever_evicted, counters):
     n_layer = expert_bytes.size
@@ -138,7 +138,7 @@ def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resid
     return qn
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _issue_committed(t, routes, expert_bytes, n_expert, resident, queued, hot, queue, qn,
                      ever_evicted, prev, next_, head_tail, counters):
     """Route-ahead's early reads of layer t's committed experts (route-ahead.md, "The early
@@ -162,7 +162,7 @@ def _issue_committed(t, routes, expert_bytes, n_expert, resident, queued, hot, q
     return qn
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
             head_tail, counters):
     for i in range(qn):
@@ -183,7 +183,7 @@ def _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev
     return 0
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, count_routed,
                     prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert, budget_bytes,
                     resident, ever_evicted, touched_gen, first_res, charged_gen, spec, queued,

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.cache.batches import NEVER, BatchTrace
 from refsim.cache.policy import PolicyResult
 from refsim.errors import ConfigError
 from refsim.events import N_KINDS
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _distances(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                dist, kind, size, budgets, hits, hit_bytes, lookups, look_bytes, bucket):
     """The pass behind :func:`stack_distances` and :func:`lru_curve` (see their docs).
