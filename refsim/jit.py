@@ -46,12 +46,13 @@ def reference():
         _reference_depth -= 1
 
 
-REFERENCE_MAX_BYTES = 1 << 18
-"""Largest route trace (bytes of file, 256 KiB = 2**18, about 8,000 rows) that ``refsim replay``
-replays on the reference path (:func:`reference_if_small`). Why this size: measured by
-benchmarks/scale.py (start-up section), the reference path costs about 40 us per row (per-line
-reader + the LRU as Python) and Numba's import plus the cached kernels' loading 0.5-1 s, so the
-two meet near 10,000-25,000 rows; below 256 KiB the reference path is the faster one with margin,
+REFERENCE_MAX_BYTES = 1 << 20
+"""Largest route trace (bytes of file: 1 MiB = 2**20, about 34,000 rows) that ``refsim replay``
+replays on the reference path (:func:`reference_if_small`). Why this size, measured on the demo
+trace written 1, 4 and 16 times (2612 to 41,792 rows; best of 3, CPU seconds, load average ~14):
+the reference path costs 0.45 s plus 29 us per row (the per-line reader and the LRU as Python),
+the compiled path 2.3-2.7 s whatever the size (Numba's import and the cached kernels' loading), so
+they meet near 70,000 rows (~2 MiB); 1 MiB keeps the reference path the faster one with margin,
 and above it the compiled path's fixed cost is small against the work."""
 
 

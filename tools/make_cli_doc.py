@@ -110,12 +110,14 @@ command build them all, for the listing); packages import their submodules on fi
 that use them. The cache and trace kernels are `refsim.jit.njit` functions: Numba is imported and
 their machine code compiled or loaded from its cache only when one is first called.
 
-`refsim replay` of a trace of at most 256 KiB (`refsim.jit.REFERENCE_MAX_BYTES`; the demo trace,
-79 KB, 2612 rows) runs the reference path: the per-line trace reader and the same LRU kernels run
-as Python (`refsim.jit.reference`), so Numba is never imported. Why the threshold: Numba's import
-plus the cached LRU kernels cost 0.5-1 s of start-up, and the reference path about 40 us per row,
-so below ~10,000 rows the reference path finishes first; above 256 KiB the compiled kernels' fixed
-cost is small against the work. The output is byte for byte the compiled kernels' (text, `--json`,
+`refsim replay` of a trace of at most 1 MiB (`refsim.jit.REFERENCE_MAX_BYTES`, about 34,000 rows;
+the demo trace is 79 KB, 2612 rows) runs the reference path: the per-line trace reader and the
+same LRU kernels run as Python (`refsim.jit.reference`), so Numba is never imported. Why the
+threshold (the demo trace written 1, 4 and 16 times, best of 3, CPU seconds at load average ~14):
+the reference path costs 0.45 s + 29 us per row, the compiled path 2.3-2.7 s at any of these sizes
+(Numba's import and the cached kernels' loading), so they meet near 70,000 rows (~2 MiB); 1 MiB
+keeps the reference path the faster with margin, and above it the compiled path's fixed cost is
+small against the work. The output is byte for byte the compiled kernels' (text, `--json`,
 `--csv`, with the streaming knobs; tests/test_startup.py). Measured by `python
 benchmarks/scale.py --startup-only` (best of N, against `python -c pass` in the same run).
 
