@@ -36,8 +36,9 @@ _reference_depth = 0
 
 @contextlib.contextmanager
 def reference():
-    """Run every :func:`njit` kernel as plain Python inside the block (nested blocks are fine).
-    Kernels of modules that use ``numba.njit`` directly are not affected."""
+    """Run every :func:`njit` kernel as plain Python inside the block (nested blocks are fine;
+    the switch is the process's, not a thread's). Kernels of modules that use ``numba.njit``
+    directly are not affected."""
     global _reference_depth
     _reference_depth += 1
     try:
@@ -102,6 +103,18 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<refsim.jit kernel {self.py_func.__module__}.{self.py_func.__qualname__}>"
+
+    def __reduce__(self):
+        # pickled by name, as a function is (a process pool or a Dask worker imports the module)
+        return _by_name, (self.py_func.__module__, self.py_func.__qualname__)
+
+
+def _by_name(module: str, qualname: str):
+    import importlib
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _twin(kernel: Kernel, mode: str, namespaces: dict):

@@ -133,3 +133,10 @@ def test_a_parser_built_for_none_still_prints_the_version(capsys):
     with pytest.raises(SystemExit) as e:
         make_parser("").parse_args(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.startswith("refsim ")
+
+
+def test_a_kernel_pickles_by_name():
+    import pickle
+
+    from refsim.cache.lru import lru_apply_event
+    assert pickle.loads(pickle.dumps(lru_apply_event)) is lru_apply_event
