@@ -25,6 +25,9 @@ children's CPU seconds (user + system) beside it, which the machine's load distu
 children may write bytecode (``PYTHONDONTWRITEBYTECODE`` is removed from their environment), so
 after the first round refsim's modules load from ``.pyc`` files, as from an installed package.
 
+``--crossover 1,4,16``: ``refsim replay`` of the demo trace written 1, 4, 16 times, reference path
+against compiled kernels (the measurement behind ``refsim.jit.REFERENCE_MAX_BYTES``).
+
 Printed per file: rows, file MiB, wall seconds, rows/s, the row-rate ratio to pyarrow's (>= 0.5
 is the issue's target), peak RSS and RSS / file size (<= 4 is the target); then the cost per
 the slope of seconds against rows between consecutive files (equal slopes = linear). The machine is shared: the 1-minute load average
@@ -115,6 +118,40 @@ def startup(runs: int) -> None:
         print(f"  {name:22s} {wall:7.3f} {wall - base_wall:8.3f} {cpu:7.3f} {cpu - base_cpu:8.3f}")
 
 
+def crossover(turns: list[int], runs: int = 3) -> None:
+    """Best-of-``runs`` seconds of ``refsim replay`` on the demo trace written N times, on the
+    reference path and with the compiled kernels: where the two meet sets
+    ``refsim.jit.REFERENCE_MAX_BYTES`` (docs/cli.md, "Start-up and progress")."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    reference = ("import sys, refsim.jit; refsim.jit.REFERENCE_MAX_BYTES = 1 << 62; "
+                 "from refsim.cli import main; sys.exit(main())")
+
+    def best(cmd):
+        out = (float("inf"), float("inf"))
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            out = (min(out[0], wall), min(out[1], cpu))
+        return out
+
+    print(f"reference path against compiled kernels, best of {runs} (wall s / CPU s)")
+    with tempfile.TemporaryDirectory(prefix="refsim-crossover-") as tmp:
+        for n in turns:
+            p = Path(tmp) / f"demo-{n}.route.csv"
+            write_turns(DEMO, p, n)
+            argv = ["replay", str(p), "--cache-mb", "256"]
+            ref = best([sys.executable, "-c", reference, *argv])
+            nb = best([sys.executable, "-c", COMPILED, *argv])
+            print(f"  {n:3d} turn(s), {p.stat().st_size / 2**10:7.0f} KiB: reference "
+                  f"{ref[0]:6.2f} / {ref[1]:5.2f}, compiled {nb[0]:6.2f} / {nb[1]:5.2f}  "
+                  f"(load {os.getloadavg()[0]:.2f})")
+
+
 def write_turns(src: Path, dst: Path, turns: int) -> None:
     """``src`` (a one-turn trace, turn 0) written ``turns`` times as turns 0..turns-1."""
     data = src.read_bytes()
@@ -146,13 +183,19 @@ def main() -> int:
     ap.add_argument("--shared", default=os.environ.get("REFSIM_SHARED", "/work/shared"))
     ap.add_argument("--startup-runs", type=int, default=7,
                     help="best of N for the start-up section (0: skip it)")
-    ap.add_argument("--startup-only", action="store_true", help="stop after the start-up section")
+    ap.add_argument("--startup-only", action="store_true",
+                    help="stop after the start-up (and --crossover) sections")
+    ap.add_argument("--crossover", default="",
+                    help="turns of the demo trace for the reference-against-compiled section, "
+                         "e.g. 1,4,16 (default: skip)")
     a = ap.parse_args()
+    if a.crossover:
+        crossover([int(x) for x in a.crossover.split(",")])
     if a.startup_runs:
         startup(a.startup_runs)
-        if a.startup_only:
-            return 0
-        print()
+    if a.startup_only:
+        return 0
+    print()
     src = Path(a.shared) / QWEN
     budget = a.budget_mib << 20
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}; budget {a.budget_mib} MiB")

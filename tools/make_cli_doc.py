@@ -113,7 +113,8 @@ their machine code compiled or loaded from its cache only when one is first call
 `refsim replay` of a trace of at most 1 MiB (`refsim.jit.REFERENCE_MAX_BYTES`, about 34,000 rows;
 the demo trace is 79 KB, 2612 rows) runs the reference path: the per-line trace reader and the
 same LRU kernels run as Python (`refsim.jit.reference`), so Numba is never imported. Why the
-threshold (the demo trace written 1, 4 and 16 times, best of 3, CPU seconds at load average ~14):
+threshold (`benchmarks/scale.py --crossover 1,4,16`: the demo trace written 1, 4 and 16 times,
+best of 3, CPU seconds at load average ~14):
 the reference path costs 0.45 s + 29 us per row, the compiled path 2.3-2.7 s at any of these sizes
 (Numba's import and the cached kernels' loading), so they meet near 70,000 rows (~2 MiB); 1 MiB
 keeps the reference path the faster with margin, and above it the compiled path's fixed cost is
