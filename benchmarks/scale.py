@@ -15,6 +15,19 @@ Each measurement runs in a fresh child process (so peak RSS is its own, ``ru_max
   ``refsim replay`` does);
 - ``stream``: ``iter_trace_turns`` + ``replay_turns`` (``refsim replay --stream``).
 
+Start-up (first, ``--startup-runs N``, best of N, 0 skips; ``--startup-only`` stops after it):
+wall seconds of ``python -c pass`` (the bare interpreter; ``import numpy`` beside it, the floor of
+any command that reads a trace), ``python -m refsim.cli --version`` and
+``python -m refsim.cli replay traces/demo.route.csv --cache-mb 256`` (the README's main job, on
+the reference path: no Numba), and the same replay with the compiled kernels (loaded from the
+Numba cache), each as overhead over the bare interpreter (the issue's target: <= 0.3 s), with the
+children's CPU seconds (user + system) beside it, which the machine's load disturbs less. The
+children may write bytecode (``PYTHONDONTWRITEBYTECODE`` is removed from their environment), so
+after the first round refsim's modules load from ``.pyc`` files, as from an installed package.
+
+``--crossover 1,4,16``: ``refsim replay`` of the demo trace written 1, 4, 16 times, reference path
+against compiled kernels (the measurement behind ``refsim.jit.REFERENCE_MAX_BYTES``).
+
 Printed per file: rows, file MiB, wall seconds, rows/s, the row-rate ratio to pyarrow's (>= 0.5
 is the issue's target), peak RSS and RSS / file size (<= 4 is the target); then the cost per
 the slope of seconds against rows between consecutive files (equal slopes = linear). The machine is shared: the 1-minute load average
@@ -26,9 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +82,76 @@ print(json.dumps({"rows": rows, "s": dt,
 """
 
 
+DEMO = ROOT / "traces" / "demo.route.csv"
+COMPILED = ("import sys, refsim.jit; refsim.jit.REFERENCE_MAX_BYTES = -1; "
+            "from refsim.cli import main; sys.exit(main())")
+
+
+def startup(runs: int) -> None:
+    """Best-of-``runs`` wall (and CPU) seconds of the start-up commands against the bare
+    interpreter, run in turn so that a change of load touches them alike."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)   # as installed: modules load from their .pyc files
+    replay = ["replay", str(DEMO), "--cache-mb", "256"]
+    cmds = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "  (import numpy)": [sys.executable, "-c", "import numpy"],
+        "refsim --version": [sys.executable, "-m", "refsim.cli", "--version"],
+        "refsim replay demo": [sys.executable, "-m", "refsim.cli", *replay],
+        "  (compiled kernels)": [sys.executable, "-c", COMPILED, *replay],
+    }
+    best = {name: (float("inf"), float("inf")) for name in cmds}
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+    base_wall, base_cpu = best["python -c pass"]
+    print(f"start-up, best of {runs} (load average {os.getloadavg()[0]:.2f}); overhead = the "
+          f"command's seconds - the bare interpreter's (target <= 0.30 s)")
+    print(f"  {'':22s} {'wall s':>7s} {'overhead':>8s} {'CPU s':>7s} {'overhead':>8s}")
+    for name, (wall, cpu) in best.items():
+        print(f"  {name:22s} {wall:7.3f} {wall - base_wall:8.3f} {cpu:7.3f} {cpu - base_cpu:8.3f}")
+
+
+def crossover(turns: list[int], runs: int = 3) -> None:
+    """Best-of-``runs`` seconds of ``refsim replay`` on the demo trace written N times, on the
+    reference path and with the compiled kernels: where the two meet sets
+    ``refsim.jit.REFERENCE_MAX_BYTES`` (docs/cli.md, "Start-up and progress")."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    reference = ("import sys, refsim.jit; refsim.jit.REFERENCE_MAX_BYTES = 1 << 62; "
+                 "from refsim.cli import main; sys.exit(main())")
+
+    def best(cmd):
+        out = (float("inf"), float("inf"))
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            out = (min(out[0], wall), min(out[1], cpu))
+        return out
+
+    print(f"reference path against compiled kernels, best of {runs} (wall s / CPU s)")
+    with tempfile.TemporaryDirectory(prefix="refsim-crossover-") as tmp:
+        for n in turns:
+            p = Path(tmp) / f"demo-{n}.route.csv"
+            write_turns(DEMO, p, n)
+            argv = ["replay", str(p), "--cache-mb", "256"]
+            ref = best([sys.executable, "-c", reference, *argv])
+            nb = best([sys.executable, "-c", COMPILED, *argv])
+            print(f"  {n:3d} turn(s), {p.stat().st_size / 2**10:7.0f} KiB: reference "
+                  f"{ref[0]:6.2f} / {ref[1]:5.2f}, compiled {nb[0]:6.2f} / {nb[1]:5.2f}  "
+                  f"(load {os.getloadavg()[0]:.2f})")
+
+
 def write_turns(src: Path, dst: Path, turns: int) -> None:
     """``src`` (a one-turn trace, turn 0) written ``turns`` times as turns 0..turns-1."""
     data = src.read_bytes()
@@ -96,7 +181,21 @@ def main() -> int:
                     help="turns of the streamed replay (0: skip)")
     ap.add_argument("--budget-mib", type=int, default=4000)
     ap.add_argument("--shared", default=os.environ.get("REFSIM_SHARED", "/work/shared"))
+    ap.add_argument("--startup-runs", type=int, default=7,
+                    help="best of N for the start-up section (0: skip it)")
+    ap.add_argument("--startup-only", action="store_true",
+                    help="stop after the start-up (and --crossover) sections")
+    ap.add_argument("--crossover", default="",
+                    help="turns of the demo trace for the reference-against-compiled section, "
+                         "e.g. 1,4,16 (default: skip)")
     a = ap.parse_args()
+    if a.crossover:
+        crossover([int(x) for x in a.crossover.split(",")])
+    if a.startup_runs:
+        startup(a.startup_runs)
+    if a.startup_only:
+        return 0
+    print()
     src = Path(a.shared) / QWEN
     budget = a.budget_mib << 20
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}; budget {a.budget_mib} MiB")

@@ -12,11 +12,11 @@ survivors are scaled by ``total / kept`` (float32, summed in slot order).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def row_best(ids, w):
     """Best slot of one token row: the routed slot with the largest weight, ties to the lowest
     slot index. -1 if the row routes nothing or a routed weight is not finite.
@@ -32,7 +32,7 @@ def row_best(ids, w):
     return best
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def drop_row(ids, w, resident, thr, out):
     """Write into ``out`` (k,) bool the slots of one row the rule drops; returns how many.
     ``resident`` (k,) bool: the slot's entry is resident (or prefetched) before the layer's load."""

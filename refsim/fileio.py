@@ -30,7 +30,6 @@ import enum
 import os
 import stat
 import sys
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -237,6 +236,7 @@ def _new_temp(folder: str, suffix: str, made: list[str], what: str, path: str) -
     ConfigError
         ``"<what> <path>: cannot write here: <reason>"`` if the folder refuses the file.
     """
+    import secrets                    # here: its hashlib costs start-up to every command
     while True:
         name = os.path.join(folder, f".refsim-{secrets.token_hex(8)}{suffix}")
         made[:] = [name]

@@ -8,15 +8,15 @@ layerlfu; fifo, clock, slru, 2q, arc, s3fifo, lirs, tinylfu; layer-opt),
 and the exact one-pass LRU curve ``lru_curve`` / ``LruCurve``.
 """
 
-from refsim.cache.expert_cache import (TARGET_DECODE_KINDS, CacheStats, EventRecord,
-                                       ExpertCache)
-from refsim.cache.summary import CacheSummary
-from refsim.cache.batches import BatchTrace  # noqa: E402  (after the cache it builds on)
-from refsim.cache.policy import (POLICIES, Policy, PolicyResult, get_policy,  # noqa: E402
-                                 reference_replay, replay_policy)
-from refsim.cache import policies as _policies  # noqa: E402,F401  (registers the built-ins)
-from refsim.cache.mrc import LruCurve, lru_curve  # noqa: E402
+from refsim.lazy import lazy_exports
 
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "TARGET_DECODE_KINDS": "expert_cache", "CacheStats": "expert_cache",
+    "EventRecord": "expert_cache", "ExpertCache": "expert_cache", "CacheSummary": "summary",
+    "BatchTrace": "batches", "POLICIES": "policy", "Policy": "policy", "PolicyResult": "policy",
+    "get_policy": "policy", "reference_replay": "policy", "replay_policy": "policy",
+    "LruCurve": "mrc", "lru_curve": "mrc",
+})
 __all__ = ["ExpertCache", "CacheStats", "EventRecord", "CacheSummary", "TARGET_DECODE_KINDS",
            "BatchTrace", "POLICIES", "Policy", "PolicyResult", "get_policy", "replay_policy",
            "reference_replay", "lru_curve", "LruCurve"]

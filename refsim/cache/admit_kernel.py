@@ -14,15 +14,15 @@ Counters go to ``out`` with the layout of :mod:`refsim.cache.policy_kernel` (``N
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.cache.policy_kernel import OUT_EVICT, OUT_HITS, OUT_READ, OUT_RESIDENT
 
 from refsim.cache.linked import NONE, _oldest_free, _push_head, _unlink  # noqa: F401
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq, key_bytes,
                   n_expert, s_max, m_max, g_max, threshold):
     """One S3FIFO eviction (S=0, M=1, G=2); returns the victim or NONE."""
@@ -72,7 +72,7 @@ def _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq, key
     return NONE
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
                   small, ghost, threshold, out):
     """S3FIFO (:class:`refsim.cache.admit_policies.S3FIFO`) over a whole trace."""
@@ -154,7 +154,7 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
                       max_freq, init, out):
     """FIFO (``max_freq`` = 0) or CLOCK with counters up to ``max_freq``
@@ -226,7 +226,7 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _arc_evict_list(one, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
                     n_expert, ghost):
     """Evict the oldest untouched key of T1 (``one``) or T2 into B1/B2 (lists 0..3 = T1, T2,
@@ -244,7 +244,7 @@ def _arc_evict_list(one, b, touched, where, older, newer, head, tail, lbytes, ke
     return k
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
                  n_expert):
     t1 = lbytes[0]
@@ -257,7 +257,7 @@ def _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes, ke
     return v
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _arc_evict(cur, p, incoming, budget, b, touched, where, older, newer, head, tail, lbytes,
                key_bytes, n_expert):
     if cur != 0:
@@ -284,7 +284,7 @@ def _arc_evict(cur, p, incoming, budget, b, touched, where, older, newer, head, 
                         key_bytes, n_expert)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, out):
     """ARC (:class:`refsim.cache.admit_policies.ARC`) over a whole trace."""
     n_keys = key_bytes.size * n_expert
@@ -365,7 +365,7 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _slru_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert, n_seg):
     for i in range(n_seg):
         if lbytes[i] > 0:
@@ -377,7 +377,7 @@ def _slru_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, 
     return NONE
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, n_seg,
                 out):
     """SLRU (:class:`refsim.cache.admit_policies.SLRU`) over a whole trace."""
@@ -471,7 +471,7 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, kin,
                 kout, out):
     """2Q (:class:`refsim.cache.admit_policies.TwoQ`) over a whole trace: lists A1in (0),
@@ -572,7 +572,7 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h, h_t, key_bytes, n_expert):
     """Remove HIR keys from the bottom of S (a non-resident one is forgotten); returns the
     bytes removed from S."""
@@ -587,7 +587,7 @@ def _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h, h_t, key_bytes,
     return removed
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
                 hir, stack, out):
     """LIRS (:class:`refsim.cache.admit_policies.LIRS`) over a whole trace. Three lists with
@@ -753,7 +753,7 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     out[OUT_RESIDENT] = occ
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _cbf_estimate(bf, slots, key):
     m = bf[slots[key, 0]]
     for j in range(1, slots.shape[1]):
@@ -763,13 +763,13 @@ def _cbf_estimate(bf, slots, key):
     return m
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _cbf_add(bf, slots, key):
     for j in range(slots.shape[1]):
         bf[slots[key, j]] += 1
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _main_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert):
     """Main SLRU's victim (segments 1, 2 = lists 1, 2): the lowest non-empty segment's oldest
     untouched key, removed; NONE if none."""
@@ -783,7 +783,7 @@ def _main_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, 
     return NONE
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
                    w_max, seg0_max, seg1_max, max_requests, slots, n_counters, out):
     """W-TinyLFU (:class:`refsim.cache.admit_policies.TinyLFU`) over a whole trace: lists window

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.cache.lru import effective_routes
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent
@@ -31,7 +31,7 @@ NEVER = np.iinfo(np.int64).max
 """``next_use`` of an occurrence whose key is never used again (Belady's infinity)."""
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _next_use(keys, batch_start, n_keys):
     """Per occurrence: index of the next batch (after its own) holding the same key."""
     n_batch = batch_start.size - 1

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import weakref
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.cache.batches import BatchTrace, layer_subtraces
 from refsim.cache.mrc import stack_distances
 from refsim.cache.policies import LayerLRU
@@ -147,7 +147,7 @@ def optimal_shares(curves: list[np.ndarray], expert_bytes, budget_bytes: int) ->
     return counts, best_hits
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _group_dp(flat, offs, n_max):
     """Max-plus DP over the layers of one entry size: ``best[n]`` = most hits with exactly
     ``n`` entries in all (-1 = not reachable), ``choice[l, n]`` = layer ``l``'s count in it."""
@@ -176,7 +176,7 @@ def _group_dp(flat, offs, n_max):
     return best, choice
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _first_argmax_prefix(best):
     """``arg[n]`` = the smallest ``m <= n`` with ``best[m] == max(best[:n+1])``."""
     arg = np.zeros(best.size, np.int64)

@@ -7,12 +7,12 @@ Several lists share one set of arrays: ``where[key]`` is the key's list (or ``NO
 
 from __future__ import annotations
 
-import numba as nb
+from refsim.jit import njit
 
 NONE = -1
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _push_head(lst, key, where, older, newer, head, tail):
     h = head[lst]
     older[key] = h
@@ -25,7 +25,7 @@ def _push_head(lst, key, where, older, newer, head, tail):
     where[key] = lst
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _unlink(key, where, older, newer, head, tail):
     lst = where[key]
     o = older[key]
@@ -41,7 +41,7 @@ def _unlink(key, where, older, newer, head, tail):
     where[key] = NONE
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _oldest_free(lst, tail, newer, touched, b):
     k = tail[lst]
     while k != NONE and touched[k] == b:

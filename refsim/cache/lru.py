@@ -46,9 +46,9 @@ The state is a doubly linked list in arrays, and one Numba kernel applies a whol
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.drop_rule import drop_row, row_best
 
 NIL = -1
@@ -59,7 +59,7 @@ C_ROUTED, C_DROPPED, C_SPEC_READ, C_SPEC_EXPERTS, C_SPEC_USEFUL = range(6, 11)
 N_COUNTERS = 11
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _unlink(key, prev, next_, head_tail):
     p = prev[key]
     n = next_[key]
@@ -75,7 +75,7 @@ def _unlink(key, prev, next_, head_tail):
     next_[key] = NIL
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _push_end(key, end, towards, away, head_tail):
     """Link ``key`` in at one end of the list: ``end`` 0 = head (most recent; ``towards`` =
     next_, ``away`` = prev) or 1 = tail (coldest; ``towards`` = prev, ``away`` = next_)."""
@@ -89,17 +89,17 @@ def _push_end(key, end, towards, away, head_tail):
     head_tail[end] = key
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _push_head(key, prev, next_, head_tail):
     _push_end(key, 0, next_, prev, head_tail)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _push_tail(key, prev, next_, head_tail):
     _push_end(key, 1, prev, next_, head_tail)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def effective_routes(routes, weights, dropped):
     """The ids ``load_layer`` receives: a dropped slot rewritten to its row's best id (§3.6),
     or -1 (left out) when the row's weights are unknown. Shapes (n_pos, n_layer, k); returns
@@ -118,7 +118,7 @@ def effective_routes(routes, weights, dropped):
     return out
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _queue_read(key, nbytes, queued, queue, qn, ever_evicted, counters):
     """Queue one speculative read of ``nbytes`` (charged to read and speculative bytes; a
     re-read if the entry was ever evicted); returns the new queue length."""
@@ -131,7 +131,7 @@ def _queue_read(key, nbytes, queued, queue, qn, ever_evicted, counters):
     return qn + 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resident, queued,
                     queue, qn, ever_evicted, counters):
     n_layer = expert_bytes.size
@@ -149,7 +149,7 @@ def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resid
     return qn
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _issue_filter(s, w, thr):
     """The drop-aware filter of a predicted or committed ranking (router_hook.cpp
     ``build_spec_lists`` and the route-ahead worker): rank 0 always passes; with F > 0
@@ -157,7 +157,7 @@ def _issue_filter(s, w, thr):
     return s == 0 or thr <= 0 or w >= thr
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _issue_committed(t, src, src_w, thr, expert_bytes, n_expert, resident, queued, hot, queue,
                      qn, ever_evicted, prev, next_, head_tail, counters):
     """Route-ahead's early reads of layer t's committed experts (route-ahead.md, "The early
@@ -182,7 +182,7 @@ def _issue_committed(t, src, src_w, thr, expert_bytes, n_expert, resident, queue
     return qn
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _predict_snapshot(t, pred_routes, pred_w, thr, spec_max, n_expert, resident, pend, pend_n):
     """``--predict-prefetch`` at layer t-2's topk: split the last predicted position's ranking
     for layer t into kept (resident now) and speculated (the first ``spec_max`` others) ids,
@@ -207,7 +207,7 @@ def _predict_snapshot(t, pred_routes, pred_w, thr, spec_max, n_expert, resident,
         return
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _predict_issue(t, pend, pend_n, expert_bytes, n_expert, resident, queued, queue, qn,
                    ever_evicted, prev, next_, head_tail, counters):
     """``--predict-prefetch`` after layer t-1's load: retain the kept ids still resident
@@ -228,7 +228,7 @@ def _predict_issue(t, pend, pend_n, expert_bytes, n_expert, resident, queued, qu
     return qn
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
             head_tail, counters):
     for i in range(qn):
@@ -249,7 +249,7 @@ def _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev
     return 0
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, count_routed,
                     prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert, budget_bytes,
                     resident, ever_evicted, touched_gen, first_res, charged_gen, spec, queued,

@@ -560,3 +560,10 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     return PolicyResult(policy.label, budget, out[:OUT_HITS].copy(), out[OUT_HITS:OUT_READ].copy(),
                         out[OUT_READ:OUT_EVICT].copy(), int(out[OUT_EVICT]), int(out[OUT_RESIDENT]),
                         batches.tokens)
+
+
+# The built-in policies register themselves when their modules run; importing them here makes
+# the registry complete whenever this module is (refsim.cache imports its submodules lazily), in
+# the order lru, lfu, ..., layerlfu, the admission policies, layer-opt (refsim.cache.mrc imports
+# this module inside its functions, so that importing it first is no import cycle).
+import refsim.cache.policies  # noqa: E402,F401

@@ -25,9 +25,9 @@ on a lazily cleaned occurrence log (O(1) per occurrence): the fast path of 'lru'
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.cache.linked import _push_head, _unlink
 from refsim.events import N_KINDS
 
@@ -42,7 +42,7 @@ N_COUNTERS = 3 * NK + 3
 at the end, ``[3NK+2]`` random words consumed (-1 = the word pool ran out; call again)."""
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _randbelow(n, words, wpos):
     """CPython's ``Random._randbelow(n)`` (n >= 1) on a stream of 32-bit MT19937 outputs.
 
@@ -64,7 +64,7 @@ def _randbelow(n, words, wpos):
             return r, wpos
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind, next_use,
                   expert_bytes, n_expert, budget_bytes, shares, words, out):
     """Replay every batch under one policy; counters accumulate into ``out``.
@@ -180,7 +180,7 @@ def replay_kernel(kind, partitioned, keys, batch_start, batch_layer, batch_kind,
     out[OUT_WORDS] = wpos
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                budget_bytes, out):
     """The engine's LRU over a whole BatchTrace (same rules and counters as ``replay_kernel``
@@ -232,12 +232,12 @@ def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
     out[OUT_RESIDENT] = res_bytes
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _less(a1, a2, b1, b2):
     return a1 < b1 or (a1 == b1 and a2 < b2)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heap_push(h1, h2, hk, n, p1, p2, key):
     i = n
     h1[i], h2[i], hk[i] = p1, p2, key
@@ -253,7 +253,7 @@ def _heap_push(h1, h2, hk, n, p1, p2, key):
     return n + 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heap_pop(h1, h2, hk, n):
     """Remove the root (the caller read it); returns the new size."""
     n -= 1
@@ -277,7 +277,7 @@ def _heap_pop(h1, h2, hk, n):
     return n
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def heap_kernel(kind, keys, batch_start, batch_layer, batch_kind, next_use, expert_bytes,
                 n_expert, budget_bytes, out):
     """``KIND_LFU`` or ``KIND_BELADY`` exactly as :func:`replay_kernel` (global budget), with
@@ -360,7 +360,7 @@ def heap_kernel(kind, keys, batch_start, batch_layer, batch_kind, next_use, expe
     out[OUT_RESIDENT] = res_bytes
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def random_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                   budget_bytes, words, out):
     """``KIND_RANDOM`` exactly as :func:`replay_kernel` (global budget): the ``r``-th
@@ -442,7 +442,7 @@ def random_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_ex
     out[OUT_WORDS] = wpos
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                budget_bytes, out):
     """``KIND_LFU`` exactly as :func:`replay_kernel` (global budget), O(1) amortised per

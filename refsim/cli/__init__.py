@@ -8,10 +8,16 @@ one line to stderr and returns 1, so a user mistake never shows a traceback; a
 reports its own (the usage, then ``refsim CMD: error: ...``) and returns 2 (docs/cli.md,
 "Conventions").
 
-Ctrl-C (SIGINT) at any moment of ``main`` -- building the parser (which imports every subcommand
-and through them numpy and numba), parsing, running -- prints one line and returns 130 (128 +
-SIGINT, the shell's code for a command ended by Ctrl-C). This module imports only ``sys`` at
-the top, so the console script's ``from refsim.cli import main`` leaves no window of its own.
+Start-up (docs/cli.md, "Start-up"): ``main`` builds only the parser of the subcommand named on
+the command line (:func:`requested_command`), so ``refsim --version`` imports no subcommand and
+``refsim replay ...`` only ``refsim.cli.replay``; :func:`make_parser` with no argument builds every
+one (the help listing, tools/make_cli_doc.py, the tests). Command modules import their
+implementation's heavy parts (the forward pass, matplotlib, Numba kernels) where they use them.
+
+Ctrl-C (SIGINT) at any moment of ``main`` -- building the parser, parsing, running -- prints one
+line and returns 130 (128 + SIGINT, the shell's code for a command ended by Ctrl-C). This module
+imports only ``sys`` at the top, so the console script's ``from refsim.cli import main`` leaves
+no window of its own.
 """
 
 from __future__ import annotations
@@ -35,9 +41,42 @@ def _version() -> str:
         return "unknown"
 
 
-def make_parser():
+def _version_action(argparse):
+    """argparse's ``version`` action reading the version only when ``--version`` is given
+    (``importlib.metadata`` costs more than the rest of a small command's start-up)."""
+    class _Version(argparse._VersionAction):
+        @property
+        def version(self):
+            return f"refsim {_version()}"
+
+        @version.setter
+        def version(self, value):
+            pass
+    return _Version
+
+
+def command_name(module: str) -> str:
+    """The subcommand a module of :data:`COMMANDS` defines (``drop_replay`` -> ``drop-replay``)."""
+    return module.replace("_", "-")
+
+
+def requested_command(argv: list[str]) -> str | None:
+    """Which subcommand's parser ``argv`` needs: the module name of its first word that is not an
+    option (the top-level options take no value), ``""`` for none (``refsim --version``), or None
+    for every one (help asked for, no subcommand, or a word that is none: argparse's listing)."""
+    names = {command_name(m): m for m in COMMANDS}
+    for word in argv:
+        if word in ("-h", "--help") or word == "--":
+            return None
+        if not word.startswith("-"):
+            return names.get(word)
+    return ""
+
+
+def make_parser(only: str | None = None):
     """Build the top-level parser (an ``argparse.ArgumentParser``) with every available
-    subcommand."""
+    subcommand, or with subcommand module ``only`` alone (``""``: none; see
+    :func:`requested_command`)."""
     import argparse
     import importlib
     parser = argparse.ArgumentParser(
@@ -45,9 +84,9 @@ def make_parser():
         description="Reference simulator of the streamed-MoE speculative decoding loop.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
-    parser.add_argument("--version", action="version", version=f"refsim {_version()}")
+    parser.add_argument("--version", action=_version_action(argparse), version=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else [m for m in COMMANDS if m == only]:
         try:
             module = importlib.import_module(f"refsim.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -55,6 +94,8 @@ def make_parser():
                 continue  # subcommand not built yet
             raise
         module.add_parser(sub)
+    if only == "":
+        return parser
     from refsim.cli.common import NUMBER_ARGUMENT
     todo = [parser]
     while todo:                     # every parser, nested ones (refsim timing fit) included
@@ -63,8 +104,13 @@ def make_parser():
         # own pattern knows only -1 and -1.5); no refsim flag looks like a negative number
         p._negative_number_matcher = NUMBER_ARGUMENT
         p.set_defaults(_parser=p)   # the innermost parser's default wins: its usage on an error
-        todo += [c for a in p._actions if isinstance(a, argparse._SubParsersAction)
-                 for c in a.choices.values()]
+        children = [c for a in p._actions if isinstance(a, argparse._SubParsersAction)
+                    for c in a.choices.values()]
+        if p is not parser and not children and "--quiet" not in p._option_string_actions:
+            p.add_argument("--quiet", action="store_true",     # every command, one meaning
+                           help="no progress bars on stderr (shown only when stderr is a "
+                                "terminal, and never with --json)")
+        todo += children
     return parser
 
 
@@ -74,15 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     command = None
     try:
         from refsim.errors import RefsimError, UsageError
-        parser = make_parser()
+        parser = make_parser(requested_command(sys.argv[1:] if argv is None else argv))
         args = parser.parse_args(argv)
         command = args.command
         import logging
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                             format="refsim: %(levelname)s: %(message)s")
         if not getattr(args, "func", None):
-            parser.print_help()
+            make_parser().print_help()          # the listing of every subcommand
             return 2
+        from refsim import progress
+        progress.configure(not (getattr(args, "quiet", False) or getattr(args, "json", False)))
         try:
             code = int(args.func(args) or 0)
             sys.stdout.flush()          # a full disk under `> file` fails here, not at exit

@@ -15,6 +15,7 @@ from refsim.cli.common import (add_knob_args, cache_mib, check_outputs, knobs_fr
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
+from refsim.jit import reference_if_small
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
                                n_target_decodes, tokens_per_decode)
 from refsim.studies.predict import predict_lines, predict_log
@@ -180,15 +181,15 @@ def stream_replay(args, budget: int):
 
 
 def run(args) -> int:
-    from refsim.cache.policy import parse_policy_list
-
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
-    policies = parse_policy_list(args.policy)
-    if len(policies) != 1:
-        raise UsageError(value_message("--policy", "one policy (refsim sweep takes several)",
-                                       args.policy))
-    policy = policies[0]
-    if policy.label != "lru":
+    if args.policy != "lru":        # the registry (every policy's module) only when another is named
+        from refsim.cache.policy import parse_policy_list
+        policies = parse_policy_list(args.policy)
+        if len(policies) != 1:
+            raise UsageError(value_message("--policy", "one policy (refsim sweep takes several)",
+                                           args.policy))
+        policy = policies[0]
+    if args.policy != "lru" and policy.label != "lru":
         if args.stream:
             raise UsageError(f"--stream with --policy {policy.label}: streaming needs --policy lru")
         if args.csv is not None:
@@ -209,14 +210,15 @@ def run(args) -> int:
                              "drop --stream")
         trace, report = stream_replay(args, budget)
     else:
-        trace = read_trace(args.trace)
-        trace.require_rows("replay")
-        knobs = knobs_from_args(args, trace.header.n_expert_used)
-        if knobs.predict_prefetch and not trace.has_pred_columns:
-            raise ConfigError(f"{args.trace}: --predict-prefetch needs the stale-gate prediction, "
-                              f"and the trace has no pred_expert/pred_weight columns (record one "
-                              f"with refsim run --predict-prefetch --route-trace)")
-        report = replay_trace(trace, budget, knobs=knobs)
+        with reference_if_small(args.trace):     # a small trace never imports Numba (refsim.jit)
+            trace = read_trace(args.trace)
+            trace.require_rows("replay")
+            knobs = knobs_from_args(args, trace.header.n_expert_used)
+            if knobs.predict_prefetch and not trace.has_pred_columns:
+                raise ConfigError(f"{args.trace}: --predict-prefetch needs the stale-gate prediction, "
+                                  f"and the trace has no pred_expert/pred_weight columns (record one "
+                                  f"with refsim run --predict-prefetch --route-trace)")
+            report = replay_trace(trace, budget, knobs=knobs)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None and not args.stream:
         write_event_csv(args.csv, report)

@@ -12,16 +12,17 @@ Public API:
 - :class:`SpecConfig`, :func:`draft_source_for` — the engine's flags and their validation.
 """
 
-from refsim.spec.accept import AcceptResult, greedy_accept
-from refsim.spec.config import SpecConfig
-from refsim.spec.draft import Draft, DraftSource, NgramDraft, NoDraft
-from refsim.spec.loop import (RunResult, SpeculativeLoop, StepRecord, draft_source_for,
-                              run_generation)
-from refsim.spec.ngram import ngram_draft, ngram_draft_ctx, ngram_match
-from refsim.spec.ngram_numba import ngram_draft_numba
-from refsim.spec.peers import RULES, earliest_draft, llama_simple_draft
-from refsim.spec.target import Target, TargetOutput
+from refsim.lazy import lazy_exports
 
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "AcceptResult": "accept", "greedy_accept": "accept", "SpecConfig": "config", "Draft": "draft",
+    "DraftSource": "draft", "NgramDraft": "draft", "NoDraft": "draft", "RunResult": "loop",
+    "SpeculativeLoop": "loop", "StepRecord": "loop", "draft_source_for": "loop",
+    "run_generation": "loop", "ngram_draft": "ngram", "ngram_draft_ctx": "ngram",
+    "ngram_match": "ngram", "ngram_draft_numba": "ngram_numba", "RULES": "peers",
+    "earliest_draft": "peers", "llama_simple_draft": "peers", "Target": "target",
+    "TargetOutput": "target",
+})
 __all__ = ["ngram_draft", "ngram_draft_ctx", "ngram_match", "ngram_draft_numba", "RULES",
            "earliest_draft", "llama_simple_draft", "greedy_accept", "AcceptResult",
            "SpeculativeLoop", "run_generation", "RunResult", "StepRecord", "Target",

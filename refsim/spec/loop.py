@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from refsim import progress
 from refsim.cache import EventRecord, ExpertCache
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent, DecodeKind
@@ -385,6 +386,7 @@ class SpeculativeLoop:
         prev_end = t1
         eog, eog_token = False, -1
         spec_on = self.spec_on
+        bar = progress.bar(total=self.n_predict, desc="generating", unit="tok")
         while len(gen) < self.n_predict:
             if tok in eos:
                 eog, eog_token = True, tok
@@ -435,6 +437,7 @@ class SpeculativeLoop:
                 corpus[n_ctx] = t
                 n_ctx += 1
                 emitted += 1
+            bar.update(emitted)
             st = self.cache.stats if self.cache is not None else None
             steps.append(StepRecord(
                 kind=kind, n_past=n_past, n_draft=n, n_acc=res.n_acc, batch=len(confirmed),
@@ -448,6 +451,7 @@ class SpeculativeLoop:
                 break
             n_past += 1 + res.n_acc
             tok = res.next_token
+        bar.close()
         t_end = clock()
         return RunResult(
             prompt=prompt, tokens=np.asarray(gen, dtype=np.int32), steps=steps, events=events,

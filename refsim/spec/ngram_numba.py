@@ -6,13 +6,13 @@ kernel takes only an array and ints. ``NUMBA_DISABLE_JIT=1`` runs it as Python.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 from refsim.spec.constants import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH_DEFAULT
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def ngram_match_kernel(corpus, min_match, max_match):
     """(best_j, best_len) over a (L,) int64 corpus; (-1, 0) when nothing reaches ``min_match``.
 

@@ -21,7 +21,7 @@ import csv
 import math
 from dataclasses import dataclass
 
-from refsim import MIB
+from refsim import MIB, progress
 from refsim.cache.batches import BatchTrace
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.cache.mrc import lru_curve
@@ -212,11 +212,17 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
         raise ConfigError("--policy: no policy given")
     budgets = [ExpertCache.mib_to_bytes(b) for b in budgets_mib]
     per_policy = {}
-    for name, pol in insts.items():
-        if name == "lru":
-            per_policy[name] = lru_curve(batches, budgets)
-        else:
-            per_policy[name] = [replay_policy(batches, pol, b) for b in budgets]
+    with progress.bar(total=len(insts) * len(budgets), desc="sweep", unit="replay") as bar:
+        for name, pol in insts.items():
+            bar.set_description_str(f"sweep {name}")
+            if name == "lru":
+                per_policy[name] = lru_curve(batches, budgets)
+                bar.update(len(budgets))
+                continue
+            per_policy[name] = []
+            for b in budgets:
+                per_policy[name].append(replay_policy(batches, pol, b))
+                bar.update()
     rows = [SweepRow(float(bm), name, per_policy[name][i].summary(t_bytes))
             for i, bm in enumerate(budgets_mib) for name in policies]
     return SweepResult(rows, list(policies), [float(b) for b in budgets_mib], int(t_bytes),
@@ -253,7 +259,7 @@ def sweep_knobs(trace, budgets_mib, knobs, policies=("lru",)) -> SweepResult:
     if not budgets_mib:
         raise ConfigError("--cache-mb: no budget given")
     rows = []
-    for bm in budgets_mib:
+    for bm in progress.bar(budgets_mib, desc="sweep lru", unit="replay"):
         rep = replay_trace(trace, ExpertCache.mib_to_bytes(bm), knobs=knobs)
         rows.append(SweepRow(bm, "lru", rep.summary, rep.knobs))
     h = trace.header

@@ -12,13 +12,15 @@ Definitions of every counter: docs/telemetry.md. Public API:
   engine's metrics CSVs (``v2``, ``v1``, legacy) and their ``.metrics`` sidecar.
 """
 
-from refsim.telemetry.done import done_line, done_values
-from refsim.telemetry.lines import spec_lines, summary_lines
-from refsim.telemetry.metrics_csv import (MetricsPreamble, format_metrics_csv, metric_rows,
-                                          summary_trailer, write_metrics_csv)
-from refsim.telemetry.metrics_reader import MetricsRun, read_metrics, read_sidecar
-from refsim.telemetry.stats import RunStats
+from refsim.lazy import lazy_exports
 
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "done_line": "done", "done_values": "done", "spec_lines": "lines", "summary_lines": "lines",
+    "MetricsPreamble": "metrics_csv", "format_metrics_csv": "metrics_csv",
+    "metric_rows": "metrics_csv", "summary_trailer": "metrics_csv",
+    "write_metrics_csv": "metrics_csv", "MetricsRun": "metrics_reader",
+    "read_metrics": "metrics_reader", "read_sidecar": "metrics_reader", "RunStats": "stats",
+})
 __all__ = ["RunStats", "summary_lines", "spec_lines", "MetricsPreamble", "format_metrics_csv",
            "write_metrics_csv", "metric_rows", "summary_trailer", "done_line", "done_values",
            "MetricsRun", "read_metrics", "read_sidecar"]

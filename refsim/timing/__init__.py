@@ -8,9 +8,12 @@ The model reads counters (flash MiB per token, lanes, overlap, cache on); it nev
 forward pass or the cache internals (docs/architecture.md).
 """
 
-from refsim.timing.fit import Holdout, Prediction, fit_device, leave_one_out, predict_run
-from refsim.timing.model import DeviceModel, Param, load_device
-from refsim.timing.runs import RunData, load_runs, run_data, split_spec
+from refsim.lazy import lazy_exports
 
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "Holdout": "fit", "Prediction": "fit", "fit_device": "fit", "leave_one_out": "fit",
+    "predict_run": "fit", "DeviceModel": "model", "Param": "model", "load_device": "model",
+    "RunData": "runs", "load_runs": "runs", "run_data": "runs", "split_spec": "runs",
+})
 __all__ = ["DeviceModel", "Param", "load_device", "RunData", "load_runs", "run_data",
            "split_spec", "fit_device", "predict_run", "leave_one_out", "Prediction", "Holdout"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from refsim import progress
 from refsim.errors import ConfigError
 from refsim.timing.model import PARAMS, DeviceModel, Param
 from refsim.timing.runs import RunData
@@ -189,7 +190,7 @@ def fit_device(runs: list[RunData], name: str = "", jackknife: bool = True) -> D
     values, compute, ident = _fit_with_tail(runs)
     reps: list[tuple[dict, dict]] = []
     if jackknife and len(runs) >= 3:
-        for i in range(len(runs)):
+        for i in progress.bar(range(len(runs)), desc="timing fit: jackknife", unit="refit"):
             rest = runs[:i] + runs[i + 1:]
             v, c, _ = _fit_with_tail(rest)
             reps.append((v, c))

@@ -16,9 +16,9 @@ the per-line path does.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from refsim.jit import njit
 KNOWN = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
          "expert_bytes", "dropped")
 """Column codes of :func:`parse_rows` (``-1`` = a column the reader ignores)."""
@@ -31,13 +31,13 @@ _POW10 = np.array([10.0 ** i for i in range(23)], dtype=np.float64)
 OK, FAIL = 0, 1
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _is_space(c):
     # str.strip()'s ASCII whitespace: \t \n \x0b \x0c \r \x1c-\x1f and space
     return c == 32 or (9 <= c <= 13) or (28 <= c <= 31)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _parse(buf, pos, first_line, codes, lo, hi, turn, phase, step, layer, slot, expert, weight,
            residency, charged, dropped, lines, slow_row, slow_start, slow_end, max_lines):
     """Returns (status, n_rows, n_slow, line reached)."""
@@ -253,7 +253,7 @@ def parse_rows(data: bytes, offset: int, first_line: int, columns: list[str], n_
     return {name: a[:n_rows] for name, a in out.items() if a.size or name == "line"}
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _charged_ok(new, layer, expert, residency, charged, dropped, has_dropped, expert_bytes,
                 n_expert):
     g = 0

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refsim import MAX_CACHE_MIB
+from refsim import MAX_CACHE_MIB, progress
 from refsim.errors import TraceFormatError
+from refsim.jit import in_reference
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
 from refsim.trace.format import (MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS, MAX_LAYERS,
                                  MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS,
@@ -407,7 +408,9 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
     path = os.fspath(path)
-    trace = _read_fast(path)
+    # inside refsim.jit.reference() (a small input; no Numba) the per-line path reads it: the
+    # fast path's Numba parser run as Python would take longer, and its values are the same
+    trace = None if in_reference() else _read_fast(path)
     if trace is None:
         trace = _read_slow(path)
     return trace
@@ -419,6 +422,27 @@ def _read_slow(path: str) -> RouteTrace:
     cols = _parse_rows(path, pre)
     del pre.data[:]
     return _build(path, pre, cols, pre.data_lines)
+
+
+def _read_all(fh) -> bytearray:
+    """The whole regular file ``fh`` (at offset 0) in :data:`READ_CHUNK` blocks into one buffer of
+    its size, with a progress bar by bytes on a terminal (:mod:`refsim.progress`); bytes past the
+    size seen at the start (a file still growing) are read after."""
+    size = os.fstat(fh.fileno()).st_size
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    with progress.bar(total=size, desc="reading trace", unit="B") as bar:
+        while got < size:
+            n = fh.readinto(view[got:got + READ_CHUNK])
+            if not n:
+                break
+            got += n
+            bar.update(n)
+    view.release()
+    del buf[got:]
+    buf += fh.read()
+    return buf
 
 
 def _read_fast(path: str) -> RouteTrace | None:
@@ -437,7 +461,7 @@ def _read_fast(path: str) -> RouteTrace | None:
             if fh.read(len(TRACE_MAGIC) + 1) != TRACE_MAGIC.encode() + b"\n":
                 return None
             fh.seek(0)
-            data = fh.read()
+            data = _read_all(fh)
     except OSError:
         return None
     pos, lineno = len(TRACE_MAGIC) + 1, 2
@@ -961,14 +985,17 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     yield_state = {"line": pre.column_line + 1, "last_turn": -1}
 
     def turns():
-        with fh:
-            yield from _turns()
+        with fh, progress.bar(total=os.fstat(fh.fileno()).st_size, desc="streaming trace",
+                              unit="B") as bar:
+            bar.update(fh.tell())
+            yield from _turns(bar)
 
-    def _turns():
+    def _turns(bar):
         carry: dict[str, np.ndarray] | None = None
         rest = b""
         while True:
             chunk = fh.read(block)
+            bar.update(len(chunk))
             data = rest + chunk
             if chunk:
                 cut = data.rfind(b"\n") + 1
