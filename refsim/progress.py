@@ -46,6 +46,21 @@ def active() -> bool:
         return False
 
 
+class suppressed:
+    """``with progress.suppressed():`` no new bar is shown inside the block (a bar already open
+    goes on): the outer bar of a grid of cells (:func:`refsim.scale.executor.run_cells`) is the
+    one shown, not the bars of the work each cell does."""
+
+    def __enter__(self):
+        global _enabled
+        self._was, _enabled = _enabled, False
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _enabled
+        _enabled = self._was
+
+
 class _Silent:
     """What :func:`bar` returns when no bar is shown: the iterable itself, and no-op updates."""
 

@@ -79,8 +79,12 @@ def require_dask():
     return distributed
 
 
-def run_cells(fn: Callable, cells: Sequence, spec: ExecutorSpec) -> list:
+def run_cells(fn: Callable, cells: Sequence, spec: ExecutorSpec, desc: str = "") -> list:
     """``[fn(c) for c in cells]`` on the executor ``spec`` names, in the cells' order.
+
+    With ``desc``, one progress bar over the cells (:mod:`refsim.progress`: on a terminal only;
+    the cells' own bars are suppressed) as they complete in this process or come back from
+    local workers; a Dask run shows none (its dashboard shows the tasks).
 
     Parameters
     ----------
@@ -103,20 +107,31 @@ def run_cells(fn: Callable, cells: Sequence, spec: ExecutorSpec) -> list:
     ConfigError
         :data:`DASK_INSTALL_HINT`; ``"--dask-scheduler ADDRESS: cannot connect: REASON"``.
     """
+    from refsim import progress
     cells = list(cells)
     if spec.dask is not None:
         return _run_dask(fn, cells, spec)
     n = min(spec.workers, len(cells))
-    if n <= 1:
-        return [fn(c) for c in cells]
-    from concurrent.futures import ProcessPoolExecutor
-    ctx = multiprocessing.get_context(START_METHOD)
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_sigint) as pool:
-        try:
-            return list(pool.map(fn, cells))
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    bar = progress.bar(total=len(cells), desc=desc, unit="cell") if desc else progress.bar()
+    with bar, progress.suppressed():
+        if n <= 1:
+            out = []
+            for c in cells:
+                out.append(fn(c))
+                bar.update()
+            return out
+        from concurrent.futures import ProcessPoolExecutor
+        ctx = multiprocessing.get_context(START_METHOD)
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_ignore_sigint) as pool:
+            try:
+                out = []
+                for r in pool.map(fn, cells):
+                    out.append(r)
+                    bar.update()
+                return out
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
 
 
 def _ignore_sigint() -> None:

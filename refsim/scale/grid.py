@@ -170,7 +170,7 @@ def sweep_grid(refs: list[TraceRef], budgets_mib, policies, knobs, spec,
     chunks = [(b,) for b in budgets] if split else [budgets]
     cells = [SweepCell(ref, pol, chunk, on) for ref in refs for pol in insts.values()
              for chunk in chunks]
-    done = run_cells(sweep_cell, cells, spec)
+    done = run_cells(sweep_cell, cells, spec, desc="sweep")
     out, i = [], 0
     for ref in refs:
         points, first = {}, None
@@ -281,7 +281,7 @@ def union_grid(refs: list[TraceRef], windows, budget_bytes, knobs, spec) -> list
     windows = list(windows)
     cells = [UnionCell(ref, int(w), budget_bytes, knobs, len(refs) > 1) for ref in refs
              for w in windows]
-    done = run_cells(union_cell, cells, spec)
+    done = run_cells(union_cell, cells, spec, desc="union")
     return [done[i * len(windows):(i + 1) * len(windows)] for i in range(len(refs))]
 
 

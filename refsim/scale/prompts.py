@@ -174,7 +174,7 @@ def run_prompts(args) -> int:
     dense = not open_model(path).spec.n_expert     # a dense model writes no route trace
     flags = tuple((k, v) for k, v in sorted(vars(args).items()) if k not in ("func", "_parser"))
     rows = run_cells(prompt_cell, [PromptCell(i, t, flags, not dense) for i, t in enumerate(prompts)],
-                     spec)
+                     spec, desc="prompts")
     print(f"prompts: {args.prompts}, {len(rows)} prompts; outputs in {args.out_dir}: "
           f"{PROMPT_STEM.format(0)}.csv (metrics)"
           + ("" if dense else f" and {PROMPT_STEM.format(0)}.route.csv (route trace)")
