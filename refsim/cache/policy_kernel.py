@@ -360,84 +360,123 @@ def heap_kernel(kind, keys, batch_start, batch_layer, batch_kind, next_use, expe
     out[OUT_RESIDENT] = res_bytes
 
 
+@nb.njit(cache=True, inline="always")
+def _popcount64(x):
+    """Set bits of a uint64 (SWAR)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@nb.njit(cache=True, inline="always")
+def _select(bits, tree, top, n_word, r):
+    """Rank of the ``r``-th (1-based) resident entry: a Fenwick descent over the per-word counts
+    ``tree`` (1-based words) to the word, then the bit inside the word's mask ``bits``."""
+    pos = 0
+    rem = r
+    step = top
+    while step > 0:
+        nxt = pos + step
+        if nxt <= n_word and tree[nxt] < rem:
+            pos = nxt
+            rem -= tree[nxt]
+        step >>= 1
+    w = bits[pos]                                    # word pos (0-based) holds the rem-th bit
+    for _ in range(rem - 1):
+        w &= w - np.uint64(1)
+    return pos * 64 + _popcount64((w & (~w + np.uint64(1))) - np.uint64(1))
+
+
 @nb.njit(cache=True)
 def random_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
                   budget_bytes, words, out):
-    """``KIND_RANDOM`` exactly as :func:`replay_kernel` (global budget): the ``r``-th
-    unprotected resident key in insertion order is found in a Fenwick tree over insertion
-    ranks (1 = resident and not touched by the batch) instead of a scan; O(log n) per step."""
+    """``KIND_RANDOM`` exactly as :func:`replay_kernel` (global budget), O(log n) per eviction
+    and O(1) per lookup.
+
+    Resident keys are bits over insertion ranks (rank = the count of insertions so far, so the
+    ranks order them as the scan's insertion-order array does): a uint64 mask per 64 ranks and
+    a Fenwick tree over the masks' counts. The batch's hits stay in the tree; with ``T`` = their
+    ranks, the ``r``-th unprotected candidate is the smallest rank ``x`` whose count of residents
+    at or below it, less ``|T ∩ [0, x]|``, is ``r + 1``: ``x = select(r + 1 + j)`` iterated from
+    ``j = 0`` with ``j = |T ∩ [0, x]|`` until it stops changing (it only grows, and it stops at
+    that ``x``). The batch's misses enter the tree after its evictions (they are protected). The
+    draws are ``_randbelow(candidates)``, one per eviction, as in the scan.
+    """
     n_keys = expert_bytes.size * n_expert
     n_rank = keys.size + 1
-    tree = np.zeros(n_rank + 1, np.int64)
+    n_word = n_rank // 64 + 1
+    bits = np.zeros(n_word, np.uint64)
+    tree = np.zeros(n_word + 1, np.int64)
     rank = np.zeros(n_keys, np.int64)
     key_of = np.zeros(n_rank + 1, np.int64)
     resident = np.zeros(n_keys, np.bool_)
     touched = np.full(n_keys, -1, np.int64)
-    batch_keys = np.empty(keys.size + 1, np.int64)
+    hit_rank = np.empty(keys.size + 1, np.int64)
+    miss_key = np.empty(keys.size + 1, np.int64)
     top = 1
-    while top * 2 <= n_rank:
+    while top * 2 <= n_word:
         top *= 2
     n_ins = 0
-    total = 0
+    total = 0                                        # resident keys in the tree
     res_bytes = 0
     wpos = 0
     for b in range(batch_layer.size):
         kd = batch_kind[b]
         eb = expert_bytes[batch_layer[b]]
-        n_b = 0
+        n_t = 0
+        n_m = 0
         for i in range(batch_start[b], batch_start[b + 1]):
             key = keys[i]
             if touched[key] == b:
                 continue
             touched[key] = b
-            batch_keys[n_b] = key
-            n_b += 1
             out[kd] += 1
             if resident[key]:
                 out[OUT_HITS + kd] += 1
-                j = rank[key]                        # protected: out of the tree for now
-                while j <= n_rank:
-                    tree[j] -= 1
-                    j += j & -j
-                total -= 1
+                hit_rank[n_t] = rank[key]
+                n_t += 1
             else:
                 resident[key] = True
                 n_ins += 1
                 rank[key] = n_ins
                 key_of[n_ins] = key
+                miss_key[n_m] = key
+                n_m += 1
                 res_bytes += eb
-                out[OUT_READ + kd] += eb
-        while res_bytes > budget_bytes and total > 0:
-            r, wpos = _randbelow(total, words, wpos)
+        out[OUT_READ + kd] += n_m * eb
+        while res_bytes > budget_bytes and total > n_t:
+            r, wpos = _randbelow(total - n_t, words, wpos)
             if r < 0:
                 out[OUT_WORDS] = -1
                 return
-            pos = 0                                  # the (r + 1)-th one
-            rem = r + 1
-            step = top
-            while step > 0:
-                nxt = pos + step
-                if nxt <= n_rank and tree[nxt] < rem:
-                    pos = nxt
-                    rem -= tree[nxt]
-                step >>= 1
-            j = pos + 1
-            k = key_of[j]
-            while j <= n_rank:
-                tree[j] -= 1
-                j += j & -j
+            j = 0
+            while True:                              # the (r + 1)-th untouched resident
+                x = _select(bits, tree, top, n_word, r + 1 + j)
+                c = 0
+                for q in range(n_t):
+                    c += hit_rank[q] <= x
+                if c == j:
+                    break
+                j = c
+            k = key_of[x]
+            bits[x >> 6] &= ~(np.uint64(1) << np.uint64(x & 63))
+            w = (x >> 6) + 1
+            while w <= n_word:
+                tree[w] -= 1
+                w += w & -w
             total -= 1
             resident[k] = False
             res_bytes -= expert_bytes[k // n_expert]
             out[OUT_EVICT] += 1
-        for q in range(n_b):                         # the batch's keys become candidates
-            k = batch_keys[q]
-            if resident[k]:
-                j = rank[k]
-                while j <= n_rank:
-                    tree[j] += 1
-                    j += j & -j
-                total += 1
+        for q in range(n_m):                         # the batch's misses become candidates
+            x = rank[miss_key[q]]
+            bits[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+            w = (x >> 6) + 1
+            while w <= n_word:
+                tree[w] += 1
+                w += w & -w
+        total += n_m
     out[OUT_RESIDENT] = res_bytes
     out[OUT_WORDS] = wpos
 
