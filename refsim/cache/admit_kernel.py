@@ -19,7 +19,8 @@ import numpy as np
 
 from refsim.cache.policy_kernel import OUT_EVICT, OUT_HITS, OUT_READ, OUT_RESIDENT
 
-from refsim.cache.linked import NONE, _oldest_free, _push_head, _unlink  # noqa: F401
+from refsim.cache.linked import (NONE, _oldest_free, _push_head, _unlink,  # noqa: F401
+                                 new_batch_marks, new_lists)
 
 
 @nb.njit(cache=True, inline="always")
@@ -78,17 +79,12 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
     """S3FIFO (:class:`refsim.cache.admit_policies.S3FIFO`) over a whole trace."""
     S, M = 0, 1
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(3, NONE, np.int64)
-    tail = np.full(3, NONE, np.int64)
+    where, older, newer, head, tail = new_lists(n_keys, 3)
     lbytes = np.zeros(3, np.int64)
-    freq = np.zeros(n_keys, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
+    freq = np.zeros(n_keys, np.int32)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     resident = np.zeros(n_keys, np.bool_)
     from_ghost = np.zeros(n_keys, np.bool_)
-    pending = np.empty(max(1, keys.size), np.int64)
     s_max = np.int64(budget * small)
     m_max = budget - s_max
     g_max = np.int64(budget * ghost)
@@ -160,14 +156,9 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
     """FIFO (``max_freq`` = 0) or CLOCK with counters up to ``max_freq``
     (:class:`~refsim.cache.admit_policies.FIFO`, :class:`~refsim.cache.admit_policies.Clock`)."""
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(1, NONE, np.int64)
-    tail = np.full(1, NONE, np.int64)
-    freq = np.zeros(n_keys, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    where, older, newer, head, tail = new_lists(n_keys, 1)
+    freq = np.zeros(n_keys, np.int32)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     occ = 0
     for b in range(batch_layer.size):
         kd = batch_kind[b]
@@ -288,15 +279,10 @@ def _arc_evict(cur, p, incoming, budget, b, touched, where, older, newer, head, 
 def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, out):
     """ARC (:class:`refsim.cache.admit_policies.ARC`) over a whole trace."""
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(4, NONE, np.int64)
-    tail = np.full(4, NONE, np.int64)
+    where, older, newer, head, tail = new_lists(n_keys, 4)
     lbytes = np.zeros(4, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     ghost_of = np.zeros(n_keys, np.int8)
-    pending = np.empty(max(1, keys.size), np.int64)
     p = 0.0
     fbudget = float(budget)
     occ = 0
@@ -382,15 +368,10 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 out):
     """SLRU (:class:`refsim.cache.admit_policies.SLRU`) over a whole trace."""
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(n_seg, NONE, np.int64)
-    tail = np.full(n_seg, NONE, np.int64)
+    where, older, newer, head, tail = new_lists(n_keys, n_seg)
     lbytes = np.zeros(n_seg, np.int64)
     seg_max = budget // n_seg
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     occ = 0
     for b in range(batch_layer.size):
         kd = batch_kind[b]
@@ -478,15 +459,10 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     A1out (1, ghost), Am (2)."""
     AIN, AOUT, AM = 0, 1, 2
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(3, NONE, np.int64)
-    tail = np.full(3, NONE, np.int64)
+    where, older, newer, head, tail = new_lists(n_keys, 3)
     lbytes = np.zeros(3, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     from_ghost = np.zeros(n_keys, np.bool_)
-    pending = np.empty(max(1, keys.size), np.int64)
     ain_max = np.int64(budget * kin)
     aout_max = np.int64(budget * kout)
     am_max = budget - ain_max
@@ -595,24 +571,11 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     2 non-resident HIR), Q (resident HIR) and NH (non-resident HIR in S, oldest first)."""
     LIR, HIR, NONRES = 0, 1, 2
     n_keys = key_bytes.size * n_expert
-    st = np.full(n_keys, NONE, np.int64)
-    s_w = np.full(n_keys, NONE, np.int64)
-    s_o = np.full(n_keys, NONE, np.int64)
-    s_n = np.full(n_keys, NONE, np.int64)
-    q_w = np.full(n_keys, NONE, np.int64)
-    q_o = np.full(n_keys, NONE, np.int64)
-    q_n = np.full(n_keys, NONE, np.int64)
-    h_w = np.full(n_keys, NONE, np.int64)
-    h_o = np.full(n_keys, NONE, np.int64)
-    h_n = np.full(n_keys, NONE, np.int64)
-    s_h = np.full(1, NONE, np.int64)
-    s_t = np.full(1, NONE, np.int64)
-    q_h = np.full(1, NONE, np.int64)
-    q_t = np.full(1, NONE, np.int64)
-    h_h = np.full(1, NONE, np.int64)
-    h_t = np.full(1, NONE, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    st = np.full(n_keys, NONE, np.int32)
+    s_w, s_o, s_n, s_h, s_t = new_lists(n_keys, 1)
+    q_w, q_o, q_n, q_h, q_t = new_lists(n_keys, 1)
+    h_w, h_o, h_n, h_h, h_t = new_lists(n_keys, 1)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     hir_max = max(np.int64(budget * hir), key_bytes.max())
     lir_max = max(np.int64(0), budget - hir_max)
     s_max = np.int64(stack * budget)
@@ -785,22 +748,17 @@ def _main_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, 
 
 @nb.njit(cache=True)
 def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
-                   w_max, seg0_max, seg1_max, max_requests, slots, n_counters, out):
+                   w_max, seg0_max, seg1_max, max_requests, slots, bf, out):
     """W-TinyLFU (:class:`refsim.cache.admit_policies.TinyLFU`) over a whole trace: lists window
     (0), main segment 0 (1) and 1 (2); ``slots[key]`` = the key's counters in the Bloom
     filter (from :class:`~refsim.cache.admit_policies._CountingBloomFilter`)."""
     W = 0
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(3, NONE, np.int64)
-    tail = np.full(3, NONE, np.int64)
+    where, older, newer, head, tail = new_lists(n_keys, 3)
     lbytes = np.zeros(3, np.int64)
     seg_max = np.array([w_max, seg0_max, seg1_max], np.int64)
-    bf = np.zeros(n_counters, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    n_counters = bf.size
+    touched, pending = new_batch_marks(n_keys, keys.size)
     m_cap = budget - w_max
     requests = 0
     occ = 0
