@@ -28,7 +28,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from refsim.cache.linked import _push_head, _unlink
+from refsim.cache.linked import _push_head, _tail, _unlink, new_lists
 from refsim.events import N_KINDS
 
 KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
@@ -490,11 +490,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
     (count, stamp) pair (stamps are unique, so there are no ties)."""
     n_keys = expert_bytes.size * n_expert
     max_c = batch_layer.size + 2
-    bhead = np.full(max_c, -1, np.int64)
-    btail = np.full(max_c, -1, np.int64)
-    older = np.full(n_keys, -1, np.int64)
-    newer = np.full(n_keys, -1, np.int64)
-    where = np.full(n_keys, -1, np.int64)
+    L = new_lists(n_keys, max_c)
     count = np.zeros(n_keys, np.int64)
     resident = np.zeros(n_keys, np.bool_)
     touched = np.full(n_keys, -1, np.int64)
@@ -506,7 +502,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
         for i in range(batch_start[b], batch_start[b + 1]):
             key = keys[i]
             if resident[key]:                        # out of its count list
-                _unlink(key, where, older, newer, bhead, btail)
+                _unlink(L, key)
             if touched[key] != b:
                 touched[key] = b
                 out[kd] += 1
@@ -518,21 +514,21 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
                     res_bytes += eb
                     out[OUT_READ + kd] += eb
             c = count[key]                           # to the head of its count list
-            _push_head(c, key, where, older, newer, bhead, btail)
+            _push_head(L, c, key)
             if c < minc:
                 minc = c
         c = minc
         while res_bytes > budget_bytes and c < max_c:
-            k = btail[c]
+            k = _tail(L, c)
             while k != -1 and touched[k] == b:
-                k = newer[k]
+                k = L[k, 2]
             if k == -1:
                 c += 1
                 continue
-            _unlink(k, where, older, newer, bhead, btail)
+            _unlink(L, k)
             resident[k] = False
             res_bytes -= expert_bytes[k // n_expert]
             out[OUT_EVICT] += 1
-        while minc < max_c and btail[minc] == -1:
+        while minc < max_c and _tail(L, minc) == -1:
             minc += 1
     out[OUT_RESIDENT] = res_bytes
