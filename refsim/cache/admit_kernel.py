@@ -3,11 +3,11 @@
 Each kernel replays a whole :class:`~refsim.cache.batches.BatchTrace` under exactly the rules
 of :func:`refsim.cache.policy.reference_replay` for its policy (the classes in
 :mod:`refsim.cache.admit_policies` are the definitions; the property tests check every counter
-of both paths on drawn streams). The queues are doubly linked lists in arrays, one membership
-per key (``L[key, 0]``: which list, or -1), head = newest, tail = oldest; ``L[k, 1]`` points
-toward the tail, ``L[k, 2]`` toward the head (:mod:`refsim.cache.linked`). "The oldest
-untouched entry" walks from the tail toward the head, passing over keys the batch touched, which is how the reference passes over
-protected entries in place.
+of both paths on drawn streams). The queues are doubly linked lists in one table ``L``
+(:mod:`refsim.cache.linked`), one membership per key (``L[key, 0]``: which list, or -1),
+head = newest, tail = oldest; ``L[k, 1]`` points toward the tail, ``L[k, 2]`` toward the head.
+"The oldest untouched entry" walks from the tail toward the head, passing over keys the batch
+touched, which is how the reference passes over protected entries in place.
 
 Counters go to ``out`` with the layout of :mod:`refsim.cache.policy_kernel` (``N_COUNTERS``).
 """
