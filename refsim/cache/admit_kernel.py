@@ -3,70 +3,71 @@
 Each kernel replays a whole :class:`~refsim.cache.batches.BatchTrace` under exactly the rules
 of :func:`refsim.cache.policy.reference_replay` for its policy (the classes in
 :mod:`refsim.cache.admit_policies` are the definitions; the property tests check every counter
-of both paths on drawn streams). The queues are doubly linked lists in arrays, one membership
-per key (``where[key]``: which list, or -1), head = newest, tail = oldest; ``older[k]`` points
-toward the tail, ``newer[k]`` toward the head. "The oldest untouched entry" walks from the tail
-through ``newer``, passing over keys the batch touched, which is how the reference passes over
-protected entries in place.
+of both paths on drawn streams). The queues are doubly linked lists in one table ``L``
+(:mod:`refsim.cache.linked`), one membership per key (``L[key, 0]``: which list, or -1),
+head = newest, tail = oldest; ``L[k, 1]`` points toward the tail, ``L[k, 2]`` toward the head.
+"The oldest untouched entry" walks from the tail toward the head, passing over keys the batch
+touched, which is how the reference passes over protected entries in place.
 
 Counters go to ``out`` with the layout of :mod:`refsim.cache.policy_kernel` (``N_COUNTERS``).
 """
 
 from __future__ import annotations
 
+from refsim.jit import njit
 import numpy as np
 
-from refsim.jit import njit
 from refsim.cache.policy_kernel import OUT_EVICT, OUT_HITS, OUT_READ, OUT_RESIDENT
 
-from refsim.cache.linked import NONE, _oldest_free, _push_head, _unlink  # noqa: F401
+from refsim.cache.linked import (NONE, _head, _oldest_free, _push_head, _tail,  # noqa: F401
+                                 _unlink, new_batch_marks, new_lists)
 
 
 @njit(cache=True, inline="always")
-def _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq, key_bytes,
+def _s3fifo_evict(b, touched, L, lbytes, freq, key_bytes,
                   n_expert, s_max, m_max, g_max, threshold):
     """One S3FIFO eviction (S=0, M=1, G=2); returns the victim or NONE."""
     S, M, G = 0, 1, 2
     use_main = lbytes[M] > m_max or lbytes[S] == 0
     if not use_main:
-        k = _oldest_free(S, tail, newer, touched, b)
+        k = _oldest_free(L, S, touched, b)
         while k != NONE:
-            nxt = newer[k]
+            nxt = L[k, 2]
             size = key_bytes[k // n_expert]
-            _unlink(k, where, older, newer, head, tail)
+            _unlink(L, k)
             lbytes[S] -= size
             if freq[k] >= threshold:
-                _push_head(M, k, where, older, newer, head, tail)
+                _push_head(L, M, k)
                 lbytes[M] += size
                 freq[k] = 0
                 k = nxt
                 while k != NONE and touched[k] == b:
-                    k = newer[k]
+                    k = L[k, 2]
                 continue
             if g_max > 0 and size <= g_max:            # into the ghost FIFO
                 while lbytes[G] + size > g_max:
-                    g = tail[G]
-                    _unlink(g, where, older, newer, head, tail)
+                    g = _tail(L, G)
+                    _unlink(L, g)
                     lbytes[G] -= key_bytes[g // n_expert]
-                _push_head(G, k, where, older, newer, head, tail)
+                _push_head(L, G, k)
                 lbytes[G] += size
             return k
-    k = _oldest_free(M, tail, newer, touched, b)
+    k = _oldest_free(L, M, touched, b)
     while k != NONE:
-        nxt = newer[k]
+        nxt = L[k, 2]
         if freq[k] >= 1:
             f = freq[k]
-            _unlink(k, where, older, newer, head, tail)
-            _push_head(M, k, where, older, newer, head, tail)
+            _unlink(L, k)
+            _push_head(L, M, k)
             freq[k] = (f if f < 3 else 3) - 1
             if nxt == NONE:                            # a full round: again from the tail
-                k = _oldest_free(M, tail, newer, touched, b)
+                k = _oldest_free(L, M, touched, b)
             else:
                 k = nxt
                 while k != NONE and touched[k] == b:
-                    k = newer[k]
+                    k = L[k, 2]
             continue
-        _unlink(k, where, older, newer, head, tail)
+        _unlink(L, k)
         lbytes[M] -= key_bytes[k // n_expert]
         return k
     return NONE
@@ -78,17 +79,12 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
     """S3FIFO (:class:`refsim.cache.admit_policies.S3FIFO`) over a whole trace."""
     S, M = 0, 1
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(3, NONE, np.int64)
-    tail = np.full(3, NONE, np.int64)
+    L = new_lists(n_keys, 3)
     lbytes = np.zeros(3, np.int64)
-    freq = np.zeros(n_keys, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
+    freq = np.zeros(n_keys, np.int32)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     resident = np.zeros(n_keys, np.bool_)
     from_ghost = np.zeros(n_keys, np.bool_)
-    pending = np.empty(max(1, keys.size), np.int64)
     s_max = np.int64(budget * small)
     m_max = budget - s_max
     g_max = np.int64(budget * ghost)
@@ -109,8 +105,8 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
                 freq[key] += 1
             else:
                 out[OUT_READ + kd] += eb
-                if g_max > 0 and where[key] == 2:
-                    _unlink(key, where, older, newer, head, tail)
+                if g_max > 0 and L[key, 0] == 2:
+                    _unlink(L, key)
                     lbytes[2] -= eb
                     from_ghost[key] = True
                 pending[n_p] = key
@@ -121,7 +117,7 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
                 continue
             while occ + eb > budget:
                 has_evicted = True
-                v = _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq,
+                v = _s3fifo_evict(b, touched, L, lbytes, freq,
                                   key_bytes, n_expert, s_max, m_max, g_max, threshold)
                 if v == NONE:
                     break
@@ -137,14 +133,14 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
                 lst = M
             else:
                 lst = S
-            _push_head(lst, key, where, older, newer, head, tail)
+            _push_head(L, lst, key)
             lbytes[lst] += eb
             freq[key] = 0
             resident[key] = True
             occ += eb
         while occ > budget:
             has_evicted = True
-            v = _s3fifo_evict(b, touched, where, older, newer, head, tail, lbytes, freq,
+            v = _s3fifo_evict(b, touched, L, lbytes, freq,
                               key_bytes, n_expert, s_max, m_max, g_max, threshold)
             if v == NONE:
                 break
@@ -160,14 +156,9 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
     """FIFO (``max_freq`` = 0) or CLOCK with counters up to ``max_freq``
     (:class:`~refsim.cache.admit_policies.FIFO`, :class:`~refsim.cache.admit_policies.Clock`)."""
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(1, NONE, np.int64)
-    tail = np.full(1, NONE, np.int64)
-    freq = np.zeros(n_keys, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    L = new_lists(n_keys, 1)
+    freq = np.zeros(n_keys, np.int32)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     occ = 0
     for b in range(batch_layer.size):
         kd = batch_kind[b]
@@ -179,7 +170,7 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
                 continue
             touched[key] = b
             out[kd] += 1
-            if where[key] == 0:
+            if L[key, 0] == 0:
                 out[OUT_HITS + kd] += 1
                 if freq[key] < max_freq:
                     freq[key] += 1
@@ -197,90 +188,90 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
                 key = NONE
                 need = 0                               # the after-batch rule
             while occ + need > budget:
-                k = _oldest_free(0, tail, newer, touched, b)
+                k = _oldest_free(L, 0, touched, b)
                 victim = NONE
                 while k != NONE:
-                    nxt = newer[k]
+                    nxt = L[k, 2]
                     if freq[k] >= 1:
                         freq[k] -= 1
-                        _unlink(k, where, older, newer, head, tail)
-                        _push_head(0, k, where, older, newer, head, tail)
+                        _unlink(L, k)
+                        _push_head(L, 0, k)
                         if nxt == NONE:                # a full round: again from the tail
-                            k = _oldest_free(0, tail, newer, touched, b)
+                            k = _oldest_free(L, 0, touched, b)
                         else:
                             k = nxt
                             while k != NONE and touched[k] == b:
-                                k = newer[k]
+                                k = L[k, 2]
                         continue
                     victim = k
                     break
                 if victim == NONE:
                     break
-                _unlink(victim, where, older, newer, head, tail)
+                _unlink(L, victim)
                 occ -= key_bytes[victim // n_expert]
                 out[OUT_EVICT] += 1
             if key != NONE:
-                _push_head(0, key, where, older, newer, head, tail)
+                _push_head(L, 0, key)
                 freq[key] = init
                 occ += eb
     out[OUT_RESIDENT] = occ
 
 
 @njit(cache=True, inline="always")
-def _arc_evict_list(one, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
+def _arc_evict_list(one, b, touched, L, lbytes, key_bytes,
                     n_expert, ghost):
     """Evict the oldest untouched key of T1 (``one``) or T2 into B1/B2 (lists 0..3 = T1, T2,
     B1, B2); NONE if that list has none."""
     lst = 0 if one else 1
-    k = _oldest_free(lst, tail, newer, touched, b)
+    k = _oldest_free(L, lst, touched, b)
     if k == NONE:
         return NONE
     size = key_bytes[k // n_expert]
-    _unlink(k, where, older, newer, head, tail)
+    _unlink(L, k)
     lbytes[lst] -= size
     if ghost:
-        _push_head(lst + 2, k, where, older, newer, head, tail)
+        _push_head(L, lst + 2, k)
         lbytes[lst + 2] += size
     return k
 
 
 @njit(cache=True, inline="always")
-def _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes, key_bytes,
+def _arc_replace(cur, p, b, touched, L, lbytes, key_bytes,
                  n_expert):
     t1 = lbytes[0]
     from_t1 = (t1 > 0 and (t1 > p or (t1 == p and cur == 2))) or lbytes[1] == 0
-    v = _arc_evict_list(from_t1, b, touched, where, older, newer, head, tail, lbytes,
+    v = _arc_evict_list(from_t1, b, touched, L, lbytes,
                         key_bytes, n_expert, True)
     if v == NONE:
-        v = _arc_evict_list(not from_t1, b, touched, where, older, newer, head, tail, lbytes,
+        v = _arc_evict_list(not from_t1, b, touched, L, lbytes,
                             key_bytes, n_expert, True)
     return v
 
 
 @njit(cache=True, inline="always")
-def _arc_evict(cur, p, incoming, budget, b, touched, where, older, newer, head, tail, lbytes,
+def _arc_evict(cur, p, incoming, budget, b, touched, L, lbytes,
                key_bytes, n_expert):
     if cur != 0:
-        return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+        return _arc_replace(cur, p, b, touched, L, lbytes,
                             key_bytes, n_expert)
     if lbytes[0] + lbytes[2] + incoming > budget:
         if lbytes[2] > 0:
-            g = tail[2]
-            _unlink(g, where, older, newer, head, tail)
+            g = _tail(L, 2)
+            _unlink(L, g)
             lbytes[2] -= key_bytes[g // n_expert]
-            return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+            return _arc_replace(cur, p, b, touched, L, lbytes,
                                 key_bytes, n_expert)
-        v = _arc_evict_list(True, b, touched, where, older, newer, head, tail, lbytes,
+        v = _arc_evict_list(True, b, touched, L, lbytes,
                             key_bytes, n_expert, False)
         if v != NONE:
             return v
-        return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+        return _arc_replace(cur, p, b, touched, L, lbytes,
                             key_bytes, n_expert)
     if lbytes[0] + lbytes[1] + lbytes[2] + lbytes[3] >= 2 * budget and lbytes[3] > 0:
-        g = tail[3]
-        _unlink(g, where, older, newer, head, tail)
+        g = _tail(L, 3)
+        _unlink(L, g)
         lbytes[3] -= key_bytes[g // n_expert]
-    return _arc_replace(cur, p, b, touched, where, older, newer, head, tail, lbytes,
+    return _arc_replace(cur, p, b, touched, L, lbytes,
                         key_bytes, n_expert)
 
 
@@ -288,15 +279,10 @@ def _arc_evict(cur, p, incoming, budget, b, touched, where, older, newer, head, 
 def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget, out):
     """ARC (:class:`refsim.cache.admit_policies.ARC`) over a whole trace."""
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(4, NONE, np.int64)
-    tail = np.full(4, NONE, np.int64)
+    L = new_lists(n_keys, 4)
     lbytes = np.zeros(4, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     ghost_of = np.zeros(n_keys, np.int8)
-    pending = np.empty(max(1, keys.size), np.int64)
     p = 0.0
     fbudget = float(budget)
     occ = 0
@@ -310,11 +296,11 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                 continue
             touched[key] = b
             out[kd] += 1
-            w = where[key]
+            w = L[key, 0]
             if w == 0 or w == 1:
                 out[OUT_HITS + kd] += 1
-                _unlink(key, where, older, newer, head, tail)
-                _push_head(1, key, where, older, newer, head, tail)
+                _unlink(L, key)
+                _push_head(L, 1, key)
                 if w == 0:
                     lbytes[0] -= eb
                     lbytes[1] += eb
@@ -326,7 +312,7 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                     delta = 1.0
                 p = min(p + delta, fbudget)
                 lbytes[2] -= eb
-                _unlink(key, where, older, newer, head, tail)
+                _unlink(L, key)
                 ghost_of[key] = 1
             elif w == 3:
                 delta = lbytes[2] / lbytes[3]
@@ -334,7 +320,7 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                     delta = 1.0
                 p = max(p - delta, 0.0)
                 lbytes[3] -= eb
-                _unlink(key, where, older, newer, head, tail)
+                _unlink(L, key)
                 ghost_of[key] = 2
             pending[n_p] = key
             n_p += 1
@@ -351,27 +337,26 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                 cur = 0
                 need = 0
             while occ + need > budget:
-                v = _arc_evict(cur, p, need, budget, b, touched, where, older, newer, head,
-                               tail, lbytes, key_bytes, n_expert)
+                v = _arc_evict(cur, p, need, budget, b, touched, L, lbytes, key_bytes, n_expert)
                 if v == NONE:
                     break
                 occ -= key_bytes[v // n_expert]
                 out[OUT_EVICT] += 1
             if key != NONE:
                 lst = 1 if cur != 0 else 0
-                _push_head(lst, key, where, older, newer, head, tail)
+                _push_head(L, lst, key)
                 lbytes[lst] += eb
                 occ += eb
     out[OUT_RESIDENT] = occ
 
 
 @njit(cache=True, inline="always")
-def _slru_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert, n_seg):
+def _slru_evict(b, touched, L, lbytes, key_bytes, n_expert, n_seg):
     for i in range(n_seg):
         if lbytes[i] > 0:
-            k = _oldest_free(i, tail, newer, touched, b)
+            k = _oldest_free(L, i, touched, b)
             if k != NONE:
-                _unlink(k, where, older, newer, head, tail)
+                _unlink(L, k)
                 lbytes[i] -= key_bytes[k // n_expert]
                 return k
     return NONE
@@ -382,15 +367,10 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 out):
     """SLRU (:class:`refsim.cache.admit_policies.SLRU`) over a whole trace."""
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(n_seg, NONE, np.int64)
-    tail = np.full(n_seg, NONE, np.int64)
+    L = new_lists(n_keys, n_seg)
     lbytes = np.zeros(n_seg, np.int64)
     seg_max = budget // n_seg
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     occ = 0
     for b in range(batch_layer.size):
         kd = batch_kind[b]
@@ -402,7 +382,7 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 continue
             touched[key] = b
             out[kd] += 1
-            w = where[key]
+            w = L[key, 0]
             if w == NONE:
                 out[OUT_READ + kd] += eb
                 pending[n_p] = key
@@ -410,12 +390,12 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 continue
             out[OUT_HITS + kd] += 1
             if w == n_seg - 1:
-                _unlink(key, where, older, newer, head, tail)
-                _push_head(w, key, where, older, newer, head, tail)
+                _unlink(L, key)
+                _push_head(L, w, key)
                 continue
-            _unlink(key, where, older, newer, head, tail)
+            _unlink(L, key)
             lbytes[w] -= eb
-            _push_head(w + 1, key, where, older, newer, head, tail)
+            _push_head(L, w + 1, key)
             lbytes[w + 1] += eb
             # cool from segment w + 1 down, depth first (SLRU_cool); out of segment 0 = evict
             top = w + 1
@@ -424,7 +404,7 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
             while True:
                 if lbytes[level] > seg_max and not (level == 0 and stuck):
                     if level == 0:
-                        v = _slru_evict(b, touched, where, older, newer, head, tail, lbytes,
+                        v = _slru_evict(b, touched, L, lbytes,
                                         key_bytes, n_expert, n_seg)
                         if v == NONE:
                             stuck = True
@@ -432,11 +412,11 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                             occ -= key_bytes[v // n_expert]
                             out[OUT_EVICT] += 1
                         continue
-                    k = tail[level]
+                    k = _tail(L, level)
                     sz = key_bytes[k // n_expert]
-                    _unlink(k, where, older, newer, head, tail)
+                    _unlink(L, k)
                     lbytes[level] -= sz
-                    _push_head(level - 1, k, where, older, newer, head, tail)
+                    _push_head(L, level - 1, k)
                     lbytes[level - 1] += sz
                     level -= 1
                     continue
@@ -453,7 +433,7 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 key = NONE
                 need = 0
             while occ + need > budget:
-                v = _slru_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes,
+                v = _slru_evict(b, touched, L, lbytes, key_bytes,
                                 n_expert, n_seg)
                 if v == NONE:
                     break
@@ -465,7 +445,7 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                     if lbytes[s] + eb <= seg_max:
                         nth = s
                         break
-                _push_head(nth, key, where, older, newer, head, tail)
+                _push_head(L, nth, key)
                 lbytes[nth] += eb
                 occ += eb
     out[OUT_RESIDENT] = occ
@@ -478,15 +458,10 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     A1out (1, ghost), Am (2)."""
     AIN, AOUT, AM = 0, 1, 2
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(3, NONE, np.int64)
-    tail = np.full(3, NONE, np.int64)
+    L = new_lists(n_keys, 3)
     lbytes = np.zeros(3, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     from_ghost = np.zeros(n_keys, np.bool_)
-    pending = np.empty(max(1, keys.size), np.int64)
     ain_max = np.int64(budget * kin)
     aout_max = np.int64(budget * kout)
     am_max = budget - ain_max
@@ -501,16 +476,16 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 continue
             touched[key] = b
             out[kd] += 1
-            w = where[key]
+            w = L[key, 0]
             if w == AIN or w == AM:
                 out[OUT_HITS + kd] += 1
                 if w == AM:
-                    _unlink(key, where, older, newer, head, tail)
-                    _push_head(AM, key, where, older, newer, head, tail)
+                    _unlink(L, key)
+                    _push_head(L, AM, key)
                 continue
             out[OUT_READ + kd] += eb
             if w == AOUT:
-                _unlink(key, where, older, newer, head, tail)
+                _unlink(L, key)
                 lbytes[AOUT] -= eb
                 from_ghost[key] = True
             pending[n_p] = key
@@ -530,18 +505,18 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                     if attempt == 0 and lbytes[AIN] <= ain_max:
                         continue
                     lst = AM if attempt == 1 else AIN
-                    k = _oldest_free(lst, tail, newer, touched, b)
+                    k = _oldest_free(L, lst, touched, b)
                     if k == NONE:
                         continue
                     sz = key_bytes[k // n_expert]
-                    _unlink(k, where, older, newer, head, tail)
+                    _unlink(L, k)
                     lbytes[lst] -= sz
                     if lst == AIN and sz <= aout_max:     # into the ghost FIFO
                         while lbytes[AOUT] + sz > aout_max:
-                            g = tail[AOUT]
-                            _unlink(g, where, older, newer, head, tail)
+                            g = _tail(L, AOUT)
+                            _unlink(L, g)
                             lbytes[AOUT] -= key_bytes[g // n_expert]
-                        _push_head(AOUT, k, where, older, newer, head, tail)
+                        _push_head(L, AOUT, k)
                         lbytes[AOUT] += sz
                     v = k
                     break
@@ -556,32 +531,32 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 if eb > am_max:
                     continue
                 while lbytes[AM] + eb > am_max:
-                    k = _oldest_free(AM, tail, newer, touched, b)
+                    k = _oldest_free(L, AM, touched, b)
                     if k == NONE:
                         break
-                    _unlink(k, where, older, newer, head, tail)
+                    _unlink(L, k)
                     lbytes[AM] -= key_bytes[k // n_expert]
                     occ -= key_bytes[k // n_expert]
                     out[OUT_EVICT] += 1
-                _push_head(AM, key, where, older, newer, head, tail)
+                _push_head(L, AM, key)
                 lbytes[AM] += eb
             else:
-                _push_head(AIN, key, where, older, newer, head, tail)
+                _push_head(L, AIN, key)
                 lbytes[AIN] += eb
             occ += eb
     out[OUT_RESIDENT] = occ
 
 
 @njit(cache=True, inline="always")
-def _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h, h_t, key_bytes, n_expert):
+def _lirs_prune(st, LS, LH, key_bytes, n_expert):
     """Remove HIR keys from the bottom of S (a non-resident one is forgotten); returns the
     bytes removed from S."""
     removed = 0
-    while s_t[0] != NONE and st[s_t[0]] != 0:
-        k = s_t[0]
+    while _tail(LS, 0) != NONE and st[_tail(LS, 0)] != 0:
+        k = _tail(LS, 0)
         if st[k] == 2:
-            _unlink(k, h_w, h_o, h_n, h_h, h_t)
-        _unlink(k, s_w, s_o, s_n, s_h, s_t)
+            _unlink(LH, k)
+        _unlink(LS, k)
         st[k] = NONE
         removed += key_bytes[k // n_expert]
     return removed
@@ -595,24 +570,11 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
     2 non-resident HIR), Q (resident HIR) and NH (non-resident HIR in S, oldest first)."""
     LIR, HIR, NONRES = 0, 1, 2
     n_keys = key_bytes.size * n_expert
-    st = np.full(n_keys, NONE, np.int64)
-    s_w = np.full(n_keys, NONE, np.int64)
-    s_o = np.full(n_keys, NONE, np.int64)
-    s_n = np.full(n_keys, NONE, np.int64)
-    q_w = np.full(n_keys, NONE, np.int64)
-    q_o = np.full(n_keys, NONE, np.int64)
-    q_n = np.full(n_keys, NONE, np.int64)
-    h_w = np.full(n_keys, NONE, np.int64)
-    h_o = np.full(n_keys, NONE, np.int64)
-    h_n = np.full(n_keys, NONE, np.int64)
-    s_h = np.full(1, NONE, np.int64)
-    s_t = np.full(1, NONE, np.int64)
-    q_h = np.full(1, NONE, np.int64)
-    q_t = np.full(1, NONE, np.int64)
-    h_h = np.full(1, NONE, np.int64)
-    h_t = np.full(1, NONE, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    st = np.full(n_keys, NONE, np.int32)
+    LS = new_lists(n_keys, 1)
+    LQ = new_lists(n_keys, 1)
+    LH = new_lists(n_keys, 1)
+    touched, pending = new_batch_marks(n_keys, keys.size)
     hir_max = max(np.int64(budget * hir), key_bytes.max())
     lir_max = max(np.int64(0), budget - hir_max)
     s_max = np.int64(stack * budget)
@@ -630,53 +592,51 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 continue
             touched[key] = b
             out[kd] += 1
-            if not (st[key] == LIR or q_w[key] == 0):
+            if not (st[key] == LIR or LQ[key, 0] == 0):
                 out[OUT_READ + kd] += eb
                 pending[n_p] = key
                 n_p += 1
                 continue
             out[OUT_HITS + kd] += 1
             if st[key] == LIR:
-                _unlink(key, s_w, s_o, s_n, s_h, s_t)
-                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                _unlink(LS, key)
+                _push_head(LS, 0, key)
                 promote = False
             elif st[key] == HIR:
-                _unlink(key, q_w, q_o, q_n, q_h, q_t)
+                _unlink(LQ, key)
                 hir_bytes -= eb
-                _unlink(key, s_w, s_o, s_n, s_h, s_t)
-                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                _unlink(LS, key)
+                _push_head(LS, 0, key)
                 st[key] = LIR
                 lir_bytes += eb
                 promote = True
             else:                                    # resident HIR not in S
                 st[key] = HIR
-                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                _push_head(LS, 0, key)
                 s_bytes += eb
-                _unlink(key, q_w, q_o, q_n, q_h, q_t)
-                _push_head(0, key, q_w, q_o, q_n, q_h, q_t)
+                _unlink(LQ, key)
+                _push_head(LQ, 0, key)
                 promote = False
-                while s_bytes > s_max and h_t[0] != NONE:      # limit the stack
-                    k = h_t[0]
-                    _unlink(k, h_w, h_o, h_n, h_h, h_t)
-                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                while s_bytes > s_max and _tail(LH, 0) != NONE:      # limit the stack
+                    k = _tail(LH, 0)
+                    _unlink(LH, k)
+                    _unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= key_bytes[k // n_expert]
             if promote:
                 while lir_bytes > lir_max:                     # demote the bottom LIR
-                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
-                                           h_t, key_bytes, n_expert)
-                    k = s_t[0]
+                    s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
+                    k = _tail(LS, 0)
                     sz = key_bytes[k // n_expert]
-                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                    _unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= sz
                     lir_bytes -= sz
-                    _push_head(0, k, q_w, q_o, q_n, q_h, q_t)
+                    _push_head(LQ, 0, k)
                     hir_bytes += sz
-                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
-                                           h_t, key_bytes, n_expert)
+                    s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
             elif st[key] == LIR:
-                s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h, h_t,
+                s_bytes -= _lirs_prune(st, LS, LH,
                                        key_bytes, n_expert)
         for q in range(n_p + 1):
             if q < n_p:
@@ -688,65 +648,62 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 key = NONE
                 need = 0
             while occ + need > budget:
-                k = _oldest_free(0, q_t, q_n, touched, b)
+                k = _oldest_free(LQ, 0, touched, b)
                 if k != NONE:
                     sz = key_bytes[k // n_expert]
-                    _unlink(k, q_w, q_o, q_n, q_h, q_t)
+                    _unlink(LQ, k)
                     hir_bytes -= sz
                     if st[k] != NONE:
                         st[k] = NONRES
-                        _push_head(0, k, h_w, h_o, h_n, h_h, h_t)
+                        _push_head(LH, 0, k)
                 else:                                # only protected in Q: an untouched LIR
-                    k = s_t[0]
+                    k = _tail(LS, 0)
                     while k != NONE and not (st[k] == LIR and touched[k] != b):
-                        k = s_n[k]
+                        k = LS[k, 2]
                     if k == NONE:
                         break
                     sz = key_bytes[k // n_expert]
-                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                    _unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= sz
                     lir_bytes -= sz
-                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
-                                           h_t, key_bytes, n_expert)
+                    s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
                 occ -= sz
                 out[OUT_EVICT] += 1
             if key == NONE:
                 continue
             if st[key] == NONRES:
-                _unlink(key, h_w, h_o, h_n, h_h, h_t)
-                _unlink(key, s_w, s_o, s_n, s_h, s_t)
-                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                _unlink(LH, key)
+                _unlink(LS, key)
+                _push_head(LS, 0, key)
                 st[key] = LIR
                 lir_bytes += eb
                 while lir_bytes > lir_max:
-                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
-                                           h_t, key_bytes, n_expert)
-                    k = s_t[0]
+                    s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
+                    k = _tail(LS, 0)
                     sz = key_bytes[k // n_expert]
-                    _unlink(k, s_w, s_o, s_n, s_h, s_t)
+                    _unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= sz
                     lir_bytes -= sz
-                    _push_head(0, k, q_w, q_o, q_n, q_h, q_t)
+                    _push_head(LQ, 0, k)
                     hir_bytes += sz
-                    s_bytes -= _lirs_prune(st, s_w, s_o, s_n, s_h, s_t, h_w, h_o, h_n, h_h,
-                                           h_t, key_bytes, n_expert)
+                    s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
             elif lir_bytes + eb <= lir_max:
                 st[key] = LIR
-                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                _push_head(LS, 0, key)
                 s_bytes += eb
                 lir_bytes += eb
             else:
                 st[key] = HIR
-                _push_head(0, key, s_w, s_o, s_n, s_h, s_t)
+                _push_head(LS, 0, key)
                 s_bytes += eb
-                _push_head(0, key, q_w, q_o, q_n, q_h, q_t)
+                _push_head(LQ, 0, key)
                 hir_bytes += eb
-            while s_bytes > s_max and h_t[0] != NONE:
-                k = h_t[0]
-                _unlink(k, h_w, h_o, h_n, h_h, h_t)
-                _unlink(k, s_w, s_o, s_n, s_h, s_t)
+            while s_bytes > s_max and _tail(LH, 0) != NONE:
+                k = _tail(LH, 0)
+                _unlink(LH, k)
+                _unlink(LS, k)
                 st[k] = NONE
                 s_bytes -= key_bytes[k // n_expert]
             occ += eb
@@ -770,14 +727,14 @@ def _cbf_add(bf, slots, key):
 
 
 @njit(cache=True, inline="always")
-def _main_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, n_expert):
+def _main_evict(b, touched, L, lbytes, key_bytes, n_expert):
     """Main SLRU's victim (segments 1, 2 = lists 1, 2): the lowest non-empty segment's oldest
     untouched key, removed; NONE if none."""
     for s in range(1, 3):
         if lbytes[s] > 0:
-            k = _oldest_free(s, tail, newer, touched, b)
+            k = _oldest_free(L, s, touched, b)
             if k != NONE:
-                _unlink(k, where, older, newer, head, tail)
+                _unlink(L, k)
                 lbytes[s] -= key_bytes[k // n_expert]
                 return k
     return NONE
@@ -785,22 +742,17 @@ def _main_evict(b, touched, where, older, newer, head, tail, lbytes, key_bytes, 
 
 @njit(cache=True)
 def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, budget,
-                   w_max, seg0_max, seg1_max, max_requests, slots, n_counters, out):
+                   w_max, seg0_max, seg1_max, max_requests, slots, bf, out):
     """W-TinyLFU (:class:`refsim.cache.admit_policies.TinyLFU`) over a whole trace: lists window
     (0), main segment 0 (1) and 1 (2); ``slots[key]`` = the key's counters in the Bloom
     filter (from :class:`~refsim.cache.admit_policies._CountingBloomFilter`)."""
     W = 0
     n_keys = key_bytes.size * n_expert
-    where = np.full(n_keys, NONE, np.int64)
-    older = np.full(n_keys, NONE, np.int64)
-    newer = np.full(n_keys, NONE, np.int64)
-    head = np.full(3, NONE, np.int64)
-    tail = np.full(3, NONE, np.int64)
+    L = new_lists(n_keys, 3)
     lbytes = np.zeros(3, np.int64)
     seg_max = np.array([w_max, seg0_max, seg1_max], np.int64)
-    bf = np.zeros(n_counters, np.int64)
-    touched = np.full(n_keys, -1, np.int64)
-    pending = np.empty(max(1, keys.size), np.int64)
+    n_counters = bf.size
+    touched, pending = new_batch_marks(n_keys, keys.size)
     m_cap = budget - w_max
     requests = 0
     occ = 0
@@ -814,7 +766,7 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
                 continue
             touched[key] = b
             out[kd] += 1
-            w = where[key]
+            w = L[key, 0]
             if w == NONE:
                 out[OUT_READ + kd] += eb
                 pending[n_p] = key
@@ -822,27 +774,27 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
                 continue
             out[OUT_HITS + kd] += 1
             if w == W:
-                _unlink(key, where, older, newer, head, tail)
-                _push_head(W, key, where, older, newer, head, tail)
+                _unlink(L, key)
+                _push_head(L, W, key)
                 continue
             if w == 2:                                   # top segment of main
-                _unlink(key, where, older, newer, head, tail)
-                _push_head(2, key, where, older, newer, head, tail)
+                _unlink(L, key)
+                _push_head(L, 2, key)
             else:                                        # promote, cool 2 -> 1 -> evict
-                _unlink(key, where, older, newer, head, tail)
+                _unlink(L, key)
                 lbytes[1] -= eb
-                _push_head(2, key, where, older, newer, head, tail)
+                _push_head(L, 2, key)
                 lbytes[2] += eb
                 stuck = False
                 while lbytes[2] > seg_max[2]:
-                    k = tail[2]
+                    k = _tail(L, 2)
                     sz = key_bytes[k // n_expert]
-                    _unlink(k, where, older, newer, head, tail)
+                    _unlink(L, k)
                     lbytes[2] -= sz
-                    _push_head(1, k, where, older, newer, head, tail)
+                    _push_head(L, 1, k)
                     lbytes[1] += sz
                     while lbytes[1] > seg_max[1] and not stuck:
-                        v = _main_evict(b, touched, where, older, newer, head, tail, lbytes,
+                        v = _main_evict(b, touched, L, lbytes,
                                         key_bytes, n_expert)
                         if v == NONE:
                             stuck = True
@@ -867,32 +819,32 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
             while occ + need > budget:
                 v = NONE
                 while True:                              # one WTinyLFU_evict
-                    wk = _oldest_free(W, tail, newer, touched, b)
+                    wk = _oldest_free(L, W, touched, b)
                     if wk == NONE:
-                        v = _main_evict(b, touched, where, older, newer, head, tail, lbytes,
+                        v = _main_evict(b, touched, L, lbytes,
                                         key_bytes, n_expert)
                         break
                     sz = key_bytes[wk // n_expert]
-                    _unlink(wk, where, older, newer, head, tail)
+                    _unlink(L, wk)
                     lbytes[W] -= sz
                     if lbytes[1] + lbytes[2] + sz <= m_cap:
                         nth = 1 if lbytes[1] + sz <= seg_max[1] else (
                             2 if lbytes[2] + sz <= seg_max[2] else 1)
-                        _push_head(nth, wk, where, older, newer, head, tail)
+                        _push_head(L, nth, wk)
                         lbytes[nth] += sz
                         _cbf_add(bf, slots, wk)
                         continue
                     mk = NONE
                     for s in range(1, 3):
-                        mk = _oldest_free(s, tail, newer, touched, b)
+                        mk = _oldest_free(L, s, touched, b)
                         if mk != NONE:
                             break
                     if mk != NONE and _cbf_estimate(bf, slots, wk) > _cbf_estimate(bf, slots, mk):
-                        v = _main_evict(b, touched, where, older, newer, head, tail, lbytes,
+                        v = _main_evict(b, touched, L, lbytes,
                                         key_bytes, n_expert)
                         nth = 1 if lbytes[1] + sz <= seg_max[1] else (
                             2 if lbytes[2] + sz <= seg_max[2] else 1)
-                        _push_head(nth, wk, where, older, newer, head, tail)
+                        _push_head(L, nth, wk)
                         lbytes[nth] += sz
                         _cbf_add(bf, slots, wk)
                         break
@@ -904,7 +856,7 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
                 occ -= key_bytes[v // n_expert]
                 out[OUT_EVICT] += 1
             if key != NONE:
-                _push_head(W, key, where, older, newer, head, tail)
+                _push_head(L, W, key)
                 lbytes[W] += eb
                 _cbf_add(bf, slots, key)
                 occ += eb

@@ -766,9 +766,10 @@ class _CountingBloomFilter:
         self._idx: dict[int, list[int]] = {}
 
     def slot_table(self, n_keys: int):
-        """(n_keys, hashes) int64 array: the counters of key ``k`` (object id ``k + 1``)."""
+        """(n_keys, hashes) int32 array: the counters of key ``k`` (object id ``k + 1``); the
+        filter has fewer than 2**31 counters, so an index fits."""
         import numpy as np
-        return np.array([self._slots(k + 1) for k in range(n_keys)], dtype=np.int64).reshape(
+        return np.array([self._slots(k + 1) for k in range(n_keys)], dtype=np.int32).reshape(
             n_keys, self.hashes)
 
     def _slots(self, obj_id: int) -> list[int]:
@@ -860,14 +861,21 @@ class TinyLFU(AdmitPolicy, name="tinylfu"):
     def fast_replay(self, bt, budget, out):
         """Numba fast path (:func:`refsim.cache.admit_kernel.tinylfu_kernel`); the sizes are
         :meth:`setup`'s, the filter's slots come from :func:`_cbf_slots` (cached)."""
+        import numpy as np
+
         from refsim.cache.admit_kernel import tinylfu_kernel
         w_max = int(budget * self.window)
         m_cap = budget - w_max
         unit = int(bt.expert_bytes.min())
         n, hashes, slots = _cbf_slots(m_cap // unit, bt.n_layer * bt.n_expert)
+        # the counters are the kernel's hot random accesses (``hashes`` per count): int32 halves
+        # their footprint. A count is a main hit, an insert or a window departure (<= 2 per
+        # lookup) and raises a counter by at most ``hashes``, so 2 x hashes x occurrences
+        # bound every counter (int64 beyond 2**31)
+        bf = np.zeros(n, np.int32 if 2 * hashes * bt.keys.size < 2**31 else np.int64)
         tinylfu_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.expert_bytes,
                        bt.n_expert, budget, w_max, int(1.0 / 5 * m_cap), int(4.0 / 5 * m_cap),
-                       32 * (m_cap // unit), slots, n, out)
+                       32 * (m_cap // unit), slots, bf, out)
 
     def hit(self, key, protected):
         if key in self.win:

@@ -24,10 +24,12 @@ replaces it within the budget, so some optimal allocation survives every stage; 
 answer is the best point. The result is exact (integers throughout, no relaxation); ties
 (equal hits) go to the fewest bytes, then to the allocation found first, and the bytes left over
 are then handed out layer by layer (in layer order, up to each layer's distinct keys), which
-never lowers a curve, so a budget that holds everything evicts nothing. The cost is
-O(n_layer x N x max n_l) for the groups (N = entries the budget holds, at most n_layer x
-n_expert) plus the frontier merge; a few tens of ms per budget on the qwen trace. Checked against brute force over every allocation on small traces
-(tests/cache/test_layer_opt.py).
+never lowers a curve, so a budget that holds everything evicts nothing. The group tables do
+not depend on the budget (a budget only truncates them, :func:`group_tables`), so they are
+computed once per trace, over every entry count: O(n_layer x N x max n_l) with N = the group's
+distinct keys (tens of ms on the qwen trace, once); each budget then costs only the frontier
+merge (well under a millisecond). Checked against brute force over every allocation on small
+traces (tests/cache/test_layer_opt.py).
 
 The objective is hits of all lookups (prefill included: the engine's ``cache_hit_pct``).
 Fitted on the trace it then replays, the allocation is an oracle bound (it knows the future);
@@ -71,7 +73,41 @@ def layer_curves(batches: BatchTrace) -> list[np.ndarray]:
     return out
 
 
-def optimal_shares(curves: list[np.ndarray], expert_bytes, budget_bytes: int) -> tuple[list[int], int]:
+def group_tables(curves: list[np.ndarray], expert_bytes) -> list[tuple]:
+    """The budget-free part of :func:`optimal_shares`: per distinct entry size, the group's
+    max-plus DP over *every* entry count (up to all the group's distinct keys).
+
+    ``best[n]`` (the most hits with exactly ``n`` entries) does not depend on the budget: a
+    budget only truncates the table at ``budget // size`` (the DP for counts ``<= n`` never
+    looks past ``n``), so the tables of a trace serve every budget and
+    :func:`optimal_shares` with them returns exactly what it returns without them.
+
+    Returns
+    -------
+    list of (size, layers, pm, arg, choice)
+        ``size`` the entry bytes, ``layers`` the group's layer indices, ``pm[n]`` the most hits
+        with at most ``n`` entries, ``arg[n]`` the fewest entries reaching ``pm[n]``,
+        ``choice[i, n]`` the count of ``layers[i]`` in the best allocation of exactly ``n``.
+    """
+    eb = [int(x) for x in expert_bytes]
+    groups: dict[int, list[int]] = {}
+    for il in range(len(curves)):
+        groups.setdefault(eb[il], []).append(il)
+    parts = []                                  # per entry size: (size, layers, pm, arg, choice)
+    for size, layers in groups.items():
+        n_max = sum(int(curves[l].size) - 1 for l in layers)
+        flat = np.concatenate([curves[l] for l in layers]).astype(np.int64)
+        offs = np.zeros(len(layers) + 1, np.int64)
+        np.cumsum([curves[l].size for l in layers], out=offs[1:])
+        best, choice = _group_dp(flat, offs, n_max)
+        pm = np.maximum.accumulate(best)        # best with at most n entries
+        arg = _first_argmax_prefix(best)        # the fewest entries reaching pm[n]
+        parts.append((size, layers, pm, arg, choice))
+    return parts
+
+
+def optimal_shares(curves: list[np.ndarray], expert_bytes, budget_bytes: int,
+                   tables: list[tuple] | None = None) -> tuple[list[int], int]:
     """The exact knapsack (module docstring): per-layer entry counts maximising total hits.
 
     Parameters
@@ -81,6 +117,9 @@ def optimal_shares(curves: list[np.ndarray], expert_bytes, budget_bytes: int) ->
     expert_bytes : (n_layer,) int array-like
         Entry size per layer, bytes.
     budget_bytes : int
+    tables : list, optional
+        :func:`group_tables` of the same curves and sizes (computed here if not given; pass
+        them to solve several budgets of one trace without redoing the DP).
 
     Returns
     -------
@@ -90,19 +129,7 @@ def optimal_shares(curves: list[np.ndarray], expert_bytes, budget_bytes: int) ->
         The optimal total hits (sum of the curves at the counts).
     """
     eb = [int(x) for x in expert_bytes]
-    groups: dict[int, list[int]] = {}
-    for il in range(len(curves)):
-        groups.setdefault(eb[il], []).append(il)
-    parts = []                                  # per entry size: (size, layers, pm, arg, choice)
-    for size, layers in groups.items():
-        n_max = min(sum(int(curves[l].size) - 1 for l in layers), budget_bytes // size)
-        flat = np.concatenate([curves[l] for l in layers]).astype(np.int64)
-        offs = np.zeros(len(layers) + 1, np.int64)
-        np.cumsum([curves[l].size for l in layers], out=offs[1:])
-        best, choice = _group_dp(flat, offs, n_max)
-        pm = np.maximum.accumulate(best)        # best with at most n entries
-        arg = _first_argmax_prefix(best)        # the fewest entries reaching pm[n]
-        parts.append((size, layers, pm, arg, choice))
+    parts = group_tables(curves, expert_bytes) if tables is None else tables
     # combine the groups on the Pareto frontier of (bytes, hits): all but the last folded,
     # the last scanned directly (one group per distinct entry size, usually 1 or 2)
     front_b = np.zeros(1, np.int64)
@@ -214,7 +241,8 @@ def slice_events(batches: BatchTrace, first: int, stop: int) -> BatchTrace:
 
 
 _CURVES: "weakref.WeakKeyDictionary[BatchTrace, dict]" = weakref.WeakKeyDictionary()
-"""layer_curves per BatchTrace and fit fraction (kept as long as the trace lives)."""
+"""Per BatchTrace and fit fraction: (layer_curves, group_tables), kept as long as the trace
+lives (neither depends on the budget; a budget costs only the frontier merge)."""
 
 
 class LayerOpt(LayerLRU, name="layer-opt"):
@@ -229,12 +257,14 @@ class LayerOpt(LayerLRU, name="layer-opt"):
             raise ConfigError(f"--policy layer-opt: fit={self.fit} is not in (0, 1]")
 
     def shares(self, batches: BatchTrace, budget_bytes: int) -> list[int]:
-        per_trace = _CURVES.setdefault(batches, {})   # the curves do not depend on the budget
-        curves = per_trace.get(self.fit)
-        if curves is None:
+        per_trace = _CURVES.setdefault(batches, {})   # curves and DP tables: budget-free
+        got = per_trace.get(self.fit)
+        if got is None:
             fitted = batches if self.fit == 1.0 else _fit_prefix(batches, self.fit)
-            curves = per_trace[self.fit] = layer_curves(fitted)
-        counts, _ = optimal_shares(curves, batches.expert_bytes, budget_bytes)
+            curves = layer_curves(fitted)
+            got = per_trace[self.fit] = (curves, group_tables(curves, batches.expert_bytes))
+        curves, tables = got
+        counts, _ = optimal_shares(curves, batches.expert_bytes, budget_bytes, tables)
         return [c * int(e) for c, e in zip(counts, batches.expert_bytes)]
 
 

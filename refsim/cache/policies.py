@@ -109,9 +109,22 @@ class RandomPolicy(Policy, name="random"):
 
         ``getrandbits(32 * n)`` fills its result with successive 32-bit outputs, least
         significant first (CPython ``_randommodule.c``), so the little-endian words are the
-        outputs in order (checked against ``getrandbits(32)`` in the tests)."""
-        big = random.Random(self.seed).getrandbits(32 * n_words)
-        return {"words": np.frombuffer(big.to_bytes(4 * n_words, "little"), dtype="<u4")}
+        outputs in order (checked against ``getrandbits(32)`` in the tests). The stream of a
+        seed never changes, so it is kept (read-only) per ``(seed, n_words)``: drawing 2**17
+        words costs ~2 ms, more than the replay itself."""
+        got = _WORDS.get((self.seed, n_words))
+        if got is None:
+            if len(_WORDS) > 16:
+                _WORDS.clear()
+            big = random.Random(self.seed).getrandbits(32 * n_words)
+            got = np.frombuffer(big.to_bytes(4 * n_words, "little"), dtype="<u4")
+            got.flags.writeable = False
+            _WORDS[(self.seed, n_words)] = got
+        return {"words": got}
+
+
+_WORDS: dict[tuple[int, int], np.ndarray] = {}
+"""MT19937 output words of ``random.Random(seed)`` per ``(seed, n_words)`` (RandomPolicy)."""
 
 
 class LayerLRU(LRU, name="layer"):

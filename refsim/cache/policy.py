@@ -485,8 +485,9 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
     from refsim.cache.batches import layer_subtraces
     from refsim.cache.policy_kernel import (KIND_BELADY, KIND_LFU, KIND_LRU, KIND_RANDOM,
                                             N_COUNTERS, OUT_EVICT, OUT_HITS, OUT_READ,
-                                            OUT_RESIDENT, OUT_WORDS, heap_kernel, lfu_kernel,
-                                            lru_kernel, random_kernel, replay_kernel)
+                                            OUT_RESIDENT, OUT_WORDS, belady_kernel,
+                                            lfu_kernel, lru_kernel, random_kernel,
+                                            replay_kernel)
 
     if isinstance(policy, str):
         policy = get_policy(policy)
@@ -527,15 +528,18 @@ def replay_policy(batches: BatchTrace, policy: Policy | str, budget_bytes: int) 
             lfu_kernel(k, s, la, ki, bt.expert_bytes, bt.n_expert, b, part)
             out += part
     elif policy.kernel == KIND_BELADY:
-        # a lazy heap per (sub-)trace; partitioned = one global run per layer at its share
+        # next-use buckets per (sub-)trace; partitioned = one global run per layer at its share,
+        # with the sub-trace's own next uses (its batch indices: the same order, NEVER kept)
+        from refsim.cache.batches import _next_use
+        n_keys = bt.n_layer * bt.n_expert
         runs = ([(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind, bt.next_use, budget)]
                 if not policy.partitioned else
-                [(k, s, la, ki, bt.next_use[idx], int(sh)) for sh, (k, s, la, ki, idx) in
-                 zip(policy.shares(bt, budget), layer_subtraces(bt, with_index=True))])
+                [(k, s, la, ki, _next_use(k, s, n_keys), int(sh)) for sh, (k, s, la, ki) in
+                 zip(policy.shares(bt, budget), layer_subtraces(bt))])
         part = np.zeros(N_COUNTERS, dtype=np.int64)
         for k, s, la, ki, nu, b in runs:
             part[:] = 0
-            heap_kernel(policy.kernel, k, s, la, ki, nu, bt.expert_bytes, bt.n_expert, b, part)
+            belady_kernel(k, s, la, ki, nu, bt.expert_bytes, bt.n_expert, b, part)
             out += part
     elif policy.kernel == KIND_RANDOM and not policy.partitioned:
         words = policy.fast_args().get("words", np.zeros(0, np.uint32))

@@ -25,10 +25,10 @@ on a lazily cleaned occurrence log (O(1) per occurrence): the fast path of 'lru'
 
 from __future__ import annotations
 
+from refsim.jit import njit
 import numpy as np
 
-from refsim.jit import njit
-from refsim.cache.linked import _push_head, _unlink
+from refsim.cache.linked import _push_head, _tail, _unlink, new_lists
 from refsim.events import N_KINDS
 
 KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
@@ -233,211 +233,249 @@ def lru_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
 
 
 @njit(cache=True, inline="always")
-def _less(a1, a2, b1, b2):
-    return a1 < b1 or (a1 == b1 and a2 < b2)
+def _popcount64(x):
+    """Set bits of a uint64 (SWAR)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@njit(cache=True)
-def _heap_push(h1, h2, hk, n, p1, p2, key):
-    i = n
-    h1[i], h2[i], hk[i] = p1, p2, key
-    while i > 0:
-        par = (i - 1) >> 1
-        if _less(h1[i], h2[i], h1[par], h2[par]):
-            h1[i], h1[par] = h1[par], h1[i]
-            h2[i], h2[par] = h2[par], h2[i]
-            hk[i], hk[par] = hk[par], hk[i]
-            i = par
-        else:
-            break
-    return n + 1
+@njit(cache=True, inline="always")
+def _select(bits, tree, top, n_word, r):
+    """Rank of the ``r``-th (1-based) resident entry: a Fenwick descent over the per-word counts
+    ``tree`` (1-based words) to the word, then the bit inside the word's mask ``bits``."""
+    pos = 0
+    rem = r
+    step = top
+    while step > 0:
+        nxt = pos + step
+        if nxt <= n_word and tree[nxt] < rem:
+            pos = nxt
+            rem -= tree[nxt]
+        step >>= 1
+    w = bits[pos]                                    # word pos (0-based) holds the rem-th bit
+    for _ in range(rem - 1):
+        w &= w - np.uint64(1)
+    return pos * 64 + _popcount64((w & (~w + np.uint64(1))) - np.uint64(1))
 
 
-@njit(cache=True)
-def _heap_pop(h1, h2, hk, n):
-    """Remove the root (the caller read it); returns the new size."""
-    n -= 1
-    h1[0], h2[0], hk[0] = h1[n], h2[n], hk[n]
-    i = 0
-    while True:
-        l = 2 * i + 1
-        if l >= n:
-            break
-        c = l
-        r = l + 1
-        if r < n and _less(h1[r], h2[r], h1[l], h2[l]):
-            c = r
-        if _less(h1[c], h2[c], h1[i], h2[i]):
-            h1[i], h1[c] = h1[c], h1[i]
-            h2[i], h2[c] = h2[c], h2[i]
-            hk[i], hk[c] = hk[c], hk[i]
-            i = c
-        else:
-            break
+@njit(cache=True, inline="always")
+def _msb64(x):
+    """Index of the highest set bit of a non-zero uint64."""
+    n = 0
+    for sh in (32, 16, 8, 4, 2, 1):
+        if x >> np.uint64(sh):
+            x >>= np.uint64(sh)
+            n += sh
     return n
 
 
 @njit(cache=True)
-def heap_kernel(kind, keys, batch_start, batch_layer, batch_kind, next_use, expert_bytes,
-                n_expert, budget_bytes, out):
-    """``KIND_LFU`` or ``KIND_BELADY`` exactly as :func:`replay_kernel` (global budget), with
-    the victim taken from a lazy binary heap instead of a scan: O(log n) per occurrence.
+def belady_kernel(keys, batch_start, batch_layer, batch_kind, next_use, expert_bytes,
+                  n_expert, budget_bytes, out):
+    """``KIND_BELADY`` exactly as :func:`replay_kernel` (global budget): evict the untouched
+    resident key of furthest next use, ties to the first resident (smallest insertion rank);
+    O(1) amortised per occurrence, no heap.
 
-    Priorities (smallest evicted first): LFU (lookups of the key, stamp) -- stamps are unique,
-    so no ties; Belady (-next use, insertion rank) -- the rank (a counter of insertions) orders
-    resident keys as the scan's insertion-order array does, so its first-minimum tie-break is
-    kept. Every occurrence pushes the key's new priority; an entry is stale when the key is not
-    resident or its priority changed, and is dropped when popped. Protected (touched) entries
-    popped during an eviction are pushed back after it.
+    Every resident key has a next use after the current batch ``b`` (an untouched one was not
+    used in ``b``; a touched one's next use is after ``b``). Keys are kept in buckets by next
+    use, and a key's move to its new bucket is deferred until after the batch's evictions, so
+    during them the batch's hits still sit in bucket ``b`` (below every other resident's) and
+    its misses in none: every bucket above ``b`` holds only candidates, and nothing is skipped.
+
+    - ``NEVER`` (never used again, evicted first): a key stays there until evicted, so the
+      bucket is a bit set over insertion ranks, taken from the lowest rank (the tie-break).
+    - A finite next use ``q``: the members are the keys of batch ``q`` that are resident with
+      next use ``q``, so only a count per bucket is kept (and a bit per non-empty bucket);
+      the victim is the smallest-rank member, found by scanning batch ``q``'s keys.
     """
     n_keys = expert_bytes.size * n_expert
+    n_batch = batch_layer.size
+    never = next_use.dtype.type(np.iinfo(np.int64).max)
     resident = np.zeros(n_keys, np.bool_)
     touched = np.full(n_keys, -1, np.int64)
-    p1k = np.zeros(n_keys, np.int64)
-    p2k = np.zeros(n_keys, np.int64)
-    count = np.zeros(n_keys, np.int64)
-    cap = 2 * keys.size + n_keys + 1
-    h1 = np.empty(cap, np.int64)
-    h2 = np.empty(cap, np.int64)
-    hk = np.empty(cap, np.int64)
-    aside = np.empty(keys.size + 1, np.int64)
-    n_h = 0
-    clock = 0
-    n_ins = 0
-    res_bytes = 0
-    for b in range(batch_layer.size):
-        kd = batch_kind[b]
-        eb = expert_bytes[batch_layer[b]]
-        for i in range(batch_start[b], batch_start[b + 1]):
-            key = keys[i]
-            clock += 1
-            if touched[key] != b:
-                touched[key] = b
-                out[kd] += 1
-                count[key] += 1
-                if resident[key]:
-                    out[OUT_HITS + kd] += 1
-                else:
-                    resident[key] = True
-                    n_ins += 1
-                    if kind == KIND_BELADY:
-                        p2k[key] = n_ins
-                    res_bytes += eb
-                    out[OUT_READ + kd] += eb
-            if kind == KIND_LFU:
-                p1k[key] = count[key]
-                p2k[key] = clock
-            else:
-                p1k[key] = -next_use[i]
-            if n_h >= cap - 1:                       # compact: keep only the live entries
-                m = 0
-                for j in range(n_h):
-                    k = hk[j]
-                    if resident[k] and h1[j] == p1k[k] and h2[j] == p2k[k]:
-                        h1[m], h2[m], hk[m] = h1[j], h2[j], k
-                        m += 1
-                n_h = 0
-                for j in range(m):
-                    n_h = _heap_push(h1, h2, hk, n_h, h1[j], h2[j], hk[j])
-            n_h = _heap_push(h1, h2, hk, n_h, p1k[key], p2k[key], key)
-        n_aside = 0
-        while res_bytes > budget_bytes and n_h > 0:
-            k = hk[0]
-            q1, q2 = h1[0], h2[0]
-            n_h = _heap_pop(h1, h2, hk, n_h)
-            if not resident[k] or q1 != p1k[k] or q2 != p2k[k]:
-                continue                             # stale
-            if touched[k] == b:
-                aside[n_aside] = k                   # protected: back after the eviction
-                n_aside += 1
-                continue
-            resident[k] = False
-            res_bytes -= expert_bytes[k // n_expert]
-            out[OUT_EVICT] += 1
-        for j in range(n_aside):
-            k = aside[j]
-            n_h = _heap_push(h1, h2, hk, n_h, p1k[k], p2k[k], k)
-    out[OUT_RESIDENT] = res_bytes
-
-
-@njit(cache=True)
-def random_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
-                  budget_bytes, words, out):
-    """``KIND_RANDOM`` exactly as :func:`replay_kernel` (global budget): the ``r``-th
-    unprotected resident key in insertion order is found in a Fenwick tree over insertion
-    ranks (1 = resident and not touched by the batch) instead of a scan; O(log n) per step."""
-    n_keys = expert_bytes.size * n_expert
-    n_rank = keys.size + 1
-    tree = np.zeros(n_rank + 1, np.int64)
+    nuse = np.zeros(n_keys, np.int64)
     rank = np.zeros(n_keys, np.int64)
+    cnt = np.zeros(n_batch + 1, np.int64)            # resident keys per finite next use
+    qbits = np.zeros(n_batch // 64 + 1, np.uint64)   # non-empty buckets
+    n_rank = keys.size + 1
+    nbits = np.zeros(n_rank // 64 + 1, np.uint64)    # ranks of the NEVER bucket
     key_of = np.zeros(n_rank + 1, np.int64)
-    resident = np.zeros(n_keys, np.bool_)
-    touched = np.full(n_keys, -1, np.int64)
     batch_keys = np.empty(keys.size + 1, np.int64)
-    top = 1
-    while top * 2 <= n_rank:
-        top *= 2
+    batch_nu = np.empty(keys.size + 1, np.int64)
+    topw = -1                                        # >= the highest non-zero word of qbits
+    loww = nbits.size                                # <= the lowest non-zero word of nbits
+    n_never = 0
     n_ins = 0
-    total = 0
     res_bytes = 0
-    wpos = 0
-    for b in range(batch_layer.size):
+    for b in range(n_batch):
         kd = batch_kind[b]
         eb = expert_bytes[batch_layer[b]]
         n_b = 0
+        n_m = 0
         for i in range(batch_start[b], batch_start[b + 1]):
             key = keys[i]
             if touched[key] == b:
                 continue
             touched[key] = b
             batch_keys[n_b] = key
+            batch_nu[n_b] = next_use[i]                 # the same for all its occurrences here
             n_b += 1
             out[kd] += 1
             if resident[key]:
                 out[OUT_HITS + kd] += 1
-                j = rank[key]                        # protected: out of the tree for now
-                while j <= n_rank:
-                    tree[j] -= 1
-                    j += j & -j
-                total -= 1
             else:
                 resident[key] = True
                 n_ins += 1
                 rank[key] = n_ins
                 key_of[n_ins] = key
+                nuse[key] = -1                          # in no bucket until the batch ends
+                n_m += 1
                 res_bytes += eb
-                out[OUT_READ + kd] += eb
-        while res_bytes > budget_bytes and total > 0:
-            r, wpos = _randbelow(total, words, wpos)
+        out[OUT_READ + kd] += n_m * eb
+        while res_bytes > budget_bytes:
+            if n_never > 0:
+                while nbits[loww] == 0:
+                    loww += 1
+                w = nbits[loww]
+                x = loww * 64 + _popcount64((w & (~w + np.uint64(1))) - np.uint64(1))
+                nbits[loww] = w & (w - np.uint64(1))
+                n_never -= 1
+                k = key_of[x]
+            else:
+                while topw >= 0 and qbits[topw] == 0:
+                    topw -= 1
+                if topw < 0:
+                    break
+                q = topw * 64 + _msb64(qbits[topw])
+                if q <= b:
+                    break                               # only the batch's own keys are left
+                k = -1
+                best = n_rank
+                for i in range(batch_start[q], batch_start[q + 1]):
+                    c = keys[i]
+                    if resident[c] and nuse[c] == q and rank[c] < best:
+                        best = rank[c]
+                        k = c
+                cnt[q] -= 1
+                if cnt[q] == 0:
+                    qbits[q >> 6] &= ~(np.uint64(1) << np.uint64(q & 63))
+            resident[k] = False
+            res_bytes -= expert_bytes[k // n_expert]
+            out[OUT_EVICT] += 1
+        for j in range(n_b):                            # the batch's keys to their buckets
+            key = batch_keys[j]
+            if nuse[key] == b:
+                cnt[b] -= 1
+            nv = batch_nu[j]
+            if nv == never:
+                x = rank[key]
+                nbits[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+                if (x >> 6) < loww:
+                    loww = x >> 6
+                n_never += 1
+                nuse[key] = -2
+            else:
+                nuse[key] = nv
+                cnt[nv] += 1
+                qbits[nv >> 6] |= np.uint64(1) << np.uint64(nv & 63)
+                if (nv >> 6) > topw:
+                    topw = nv >> 6
+        if cnt[b] == 0:
+            qbits[b >> 6] &= ~(np.uint64(1) << np.uint64(b & 63))
+    out[OUT_RESIDENT] = res_bytes
+
+
+@njit(cache=True)
+def random_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_expert,
+                  budget_bytes, words, out):
+    """``KIND_RANDOM`` exactly as :func:`replay_kernel` (global budget), O(log n) per eviction
+    and O(1) per lookup.
+
+    Resident keys are bits over insertion ranks (rank = the count of insertions so far, so the
+    ranks order them as the scan's insertion-order array does): a uint64 mask per 64 ranks and
+    a Fenwick tree over the masks' counts. The batch's hits stay in the tree; with ``T`` = their
+    ranks, the ``r``-th unprotected candidate is the smallest rank ``x`` whose count of residents
+    at or below it, less ``|T ∩ [0, x]|``, is ``r + 1``: ``x = select(r + 1 + j)`` iterated from
+    ``j = 0`` with ``j = |T ∩ [0, x]|`` until it stops changing (it only grows, and it stops at
+    that ``x``). The batch's misses enter the tree after its evictions (they are protected). The
+    draws are ``_randbelow(candidates)``, one per eviction, as in the scan.
+    """
+    n_keys = expert_bytes.size * n_expert
+    n_rank = keys.size + 1
+    n_word = n_rank // 64 + 1
+    bits = np.zeros(n_word, np.uint64)
+    tree = np.zeros(n_word + 1, np.int64)
+    rank = np.zeros(n_keys, np.int64)
+    key_of = np.zeros(n_rank + 1, np.int64)
+    resident = np.zeros(n_keys, np.bool_)
+    touched = np.full(n_keys, -1, np.int64)
+    hit_rank = np.empty(keys.size + 1, np.int64)
+    miss_key = np.empty(keys.size + 1, np.int64)
+    top = 1
+    while top * 2 <= n_word:
+        top *= 2
+    n_ins = 0
+    total = 0                                        # resident keys in the tree
+    res_bytes = 0
+    wpos = 0
+    for b in range(batch_layer.size):
+        kd = batch_kind[b]
+        eb = expert_bytes[batch_layer[b]]
+        n_t = 0
+        n_m = 0
+        for i in range(batch_start[b], batch_start[b + 1]):
+            key = keys[i]
+            if touched[key] == b:
+                continue
+            touched[key] = b
+            out[kd] += 1
+            if resident[key]:
+                out[OUT_HITS + kd] += 1
+                hit_rank[n_t] = rank[key]
+                n_t += 1
+            else:
+                resident[key] = True
+                n_ins += 1
+                rank[key] = n_ins
+                key_of[n_ins] = key
+                miss_key[n_m] = key
+                n_m += 1
+                res_bytes += eb
+        out[OUT_READ + kd] += n_m * eb
+        while res_bytes > budget_bytes and total > n_t:
+            r, wpos = _randbelow(total - n_t, words, wpos)
             if r < 0:
                 out[OUT_WORDS] = -1
                 return
-            pos = 0                                  # the (r + 1)-th one
-            rem = r + 1
-            step = top
-            while step > 0:
-                nxt = pos + step
-                if nxt <= n_rank and tree[nxt] < rem:
-                    pos = nxt
-                    rem -= tree[nxt]
-                step >>= 1
-            j = pos + 1
-            k = key_of[j]
-            while j <= n_rank:
-                tree[j] -= 1
-                j += j & -j
+            j = 0
+            while True:                              # the (r + 1)-th untouched resident
+                x = _select(bits, tree, top, n_word, r + 1 + j)
+                c = 0
+                for q in range(n_t):
+                    c += hit_rank[q] <= x
+                if c == j:
+                    break
+                j = c
+            k = key_of[x]
+            bits[x >> 6] &= ~(np.uint64(1) << np.uint64(x & 63))
+            w = (x >> 6) + 1
+            while w <= n_word:
+                tree[w] -= 1
+                w += w & -w
             total -= 1
             resident[k] = False
             res_bytes -= expert_bytes[k // n_expert]
             out[OUT_EVICT] += 1
-        for q in range(n_b):                         # the batch's keys become candidates
-            k = batch_keys[q]
-            if resident[k]:
-                j = rank[k]
-                while j <= n_rank:
-                    tree[j] += 1
-                    j += j & -j
-                total += 1
+        for q in range(n_m):                         # the batch's misses become candidates
+            x = rank[miss_key[q]]
+            bits[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+            w = (x >> 6) + 1
+            while w <= n_word:
+                tree[w] += 1
+                w += w & -w
+        total += n_m
     out[OUT_RESIDENT] = res_bytes
     out[OUT_WORDS] = wpos
 
@@ -452,11 +490,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
     (count, stamp) pair (stamps are unique, so there are no ties)."""
     n_keys = expert_bytes.size * n_expert
     max_c = batch_layer.size + 2
-    bhead = np.full(max_c, -1, np.int64)
-    btail = np.full(max_c, -1, np.int64)
-    older = np.full(n_keys, -1, np.int64)
-    newer = np.full(n_keys, -1, np.int64)
-    where = np.full(n_keys, -1, np.int64)
+    L = new_lists(n_keys, max_c)
     count = np.zeros(n_keys, np.int64)
     resident = np.zeros(n_keys, np.bool_)
     touched = np.full(n_keys, -1, np.int64)
@@ -468,7 +502,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
         for i in range(batch_start[b], batch_start[b + 1]):
             key = keys[i]
             if resident[key]:                        # out of its count list
-                _unlink(key, where, older, newer, bhead, btail)
+                _unlink(L, key)
             if touched[key] != b:
                 touched[key] = b
                 out[kd] += 1
@@ -480,21 +514,21 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
                     res_bytes += eb
                     out[OUT_READ + kd] += eb
             c = count[key]                           # to the head of its count list
-            _push_head(c, key, where, older, newer, bhead, btail)
+            _push_head(L, c, key)
             if c < minc:
                 minc = c
         c = minc
         while res_bytes > budget_bytes and c < max_c:
-            k = btail[c]
+            k = _tail(L, c)
             while k != -1 and touched[k] == b:
-                k = newer[k]
+                k = L[k, 2]
             if k == -1:
                 c += 1
                 continue
-            _unlink(k, where, older, newer, bhead, btail)
+            _unlink(L, k)
             resident[k] = False
             res_bytes -= expert_bytes[k // n_expert]
             out[OUT_EVICT] += 1
-        while minc < max_c and btail[minc] == -1:
+        while minc < max_c and _tail(L, minc) == -1:
             minc += 1
     out[OUT_RESIDENT] = res_bytes

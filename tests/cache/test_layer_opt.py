@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.cache.batches import BatchTrace
-from refsim.cache.layer_opt import (FixedShares, layer_curves, optimal_shares, slice_events)
+from refsim.cache.layer_opt import (FixedShares, _group_dp, group_tables, layer_curves,
+                                    optimal_shares, slice_events)
 from refsim.cache.policy import get_policy, reference_replay, replay_policy
 from refsim.testing.cache_streams import cache_budgets, cache_streams
 
@@ -52,6 +53,29 @@ def test_knapsack_equals_brute_force_over_every_allocation(sb):
     ref = reference_replay(bt, get_policy("layer-opt"), budget)
     assert fast.hits.sum() == ref.hits.sum() == best
     assert best >= replay_policy(bt, "layer", budget).hits.sum()
+
+
+@settings(max_examples=60, deadline=None)
+@given(cache_streams().flatmap(lambda s: st.tuples(st.just(s), cache_budgets(s.header))))
+def test_a_budget_only_truncates_the_group_tables(sb):
+    # the DP over counts <= n never looks past n, so one budget-free table per trace serves
+    # every budget: the DP stopped at budget // size is the full table's prefix, entry for entry
+    stream, budget = sb
+    bt = batches_of(stream)
+    curves = layer_curves(bt)
+    for size, layers, pm, arg, choice in group_tables(curves, bt.expert_bytes):
+        flat = np.concatenate([curves[l] for l in layers]).astype(np.int64)
+        offs = np.concatenate(([0], np.cumsum([curves[l].size for l in layers]))).astype(np.int64)
+        n = min(int(pm.size) - 1, budget // size)
+        best, ch = _group_dp(flat, offs, n)
+        full, full_ch = _group_dp(flat, offs, int(pm.size) - 1)
+        assert best.tolist() == full[:n + 1].tolist()
+        assert ch.tolist() == full_ch[:, :n + 1].tolist()
+        assert np.maximum.accumulate(best).tolist() == pm[:n + 1].tolist()
+    tables = group_tables(curves, bt.expert_bytes)
+    for b in (budget, budget // 2 + 1, 2 * budget):
+        assert optimal_shares(curves, bt.expert_bytes, b, tables) == \
+            optimal_shares(curves, bt.expert_bytes, b)
 
 
 def test_hand_worked_allocation_gives_the_hot_layer_the_budget():
