@@ -36,7 +36,10 @@ rounding, i.e. the same number :mod:`refsim.forward.actq` documents, computed th
 thread by the same instructions in the same order whatever the number of vectors, rows or
 threads (rows are split over threads in fixed chunks of :data:`CHUNK`). The block dots are the
 LLVM vector functions of :mod:`refsim.kernels.simd`; their sums are exact integers, so SIMD lane
-order cannot change a bit.
+order cannot change a bit. Contiguous rows of every type in the table go four at a time
+(``simd.q4_0_rows4`` ... ``simd.q6_k_rows4``: lane ``i`` of one float64 accumulator is row ``i``'s sum,
+with the one-row function's operations in its block order, and the next four rows are prefetched);
+the rows left over (fewer than four in a chunk) take the one-row functions.
 
 Activation quantisation (the same rules as :mod:`refsim.forward.actq`, which states their source):
 Q8_0 per 32: ``amax``, ``q = round_half_even(x * (127/amax))``, ``d = f16(amax/127)``; Q8_K per 256:
