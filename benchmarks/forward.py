@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Decode speed of refsim's reference pass against llama.cpp on the same synthetic model.
 
-    python benchmarks/forward.py [--quant Q4_0] [--tokens 16] [--threads 2] [--n-expert 128] [--rounds 3]
-                                 [--numerics exact,ggml]
+    python benchmarks/forward.py [--quant Q4_0|Q4_K_M|MXFP4|all|TYPE,...] [--tokens 16] [--threads 2]
+                                 [--n-expert 128] [--rounds 3] [--numerics exact,ggml]
 
 The model has Qwen3-30B-A3B's widths with 1/8 of its layers (``QWEN3_30B_A3B_EIGHTH``: n_embd
 2048, 32/4 heads of 128, 128 experts top-8 of width 768, 6 layers, vocab 1024), written once
@@ -18,6 +18,11 @@ bytes of weights one decode step touches (dense + k routed expert slices per lay
 output matrix + one embedding row) and the DRAM bandwidth those bytes at that speed imply, and
 refsim's peak RSS split into file-backed (the mapped GGUF) and anonymous memory: anonymous
 memory must not grow with n_expert (experts are read through the mapping, one slice at a time).
+
+``--quant`` takes a synthetic type (:data:`refsim.model.synth.QUANTS`) or one of the real mixes of
+:data:`MIXES`, comma-separated, or ``all`` (:data:`ALL`). Each run also measures the machine's read
+bandwidth (:func:`read_bandwidth`: NumPy sums over a 1 GiB array, 1 and ``--threads`` threads) so the
+GB/s of weights each engine reaches can be set against it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,56 @@ ENV0 = dict(os.environ)
 """The environment before refsim is imported (which sets OMP_WAIT_POLICY=PASSIVE if unset): what the
 llama.cpp child gets, so llama.cpp runs as its users run it."""
 PROMPT = [1, 5, 77, 123, 42, 299, 7, 260]
+
+MIXES = {
+    # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M as llama_tensor_get_type (src/llama-quant.cpp) assigns it to
+    # a qwen3moe model: output Q6_K; attn_v and ffn_down(_exps) Q6_K on use_more_bits layers, Q4_K on
+    # the others; everything else Q4_K (token_embd included). Its Q5_K rules (attn_qkv; attn_output when
+    # n_expert == 8) do not apply to qwen3moe. synth's 'mixed' is exactly this on qwen3moe.
+    "Q4_K_M": "mixed",
+    # LLAMA_FTYPE_MOSTLY_MXFP4_MOE (the type of unsloth's Qwen3.6-35B-A3B-MXFP4_MOE): 3-D tensors
+    # (ne[2] > 1, the routed experts) MXFP4, every other quantized tensor (output and token_embd
+    # included) Q8_0; norms and the router F32 (src/llama-quant.cpp, the MXFP4_MOE branches).
+    "MXFP4": {"ffn_gate_exps": "MXFP4", "ffn_up_exps": "MXFP4", "ffn_down_exps": "MXFP4", "default": "Q8_0"},
+}
+"""``--quant`` names of real files' type mixes -> the ``write_synthetic`` quant recipe."""
+
+ALL = ("Q4_K_M", "MXFP4", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+       "IQ4_XS", "TQ1_0", "TQ2_0")
+"""``--quant all``: the two real mixes, then every quantized synthetic type, one per run (the float types
+F32/F16/BF16 are left out: at these widths their files are 7-15 GB). Pure MXFP4 is ``--quant MXFP4-pure``."""
+
+
+def recipe(name: str):
+    """The ``write_synthetic`` quant of a ``--quant`` name (a mix of :data:`MIXES`, ``MXFP4-pure``, or a
+    synthetic type)."""
+    if name in MIXES:
+        return MIXES[name]
+    return "MXFP4" if name == "MXFP4-pure" else name
+
+
+def read_bandwidth(threads: int, mib: int = 1024, reps: int = 5) -> dict:
+    """Best read bandwidth in GB/s (1e9 bytes/s) of summing a ``mib`` MiB float64 array with NumPy, on one
+    thread and on ``threads`` threads (each summing its own contiguous slice; NumPy releases the GIL in
+    the reduction), best of ``reps``. The array is written first, so page faults are not timed."""
+    import threading
+
+    import numpy as np
+    a = np.ones(mib * 2 ** 20 // 8)
+    out = {}
+    for n in sorted({1, threads}):
+        parts = np.array_split(a, n)
+        best = 0.0
+        for _ in range(reps):
+            ts = [threading.Thread(target=np.sum, args=(p,)) for p in parts]
+            t0 = time.perf_counter()
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            best = max(best, a.nbytes / (time.perf_counter() - t0) / 1e9)
+        out[n] = best
+    return out
 
 
 def _mem() -> dict:
@@ -123,11 +178,12 @@ def _run_child(kind: str, args, numerics: str) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
            "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"] \
         + (["--cold"] if args.cold else [])
+    load = os.getloadavg()[0]
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV0, OMP_NUM_THREADS=str(args.threads)))
     if p.returncode != 0:
         print(f"{kind}: failed ({p.returncode}): {p.stderr.strip().splitlines()[-1:] }", file=sys.stderr)
         return None
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return dict(json.loads(p.stdout.strip().splitlines()[-1]), load=load)
 
 
 def touched_bytes_per_token(model) -> int:
@@ -142,7 +198,9 @@ def touched_bytes_per_token(model) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quant", default="Q4_0", help="synthetic quant (default Q4_0)")
+    ap.add_argument("--quant", default="Q4_0",
+                    help="synthetic type, real mix (Q4_K_M, MXFP4; MXFP4-pure = every matrix MXFP4), comma-separated, "
+                         "or 'all' (default Q4_0)")
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-expert", type=int, default=128, help="experts per layer (default 128 = Qwen3-30B-A3B)")
@@ -160,21 +218,43 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, REPO)
+    from refsim.model.synth import QUANTS
+    names = list(ALL) if args.quant == "all" else [q.strip() for q in args.quant.split(",") if q.strip()]
+    bad = [q for q in names if q not in MIXES and q != "MXFP4-pure" and q not in QUANTS]
+    if bad or not names:
+        ap.error(f"--quant: unknown {', '.join(bad) or 'empty list'} (choose from {', '.join(MIXES)}, MXFP4-pure, all, "
+                 f"{', '.join(QUANTS)})")
+    bw = read_bandwidth(args.threads)
+    print("read bandwidth (NumPy sum over 1 GiB, best of 5): "
+          + ", ".join(f"{n} thread{'s' if n > 1 else ''} {g:.1f} GB/s" for n, g in bw.items())
+          + f"; load average (1 min) {os.getloadavg()[0]:.2f}")
+    for q in names:
+        bench_one(args, q, bw)
+    return 0
+
+
+def bench_one(args, quant: str, bw: dict) -> None:
+    """One ``--quant`` name: write the model if absent, alternate the engines ``--rounds`` times, print."""
     from refsim import MIB
     from refsim.forward.builtin import cache_dir
     from refsim.model import QWEN3_30B_A3B_EIGHTH, open_model, write_synthetic
     dims = dict(QWEN3_30B_A3B_EIGHTH, n_expert=args.n_expert)
-    path = os.path.join(cache_dir(), f"bench-qwen3moe-eighth-{args.quant}-e{args.n_expert}.gguf")
+    path = os.path.join(cache_dir(), f"bench-qwen3moe-eighth-{quant}-e{args.n_expert}.gguf")
     if not os.path.exists(path):
         t0 = time.perf_counter()
-        write_synthetic(path, "qwen3moe", args.quant, seed=0, dims=dims)
+        write_synthetic(path, "qwen3moe", recipe(quant), seed=0, dims=dims)
         print(f"wrote {path} in {time.perf_counter() - t0:.1f} s")
     args.model = path
     model = open_model(path)
     size = os.path.getsize(path)
     touched = touched_bytes_per_token(model)
-    print(f"model: {path} ({size / MIB:.1f} MiB): n_embd {model.spec.n_embd}, {model.spec.n_layer} layers, "
-          f"{model.spec.n_expert} experts top-{model.spec.n_expert_used}, quant {args.quant}; "
+    types: dict[str, int] = {}
+    for t in model.tensors.values():
+        types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + t.n_bytes
+    print(f"\n== {quant}: {path} ({size / MIB:.1f} MiB; "
+          + ", ".join(f"{k} {v / MIB:.1f} MiB" for k, v in sorted(types.items(), key=lambda kv: -kv[1])) + ")")
+    print(f"model: n_embd {model.spec.n_embd}, {model.spec.n_layer} layers, "
+          f"{model.spec.n_expert} experts top-{model.spec.n_expert_used}, quant {quant}; "
           f"threads {args.threads}, {args.tokens} timed decode steps")
     print(f"weights touched per token: {touched / MIB:.2f} MiB "
           f"(dense + {model.spec.n_expert_used} expert slices x {model.spec.n_layer} layers + output)")
@@ -185,7 +265,7 @@ def main() -> int:
     if not have_llama:
         print("llama.cpp: llama_cpp not importable (install refsim[oracle]); no baseline this run")
     # alternate the engines, --rounds times, and keep each one's best and median: a shared machine's
-    # load then hits all alike (every sample is printed, with the load average before and after)
+    # load then hits all alike (every sample is printed with the 1-minute load average before it)
     modes = [m.strip() for m in args.numerics.split(",") if m.strip()]
     samples: dict[str, list[dict]] = {m: [] for m in modes}
     samples["llama.cpp"] = []
@@ -202,6 +282,7 @@ def main() -> int:
     load1 = os.getloadavg()
     print(f"load average (1 min) before {load0[0]:.2f}, after {load1[0]:.2f} on {os.cpu_count()} cores")
     stats = {}
+    top = bw[max(bw)]
     for name, rs in samples.items():
         if not rs:
             continue
@@ -209,18 +290,20 @@ def main() -> int:
         best = max(rs, key=lambda r: r["tok_s"])
         stats[name] = (tps[-1], statistics.median(tps))
         label = f"refsim ({name})" if name in modes else name
-        print(f"{label}: samples {' '.join(f'{t:.2f}' for t in (r['tok_s'] for r in rs))} tok/s; best {tps[-1]:.2f}, "
-              f"median {stats[name][1]:.2f} -> {touched * tps[-1] / 1e9:.2f} / {touched * stats[name][1] / 1e9:.2f} "
-              f"GB/s of weights; peak RSS {best['VmHWM'] / MIB:.0f} MiB"
+        shown = " ".join(f"{r['tok_s']:.2f} (load {r['load']:.2f})" for r in rs)
+        print(f"{label}: samples {shown} tok/s; "
+              f"best {tps[-1]:.2f}, median {stats[name][1]:.2f} -> {touched * tps[-1] / 1e9:.2f} / "
+              f"{touched * stats[name][1] / 1e9:.2f} GB/s of weights ({100 * touched * tps[-1] / 1e9 / top:.0f} % / "
+              f"{100 * touched * stats[name][1] / 1e9 / top:.0f} % of the {max(bw)}-thread read bandwidth); "
+              f"peak RSS {best['VmHWM'] / MIB:.0f} MiB"
               + (f" (file-backed {best['RssFile'] / MIB:.0f} MiB, anonymous {best['RssAnon'] / MIB:.0f} MiB; "
                  f"file {size / MIB:.0f} MiB)" if name in modes else ""))
     if "llama.cpp" in stats:
         lb, lm = stats["llama.cpp"]
         for m in modes:
             if m in stats:
-                print(f"ratio refsim ({m}) / llama.cpp: best/best {stats[m][0] / lb:.3f}, median/median "
-                      f"{stats[m][1] / lm:.3f} (target >= 0.5)")
-    return 0
+                print(f"ratio refsim ({m}) / llama.cpp [{quant}]: best/best {stats[m][0] / lb:.3f}, median/median "
+                      f"{stats[m][1] / lm:.3f} (target >= 0.8 on Q4_K_M and MXFP4, >= 0.5 otherwise)")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,10 @@ rounding, i.e. the same number :mod:`refsim.forward.actq` documents, computed th
 thread by the same instructions in the same order whatever the number of vectors, rows or
 threads (rows are split over threads in fixed chunks of :data:`CHUNK`). The block dots are the
 LLVM vector functions of :mod:`refsim.kernels.simd`; their sums are exact integers, so SIMD lane
-order cannot change a bit.
+order cannot change a bit. Contiguous rows of every type in the table go four at a time
+(``simd.q4_0_rows4`` ... ``simd.q6_k_rows4``: lane ``i`` of one float64 accumulator is row ``i``'s sum,
+with the one-row function's operations in its block order, and the next four rows are prefetched);
+the rows left over (fewer than four in a chunk) take the one-row functions.
 
 Activation quantisation (the same rules as :mod:`refsim.forward.actq`, which states their source):
 Q8_0 per 32: ``amax``, ``q = round_half_even(x * (127/amax))``, ``d = f16(amax/127)``; Q8_K per 256:
@@ -63,7 +66,12 @@ from refsim.kernels.simd import (
     dot_nib16x2,
     dot_nibu16x2,
     dot_q6x16,
+    mxfp4_rows4,
     q4_0_rows4,
+    q4_k_rows4,
+    q5_0_rows4,
+    q5_k_rows4,
+    q6_k_rows4,
     q8_0_rows4,
 )
 
@@ -382,16 +390,29 @@ def _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, r0, r1):
     # one loop per type, each with its row function inlined (a shared call costs ~1.7x here)
     scratch = np.empty(32, dtype=np.int8)
     n_vec = xq.shape[0]
-    if (kind == Q4_0 or kind == Q8_0) and raw.strides[1] == 1:
-        # four rows at a time (simd.q4_0_rows4: the same float64 sums as the row functions, bit for bit)
-        nb = n_cols // 32
+    if raw.strides[1] == 1:
+        # four rows at a time (simd.q4_0_rows4 and the like: the same float64 sums as the row functions,
+        # bit for bit); the rows left over go one at a time below
+        nb = n_cols // 32 if kind == Q4_0 or kind == Q8_0 or kind == Q5_0 or kind == MXFP4 else n_cols // 256
         r = r0
         while r + 4 <= r1:
             for v in range(n_vec):
                 if kind == Q4_0:
                     s4 = q4_0_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                else:
+                elif kind == Q8_0:
                     s4 = q8_0_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                elif kind == Q4_K:
+                    s4 = q4_k_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                elif kind == Q6_K:
+                    s4 = q6_k_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                elif kind == MXFP4:
+                    s4 = mxfp4_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                elif kind == Q5_K:
+                    s4 = q5_k_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                elif kind == Q5_0:
+                    s4 = q5_0_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                else:
+                    raise ValueError("qdot: unsupported ggml type id")
                 for i in range(4):
                     out[v, r + i] = np.float32(s4[i])
             r += 4

@@ -492,6 +492,39 @@ def _sum_lanes4(builder, ps):
                        builder.shuffle_vector(t01, t23, ir.Constant(v4, [2, 3, 6, 7])))
 
 
+def _prefetch_next4(builder, pa, base, rb, b, bsize):
+    """Prefetch, at block step ``b``, the bytes ``[4 rb + 4 b bsize, 4 rb + 4 (b + 1) bsize)`` past ``base``:
+    the next four rows (``rb`` bytes each) at the pace this pass reads the current four (one call per 64-byte
+    line; ``llvm.prefetch`` is a hint that never faults, so past the end is harmless)."""
+    pf = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0i8")
+    nxt = builder.add(builder.add(base, builder.mul(rb, ir.Constant(rb.type, 4))),
+                      builder.mul(b, ir.Constant(b.type, 4 * bsize)))
+    for k in range(0, 4 * bsize, 64):
+        builder.call(pf, [builder.gep(pa, [builder.add(nxt, ir.Constant(nxt.type, k))]),
+                          ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+
+
+def _halves4(builder, pa, pt, offs, delta):
+    """``<4 x double>``: the half (little-endian f16) at byte ``offs[i] + delta`` of each of four rows, via
+    ``vcvtph2ps`` when :data:`F16C`, else the ``F16_TO_F32`` table ``pt`` (equal for every non-NaN half)."""
+    d4 = ir.VectorType(ir.DoubleType(), 4)
+    offs = [builder.add(off, ir.Constant(off.type, delta)) if delta else off for off in offs]
+    if F16C:
+        hv = ir.Constant(ir.VectorType(ir.IntType(16), 4), ir.Undefined)
+        for i, off in enumerate(offs):
+            h = builder.load(builder.bitcast(builder.gep(pa, [off]), ir.IntType(16).as_pointer()), align=1)
+            hv = builder.insert_element(hv, h, ir.Constant(_I32, i))
+        return builder.fpext(builder.bitcast(hv, ir.VectorType(ir.HalfType(), 4)), d4)
+    fv = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
+    for i, off in enumerate(offs):
+        lo = builder.zext(builder.load(builder.gep(pa, [off])), ir.IntType(64))
+        hi = builder.zext(builder.load(builder.gep(pa, [builder.add(off, ir.Constant(off.type, 1))])), ir.IntType(64))
+        idx = builder.or_(lo, builder.shl(hi, ir.Constant(ir.IntType(64), 8)))
+        fv = builder.insert_element(fv, builder.load(builder.gep(pt, [idx])), ir.Constant(_I32, i))
+    return builder.fpext(fv, d4)
+
+
 def _make_rows4(kind: str):
     bsize = _ROWS4[kind]
     d4 = ir.VectorType(ir.DoubleType(), 4)
@@ -518,19 +551,12 @@ def _make_rows4(kind: str):
             pt = context.make_array(signature.args[6])(context, builder, table).data
             base = builder.mul(r, rb)
             rows = [builder.add(base, builder.mul(rb, ir.Constant(rb.type, i))) for i in range(4)]
-            ahead = builder.mul(rb, ir.Constant(rb.type, 4))
             acc = cgutils.alloca_once_value(builder, ir.Constant(d4, [0.0] * 4))
-            pf = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0i8")
             with cgutils.for_range(builder, nb) as loop:
                 b = loop.index
                 o = builder.mul(b, ir.Constant(b.type, bsize))
                 offs = [builder.add(row, o) for row in rows]
-                # the next four rows' bytes at the same pace (4 * bsize per step; two lines when that is > 64)
-                nxt = builder.add(builder.add(base, ahead), builder.mul(b, ir.Constant(b.type, 4 * bsize)))
-                for k in range(0, 4 * bsize, 64):
-                    builder.call(pf, [builder.gep(pa, [builder.add(nxt, ir.Constant(nxt.type, k))]),
-                                      ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+                _prefetch_next4(builder, pa, base, rb, b, bsize)
                 wb = builder.load(builder.bitcast(builder.gep(px, [builder.mul(b, ir.Constant(b.type, 32))]),
                                                   ir.VectorType(_I8, 32).as_pointer()), align=1)
                 lanes = _rows4_lanes(context, builder, kind, pa, offs, wb)
@@ -543,21 +569,7 @@ def _make_rows4(kind: str):
                 if kind == "q4_0":   # q - 8: minus 8 * (sum of the activation block)
                     xs8 = builder.mul(builder.load(builder.gep(ps, [b])), ir.Constant(_I32, 8))
                     isum = builder.sub(isum, _splat(builder, xs8, _I32, 4))
-                if F16C:
-                    hv = ir.Constant(ir.VectorType(ir.IntType(16), 4), ir.Undefined)
-                    for i, off in enumerate(offs):
-                        h = builder.load(builder.bitcast(builder.gep(pa, [off]), ir.IntType(16).as_pointer()), align=1)
-                        hv = builder.insert_element(hv, h, ir.Constant(_I32, i))
-                    dw = builder.fpext(builder.bitcast(hv, ir.VectorType(ir.HalfType(), 4)), d4)
-                else:
-                    fv = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
-                    for i, off in enumerate(offs):
-                        lo = builder.zext(builder.load(builder.gep(pa, [off])), ir.IntType(64))
-                        hi = builder.zext(builder.load(builder.gep(pa, [builder.add(off, ir.Constant(off.type, 1))])),
-                                          ir.IntType(64))
-                        idx = builder.or_(lo, builder.shl(hi, ir.Constant(ir.IntType(64), 8)))
-                        fv = builder.insert_element(fv, builder.load(builder.gep(pt, [idx])), ir.Constant(_I32, i))
-                    dw = builder.fpext(fv, d4)
+                dw = _halves4(builder, pa, pt, offs, 0)
                 dx = builder.fpext(builder.load(builder.gep(pd, [b])), ir.DoubleType())
                 term = builder.fmul(builder.fmul(dw, _splat(builder, dx, ir.DoubleType(), 4)), builder.sitofp(isum, d4))
                 builder.store(builder.fadd(builder.load(acc), term), acc)
@@ -617,6 +629,332 @@ def _ov_q8_0_rows4(a, r, nb, xq, xd, xs, table):
     return lambda a, r, nb, xq, xd, xs, table: _q8_0_rows4(a, r, nb, xq, xd, xs, table)
 
 
+# --- four rows of the other Q8_0 / Q8_K weight types (Q5_0, MXFP4, Q4_K, Q5_K, Q6_K) ------------------
+#
+# The same walk as q4_0_rows4 (four rows per pass, lane i of a <4 x double> accumulator = row i's float64
+# sum with the one-row function's operations in its block order, the next four rows prefetched), for the
+# row functions of refsim.kernels.qdot:
+#
+#   q5_0, mxfp4 (Q8_0 activations, blocks of 32): the 32 weights as unsigned bytes u = q + bias (Q5_0:
+#     nibble | high bit << 4, bias 16; MXFP4: kvalues_mxfp4[nibble] + 12, bias 12), the block dot
+#     sum u x - bias * xs[b] (as Q4_0's - 8 * xs[b]); the scale term as the row function's
+#     (f64(d_w) * f64(d_x)) * isum, d_w the half (Q5_0) or 2^(e - 128) (MXFP4, exact in float64).
+#   q4_k, q5_k (Q8_K activations, blocks of 256): acc_sc = sum_j sc_j isum_j, acc_m = sum_j m_j xs[8b + j]
+#     over the 8 sub-blocks of 32, s += (d * dx) * acc_sc - (dmin * dx) * acc_m.
+#   q6_k: acc = sum_g sc_g isum_g over the 16 sub-blocks of 16 (q = q6 - 32), s += (d * dx) * acc.
+#
+# Every integer above is exact in int32 (bounds at each step in the comments), so it equals the row
+# function's int64 sums whatever order the lanes are added in. On AVX2 the products are vpmaddubsw
+# (unsigned weight bytes x signed activations, pairs to i16) then vpmaddwd (pairs to i32, by 1 or by the
+# sub-block scale), as ggml's AVX2 kernels do; elsewhere generic vector code.
+
+_ROWS4_X = {"q5_0": (32, 22), "mxfp4": (32, 17), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+"""Elements and bytes per block of the types :func:`rows4_other` handles."""
+
+_MXFP4_U = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0]
+"""ggml ``kvalues_mxfp4`` plus 12 (0..24)."""
+
+
+def _vload(builder, ptr, off, n):
+    return builder.load(builder.bitcast(builder.gep(ptr, [off]), ir.VectorType(_I8, n).as_pointer()), align=1)
+
+
+def _c(off, k):
+    return ir.Constant(off.type, k)
+
+
+def _nibbles32(builder, raw16):
+    """16 bytes -> ``<32 x i8>``: low nibbles (elements 0..15), then high nibbles (16..31)."""
+    v8 = ir.VectorType(_I8, 16)
+    lo = builder.and_(raw16, ir.Constant(v8, [15] * 16))
+    hi = builder.lshr(raw16, ir.Constant(v8, [4] * 16))
+    return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+
+
+def _mxfp4_u(builder, nib):
+    """``<16 x i8>`` nibbles (0..15) -> kvalues_mxfp4[nib] + 12 (``vpshufb`` on AVX2, else arithmetic:
+    magnitude m = nib & 7 maps to m (m < 4), 2m - 4 (m < 6), 4m - 16; sign bit nib & 8)."""
+    v8 = ir.VectorType(_I8, 16)
+    if AVX2:
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v8, v8]), "llvm.x86.ssse3.pshuf.b.128")
+        return builder.call(fn, [ir.Constant(v8, _MXFP4_U), nib])
+    k = lambda x: ir.Constant(v8, [x] * 16)  # noqa: E731
+    m = builder.and_(nib, k(7))
+    two = builder.sub(builder.shl(m, k(1)), k(4))
+    four = builder.sub(builder.shl(m, k(2)), k(16))
+    mag = builder.select(builder.icmp_unsigned("<", m, k(4)), m,
+                         builder.select(builder.icmp_unsigned("<", m, k(6)), two, four))
+    neg = builder.icmp_unsigned("!=", builder.and_(nib, k(8)), k(0))
+    return builder.select(neg, builder.sub(k(12), mag), builder.add(k(12), mag))
+
+
+def _maddubs(builder, u, x):
+    """AVX2 ``vpmaddubsw``: ``<32 x i8>`` unsigned ``u`` times signed ``x``, adjacent pairs summed to
+    ``<16 x i16>`` (callers keep every pair sum inside int16: no saturation)."""
+    v16 = ir.VectorType(ir.IntType(16), 16)
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [ir.VectorType(_I8, 32)] * 2),
+                                        "llvm.x86.avx2.pmadd.ub.sw")
+    return builder.call(fn, [u, x])
+
+
+def _maddwd(builder, a, b):
+    """AVX2 ``vpmaddwd``: ``<16 x i16>`` products, adjacent pairs summed to ``<8 x i32>``."""
+    v16 = ir.VectorType(ir.IntType(16), 16)
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(_I32, 8), [v16, v16]),
+                                        "llvm.x86.avx2.pmadd.wd")
+    return builder.call(fn, [a, b])
+
+
+def _reduce(builder, v, n):
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [ir.VectorType(_I32, n)]),
+                                        f"llvm.vector.reduce.add.v{n}i32")
+    return builder.call(fn, [v])
+
+
+def _lanes4(builder, per_row):
+    """Four row values -> ``<4 x i32>``: ``<8 x i32>`` partial sums reduced together (:func:`_sum_lanes4`),
+    or i32 scalars inserted."""
+    if isinstance(per_row[0].type, ir.VectorType):
+        return _sum_lanes4(builder, per_row)
+    v = ir.Constant(ir.VectorType(_I32, 4), ir.Undefined)
+    for i, s in enumerate(per_row):
+        v = builder.insert_element(v, s, ir.Constant(_I32, i))
+    return v
+
+
+def _u_dot32(builder, u, x):
+    """``sum_j u_j x_j`` over 32 (``u`` unsigned bytes <= 31 or 24, ``x`` int8): ``<8 x i32>`` partial sums on
+    AVX2 (pairs <= 2 * 31 * 128 = 7936 in int16), else an i32."""
+    if AVX2:
+        return _maddwd(builder, _maddubs(builder, u, x), ir.Constant(ir.VectorType(ir.IntType(16), 16), [1] * 16))
+    v32 = ir.VectorType(_I32, 32)
+    return _reduce(builder, builder.mul(builder.zext(u, v32), builder.sext(x, v32)), 32)
+
+
+def _scales_mins8(builder, raw16):
+    """Q4_K/Q5_K: the 12 packed scale bytes (first 12 of ``raw16``) -> (sc, m) as ``<8 x i8>`` (6 bits each),
+    :func:`refsim.kernels.k_quants._scale_min` for j = 0..7 at once."""
+    v8 = ir.VectorType(_I8, 8)
+    sh = lambda idx: builder.shuffle_vector(raw16, raw16, ir.Constant(ir.VectorType(_I32, 8), idx))  # noqa: E731
+    k = lambda x: ir.Constant(v8, [x] * 8)  # noqa: E731
+    low4 = ir.Constant(ir.VectorType(ir.IntType(1), 8), [1] * 4 + [0] * 4)
+    a = sh([0, 1, 2, 3, 8, 9, 10, 11])            # q[j] (j < 4), q[j + 4] (j >= 4)
+    b = sh([0, 1, 2, 3, 0, 1, 2, 3])              # q[j - 4] for j >= 4
+    c = sh([4, 5, 6, 7, 8, 9, 10, 11])            # q[j + 4]
+    d = sh([4, 5, 6, 7, 4, 5, 6, 7])              # q[j] for j >= 4
+    top = lambda v: builder.shl(builder.lshr(v, k(6)), k(4))  # noqa: E731
+    sc = builder.select(low4, builder.and_(a, k(63)), builder.or_(builder.and_(a, k(15)), top(b)))
+    m = builder.select(low4, builder.and_(c, k(63)), builder.or_(builder.lshr(c, k(4)), top(d)))
+    return sc, m
+
+
+def _make_rows4_x(kind: str):
+    nel, bsize = _ROWS4_X[kind]
+    d4 = ir.VectorType(ir.DoubleType(), 4)
+    v16 = ir.VectorType(ir.IntType(16), 16)
+    ret = types.UniTuple(types.float64, 4)
+
+    @intrinsic
+    def _impl(typingctx, a, r, nb, xq, xd, xs, table):
+        if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint8):
+            raise TypingError(f"{kind}_rows4: expected 2-D uint8 rows, got {a}")
+        _check8(f"{kind}_rows4", xq)
+        for arr, dt in ((xd, types.float32), (xs, types.int32), (table, types.float32)):
+            if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and arr.dtype == dt):
+                raise TypingError(f"{kind}_rows4: expected a 1-D C-contiguous {dt} array, got {arr}")
+        sig = ret(a, types.intp, types.intp, xq, xd, xs, table)
+
+        def codegen(context, builder, signature, args):
+            a, r, nb, xq, xd, xs, table = args
+            ary = context.make_array(signature.args[0])(context, builder, a)
+            pa = ary.data
+            rb = builder.extract_value(ary.strides, 0)                   # bytes per row
+            px = context.make_array(signature.args[3])(context, builder, xq).data
+            pd = context.make_array(signature.args[4])(context, builder, xd).data
+            ps = context.make_array(signature.args[5])(context, builder, xs).data
+            pt = context.make_array(signature.args[6])(context, builder, table).data
+            base = builder.mul(r, rb)
+            rows = [builder.add(base, builder.mul(rb, _c(rb, i))) for i in range(4)]
+            acc = cgutils.alloca_once_value(builder, ir.Constant(d4, [0.0] * 4))
+            with cgutils.for_range(builder, nb) as loop:
+                b = loop.index
+                offs = [builder.add(row, builder.mul(b, _c(b, bsize))) for row in rows]
+                _prefetch_next4(builder, pa, base, rb, b, bsize)
+                xo = builder.mul(b, _c(b, nel))
+                dx = _splat(builder, builder.fpext(builder.load(builder.gep(pd, [b])), ir.DoubleType()),
+                            ir.DoubleType(), 4)
+                if kind in ("q5_0", "mxfp4"):
+                    wb = _vload(builder, px, xo, 32)
+                    per = []
+                    for off in offs:
+                        if kind == "q5_0":
+                            u = _nibbles32(builder, _vload(builder, pa, builder.add(off, _c(off, 6)), 16))
+                            qh = _vload(builder, pa, builder.add(off, _c(off, 2)), 4)   # bit j: element j
+                            rep = builder.shuffle_vector(qh, qh, ir.Constant(ir.VectorType(_I32, 32),
+                                                                            [j // 8 for j in range(32)]))
+                            bit = builder.and_(rep, ir.Constant(ir.VectorType(_I8, 32), [1 << (j % 8) for j in range(32)]))
+                            hi = builder.select(builder.icmp_unsigned("!=", bit, ir.Constant(ir.VectorType(_I8, 32), [0] * 32)),
+                                                ir.Constant(ir.VectorType(_I8, 32), [16] * 32),
+                                                ir.Constant(ir.VectorType(_I8, 32), [0] * 32))
+                            u = builder.or_(u, hi)                                      # 0..31
+                        else:
+                            raw = _vload(builder, pa, builder.add(off, _c(off, 1)), 16)
+                            v8 = ir.VectorType(_I8, 16)
+                            lo = _mxfp4_u(builder, builder.and_(raw, ir.Constant(v8, [15] * 16)))
+                            hi = _mxfp4_u(builder, builder.lshr(raw, ir.Constant(v8, [4] * 16)))
+                            u = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+                        per.append(_u_dot32(builder, u, wb))
+                    bias = 16 if kind == "q5_0" else 12
+                    isum = builder.sub(_lanes4(builder, per),                         # |isum| <= 32 * 31 * 128
+                                       _splat(builder, builder.mul(builder.load(builder.gep(ps, [b])), ir.Constant(_I32, bias)),
+                                              _I32, 4))
+                    if kind == "q5_0":
+                        dw = _halves4(builder, pa, pt, offs, 0)
+                    else:   # 2^(e - 128) as float64 bits: (e - 128 + 1023) << 52, a normal number for every e
+                        ev = ir.Constant(ir.VectorType(ir.IntType(64), 4), ir.Undefined)
+                        for i, off in enumerate(offs):
+                            e = builder.zext(builder.load(builder.gep(pa, [off])), ir.IntType(64))
+                            ev = builder.insert_element(ev, e, ir.Constant(_I32, i))
+                        bits = builder.shl(builder.add(ev, ir.Constant(ev.type, [1023 - 128] * 4)),
+                                           ir.Constant(ev.type, [52] * 4))
+                        dw = builder.bitcast(bits, d4)
+                    term = builder.fmul(builder.fmul(dw, dx), builder.sitofp(isum, d4))
+                elif kind in ("q4_k", "q5_k"):
+                    nib = 48 if kind == "q5_k" else 16
+                    xv = [_vload(builder, px, builder.add(xo, _c(xo, 32 * j)), 32) for j in range(8)]
+                    sc_rows, m_rows = [], []
+                    for off in offs:
+                        sc, m = _scales_mins8(builder, _vload(builder, pa, builder.add(off, _c(off, 4)), 16))
+                        if kind == "q5_k":
+                            qh = _vload(builder, pa, builder.add(off, _c(off, 16)), 32)
+                        tot = None
+                        for j in range(8):
+                            raw = _vload(builder, pa, builder.add(off, _c(off, nib + (j >> 1) * 32)), 32)
+                            v32 = ir.VectorType(_I8, 32)
+                            u = builder.and_(builder.lshr(raw, ir.Constant(v32, [4 * (j & 1)] * 32)), ir.Constant(v32, [15] * 32))
+                            if kind == "q5_k":    # + 16 * bit j of qh: u <= 31
+                                hb = builder.and_(builder.lshr(qh, ir.Constant(v32, [j] * 32)), ir.Constant(v32, [1] * 32))
+                                u = builder.or_(u, builder.shl(hb, ir.Constant(v32, [4] * 32)))
+                            if AVX2:   # pairs <= 2 * 31 * 128 in int16; times sc <= 63: <= 500k per i32 lane
+                                s16 = builder.shuffle_vector(builder.zext(sc, ir.VectorType(ir.IntType(16), 8)),
+                                                             ir.Constant(ir.VectorType(ir.IntType(16), 8), ir.Undefined),
+                                                             ir.Constant(ir.VectorType(_I32, 16), [j] * 16))
+                                t = _maddwd(builder, _maddubs(builder, u, xv[j]), s16)
+                            else:
+                                t = builder.mul(_u_dot32(builder, u, xv[j]),
+                                                builder.zext(builder.extract_element(sc, ir.Constant(_I32, j)), _I32))
+                            tot = t if tot is None else builder.add(tot, t)
+                        sc_rows.append(tot)                                          # |acc_sc| <= 8 * 63 * 32 * 31 * 128
+                        xs8 = builder.load(builder.bitcast(builder.gep(ps, [builder.mul(b, _c(b, 8))]),
+                                                           ir.VectorType(_I32, 8).as_pointer()), align=4)
+                        m_rows.append(builder.mul(builder.zext(m, ir.VectorType(_I32, 8)), xs8))   # <= 63 * 4096 each
+                    acc_sc = builder.sitofp(_lanes4(builder, sc_rows), d4)
+                    acc_m = builder.sitofp(_sum_lanes4(builder, m_rows), d4)
+                    t1 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 0), dx), acc_sc)
+                    t2 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 2), dx), acc_m)
+                    term = builder.fsub(t1, t2)
+                else:   # q6_k
+                    v32 = ir.VectorType(_I8, 32)
+                    xv = [_vload(builder, px, builder.add(xo, _c(xo, 32 * c)), 32) for c in range(8)]
+                    if AVX2:   # 32 x (sum of each activation pair), once for the four rows: |.| <= 8192
+                        x32 = [_maddubs(builder, ir.Constant(v32, [32] * 32), x) for x in xv]
+                    per = []
+                    for off in offs:
+                        scb = _vload(builder, pa, builder.add(off, _c(off, 192)), 16)      # 16 int8 scales
+                        tot = None
+                        for c in range(8):     # 32 elements 128 h + 32 k: sub-blocks g0 = 8 h + 2 k and g0 + 1
+                            h, k = c >> 2, c & 3
+                            ql = _vload(builder, pa, builder.add(off, _c(off, 64 * h + 32 * (k & 1))), 32)
+                            qh = _vload(builder, pa, builder.add(off, _c(off, 128 + 32 * h)), 32)
+                            lo = builder.and_(builder.lshr(ql, ir.Constant(v32, [4 * (k >> 1)] * 32)), ir.Constant(v32, [15] * 32))
+                            hi = builder.and_(builder.lshr(qh, ir.Constant(v32, [2 * k] * 32)), ir.Constant(v32, [3] * 32))
+                            u = builder.or_(lo, builder.shl(hi, ir.Constant(v32, [4] * 32)))   # q6 = q + 32, 0..63
+                            g0 = 8 * h + 2 * k
+                            if AVX2:   # (u x - 32 x) pairs in [-24256, 24194]: int16; times sc (int8): int32
+                                s16 = builder.shuffle_vector(builder.sext(scb, v16), builder.sext(scb, v16),
+                                                             ir.Constant(ir.VectorType(_I32, 16), [g0] * 8 + [g0 + 1] * 8))
+                                t = _maddwd(builder, builder.sub(_maddubs(builder, u, xv[c]), x32[c]), s16)
+                            else:
+                                w = ir.VectorType(_I32, 32)
+                                prod = builder.mul(builder.sub(builder.zext(u, w), ir.Constant(w, [32] * 32)),
+                                                   builder.sext(xv[c], w))
+                                t = None
+                                for half in range(2):
+                                    part = builder.shuffle_vector(prod, prod, ir.Constant(ir.VectorType(_I32, 16),
+                                                                                        list(range(16 * half, 16 * half + 16))))
+                                    sg = builder.sext(builder.extract_element(scb, ir.Constant(_I32, g0 + half)), _I32)
+                                    p = builder.mul(_reduce(builder, part, 16), sg)
+                                    t = p if t is None else builder.add(t, p)
+                            tot = t if tot is None else builder.add(tot, t)
+                        per.append(tot)                                              # |acc| <= 16 * 128 * 16 * 32 * 128
+                    term = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 208), dx),
+                                        builder.sitofp(_lanes4(builder, per), d4))
+                builder.store(builder.fadd(builder.load(acc), term), acc)
+            v = builder.load(acc)
+            out = context.get_constant_undef(ret)
+            for i in range(4):
+                out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, i)), i)
+            return out
+        return sig, codegen
+    return _impl
+
+
+_ROWS4_X_IMPL = {k: _make_rows4_x(k) for k in _ROWS4_X}
+_ROWS4_X_QTYPE = {"q5_0": 6, "mxfp4": 39, "q4_k": 12, "q5_k": 13, "q6_k": 14}
+
+
+def _rows4_x_python(kind, a, r, nb, xq, xd, xs, table):
+    from refsim.kernels.qdot import qdot_row   # the one-row functions (qdot imports this module)
+    n_cols = nb * _ROWS4_X[kind][0]
+    scratch = np.empty(32, np.int8)
+    return tuple(float(qdot_row(_ROWS4_X_QTYPE[kind], a[r + i], a[r + i].view(np.int8), n_cols, xq, xd, xs, table,
+                                scratch)) for i in range(4))
+
+
+def q5_0_rows4(a, r, nb, xq, xd, xs, table):
+    """:func:`q4_0_rows4` for Q5_0 rows (blocks of 22 bytes): element ``i`` equal bit for bit to
+    :func:`refsim.kernels.qdot.qdot_row` of row ``r + i``. ``xs`` must be the activation's block sums
+    (:class:`refsim.kernels.qdot.QActs` ``bsum``): the compiled form sums ``(q + 16) x`` and subtracts
+    ``16 xs[b]``."""
+    return _rows4_x_python("q5_0", a, r, nb, xq, xd, xs, table)
+
+
+def mxfp4_rows4(a, r, nb, xq, xd, xs, table):
+    """:func:`q5_0_rows4` for MXFP4 rows (blocks of 17 bytes; ``(kvalue + 12) x`` minus ``12 xs[b]``; the
+    scale ``2^(e - 128)``; ``table`` unused)."""
+    return _rows4_x_python("mxfp4", a, r, nb, xq, xd, xs, table)
+
+
+def q4_k_rows4(a, r, nb, xq, xd, xs, table):
+    """Four Q4_K rows ``a[r:r+4]`` (``nb`` blocks of 144 bytes) with one Q8_K activation (``xq`` int8,
+    ``xd`` float32 per 256, ``xs`` int32 sums per 32): element ``i`` equal bit for bit to
+    :func:`refsim.kernels.qdot.qdot_row` of row ``r + i``; prefetches the next four rows."""
+    return _rows4_x_python("q4_k", a, r, nb, xq, xd, xs, table)
+
+
+def q5_k_rows4(a, r, nb, xq, xd, xs, table):
+    """:func:`q4_k_rows4` for Q5_K rows (blocks of 176 bytes)."""
+    return _rows4_x_python("q5_k", a, r, nb, xq, xd, xs, table)
+
+
+def q6_k_rows4(a, r, nb, xq, xd, xs, table):
+    """:func:`q4_k_rows4` for Q6_K rows (blocks of 210 bytes; ``xs`` unused)."""
+    return _rows4_x_python("q6_k", a, r, nb, xq, xd, xs, table)
+
+
+def _ov_rows4_x(py, kind):
+    impl = _ROWS4_X_IMPL[kind]
+
+    @overload(py, inline="always")
+    def _ov(a, r, nb, xq, xd, xs, table):
+        return lambda a, r, nb, xq, xd, xs, table: impl(a, r, nb, xq, xd, xs, table)
+
+
+for _py, _kind in ((q5_0_rows4, "q5_0"), (mxfp4_rows4, "mxfp4"), (q4_k_rows4, "q4_k"), (q5_k_rows4, "q5_k"),
+                   (q6_k_rows4, "q6_k")):
+    _ov_rows4_x(_py, _kind)
+
+
 __all__ = [
     "AVX2",
     "acc8_f32",
@@ -630,6 +968,11 @@ __all__ = [
     "dot_nibu16x2",
     "dot_q6x16",
     "F16C",
+    "mxfp4_rows4",
     "q4_0_rows4",
+    "q4_k_rows4",
+    "q5_0_rows4",
+    "q5_k_rows4",
+    "q6_k_rows4",
     "q8_0_rows4",
 ]
