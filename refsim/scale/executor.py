@@ -141,8 +141,57 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+CONNECT_TIMEOUT_S = 30.0
+"""Seconds ``--dask-scheduler ADDRESS`` waits for a scheduler's handshake before giving up."""
+
+
+def _quiet_dask_logs() -> None:
+    """distributed logs its INFO lines (cluster start, worker join) and, on Ctrl-C, asyncio's
+    "Task exception was never retrieved" tracebacks on stderr; refsim's stderr holds warnings and
+    one-line errors only (docs/cli.md), so both loggers are raised to ERROR / CRITICAL."""
+    import logging
+    for name in ("distributed", "tornado"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+
+
+def _connect(distributed, address: str):
+    """A ``distributed.Client`` of the scheduler at ``address``, or a one-line ConfigError.
+
+    The connection runs in a daemon thread waited on for :data:`CONNECT_TIMEOUT_S` + 5 s: a peer
+    that accepts the TCP connection and never answers the handshake would otherwise block with no
+    end (distributed's own ``timeout`` covers the connect, not every handshake), and something
+    that answers but is not a scheduler can fail with any exception (e.g. an allocation of a
+    garbage message length), which is reported as "not a Dask scheduler?" with its first line.
+    """
+    import threading
+    box: dict = {}
+
+    def connect():
+        try:
+            box["client"] = distributed.Client(address, timeout=f"{CONNECT_TIMEOUT_S:g}s")
+        except BaseException as exc:          # reported below, in the command's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=connect, name="refsim-dask-connect", daemon=True)
+    t.start()
+    t.join(CONNECT_TIMEOUT_S + 5.0)
+    if t.is_alive():
+        raise ConfigError(f"--dask-scheduler {address}: cannot connect: no scheduler handshake "
+                          f"within {CONNECT_TIMEOUT_S + 5.0:g} s")
+    exc = box.get("error")
+    if exc is None:
+        return box["client"]
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, (OSError, TimeoutError, ValueError)):
+        raise ConfigError(f"--dask-scheduler {address}: cannot connect: {text}") from None
+    raise ConfigError(f"--dask-scheduler {address}: cannot connect (not a Dask scheduler?): "
+                      f"{type(exc).__name__}: {text}") from None
+
+
 def _run_dask(fn: Callable, cells: list, spec: ExecutorSpec) -> list:
     distributed = require_dask()
+    _quiet_dask_logs()
     cluster = None
     try:
         if spec.dask == LOCAL:
@@ -151,12 +200,7 @@ def _run_dask(fn: Callable, cells: list, spec: ExecutorSpec) -> list:
                                                dashboard_address=None)
             client = distributed.Client(cluster)
         else:
-            try:
-                client = distributed.Client(spec.dask, timeout="30s")
-            except (OSError, TimeoutError, ValueError) as exc:
-                raise ConfigError(f"--dask-scheduler {spec.dask}: cannot connect: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                                  ) from None
+            client = _connect(distributed, spec.dask)
         try:
             futures = client.map(fn, cells, pure=False)
             return client.gather(futures)

@@ -128,6 +128,9 @@ def check_prompt_flags(args) -> None:
     if args.out_dir is None:
         raise UsageError("--prompts without --out-dir: each prompt writes its route trace and "
                          "metrics CSV into a folder; give --out-dir DIR")
+    if args.out_dir == "-":
+        raise UsageError("--out-dir -: a folder is needed (each prompt writes two files into it); "
+                         "'-' (standard output) cannot hold them")
     for name in _EXCLUSIVE:
         if getattr(args, name) not in (None, False):
             flag = "--" + name.replace("_", "-")
@@ -146,6 +149,10 @@ def prepare_out_dir(path: str) -> None:
     from refsim.fileio import check_writable
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"--out-dir {path}: is not a folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--out-dir {path}: its parent folder {parent} does not exist (refsim "
+                          f"makes the folder itself, not its parents)")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:

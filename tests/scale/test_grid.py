@@ -208,3 +208,51 @@ def test_a_worker_refuses_a_trace_that_is_not_the_checked_file(two_traces):
     with pytest.raises(ConfigError, match="not readable on this worker: No such file"):
         load_trace(gone)
     assert load_trace(ref).header.model == "scripted"
+
+
+def _serve(handler):
+    """A TCP server on 127.0.0.1 (a free port) whose every connection runs ``handler(conn)``
+    in a daemon thread; returns the address ``tcp://127.0.0.1:PORT``."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def loop():
+        while True:
+            conn, _ = srv.accept()
+            threading.Thread(target=handler, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+
+
+def test_a_peer_that_is_not_a_scheduler_is_one_line(two_traces, capsys):
+    """Found by a fresh-user check: an HTTP-like peer that answers garbage made distributed
+    allocate 3 EiB and print a 51-line traceback; now one line, exit 1."""
+    pytest.importorskip("distributed")
+
+    def garbage(conn):
+        conn.recv(65536)
+        conn.sendall(b"\xff" * 64)
+        conn.close()
+
+    addr = _serve(garbage)
+    assert main(["sweep", str(two_traces), "--cache-mb", "256", "--dask-scheduler", addr]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"refsim sweep: error: --dask-scheduler {addr}: cannot connect")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_silent_peer_times_out_with_one_line(two_traces, capsys, monkeypatch):
+    """A peer that accepts and never answers the handshake: a bounded wait, then one line (the
+    bound is shortened here; the command waits CONNECT_TIMEOUT_S + 5 s)."""
+    pytest.importorskip("distributed")
+    import time
+    from refsim.scale import executor
+    monkeypatch.setattr(executor, "CONNECT_TIMEOUT_S", 1.0)
+    addr = _serve(lambda conn: time.sleep(3600))
+    assert main(["sweep", str(two_traces), "--cache-mb", "256", "--dask-scheduler", addr]) == 1
+    err = capsys.readouterr().err
+    assert f"--dask-scheduler {addr}: cannot connect: no scheduler handshake within 6 s" in err

@@ -49,12 +49,23 @@ def test_missing_or_empty_file(tmp_path):
     (["--out-dir", "D", "--csv", "x.csv"], "--prompts and --csv: mutually exclusive"),
     (["--out-dir", "D", "--prompt", "hi"], "--prompts and --prompt: mutually exclusive"),
     (["--out-dir", "D", "--json"], "--prompts and --json: mutually exclusive"),
+    (["--out-dir", "-"], "--out-dir -: a folder is needed"),
 ])
 def test_flag_mistakes_are_usage_errors(tmp_path, capsys, extra, msg):
     f = tmp_path / "p.txt"
     f.write_text("a\n")
     assert main(["run", "--prompts", str(f)] + extra) == 2
     assert msg in capsys.readouterr().err
+
+
+def test_out_dir_parent_must_exist_and_nothing_is_made(tmp_path, capsys):
+    f = tmp_path / "p.txt"
+    f.write_text("a\n")
+    target = tmp_path / "none" / "sub"
+    assert main(["run", "--prompts", str(f), "--out-dir", str(target), "-n", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"--out-dir {target}: its parent folder {tmp_path / 'none'} does not exist" in err
+    assert err.count("\n") == 1 and not (tmp_path / "none").exists()
 
 
 def test_executor_flags_without_prompts_are_usage_errors(capsys):
