@@ -512,15 +512,19 @@ class KeyReader:
             raise ModelFormatError(f"{self.path}: key {key} has {len(v)} elements, expected {length}")
         return v
 
-    def int_or_array(self, key: str, n: int, scalar: GGUFValueType, default: Any = _MISSING) -> tuple[int, ...]:
-        """A scalar of type ``scalar`` repeated ``n`` times, or an array of ``n`` u32/i32/bool
-        (llama.cpp ``get_key_or_arr``)."""
+    def int_or_array(self, key: str, n: int, scalar: GGUFValueType, default: Any = _MISSING,
+                     array_types: tuple = (GGUFValueType.UINT32, GGUFValueType.INT32,
+                                           GGUFValueType.BOOL)) -> tuple[int, ...]:
+        """A scalar of type ``scalar`` repeated ``n`` times, or an array of ``n`` values of one of
+        ``array_types`` (default u32/i32/bool; llama.cpp ``get_key_or_arr``, whose ``get_arr``
+        refuses an array that is not float32/int32/uint32: a caller reading integers passes
+        ``(UINT32, INT32)`` where a bool array would be a damaged file)."""
         if key not in self.metadata:
             if default is _MISSING:
                 raise ModelFormatError(f"{self.path}: missing required key {key}")
             return (default,) * n if default is not None else ()
         if self.type_of(key)[0] == GGUFValueType.ARRAY:
-            v = self.array(key, (GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.BOOL), n)
+            v = self.array(key, tuple(array_types), n)
             return tuple(int(x) for x in v)
         if self.type_of(key)[0] != scalar:
             raise self.error(key, f"{TYPE_NAMES[scalar]} or an array of {n} u32/i32")

@@ -313,7 +313,8 @@ class ModelSpec:
                 rec = tuple(bool(x) for x in kr.int_or_array(rec_key, n_layer_all, GGUFValueType.BOOL))[:n_layer]
             else:
                 rec = tuple((il + 1) % interval != 0 for il in range(max(n_layer, 0)))
-            sections = kr.int_or_array(key(Keys.Rope.DIMENSION_SECTIONS), 4, GGUFValueType.INT32)
+            sections = kr.int_or_array(key(Keys.Rope.DIMENSION_SECTIONS), 4, GGUFValueType.INT32,
+                                       array_types=(GGUFValueType.UINT32, GGUFValueType.INT32))
             extra = dict(
                 full_attention_interval=interval, recurrent_layers=rec, rope_sections=sections,
                 ssm_d_conv=kr.u32(key(Keys.SSM.CONV_KERNEL)), ssm_d_state=kr.u32(key(Keys.SSM.STATE_SIZE)),

@@ -270,6 +270,11 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
         raise TraceFormatError(
             f"{path}:{i + 1}: missing the model preamble line (the preamble ends here) "
             f"('# model=... arch=... n_layer=N n_expert=N n_expert_used=K')")
+    if not model_kv.get("arch"):
+        raise TraceFormatError(
+            f"{path}:{model_line}: the model line has no arch= value; expected arch=<the model's "
+            f"general.architecture> (the engine always writes it, bmoe-engine.md §4.5; the "
+            f"last-layer rule depends on it)")
     n_layer = _header_int(path, model_line, model_kv, "n_layer", 1, MAX_LAYERS,
                           " (the route trace bound: 8x llama.cpp's LLAMA_MAX_LAYERS)")
     n_expert = _header_int(path, model_line, model_kv, "n_expert", 1, MAX_EXPERTS,
@@ -526,6 +531,9 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
     check((residency < 0) | (residency > 2), "residency 0, 1 or 2", "residency", residency)
     check(charged < 0, "bytes >= 0", "expert_bytes", charged)
     check((dropped != 0) & (dropped != 1), "0 or 1", "dropped", dropped)
+    check((dropped == 1) & (residency != 0), "0 on a dropped slot (only a miss is dropped, "
+          "bmoe-engine.md §3.6: the engine writes the residency it queried, a miss)", "residency",
+          residency)
     check(~np.isnan(weight) & ~((weight >= 0) & (weight <= np.finfo(np.float32).max)),
           "a finite float32 weight >= 0 or nan (the router's softmax/sigmoid weights, maybe scaled "
           "by expert_weights_scale, are never negative)", "weight", weight)

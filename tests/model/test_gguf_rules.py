@@ -145,6 +145,18 @@ def test_dimension_sections_are_bounded_by_the_head(tmp_path, seeds, sections, o
                     rf">= 0 with a sum in 1..key_length 8 \(ggml's ggml_mrope_cache_init")
 
 
+def test_dimension_sections_as_a_bool_array_are_refused(tmp_path, seeds):
+    """Found by an independent mutation campaign: an arr[bool] was read as sections (1, 1, 1, 0).
+    llama.cpp's get_arr takes only int32/uint32 (or float32) arrays; a scalar i32 is repeated
+    4 times, as get_key_or_arr does."""
+    f = from_file(seeds["q35"])
+    f.set("qwen35moe.rope.dimension_sections", T.ARRAY, [True, True, True, False], T.BOOL)
+    _refused(_write(tmp_path, f), r"qwen35moe.rope.dimension_sections")
+    g = from_file(seeds["q35"])
+    g.set("qwen35moe.rope.dimension_sections", T.INT32, 2)
+    assert open_model(_write(tmp_path, g)).spec.rope_sections == (2, 2, 2, 2)
+
+
 @pytest.mark.parametrize("eps", [3.4e38, 1.0])
 def test_an_absurd_rms_epsilon_is_refused(tmp_path, seeds, eps):
     # 3.4e38 was accepted (every RMSNorm then returns ~0); the bound is < 1

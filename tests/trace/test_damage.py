@@ -473,8 +473,9 @@ def test_a_weight_the_reader_refuses_is_not_written(tmp_path, w):
 def test_every_slot_dropped_is_refused(tmp_path):
     head = HEAD.replace("expert_bytes\n", "expert_bytes,dropped\n")
     rows = "".join(r[:-1] + ",0\n" for r in (PRE + DEC).splitlines(True))
-    rows = rows.replace("0,1,2,0,0,1,0.5,1,0,0", "0,1,2,0,0,1,0.5,1,0,1").replace(
-        "0,1,2,0,1,2,0.5,1,0,0", "0,1,2,0,1,2,0.5,1,0,1")
+    # both slots of the decode's layer 0 dropped (as misses: only a miss is dropped)
+    rows = rows.replace("0,1,2,0,0,1,0.5,1,0,0", "0,1,2,0,0,1,0.5,0,0,1").replace(
+        "0,1,2,0,1,2,0.5,1,0,0", "0,1,2,0,1,2,0.5,0,0,1")
     refused(tmp_path, head + rows, r":12: every slot of layer 0 at step 2 is dropped; expected the "
                                    r"top-weighted slot kept")
 
@@ -553,3 +554,28 @@ def test_a_qwen35moe_prefill_routes_every_layer_at_every_position(tmp_path):
     other.write_text(trace.read_text().replace("arch=qwen35moe", "arch=qwen3moe", 1))
     with pytest.raises(TraceFormatError, match="last-layer rule"):
         read_trace(other)
+
+
+@pytest.mark.parametrize("line", ["# model=m n_layer=2 n_expert=4 n_expert_used=2",
+                                  "# model=m arch= n_layer=2 n_expert=4 n_expert_used=2",
+                                  "# model=m arsh=qwen3moe n_layer=2 n_expert=4 n_expert_used=2"])
+def test_a_model_line_without_arch_is_refused(tmp_path, line):
+    """Found by an independent mutation campaign (one bit flip arch -> arsh): the model line was
+    read with arch '' (the last-layer rule then unknown); the engine always writes arch=."""
+    text = GOOD.replace("# model=m arch=qwen3moe n_layer=2 n_expert=4 n_expert_used=2", line)
+    msg = refused(tmp_path, text, r":2: the model line has no arch= value")
+    assert "expected arch=" in msg
+
+
+@pytest.mark.parametrize("residency", ["1", "2"])
+def test_a_dropped_slot_must_be_a_miss(tmp_path, residency):
+    """Found by the same campaign: dropped=1 on a hit row was accepted and the replay compared
+    one row fewer. Only a miss is dropped (§3.6): the engine writes residency 0 there."""
+    head = HEAD.replace("expert_bytes\n", "expert_bytes,dropped\n")
+    rows = [r + ",0" for r in (PRE + DEC).splitlines()]
+    ok = head + "\n".join(rows) + "\n"
+    assert read_trace(write(tmp_path, ok, "ok.route.csv")).events
+    # line 13: the decode's layer-0 slot 1 (a hit, residency 1) flagged dropped
+    rows[7] = f"0,1,2,0,1,2,0.5,{residency},0,1"
+    msg = refused(tmp_path, head + "\n".join(rows) + "\n", r":13: column 'residency' is ")
+    assert "expected 0 on a dropped slot" in msg
