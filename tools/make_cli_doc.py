@@ -128,8 +128,9 @@ small against the work. The output is byte for byte the compiled kernels' (text,
 `--csv`, with the streaming knobs; tests/test_startup.py). Measured by `python
 benchmarks/scale.py --startup-only` (best of N, against `python -c pass` in the same run).
 
-**Progress.** Long work shows a tqdm bar on standard error while it runs: `sweep` (one step per
-budget and policy), `refsim run` (tokens generated), trace reads (bytes read; a `--stream` replay:
+**Progress.** Long work shows a tqdm bar on standard error while it runs: `sweep` and `union`
+(one step per cell of the grid: serially a (trace, policy) with all its budgets, with `--workers`
+one budget), `run --prompts` (prompts), `refsim run` (tokens generated), trace reads (bytes read; a `--stream` replay:
 bytes replayed), `timing fit` (the jackknife's refits). A bar appears only when standard error is
 a terminal, after 0.5 s of work (`REFSIM_PROGRESS_DELAY` seconds), and is erased when the work
 ends. There is none when standard error is piped or redirected, with `--quiet` (every command) or

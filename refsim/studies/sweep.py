@@ -334,9 +334,10 @@ def format_table(result: SweepResult, tok_s: list | None = None) -> list[str]:
             line += f"  holds {num(r.held_bytes / s.budget_bytes, 2)}x"
         lines.append(line)
     if over:
-        lines.append("holds Nx: the policy holds N times the budget after the last batch (a layer "
-                     "partition cannot evict its current batch), so the point is not a cache of "
-                     "that size")
+        lines.append("holds Nx: the policy holds N times the budget after the last batch (no "
+                     "policy evicts what the current batch touched, and a layer partition keeps "
+                     "its layer's last batch; docs/cache-studies.md, the batch rules), so the "
+                     "point is not a cache of that size")
     return lines
 
 
