@@ -29,6 +29,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -392,6 +393,13 @@ def _parse(mm, size: int, path: str) -> GGUFHeader:
             raise ModelFormatError(f"{path}: tensor {name!r} data [{start}, {start + n_bytes}) lies outside "
                                    f"the file ({size} bytes)")
         tensors[name] = TensorInfo(name, qtype, dims, start, n_bytes)
+    described = data_start + expected          # the padded data section the tensor table describes
+    if tensors and not header_only and size > described:
+        # llama.cpp ignores bytes past the last tensor; but a tensor whose type or shape was changed
+        # to a smaller one leaves exactly such bytes, so they are named (once, on stderr)
+        print(f"refsim: warning: {path}: {size - described} bytes after byte {described} (the end "
+              f"of the last tensor's padded data) are not described by the tensor table; a "
+              f"tensor's type or shape may have been changed", file=sys.stderr)
     return GGUFHeader(path, version, metadata, vtypes, tensors, alignment, data_start, size, not header_only, atypes)
 
 

@@ -408,3 +408,17 @@ def test_a_bool_array_reads_as_llama_cpp_does(tmp_path, seeds):
     assert s.recurrent_layers == (True, True, True, False)     # the MTP block's entry is not used
     raw = GGUFReader(p).fields["qwen35moe.attention.recurrent_layers"]
     assert [int(raw.parts[i].view(np.uint8)[0]) for i in raw.data] == [1, 2, 255, 0, 0]   # the bytes on disk
+
+
+def test_bytes_past_the_described_data_are_named(tmp_path, seeds, capsys):
+    """Found by an independent mutation campaign: the last tensor retyped to a smaller type (or
+    4 KiB of junk appended) was read with no word; llama.cpp ignores such bytes too, so refsim
+    reads the file and warns once, naming the count and where the described data ends."""
+    data = open(seeds["q3"], "rb").read()
+    p = tmp_path / "junk.gguf"
+    p.write_bytes(data + b"\0" * 4096)
+    capsys.readouterr()
+    assert open_model(p).spec == open_model(seeds["q3"]).spec
+    err = capsys.readouterr().err
+    assert f"refsim: warning: {p}: 4096 bytes after byte {len(data)} (the end of the last " in err
+    assert err.count("4096 bytes after") == 1
