@@ -4,8 +4,7 @@ turns the command's counters into predicted s/token and tok/s. Not a subcommand.
 from __future__ import annotations
 
 from refsim.cli.common import nonneg_float, positive_int
-from refsim.timing.breakeven import DEFAULT_EPS
-from refsim.timing.whatif import DEFAULT_IO_THREADS
+from refsim.timing.defaults import DEFAULT_EPS, DEFAULT_IO_THREADS
 
 
 def add_device_args(p, positions: bool = True):
@@ -35,7 +34,6 @@ def load_device_args(args):
     checked before the command's work (a bad device file costs nothing)."""
     if getattr(args, "device", None) is None:
         from refsim.errors import UsageError
-        from refsim.timing.breakeven import DEFAULT_EPS
         for flag, given in (("--device-model", args.device_model is not None),
                             ("--io-threads", args.io_threads != DEFAULT_IO_THREADS),
                             ("--overlap", args.overlap),

@@ -18,7 +18,6 @@ from refsim.fmt import budget_mib, num, pct_text
 from refsim.jit import reference_if_small
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
                                n_target_decodes, tokens_per_decode)
-from refsim.studies.predict import predict_lines, predict_log
 from refsim.studies.replay import ReplayReport, replay_trace, replay_turns
 from refsim.telemetry.lines import knob_lines
 from refsim.trace import iter_trace_turns, read_trace
@@ -222,7 +221,10 @@ def run(args) -> int:
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None and not args.stream:
         write_event_csv(args.csv, report)
-    pred = predict_log(trace) if args.predict_log else None
+    pred = None
+    if args.predict_log:
+        from refsim.studies.predict import predict_log
+        pred = predict_log(trace)
     timed = device_figures(args, device, report.summary.mib_per_token or 0.0,
                            tokens_per_decode(trace, report.summary.tokens))
     with contextlib.redirect_stdout(report_stream({"--csv": args.csv})):  # stderr if the CSV is on stdout
@@ -240,6 +242,7 @@ def run(args) -> int:
             if timed is not None:
                 print(timed.line())
             if pred is not None:
+                from refsim.studies.predict import predict_lines
                 for line in predict_lines(pred):
                     print(line)
     return 0

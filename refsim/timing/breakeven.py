@@ -30,15 +30,7 @@ from dataclasses import asdict, dataclass
 from refsim.errors import ConfigError
 from refsim.timing.model import DeviceModel
 
-DEFAULT_EPS = 0.38
-"""Compute cost of each extra verify position as a fraction of one position's, from bmoe-engine.md
-§7 (host MTP, draft 3: target compute per token 0.115 -> 0.088 s at 2.78 tokens per verify decode,
-so a 4-position decode costs 0.245 s = 2.13 x 0.115: (2.13 - 1) / 3 = 0.38). Were the MTP head's
-0.020-0.023 s/token inside that compute figure it would be 0.20: docs/timing.md."""
-
-EPS_RANGE = (0.2, 0.4)
-"""The honest range of the position cost (docs/timing.md, "What the shared runs identify"): 0.20
-with the MTP head's time inside the host's compute figure, 0.38 without, rounded out to 0.4."""
+from refsim.timing.defaults import DEFAULT_EPS, EPS_RANGE  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)

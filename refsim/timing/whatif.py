@@ -19,11 +19,8 @@ from dataclasses import asdict, dataclass
 
 from refsim.errors import ConfigError
 from refsim.timing.breakeven import DEFAULT_EPS, decode_ms
+from refsim.timing.defaults import DEFAULT_IO_THREADS  # noqa: F401  (re-exported)
 from refsim.timing.model import DeviceModel
-
-DEFAULT_IO_THREADS = 4
-"""I/O lanes a what-if assumes unless told (the engine's default ``--io-threads``,
-bmoe-engine.md §3.4)."""
 
 
 @dataclass(frozen=True)

@@ -570,7 +570,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
     bytes_list: list[np.ndarray] = []
     line_list: list[np.ndarray] = []
     for a, b in zip(starts.tolist(), ends.tolist()):
-        steps = np.unique(step[a:b])
+        steps = _sorted_unique(step[a:b])
         pos_idx = np.searchsorted(steps, step[a:b])
         shape = (len(steps), n_layer, k)
         routes = np.full(shape, NOT_ROUTED, dtype=np.int16)
@@ -657,6 +657,19 @@ NO_LAST_LAYER_CUT = frozenset({"qwen35moe"})
 """Architectures whose prefill routes the last layer at every position (llama.cpp gathers the
 output rows after ``output_norm``, not before the last layer: refsim/forward/qwen35moe.py, "No
 last-layer cut")."""
+
+
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """``np.unique(x)`` of a 1-D array: its distinct values, sorted. Written out because plain
+    ``np.unique`` calls ``np.ma.is_masked``, whose import (numpy.ma, ~20 ms) was a tenth of a
+    small replay's start-up (issue 17); tests/trace checks it against ``np.unique``."""
+    s = np.sort(x)
+    if s.size == 0:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def cuts_last_layer(arch: str) -> bool:

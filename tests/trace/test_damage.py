@@ -579,3 +579,12 @@ def test_a_dropped_slot_must_be_a_miss(tmp_path, residency):
     rows[7] = f"0,1,2,0,1,2,0.5,{residency},0,1"
     msg = refused(tmp_path, head + "\n".join(rows) + "\n", r":13: column 'residency' is ")
     assert "expected 0 on a dropped slot" in msg
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(-5, 40), max_size=60))
+def test_sorted_unique_is_numpys_unique(values):
+    from refsim.trace.reader import _sorted_unique
+    x = np.array(values, dtype=np.int32)
+    got = _sorted_unique(x)
+    assert got.dtype == x.dtype and got.tolist() == np.unique(x).tolist()
