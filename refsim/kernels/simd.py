@@ -525,6 +525,28 @@ def _halves4(builder, pa, pt, offs, delta):
     return builder.fpext(fv, d4)
 
 
+def _check_rows4(kind: str, a, xq, xd, xs, table) -> None:
+    """Typing of a ``*_rows4`` intrinsic's arguments: 2-D uint8 rows, int8 activations
+    (:func:`_check8`), 1-D C-contiguous float32 scales, int32 block sums, float32 table."""
+    if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint8):
+        raise TypingError(f"{kind}_rows4: expected 2-D uint8 rows, got {a}")
+    _check8(f"{kind}_rows4", xq)
+    for arr, dt in ((xd, types.float32), (xs, types.int32), (table, types.float32)):
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and arr.dtype == dt):
+            raise TypingError(f"{kind}_rows4: expected a 1-D C-contiguous {dt} array, got {arr}")
+
+
+def _rows4_args(context, builder, signature, args):
+    """A ``*_rows4`` codegen's operands: (rows data pointer, bytes per row, r, nb, activation,
+    scale, block-sum and table data pointers)."""
+    a, r, nb, xq, xd, xs, table = args
+    ary = context.make_array(signature.args[0])(context, builder, a)
+    rb = builder.extract_value(ary.strides, 0)                   # bytes per row
+    px, pd, ps, pt = (context.make_array(signature.args[i])(context, builder, v).data
+                      for i, v in ((3, xq), (4, xd), (5, xs), (6, table)))
+    return ary.data, rb, r, nb, px, pd, ps, pt
+
+
 def _make_rows4(kind: str):
     bsize = _ROWS4[kind]
     d4 = ir.VectorType(ir.DoubleType(), 4)
@@ -532,23 +554,11 @@ def _make_rows4(kind: str):
 
     @intrinsic
     def _impl(typingctx, a, r, nb, xq, xd, xs, table):
-        if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint8):
-            raise TypingError(f"{kind}_rows4: expected 2-D uint8 rows, got {a}")
-        _check8(f"{kind}_rows4", xq)
-        for arr, dt in ((xd, types.float32), (xs, types.int32), (table, types.float32)):
-            if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and arr.dtype == dt):
-                raise TypingError(f"{kind}_rows4: expected a 1-D C-contiguous {dt} array, got {arr}")
+        _check_rows4(kind, a, xq, xd, xs, table)
         sig = ret(a, types.intp, types.intp, xq, xd, xs, table)
 
         def codegen(context, builder, signature, args):
-            a, r, nb, xq, xd, xs, table = args
-            ary = context.make_array(signature.args[0])(context, builder, a)
-            pa = ary.data
-            rb = builder.extract_value(ary.strides, 0)                   # bytes per row
-            px = context.make_array(signature.args[3])(context, builder, xq).data
-            pd = context.make_array(signature.args[4])(context, builder, xd).data
-            ps = context.make_array(signature.args[5])(context, builder, xs).data
-            pt = context.make_array(signature.args[6])(context, builder, table).data
+            pa, rb, r, nb, px, pd, ps, pt = _rows4_args(context, builder, signature, args)
             base = builder.mul(r, rb)
             rows = [builder.add(base, builder.mul(rb, ir.Constant(rb.type, i))) for i in range(4)]
             acc = cgutils.alloca_once_value(builder, ir.Constant(d4, [0.0] * 4))
@@ -756,23 +766,11 @@ def _make_rows4_x(kind: str):
 
     @intrinsic
     def _impl(typingctx, a, r, nb, xq, xd, xs, table):
-        if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint8):
-            raise TypingError(f"{kind}_rows4: expected 2-D uint8 rows, got {a}")
-        _check8(f"{kind}_rows4", xq)
-        for arr, dt in ((xd, types.float32), (xs, types.int32), (table, types.float32)):
-            if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and arr.dtype == dt):
-                raise TypingError(f"{kind}_rows4: expected a 1-D C-contiguous {dt} array, got {arr}")
+        _check_rows4(kind, a, xq, xd, xs, table)
         sig = ret(a, types.intp, types.intp, xq, xd, xs, table)
 
         def codegen(context, builder, signature, args):
-            a, r, nb, xq, xd, xs, table = args
-            ary = context.make_array(signature.args[0])(context, builder, a)
-            pa = ary.data
-            rb = builder.extract_value(ary.strides, 0)                   # bytes per row
-            px = context.make_array(signature.args[3])(context, builder, xq).data
-            pd = context.make_array(signature.args[4])(context, builder, xd).data
-            ps = context.make_array(signature.args[5])(context, builder, xs).data
-            pt = context.make_array(signature.args[6])(context, builder, table).data
+            pa, rb, r, nb, px, pd, ps, pt = _rows4_args(context, builder, signature, args)
             base = builder.mul(r, rb)
             rows = [builder.add(base, builder.mul(rb, _c(rb, i))) for i in range(4)]
             acc = cgutils.alloca_once_value(builder, ir.Constant(d4, [0.0] * 4))
