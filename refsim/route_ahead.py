@@ -16,9 +16,11 @@ commit and keeps the engine's ``moe-route-ahead:`` counters. It never counts byt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from refsim.stale_gate import DecodeGraphs
 
 
 @dataclass
@@ -41,19 +43,16 @@ class RouteAhead:
     passthrough: int = 0
     agree_slots: int = 0
     slots: int = 0
-    _decodes: int = 0
-    _phase: int = 0
+    graphs: DecodeGraphs = field(default_factory=DecodeGraphs)
 
     def begin_graph(self, phase: int) -> None:
         """A graph starts (0 prefill, 1 decode): commits only in decode graphs after the first."""
-        self._phase = phase
-        if phase == 1:
-            self._decodes += 1
+        self.graphs.begin(phase)
 
     @property
     def active(self) -> bool:
         """The current graph ranks ahead and commits (a decode graph after the run's first)."""
-        return self._phase == 1 and self._decodes > 1
+        return self.graphs.active
 
     @property
     def horizon(self) -> int:
@@ -67,7 +66,7 @@ class RouteAhead:
     def record(self, router_ids: np.ndarray, committed_ids: np.ndarray | None) -> None:
         """Count one layer's decode routings (rows of ``router_ids`` (n, k)); ``committed_ids``
         None = passed through. Prefill graphs are not counted."""
-        if self._phase != 1:
+        if self.graphs.phase != 1:
             return
         n = router_ids.shape[0]
         if committed_ids is None:

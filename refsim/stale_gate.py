@@ -24,7 +24,7 @@ Rules (our words):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,34 @@ def stale_weights(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class DecodeGraphs:
+    """When the stale gate acts (the rule "When" above), shared by ``--predict-prefetch`` and
+    ``--route-ahead``: in decode graphs (phase 1) after the run's first.
+
+    Attributes
+    ----------
+    phase : int
+        The current graph's phase (0 prefill, 1 decode).
+    decodes : int
+        Decode graphs begun so far.
+    """
+
+    phase: int = 0
+    decodes: int = 0
+
+    def begin(self, phase: int) -> None:
+        """A graph starts (0 prefill, 1 decode)."""
+        self.phase = phase
+        if phase == 1:
+            self.decodes += 1
+
+    @property
+    def active(self) -> bool:
+        """A decode graph after the run's first."""
+        return self.phase == 1 and self.decodes > 1
+
+
+@dataclass
 class PredictPrefetch:
     """Per-run state of ``--predict-prefetch`` in the forward pass: decides per graph whether
     the stale gate predicts (decode graphs after the first) and names the horizon (2). Counts
@@ -70,19 +98,16 @@ class PredictPrefetch:
 
     horizon: int = 2
     predictions: int = 0
-    _decodes: int = 0
-    _phase: int = 0
+    graphs: DecodeGraphs = field(default_factory=DecodeGraphs)
 
     def begin_graph(self, phase: int) -> None:
         """A graph starts (0 prefill, 1 decode)."""
-        self._phase = phase
-        if phase == 1:
-            self._decodes += 1
+        self.graphs.begin(phase)
 
     @property
     def active(self) -> bool:
         """The current graph predicts (a decode graph after the run's first)."""
-        return self._phase == 1 and self._decodes > 1
+        return self.graphs.active
 
 
 def predict_layer(pred, il: int, x: np.ndarray, stale, row: int, pred_routes: np.ndarray,
