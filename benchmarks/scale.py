@@ -87,6 +87,16 @@ COMPILED = ("import sys, refsim.jit; refsim.jit.REFERENCE_MAX_BYTES = -1; "
             "from refsim.cli import main; sys.exit(main())")
 
 
+def _time_child(cmd: list, env: dict) -> tuple[float, float]:
+    """(wall s, CPU s: user + system) of one run of ``cmd`` in a child process from the repository."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def startup(runs: int) -> None:
     """Best-of-``runs`` wall (and CPU) seconds of the start-up commands against the bare
     interpreter, run in turn so that a change of load touches them alike."""
@@ -103,12 +113,7 @@ def startup(runs: int) -> None:
     best = {name: (float("inf"), float("inf")) for name in cmds}
     for _ in range(runs):
         for name, cmd in cmds.items():
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
-            wall = time.perf_counter() - t0
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            wall, cpu = _time_child(cmd, env)
             best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
     base_wall, base_cpu = best["python -c pass"]
     print(f"start-up, best of {runs} (load average {os.getloadavg()[0]:.2f}); overhead = the "
@@ -130,12 +135,7 @@ def crossover(turns: list[int], runs: int = 3) -> None:
     def best(cmd):
         out = (float("inf"), float("inf"))
         for _ in range(runs):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
-            wall = time.perf_counter() - t0
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            wall, cpu = _time_child(cmd, env)
             out = (min(out[0], wall), min(out[1], cpu))
         return out
 

@@ -72,16 +72,21 @@ def _cli_json(argv) -> dict:
     return json.loads(buf.getvalue())
 
 
-@pytest.fixture(scope="module")
-def goldens():
+def _load_goldens(golden: dict, models: dict) -> dict:
+    """Each committed golden .npz by model name, checked to come from that model's weights."""
     out = {}
-    for name, f in GOLDEN.items():
+    for name, f in golden.items():
         with np.load(f) as z:
             g = {k: z[k] for k in z.files}
-        assert oracle.tensor_digest(str(MODELS[name])) == str(g["digest"]), (
-            f"{f} was made from other weights than {MODELS[name]}: regenerate it (docs/real-moe.md)")
+        assert oracle.tensor_digest(str(models[name])) == str(g["digest"]), (
+            f"{f} was made from other weights than {models[name]}: regenerate it (docs/real-moe.md)")
         out[name] = g
     return out
+
+
+@pytest.fixture(scope="module")
+def goldens():
+    return _load_goldens(GOLDEN, MODELS)
 
 
 def _greedy(model, prompt, n, numerics):
@@ -250,14 +255,7 @@ accepts nothing (docs/hybrid.md)."""
 
 @pytest.fixture(scope="module")
 def goldens35():
-    out = {}
-    for name, f in GOLDEN35.items():
-        with np.load(f) as z:
-            g = {k: z[k] for k in z.files}
-        assert oracle.tensor_digest(str(MODELS35[name])) == str(g["digest"]), (
-            f"{f} was made from other weights than {MODELS35[name]}: regenerate it (docs/real-moe.md)")
-        out[name] = g
-    return out
+    return _load_goldens(GOLDEN35, MODELS35)
 
 
 def test_tiny_moe35_files_are_the_recorded_ones():
