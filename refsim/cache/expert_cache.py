@@ -17,7 +17,7 @@ Counters and their definitions (docs/cache-studies.md, docs/telemetry.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +27,7 @@ from refsim.cache import lru as _lru
 from refsim.cache.knobs import StreamKnobs
 from refsim.cache.lru import NIL, lru_apply_event
 from refsim.errors import ConfigError, UsageError, value_message
-from refsim.events import N_KINDS, DecodeEvent, DecodeKind
+from refsim.events import N_KINDS, DecodeEvent, DecodeKind, EventBlock
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,54 @@ class EventRecord:
         return np.where(self.dropped, np.int8(0), self.residency).astype(np.int8)
 
 
+class BlockRecords(Sequence):
+    """The :class:`EventRecord` of every event of an :class:`~refsim.events.EventBlock`
+    (:meth:`ExpertCache.apply_block`), as arrays; ``records[i]`` builds event ``i``'s record
+    with views of them.
+
+    Attributes
+    ----------
+    block : EventBlock
+    delta : (n_events, N_COUNTERS) int64 ndarray
+        Each event's counters (:mod:`refsim.cache.lru` ``C_*``).
+    resident_after : (n_events,) int64 ndarray
+        Resident bytes after each event.
+    residency, charged_bytes, dropped : (P, n_layer, k) ndarray
+        int8, int64, bool: :class:`EventRecord`'s arrays laid end to end as the block's
+        positions are.
+    """
+
+    def __init__(self, block: EventBlock, delta: np.ndarray, resident_after: np.ndarray,
+                 residency: np.ndarray, charged_bytes: np.ndarray, dropped: np.ndarray):
+        self.block = block
+        self.delta = delta
+        self.resident_after = resident_after
+        self.residency = residency
+        self.charged_bytes = charged_bytes
+        self.dropped = dropped
+
+    def __len__(self) -> int:
+        return self.block.n_events
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        a, b = int(self.block.event_start[i]), int(self.block.event_start[i + 1])
+        d = self.delta[i]
+        drop = self.dropped[a:b]
+        return EventRecord(
+            kind=DecodeKind(int(self.block.kind[i])),
+            first_position=int(self.block.positions[a]) if b > a else -1, n_pos=b - a,
+            lookups=int(d[_lru.C_LOOKUPS]), hits=int(d[_lru.C_HITS]),
+            read_bytes=int(d[_lru.C_READ]), resident_bytes=int(self.resident_after[i]),
+            residency=self.residency[a:b], charged_bytes=self.charged_bytes[a:b],
+            dropped=drop if drop.any() else None, experts_dropped=int(d[_lru.C_DROPPED]),
+            spec_read_bytes=int(d[_lru.C_SPEC_READ]))
+
+
 @dataclass
 class CacheStats:
     """Lifetime counters of an :class:`ExpertCache`, split by :class:`DecodeKind`.
@@ -113,6 +161,12 @@ CACHE_MB_RANGE = "a number of MiB from 2^-20 (one byte) to 2^40 (1 EiB)"
 
 TARGET_DECODE_KINDS = (DecodeKind.PLAIN, DecodeKind.VERIFY)
 """Target-model decodes after prefill (the engine's 'decode' phase, trace phase 1)."""
+
+_STAT_COUNTERS = (("lookups", _lru.C_LOOKUPS), ("hits", _lru.C_HITS),
+                  ("read_bytes", _lru.C_READ), ("experts_routed", _lru.C_ROUTED),
+                  ("experts_dropped", _lru.C_DROPPED), ("spec_read_bytes", _lru.C_SPEC_READ),
+                  ("spec_experts", _lru.C_SPEC_EXPERTS), ("spec_useful", _lru.C_SPEC_USEFUL))
+"""The per-kind :class:`CacheStats` arrays and the kernel counter each sums."""
 
 
 class ExpertCache:
@@ -236,12 +290,7 @@ class ExpertCache:
     def _begin(self, kind, positions, routes, weights, dropped, pred_routes=None,
                pred_weights=None):
         routes = np.ascontiguousarray(routes, np.int16)
-        if routes.shape[1] != self.n_layer:
-            raise ConfigError(
-                f"event routes {routes.shape[1]} layers, the cache has n_layer={self.n_layer}")
-        if routes.size and int(routes.max()) >= self.n_expert:
-            raise ConfigError(
-                f"event routes expert {int(routes.max())}, the cache has n_expert={self.n_expert}")
+        self._fit(routes)
         n_pos, n_layer, k = routes.shape
         armed = self.knobs.armed(DecodeKind(kind).phase)
         routed_layers = (routes >= 0).any(axis=(0, 2))
@@ -250,9 +299,6 @@ class ExpertCache:
              else np.full(routes.shape, np.nan, np.float32))
         d = (np.ascontiguousarray(dropped, np.bool_) if dropped is not None
              else np.zeros(routes.shape, np.bool_))
-        if self._prev_ids is None or self._prev_ids.shape[1] != k:
-            self._prev_ids = np.full((n_layer, k), -1, np.int16)
-            self._has_prev[:] = False
         kind = DecodeKind(kind)
         # route-ahead commits in target decodes after the run's first (route-ahead.md)
         ahead = self.knobs.route_ahead if kind in TARGET_DECODE_KINDS and self._decodes else 0
@@ -261,9 +307,6 @@ class ExpertCache:
         else:
             pr = np.ascontiguousarray(pred_routes, np.int16)
             pw = np.ascontiguousarray(pred_weights, np.float32)
-        if self._pend.shape[2] != k:
-            self._pend = np.zeros((n_layer, 2, k), dtype=np.int16)
-            self._pend_n[:] = 0
         return _EventCtx(kind=kind, positions=np.asarray(positions, np.int64), ahead=ahead,
                          pred_routes=pr, pred_weights=pw,
                          routes=routes, weights=w, dropped_in=d, armed=armed, deferred=deferred,
@@ -271,6 +314,86 @@ class ExpertCache:
                          charged=np.zeros(routes.shape, np.int64),
                          dropped_out=np.zeros(routes.shape, np.bool_),
                          before=self._counters.copy())
+
+    def _fit(self, routes: np.ndarray) -> None:
+        """Check that ``routes`` (n_pos, n_layer, k) fit this cache and size the per-slot state
+        (the previous graph's ids, the prediction lists) for its ``k``.
+
+        Raises
+        ------
+        ConfigError
+            If the layer span or an expert id does not fit.
+        """
+        if routes.shape[1] != self.n_layer:
+            raise ConfigError(
+                f"event routes {routes.shape[1]} layers, the cache has n_layer={self.n_layer}")
+        if routes.size and int(routes.max()) >= self.n_expert:
+            raise ConfigError(
+                f"event routes expert {int(routes.max())}, the cache has n_expert={self.n_expert}")
+        k = routes.shape[2]
+        if self._prev_ids is None or self._prev_ids.shape[1] != k:
+            self._prev_ids = np.full((self.n_layer, k), -1, np.int16)
+            self._has_prev[:] = False
+        if self._pend.shape[2] != k:
+            self._pend = np.zeros((self.n_layer, 2, k), dtype=np.int16)
+            self._pend_n[:] = 0
+
+    def apply_block(self, block: EventBlock) -> "BlockRecords":
+        """Apply a block's events in order, as :meth:`apply` of each would, in one kernel call
+        (:func:`refsim.cache.lru.lru_apply_block`: the same per-event kernel, state and
+        counters; tests/cache/test_apply_block.py checks every record and the cache state
+        against :meth:`apply`). For a cache whose knobs are all off (the plain LRU replay of a
+        trace; a recorded ``dropped`` mask is honoured).
+
+        Returns
+        -------
+        BlockRecords
+            The events' records.
+
+        Raises
+        ------
+        ConfigError
+            If a knob is on, or the block's layer span or expert ids do not fit this cache.
+        """
+        if self.knobs.any_on:
+            raise ConfigError("ExpertCache.apply_block: the streaming knobs need apply() per event")
+        routes = np.ascontiguousarray(block.routes, np.int16)
+        self._fit(routes)
+        shape = routes.shape
+        weights = np.ascontiguousarray(block.weights, np.float32)
+        dropped = (np.ascontiguousarray(block.dropped, np.bool_) if block.dropped is not None
+                   else np.zeros(shape, np.bool_))
+        residency = np.full(shape, -1, np.int8)
+        charged = np.zeros(shape, np.int64)
+        dropped_out = np.zeros(shape, np.bool_)
+        before = self._counters.copy()
+        after = np.zeros((block.n_events, _lru.N_COUNTERS), np.int64)
+        self._gen = _lru.lru_apply_block(
+            np.ascontiguousarray(block.event_start, np.int64), routes, weights, dropped,
+            self._prev_ids, self._has_prev, self.expert_bytes, self.n_expert, self.budget_bytes,
+            self._resident, self._ever_evicted, self._touched_gen, self._first_res,
+            self._charged_gen, self._spec, self._queued, self._queue, self._qstate, self._prev,
+            self._next, self._head_tail, self._gen, self._counters, residency, charged,
+            dropped_out, self.layer_lookups, self.layer_hits, self._hot, self._pend,
+            self._pend_n, after)
+        delta = np.diff(np.vstack([before[None, :], after]), axis=0)
+        kind = block.kind.astype(np.int64)
+        st = self.stats
+        for name, c in _STAT_COUNTERS:         # exact int64 sums per kind
+            getattr(st, name)[:] += [int(delta[kind == kd, c].sum()) for kd in range(N_KINDS)]
+        st.events += np.bincount(kind, minlength=N_KINDS)
+        self._absolute_stats()
+        if self.knobs.traced:                  # as _finish: these graphs showed their weights
+            self._learned |= (routes >= 0).any(axis=(0, 2))
+        self._decodes += int(np.isin(kind, [int(k) for k in TARGET_DECODE_KINDS]).sum())
+        return BlockRecords(block, delta, after[:, _lru.C_RESIDENT], residency, charged,
+                            dropped_out)
+
+    def _absolute_stats(self) -> None:
+        st = self.stats
+        st.evictions = int(self._counters[_lru.C_EVICTIONS])
+        st.rereads = int(self._counters[_lru.C_REREADS])
+        st.resident_bytes = int(self._counters[_lru.C_RESIDENT])
 
     def _run(self, ctx, l0: int, l1: int, classify: bool) -> None:
         self._gen = lru_apply_event(
@@ -290,18 +413,10 @@ class ExpertCache:
         delta = self._counters - ctx.before
         kind = int(ctx.kind)
         st = self.stats
-        st.lookups[kind] += delta[_lru.C_LOOKUPS]
-        st.hits[kind] += delta[_lru.C_HITS]
-        st.read_bytes[kind] += delta[_lru.C_READ]
-        st.experts_routed[kind] += delta[_lru.C_ROUTED]
-        st.experts_dropped[kind] += delta[_lru.C_DROPPED]
-        st.spec_read_bytes[kind] += delta[_lru.C_SPEC_READ]
-        st.spec_experts[kind] += delta[_lru.C_SPEC_EXPERTS]
-        st.spec_useful[kind] += delta[_lru.C_SPEC_USEFUL]
+        for name, c in _STAT_COUNTERS:
+            getattr(st, name)[kind] += delta[c]
         st.events[kind] += 1
-        st.evictions = int(self._counters[_lru.C_EVICTIONS])
-        st.rereads = int(self._counters[_lru.C_REREADS])
-        st.resident_bytes = int(self._counters[_lru.C_RESIDENT])
+        self._absolute_stats()
         n_pos = ctx.routes.shape[0]
         return EventRecord(
             kind=ctx.kind, first_position=int(ctx.positions[0]) if n_pos else -1,

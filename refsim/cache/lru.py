@@ -444,3 +444,42 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                 break
     qstate[0] = qn
     return gen
+
+
+@njit(cache=True)
+def lru_apply_block(event_start, routes, weights, dropped_in, prev_ids, has_prev, expert_bytes,
+                    n_expert, budget_bytes, resident, ever_evicted, touched_gen, first_res,
+                    charged_gen, spec, queued, queue, qstate, prev, next_, head_tail, gen,
+                    counters, residency_out, charged_out, dropped_out, layer_lookups, layer_hits,
+                    hot, pend, pend_n, after):
+    """:func:`lru_apply_event` of every event of a block in order, with every knob off (no drop
+    policy, prefetch, route-ahead or prediction: a recorded ``dropped`` mask is honoured), in
+    one call instead of one Python call per event.
+
+    Parameters
+    ----------
+    event_start : (n_events + 1,) int64 ndarray
+        Event ``e`` is positions ``event_start[e]:event_start[e + 1]`` of the (P, n_layer, k)
+        arrays ``routes``, ``weights``, ``dropped_in`` and the outputs.
+    after : (n_events, N_COUNTERS) int64 ndarray
+        Written: ``counters`` after each event (its record is the difference with the row
+        before).
+
+    The other arguments are :func:`lru_apply_event`'s. Returns the generation after the last
+    event.
+    """
+    n_layer = routes.shape[1]
+    deferred = np.zeros(n_layer, np.bool_)
+    for e in range(event_start.size - 1):
+        a = event_start[e]
+        b = event_start[e + 1]
+        r = routes[a:b]
+        gen = lru_apply_event(r, weights[a:b], dropped_in[a:b], np.float32(0.0), deferred, True,
+                              False, 0, prev_ids, has_prev, expert_bytes, n_expert,
+                              budget_bytes, resident, ever_evicted, touched_gen, first_res,
+                              charged_gen, spec, queued, queue, qstate, prev, next_, head_tail,
+                              gen, counters, residency_out[a:b], charged_out[a:b],
+                              dropped_out[a:b], layer_lookups, layer_hits, 0, n_layer, 0, hot, r,
+                              weights[a:b], -1, pend, pend_n)
+        after[e, :] = counters
+    return gen

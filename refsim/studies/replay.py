@@ -35,7 +35,7 @@ class ReplayReport:
     ----------
     summary : CacheSummary
     records : list of EventRecord
-        One per event, in trace order.
+        One per event, in trace order (built when first asked for from the replayed parts).
     residency_rows : int
         Rows comparable with the engine's record (routed, not dropped).
     residency_agree : int
@@ -48,11 +48,21 @@ class ReplayReport:
     """
 
     summary: CacheSummary
-    records: list[EventRecord]
+    parts: list = field(default_factory=list)
     residency_rows: int = 0
     residency_agree: int = 0
     disagreements: list[Disagreement] = field(default_factory=list)
     knobs: KnobSummary | None = None
+
+    @property
+    def records(self) -> list[EventRecord]:
+        if len(self.parts) != 1 or not isinstance(self.parts[0], list):
+            self.parts = [[r for part in self.parts for r in part]]
+        return self.parts[0]
+
+    @records.setter
+    def records(self, value) -> None:
+        self.parts = [list(value)]
 
 
 def require_weights(trace: RouteTrace, knobs: StreamKnobs | None) -> None:
@@ -113,21 +123,32 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
     """Replay the parts ``traces`` of one trace (e.g. :func:`refsim.trace.iter_trace_turns`'s
     turns) in order through one LRU; the same accounting as :func:`replay_trace` of the whole.
 
+    With every knob off a part is replayed as one block (:meth:`ExpertCache.apply_block`, no
+    Python per event); with a knob on, event by event (:meth:`ExpertCache.apply`). Both run the
+    same kernel over the same state.
+
     ``on_record(record)`` is called for each event's record; given it, the report keeps no
     records (``records`` is empty), so memory does not grow with the trace. ``knobs`` as in
     :func:`replay_trace`.
     """
     h = header
     cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
-    report = ReplayReport(summary=None, records=[])
+    report = ReplayReport(summary=None)
     tokens = 0
     for trace in traces:
         require_weights(trace, knobs)
-        records = replay_events(trace.events, cache)
-        tokens += sum(confirmed_tokens(ev) for ev in trace.events)
-        _compare(trace, records, report, max_disagreements)
+        if cache.knobs.any_on:
+            records = replay_events(trace.events, cache)
+            tokens += sum(confirmed_tokens(ev) for ev in trace.events)
+            ours = (np.concatenate([r.residency for r in records]) if records
+                    else trace.recorded[0])
+        else:
+            records = cache.apply_block(trace.block)
+            tokens += trace.block.confirmed_tokens()
+            ours = records.residency
+        _compare(trace, ours, report, max_disagreements)
         if on_record is None:
-            report.records.extend(records)
+            report.parts.append(records)
         else:
             for rec in records:
                 on_record(rec)
@@ -135,26 +156,28 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
                                              h.token_cycle_bytes)
     if cache.knobs.any_on:
         report.knobs = KnobSummary.from_stats(cache.stats, cache.knobs)
-    report.disagreements.sort(key=lambda d: d.line)
     return report
 
 
-def _compare(trace: RouteTrace, records, report: ReplayReport, max_disagreements: int) -> None:
-    """Add the residency comparison of ``trace``'s events to ``report``."""
-    for ev, rec, recorded, lines in zip(trace.events, records, trace.residency,
-                                        trace.line_numbers):
-        comparable = (recorded >= 0) & (rec.residency >= 0)
-        ours = rec.residency[comparable]
-        theirs = recorded[comparable] != 0
-        agree = ours.astype(bool) == theirs
-        report.residency_rows += int(comparable.sum())
-        report.residency_agree += int(agree.sum())
-        if not agree.all() and len(report.disagreements) < max_disagreements:
-            bad = np.argwhere(comparable & ((rec.residency != 0) != (recorded != 0)))
-            for p, il, s in bad.tolist():
-                if len(report.disagreements) >= max_disagreements:
-                    break
-                report.disagreements.append(Disagreement(
-                    line=int(lines[p, il, s]), step=int(ev.positions[p]), layer=il, slot=s,
-                    expert=int(ev.routes[p, il, s]), recorded=int(recorded[p, il, s]),
-                    replayed=int(rec.residency[p, il, s])))
+def _compare(trace: RouteTrace, ours: np.ndarray, report: ReplayReport,
+             max_disagreements: int) -> None:
+    """Add the residency comparison of ``trace`` with the replayed residency ``ours``
+    ((P, n_layer, k) int8, the trace's positions end to end) to ``report``: a slot compares where
+    both are routed and not dropped (>= 0); 0 is a miss, 1 and 2 hits. The first
+    ``max_disagreements`` disagreeing slots in trace order are kept, sorted by line."""
+    recorded, _, lines = trace.recorded
+    comparable = (recorded >= 0) & (ours >= 0)
+    differ = comparable & ((ours != 0) != (recorded != 0))
+    n = int(np.count_nonzero(comparable))
+    bad = int(np.count_nonzero(differ))
+    report.residency_rows += n
+    report.residency_agree += n - bad
+    room = max_disagreements - len(report.disagreements)
+    if bad and room > 0:
+        block = trace.block
+        for p, il, s in np.argwhere(differ)[:room].tolist():
+            report.disagreements.append(Disagreement(
+                line=int(lines[p, il, s]), step=int(block.positions[p]), layer=il, slot=s,
+                expert=int(block.routes[p, il, s]), recorded=int(recorded[p, il, s]),
+                replayed=int(ours[p, il, s])))
+    report.disagreements.sort(key=lambda d: d.line)

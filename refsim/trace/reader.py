@@ -13,22 +13,27 @@ from __future__ import annotations
 import io
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from refsim import MAX_CACHE_MIB, progress
 from refsim.errors import TraceFormatError
 from refsim.jit import in_reference
-from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
+from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind, EventBlock
 from refsim.trace.format import (MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS, MAX_LAYERS,
                                  MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS,
                                  TRACE_MAGIC, TraceHeader)
 
 
-@dataclass
 class RouteTrace:
     """A route trace read from disk: the header, the decode events and the engine's records.
+
+    The reader's fast path builds the events as one :class:`~refsim.events.EventBlock` (with the
+    records as arrays of the same (P, n_layer, k) shape); the lists below are then views of
+    those arrays, made when first asked for. A trace built from lists (the per-line path, a
+    test) makes its block when :attr:`block` is first asked for. Either way both forms hold the
+    same values.
 
     Attributes
     ----------
@@ -44,6 +49,11 @@ class RouteTrace:
         The ``expert_bytes`` column per slot (bytes charged on the first miss row of an expert).
     line_numbers : list of (n_pos, n_layer, k) int32 ndarray
         1-based line of each slot's row (0 where not routed), for error messages.
+    block : EventBlock
+        The events in columnar form.
+    recorded : tuple of three (P, n_layer, k) ndarray
+        ``residency``, ``charged_bytes`` and ``line_numbers`` laid end to end as the block's
+        positions are.
     path : str
         The file read.
     has_pred_columns : bool
@@ -51,17 +61,72 @@ class RouteTrace:
         then carries ``pred_routes`` / ``pred_weights``.
     """
 
-    header: TraceHeader
-    events: list[DecodeEvent]
-    residency: list[np.ndarray]
-    charged_bytes: list[np.ndarray]
-    line_numbers: list[np.ndarray]
-    path: str = ""
-    has_dropped_column: bool = False
-    n_rows: int = 0
-    speculative: bool = field(default=False)
-    column_line: int = 0
-    has_pred_columns: bool = False
+    def __init__(self, header: TraceHeader, events: list[DecodeEvent] | None = None,
+                 residency: list[np.ndarray] | None = None,
+                 charged_bytes: list[np.ndarray] | None = None,
+                 line_numbers: list[np.ndarray] | None = None, path: str = "",
+                 has_dropped_column: bool = False, n_rows: int = 0, speculative: bool = False,
+                 column_line: int = 0, has_pred_columns: bool = False, *,
+                 block: EventBlock | None = None, recorded: tuple | None = None):
+        if (events is None) != (block is not None) or (block is None) != (recorded is None):
+            raise ValueError("a RouteTrace takes its events as lists or as a block, not both")
+        self.header = header
+        self.path = path
+        self.has_dropped_column = has_dropped_column
+        self.n_rows = n_rows
+        self.speculative = speculative
+        self.column_line = column_line
+        self.has_pred_columns = has_pred_columns
+        self._events = events
+        self._lists = None if events is None else (residency, charged_bytes, line_numbers)
+        self._block = block
+        self._recorded = recorded
+
+    @property
+    def events(self) -> list[DecodeEvent]:
+        if self._events is None:
+            self._events = self._block.events()
+        return self._events
+
+    def _list(self, j: int) -> list[np.ndarray]:
+        if self._lists is None:
+            st = self._block.event_start.tolist()
+            self._lists = tuple([a[st[i]:st[i + 1]] for i in range(len(st) - 1)]
+                                for a in self._recorded)
+        return self._lists[j]
+
+    @property
+    def residency(self) -> list[np.ndarray]:
+        return self._list(0)
+
+    @property
+    def charged_bytes(self) -> list[np.ndarray]:
+        return self._list(1)
+
+    @property
+    def line_numbers(self) -> list[np.ndarray]:
+        return self._list(2)
+
+    @property
+    def block(self) -> EventBlock:
+        if self._block is None:
+            h = self.header
+            self._block = EventBlock.from_events(self._events, h.n_layer, h.n_expert_used)
+        return self._block
+
+    @property
+    def recorded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._recorded is None:
+            shape = (0, self.header.n_layer, self.header.n_expert_used)
+            self._recorded = tuple(
+                np.concatenate(parts) if parts else np.zeros(shape, dtype)
+                for parts, dtype in zip(self._lists, (np.int8, np.int64, np.int32)))
+        return self._recorded
+
+    @property
+    def n_events(self) -> int:
+        """Number of events."""
+        return self.block.n_events if self._events is None else len(self._events)
 
     def require_rows(self, purpose: str) -> None:
         """Refuse a trace with a preamble and no rows, for a command that would print zeros.
@@ -79,7 +144,9 @@ class RouteTrace:
     @property
     def n_prompt(self) -> int:
         """Positions prefilled in turn 0 (the engine's ``n_prompt``)."""
-        return sum(e.n_pos for e in self.events if e.kind is DecodeKind.PREFILL and e.turn == 0)
+        b = self.block
+        first = (b.kind == DecodeKind.PREFILL) & (b.turn == 0)
+        return int(np.diff(b.event_start)[first].sum())
 
     @property
     def decode_events(self) -> list[DecodeEvent]:
@@ -91,7 +158,7 @@ class RouteTrace:
         """Layers of the preamble that no row of the trace routes (the MTP head's layer of an
         ``--mtp`` trace: the engine does not record the head's draft routings); [] for an empty
         trace."""
-        seen = _routed_layers(self.events, self.header.n_layer)
+        seen = _routed_layers(self.block)
         return np.flatnonzero(~seen).tolist() if seen.any() else []
 
 
@@ -429,35 +496,47 @@ def _read_slow(path: str) -> RouteTrace:
     return _build(path, pre, cols, pre.data_lines)
 
 
-def _read_all(fh) -> bytearray:
-    """The whole regular file ``fh`` (at offset 0) in :data:`READ_CHUNK` blocks into one buffer of
-    its size, with a progress bar by bytes on a terminal (:mod:`refsim.progress`); bytes past the
-    size seen at the start (a file still growing) are read after."""
+def _read_all(fh) -> tuple[np.ndarray, int]:
+    """The whole regular file ``fh`` (at offset 0) in :data:`READ_CHUNK` blocks into one
+    buffer, with a progress bar by bytes on a terminal (:mod:`refsim.progress`); bytes past the
+    size seen at the start (a file still growing) are read after.
+
+    Returns
+    -------
+    (uint8 ndarray, int)
+        The buffer (the bytes read, then at least :data:`refsim.trace.fastparse.PAD` zero bytes,
+        as :func:`~refsim.trace.fastparse.parse_rows` reads) and the number of bytes read.
+    """
+    from refsim.trace.fastparse import PAD, padded
+
     size = os.fstat(fh.fileno()).st_size
-    buf = bytearray(size)
+    buf = np.empty((size + PAD + 7) // 8 * 8, np.uint8)
     view = memoryview(buf)
     got = 0
     with progress.bar(total=size, desc="reading trace", unit="B") as bar:
         while got < size:
-            n = fh.readinto(view[got:got + READ_CHUNK])
+            n = fh.readinto(view[got:min(got + READ_CHUNK, size)])
             if not n:
                 break
             got += n
             bar.update(n)
     view.release()
-    del buf[got:]
-    buf += fh.read()
-    return buf
+    more = fh.read()
+    if more:                                   # the file grew while it was read
+        data = bytes(buf[:got]) + more
+        return padded(data), len(data)
+    buf[got:] = 0
+    return buf, got
 
 
 def _read_fast(path: str) -> RouteTrace | None:
-    """The whole-file path (:mod:`refsim.trace.fastparse`): the rows parsed in one Numba pass
-    into narrow columns, then the same vectorised checks and framing as :func:`_read_slow`.
+    """The whole-file path: the rows parsed into narrow columns (:mod:`refsim.trace.fastparse`,
+    on several threads), then checked, framed and packed in one pass (:func:`_build_fast`).
     Returns None on any damage or anything it does not handle (a file that is not regular, text
     that is not ASCII in the rows, a weight it cannot convert exactly): :func:`_read_slow` then
     reads the file again and reports the first damage as it always has, so every message is the
     per-line path's by construction."""
-    from refsim.trace.fastparse import parse_rows
+    from refsim.trace.fastparse import find_lf, parse_rows
 
     try:
         if not os.path.isfile(path):
@@ -466,47 +545,39 @@ def _read_fast(path: str) -> RouteTrace | None:
             if fh.read(len(TRACE_MAGIC) + 1) != TRACE_MAGIC.encode() + b"\n":
                 return None
             fh.seek(0)
-            data = _read_all(fh)
+            buf, size = _read_all(fh)
     except OSError:
         return None
     pos, lineno = len(TRACE_MAGIC) + 1, 2
     while True:                           # the preamble: '#' and blank lines, then the columns
-        nl = data.find(b"\n", pos)
-        end = len(data) if nl < 0 else nl
-        text = data[pos:end]
-        if not (text.startswith(b"#") or not text.strip()) or nl < 0:
+        nl = find_lf(buf, pos, size)
+        end = size if nl < pos else nl
+        text = bytes(buf[pos:end])
+        if not (text.startswith(b"#") or not text.strip()) or nl < pos:
             break
         pos, lineno = nl + 1, lineno + 1
     if lineno > MAX_LINES:
         return None
     try:
-        pre = _parse_preamble(path, data[:end + 1].decode("utf-8"))
+        pre = _parse_preamble(path, bytes(buf[:end + 1]).decode("utf-8"))
         if pre.column_line != lineno or pre.data or PRED_COLUMNS[0] in pre.columns:
             return None                   # the prediction columns: the per-line path reads them
         h = pre.header
-        cols = parse_rows(data, end + 1, lineno + 1, pre.columns, h.n_layer, h.n_expert,
+        cols = parse_rows(buf, size, end + 1, lineno + 1, pre.columns, h.n_layer, h.n_expert,
                           h.n_expert_used, MAX_POSITION, MAX_LINES)
-        del data
+        del buf
         if cols is None:
             return None
-        return _build(path, pre, cols, cols.pop("line"), fast=True)
+        return _build_fast(path, pre, cols, cols.pop("line"))
     except (TraceFormatError, UnicodeDecodeError):
         return None
 
 
-def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.ndarray,
-           fast: bool = False) -> RouteTrace:
-    """Range checks, framing, the rows-complete, positions and bytes rules, and the events.
-
-    ``fast=True`` is the fast path's, which reports no message of its own (any failure makes
-    :func:`read_trace` re-read the file by the per-line path): the residency and
-    ``expert_bytes`` rules run as one Numba pass over the rows
-    (:func:`~refsim.trace.fastparse.charged_ok`) instead of per event, and the duplicate-key
-    search (a sort of every row) is skipped: in a trace without verify decodes the positions
-    rule implies it (within a turn every chunk and plain decode starts right after the previous
-    one, so no position repeats, and turns do not decrease)."""
-    from refsim.trace.fastparse import charged_ok
-
+def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
+           lines_of: np.ndarray) -> RouteTrace:
+    """Range checks, framing, the rows-complete, positions and bytes rules, and the events: the
+    per-line path's, every rule in order with its ``file:line`` message (the readable reference
+    that :func:`_build_fast` is checked against)."""
     header, columns = pre.header, pre.columns
     n_rows = len(lines_of)
     turn, phase, step, layer = cols["turn"], cols["phase"], cols["step"], cols["layer"]
@@ -614,13 +685,9 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
         line_list.append(lines_arr)
 
     _check_weights_known(path, events, line_list)
-    if not fast:
-        _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
-    elif not charged_ok(new, layer, expert, residency, charged, dropped, header.expert_bytes,
-                        n_expert):
-        raise TraceFormatError(f"{path}: the residency or expert_bytes rule fails")  # re-read
+    _check_charged(path, header.expert_bytes, events, res_list, bytes_list, line_list)
     speculative = any(e.kind is DecodeKind.VERIFY for e in events)
-    if not fast and not speculative and n_rows:
+    if not speculative and n_rows:
         keys = np.stack([turn, phase, step, layer, slot], axis=1)
         _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
         if (counts > 1).any():
@@ -645,12 +712,42 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray], lines_of: np.
                       has_pred_columns=has_pred)
 
 
-def _routed_layers(events: list[DecodeEvent], n_layer: int) -> np.ndarray:
-    """(n_layer,) bool: the layers at least one row of ``events`` routes."""
-    seen = np.zeros(n_layer, dtype=bool)
-    for ev in events:
-        seen |= (ev.routes >= 0).any(axis=(0, 2))
-    return seen
+class _FastRefused(TraceFormatError):
+    """The fast path does not accept the rows (the per-line path reads them and says why)."""
+
+
+def _build_fast(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
+                lines_of: np.ndarray) -> RouteTrace:
+    """The fast path's :func:`_build`: every rule and the framing in one Numba pass
+    (:func:`refsim.trace.fastbuild.frame_rows`), the events as one
+    :class:`~refsim.events.EventBlock`. It gives no message of its own: on any failure it raises
+    :class:`_FastRefused` and the caller falls back to the per-line path. Without verify decodes
+    the duplicate-key search is not needed: the positions rule implies it (within a turn every
+    chunk and plain decode starts right after the previous one, so no position repeats, and
+    turns do not decrease).
+
+    Raises
+    ------
+    _FastRefused
+        The rows break a rule, or their shape is one this path leaves to the per-line path.
+    """
+    from refsim.trace.fastbuild import frame_rows
+
+    h = pre.header
+    got = frame_rows(cols, lines_of, h.n_layer, h.n_expert_used, h.n_expert,
+                     cuts_last_layer(h.arch), h.expert_bytes)
+    if got is None:
+        raise _FastRefused(f"{path}: refused by the fast path")
+    block, res, chg, lns = got
+    return RouteTrace(header=h, block=block, recorded=(res, chg, lns), path=path,
+                      has_dropped_column="dropped" in pre.columns, n_rows=int(lines_of.size),
+                      speculative=bool((block.kind == DecodeKind.VERIFY).any()),
+                      column_line=pre.column_line)
+
+
+def _routed_layers(block: EventBlock) -> np.ndarray:
+    """(n_layer,) bool: the layers at least one row of ``block`` routes."""
+    return (block.routes >= 0).any(axis=(0, 2))
 
 
 NO_LAST_LAYER_CUT = frozenset({"qwen35moe"})
@@ -970,7 +1067,7 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     read whole by the per-line path, which raises the same ``TraceFormatError`` as
     :func:`read_trace` (so a damaged file is not read in bounded memory; a valid one is).
     """
-    from refsim.trace.fastparse import parse_rows
+    from refsim.trace.fastparse import padded, parse_rows
 
     path = os.fspath(path)
     try:
@@ -1024,7 +1121,7 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
                 if not data:
                     rest = data + rest
                     continue
-            cols = parse_rows(data, 0, yield_state["line"], pre.columns, h.n_layer,
+            cols = parse_rows(padded(data), len(data), 0, yield_state["line"], pre.columns, h.n_layer,
                               h.n_expert, h.n_expert_used, MAX_POSITION, MAX_LINES)
             if cols is None:
                 _stream_failed(path)
@@ -1055,7 +1152,7 @@ def _whole(path: str):
     tr = read_trace(path)
     stream = TraceStream(header=tr.header, path=path, column_line=tr.column_line,
                          n_rows=tr.n_rows, n_events=len(tr.events), n_prompt=tr.n_prompt,
-                         routed=_routed_layers(tr.events, tr.header.n_layer))
+                         routed=_routed_layers(tr.block))
     return stream, iter([tr])
 
 
@@ -1072,10 +1169,10 @@ def _stream_turn(path: str, pre: _Preamble, cols: dict[str, np.ndarray], stream:
     state["last_turn"] = turn
     lines = cols.pop("line")
     try:
-        tr = _build(path, pre, cols, lines, fast=True)
+        tr = _build_fast(path, pre, cols, lines)
     except TraceFormatError:
         _stream_failed(path)
-    seen = _routed_layers(tr.events, pre.header.n_layer)
+    seen = _routed_layers(tr.block)
     if stream.routed is None:
         stream.routed = seen
     elif not np.array_equal(seen, stream.routed):
