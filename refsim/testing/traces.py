@@ -127,3 +127,44 @@ class ModelLRU:
                 break
             del self.od[oldest]
         return res
+
+
+def trace_difference(a, b) -> str | None:
+    """The first difference between two :class:`~refsim.trace.RouteTrace` s (header, counts,
+    every event's fields and arrays with their dtypes, the recorded residency, bytes and line
+    numbers), or None when they hold the same values: what the reader's fast and per-line paths
+    must agree on (tests/trace/test_fast_path.py)."""
+    ha, hb = a.header, b.header
+    for name in ("model", "arch", "n_layer", "n_expert", "n_expert_used", "extra"):
+        if getattr(ha, name) != getattr(hb, name):
+            return f"header {name}: {getattr(ha, name)!r} != {getattr(hb, name)!r}"
+    for name in ("expert_bytes", "dense_bytes"):
+        if not np.array_equal(getattr(ha, name), getattr(hb, name)):
+            return f"header {name} differs"
+    for name in ("path", "n_rows", "speculative", "column_line", "has_dropped_column",
+                 "has_pred_columns", "n_prompt", "unrouted_layers"):
+        if getattr(a, name) != getattr(b, name):
+            return f"{name}: {getattr(a, name)!r} != {getattr(b, name)!r}"
+    if len(a.events) != len(b.events):
+        return f"{len(a.events)} events != {len(b.events)}"
+    for i, (x, y) in enumerate(zip(a.events, b.events)):
+        for name in ("kind", "turn", "n_draft", "accepted"):
+            if getattr(x, name) != getattr(y, name):
+                return f"event {i} {name}: {getattr(x, name)!r} != {getattr(y, name)!r}"
+        arrays = [(n, getattr(x, n), getattr(y, n)) for n in
+                  ("positions", "routes", "weights", "dropped", "tokens", "pred_routes",
+                   "pred_weights")]
+        arrays += [(n, getattr(a, n)[i], getattr(b, n)[i]) for n in
+                   ("residency", "charged_bytes", "line_numbers")]
+        for name, u, v in arrays:
+            if (u is None) != (v is None):
+                return f"event {i} {name}: {'None' if u is None else 'an array'} != " \
+                       f"{'None' if v is None else 'an array'}"
+            if u is None:
+                continue
+            if u.dtype != v.dtype or u.shape != v.shape:
+                return f"event {i} {name}: {u.dtype}{u.shape} != {v.dtype}{v.shape}"
+            same = (u.view(np.uint32) == v.view(np.uint32)) if u.dtype == np.float32 else u == v
+            if not same.all():
+                return f"event {i} {name} differs"
+    return None

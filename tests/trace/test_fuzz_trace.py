@@ -25,7 +25,9 @@ from refsim.cache import ExpertCache
 from refsim.errors import TraceFormatError
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
 from refsim.testing.mutate import mutated
+from refsim.testing.traces import trace_difference
 from refsim.trace import TraceHeader, read_trace, write_trace
+from refsim.trace.reader import _read_fast, _read_slow
 
 MAGIC = "# route_trace v1"
 
@@ -237,3 +239,34 @@ def test_mutated_traces_are_refused_or_read_as_written(seeds, case_path, data):
 @given(data=st.data())
 def test_mutated_traces_fuzz(seeds, case_path, data):
     _run(seeds, case_path, data)
+
+
+def _fast_against_slow(seeds, case_path, data):
+    """The fast path (threaded parse, one-pass frame and pack) never reads a file the per-line
+    path refuses, and reads what it accepts to the per-line path's trace."""
+    seed = data.draw(st.sampled_from(seeds), label="seed")
+    case, recipe = data.draw(mutated(seed), label="mutation")
+    case_path.write_bytes(case)
+    with _guard(10.0):
+        fast = _read_fast(str(case_path))
+        try:
+            slow = _read_slow(str(case_path))
+        except TraceFormatError as exc:
+            assert fast is None, f"{recipe}: the fast path read a file the per-line path refuses: {exc}"
+            return
+    if fast is not None:
+        diff = trace_difference(fast, slow)
+        assert diff is None, f"{recipe}: {diff}"
+
+
+@settings(max_examples=150, **_SETTINGS)
+@given(data=st.data())
+def test_fast_path_agrees_with_the_per_line_path_on_mutated_traces(seeds, case_path, data):
+    _fast_against_slow(seeds, case_path, data)
+
+
+@pytest.mark.fuzz
+@settings(max_examples=5_000, **_SETTINGS)
+@given(data=st.data())
+def test_fast_path_agrees_with_the_per_line_path_fuzz(seeds, case_path, data):
+    _fast_against_slow(seeds, case_path, data)
