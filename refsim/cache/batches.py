@@ -25,7 +25,7 @@ import numpy as np
 from refsim.jit import njit
 from refsim.cache.lru import effective_routes
 from refsim.errors import ConfigError
-from refsim.events import DecodeEvent
+from refsim.events import DecodeEvent, EventBlock
 
 NEVER = np.iinfo(np.int64).max
 """``next_use`` of an occurrence whose key is never used again (Belady's infinity)."""
@@ -93,7 +93,8 @@ class BatchTrace:
 
     @classmethod
     def from_events(cls, events, expert_bytes, n_expert: int) -> "BatchTrace":
-        """Flatten ``events`` (iterable of DecodeEvent) into layer batches.
+        """Flatten ``events`` (iterable of DecodeEvent) into layer batches
+        (:meth:`from_block` of their :class:`~refsim.events.EventBlock`).
 
         Parameters
         ----------
@@ -108,44 +109,95 @@ class BatchTrace:
             If an event's layer span differs from ``len(expert_bytes)`` or it routes an expert
             id ``>= n_expert``, or a size is not positive.
         """
-        from refsim.events import confirmed_tokens
-
-        eb = np.asarray(expert_bytes, dtype=np.int64)
-        if eb.ndim != 1 or eb.size == 0 or (eb <= 0).any():
-            raise ConfigError(f"expert_bytes must be a non-empty list of positive sizes, got {eb}")
-        n_layer = int(eb.size)
-        chunks, counts, kinds, tokens = [], [], [], 0
-        layer_base = (np.arange(n_layer, dtype=np.int64) * n_expert)[:, None, None]
+        eb = _entry_sizes(expert_bytes)
+        events = list(events)
+        k = 0
         for ev in events:
             if not isinstance(ev, DecodeEvent):
                 raise ConfigError(f"expected DecodeEvent, got {type(ev).__name__}")
-            if ev.n_layer != n_layer:
-                raise ConfigError(f"event routes {ev.n_layer} layers, expected n_layer={n_layer}")
-            routes = ev.routes
-            if ev.dropped is not None:       # a dropped slot carries its row's best id (§3.6)
-                w = (ev.weights if ev.weights is not None
-                     else np.full(routes.shape, np.nan, np.float32))
-                routes = effective_routes(routes, np.ascontiguousarray(w, np.float32),
-                                          np.ascontiguousarray(ev.dropped, np.bool_))
-            r = routes.transpose(1, 0, 2).astype(np.int64)          # [n_layer, n_pos, k]
-            if r.size and int(r.max()) >= n_expert:
-                raise ConfigError(
-                    f"event routes expert {int(r.max())}, expected ids < n_expert={n_expert}")
-            keep = r >= 0
-            chunks.append((r + layer_base)[keep])                    # layer-major, token-major
-            counts.append(keep.reshape(n_layer, -1).sum(axis=1))
-            kinds.append(np.full(n_layer, int(ev.kind), dtype=np.int8))
-            tokens += confirmed_tokens(ev)
-        keys = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
-        cnt = np.concatenate(counts) if counts else np.zeros(0, np.int64)
-        start = np.zeros(cnt.size + 1, dtype=np.int64)
-        np.cumsum(cnt, out=start[1:])
-        n_batch = cnt.size
-        layer = np.tile(np.arange(n_layer, dtype=np.int32), n_batch // n_layer)
-        kind = np.concatenate(kinds) if kinds else np.zeros(0, np.int8)
+            if ev.n_layer != eb.size:
+                raise ConfigError(f"event routes {ev.n_layer} layers, expected n_layer={eb.size}")
+            k = ev.routes.shape[2]
+        if len({ev.routes.shape[2] for ev in events}) > 1:    # blocks hold one k: batch by parts
+            parts = [cls.from_events([ev], eb, n_expert) for ev in events]
+            return cls._joined(parts, eb, n_expert)
+        return cls.from_block(EventBlock.from_events(events, int(eb.size), k), eb, n_expert)
+
+    @classmethod
+    def from_block(cls, block: EventBlock, expert_bytes, n_expert: int) -> "BatchTrace":
+        """Flatten a block's events into layer batches, in one pass without Python per event.
+
+        Raises
+        ------
+        ConfigError
+            As :meth:`from_events`.
+        """
+        eb = _entry_sizes(expert_bytes)
+        n_layer = int(eb.size)
+        if block.routes.shape[1] != n_layer:
+            raise ConfigError(f"event routes {block.routes.shape[1]} layers, expected "
+                              f"n_layer={n_layer}")
+        routes = block.routes
+        if routes.size and int(routes.max()) >= n_expert:
+            raise ConfigError(
+                f"event routes expert {int(routes.max())}, expected ids < n_expert={n_expert}")
+        if block.dropped is not None:        # a dropped slot carries its row's best id (§3.6)
+            routes = effective_routes(np.ascontiguousarray(routes, np.int16),
+                                      np.ascontiguousarray(block.weights, np.float32),
+                                      np.ascontiguousarray(block.dropped, np.bool_))
+        keys = np.empty(int(np.count_nonzero(routes >= 0)), np.int64)
+        start = np.zeros(block.n_events * n_layer + 1, np.int64)
+        _batch_keys(np.ascontiguousarray(block.event_start, np.int64),
+                    np.ascontiguousarray(routes, np.int16), n_expert, keys, start[1:])
+        np.cumsum(start, out=start)
+        layer = np.tile(np.arange(n_layer, dtype=np.int32), block.n_events)
+        kind = np.repeat(block.kind.astype(np.int8), n_layer)
         nxt = _next_use(keys, start, n_layer * n_expert)
         return cls(keys=keys, batch_start=start, batch_layer=layer, batch_kind=kind,
-                   next_use=nxt, expert_bytes=eb, n_expert=int(n_expert), tokens=tokens)
+                   next_use=nxt, expert_bytes=eb, n_expert=int(n_expert),
+                   tokens=block.confirmed_tokens())
+
+    @classmethod
+    def _joined(cls, parts: list["BatchTrace"], eb: np.ndarray, n_expert: int) -> "BatchTrace":
+        keys = np.concatenate([p.keys for p in parts]) if parts else np.zeros(0, np.int64)
+        counts = np.concatenate([np.diff(p.batch_start) for p in parts]) if parts else \
+            np.zeros(0, np.int64)
+        start = np.zeros(counts.size + 1, np.int64)
+        np.cumsum(counts, out=start[1:])
+        return cls(keys=keys, batch_start=start,
+                   batch_layer=np.concatenate([p.batch_layer for p in parts]),
+                   batch_kind=np.concatenate([p.batch_kind for p in parts]),
+                   next_use=_next_use(keys, start, int(eb.size) * n_expert), expert_bytes=eb,
+                   n_expert=int(n_expert), tokens=sum(p.tokens for p in parts))
+
+
+def _entry_sizes(expert_bytes) -> np.ndarray:
+    eb = np.asarray(expert_bytes, dtype=np.int64)
+    if eb.ndim != 1 or eb.size == 0 or (eb <= 0).any():
+        raise ConfigError(f"expert_bytes must be a non-empty list of positive sizes, got {eb}")
+    return eb
+
+
+@njit(cache=True)
+def _batch_keys(event_start, routes, n_expert, keys, counts):
+    """The keys of every (event, layer) batch, layer-major within an event and token-major
+    (position, then slot) within a batch, routed slots only; ``counts[b]`` = batch b's size."""
+    n_layer = routes.shape[1]
+    k = routes.shape[2]
+    o = 0
+    b = 0
+    for e in range(event_start.size - 1):
+        for il in range(n_layer):
+            c = 0
+            for p in range(event_start[e], event_start[e + 1]):
+                for s in range(k):
+                    r = routes[p, il, s]
+                    if r >= 0:
+                        keys[o] = il * n_expert + r
+                        o += 1
+                        c += 1
+            counts[b] = c
+            b += 1
 
 
 def layer_subtraces(batches: "BatchTrace", with_index: bool = False) -> list[tuple]:

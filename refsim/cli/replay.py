@@ -142,7 +142,7 @@ def run_policy(args, trace, policy, budget: int) -> int:
     from refsim.cache.policy import replay_policy
 
     h = trace.header
-    bt = BatchTrace.from_events(trace.events, h.expert_bytes, h.n_expert)
+    bt = BatchTrace.from_block(trace.block, h.expert_bytes, h.n_expert)
     s = replay_policy(bt, policy, budget).summary(h.token_cycle_bytes)
     warn_below_token_cycle("replay", [budget], s.t_bytes)
     if args.json:

@@ -101,7 +101,7 @@ def _batches(ref: TraceRef):
     entry = _loaded(ref)
     if "batches" not in entry:
         h = entry["trace"].header
-        entry["batches"] = BatchTrace.from_events(entry["trace"].events, h.expert_bytes, h.n_expert)
+        entry["batches"] = BatchTrace.from_block(entry["trace"].block, h.expert_bytes, h.n_expert)
     return entry["batches"]
 
 

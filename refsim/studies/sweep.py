@@ -176,7 +176,7 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
     Parameters
     ----------
     batches : BatchTrace
-        The trace's layer batches (``BatchTrace.from_events``).
+        The trace's layer batches (``BatchTrace.from_block``).
     budgets_mib : sequence of float
         Budgets in MiB (2**20 bytes); each becomes ``int(budget * 2**20)`` bytes, as
         ``--cache-mb`` does (``ExpertCache.mib_to_bytes``). A repeated value is dropped (the
