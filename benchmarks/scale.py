@@ -2,18 +2,26 @@
 (and a streamed 1000-turn replay), each against pyarrow's parse of the same file in the same run.
 
     python benchmarks/scale.py [--turns 1,10,100] [--stream-turns 1000] [--budget-mib 4000]
+                               [--repeat 3]
 
 The shared qwen trace (/work/shared/real-traces/bmoe-qwen3-30b-a3b/qwen.route.csv, one turn of
 44,766 rows) is written N times into a temporary folder with ``turn`` = 0..N-1 (never kept).
-Each measurement runs in a fresh child process (so peak RSS is its own, ``ru_maxrss`` in MiB =
-2**20 bytes, and Numba kernels come from the on-disk cache after one warm-up child):
+Each measurement runs in fresh child processes, ``--repeat`` times (best and median printed; the
+peak RSS, ``ru_maxrss`` in MiB = 2**20 bytes, is the largest of the runs), after one warm-up
+child (the Numba kernels then come from the on-disk cache):
 
 - ``pyarrow``: ``pyarrow.csv.read_csv`` of the file (the rows; ``#`` preamble lines skipped via
-  ``skip_rows``), the baseline;
+  ``skip_rows``; its own threads, as by default), the baseline; its import is not timed;
 - ``ingest``: ``refsim.trace.read_trace`` (parse + every validation rule + the events);
 - ``ingest+replay``: ``read_trace`` then ``replay_trace`` at ``--budget-mib`` (what
   ``refsim replay`` does);
-- ``stream``: ``iter_trace_turns`` + ``replay_turns`` (``refsim replay --stream``).
+- ``stream``: ``iter_trace_turns`` + ``replay_turns`` (``refsim replay --stream``);
+
+each ``cold`` (the clock starts after the modules are imported, as pyarrow's does, so Numba's
+import and the loading of the cached kernels are timed) and ``warm`` (the child reads and
+replays a one-turn trace first, outside the clock: the rate of a process that has its kernels,
+such as a sweep over many traces). On the largest file the whole ``refsim replay`` command is
+timed too, from the shell (interpreter start and every import included).
 
 Start-up (first, ``--startup-runs N``, best of N, 0 skips; ``--startup-only`` stops after it):
 wall seconds of ``python -c pass`` (the bare interpreter; ``import numpy`` beside it, the floor of
@@ -40,6 +48,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,8 +60,7 @@ QWEN = "real-traces/bmoe-qwen3-30b-a3b/qwen.route.csv"
 
 CHILD = r"""
 import json, resource, sys, time
-mode, path, budget = sys.argv[1], sys.argv[2], int(sys.argv[3])
-t0 = time.perf_counter()
+mode, path, budget, warm = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if mode == "pyarrow":
     import pyarrow.csv as pc
     with open(path, "rb") as fh:
@@ -66,10 +74,14 @@ if mode == "pyarrow":
 else:
     from refsim.trace import read_trace, iter_trace_turns
     from refsim.studies.replay import replay_trace, replay_turns
+    if warm:            # Numba imported and every kernel loaded before the clock starts
+        replay_trace(read_trace(warm), budget)
+        stream, turns = iter_trace_turns(warm)
+        replay_turns(stream.header, turns, budget, keep_records=False)
     t0 = time.perf_counter()
     if mode == "stream":
         stream, turns = iter_trace_turns(path)
-        replay_turns(stream.header, turns, budget, on_record=lambda r: None)
+        replay_turns(stream.header, turns, budget, keep_records=False)
         rows = stream.n_rows
     else:
         tr = read_trace(path)
@@ -165,13 +177,33 @@ def write_turns(src: Path, dst: Path, turns: int) -> None:
             fh.write(tb + body[1:].replace(b"\n0,", b"\n" + tb + b","))
 
 
-def measure(mode: str, path: Path, budget: int) -> dict:
+def measure(mode: str, path: Path, budget: int, warm: Path | None = None,
+            repeat: int = 1) -> dict:
+    """``mode`` on ``path`` in a fresh child, ``repeat`` times: the best (least seconds) run's
+    figures, the median seconds beside them and the largest peak RSS of the runs. With ``warm``
+    (a small trace) the child reads and replays it first, outside the clock, so Numba's import
+    and the kernels' loading are not timed."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path), str(budget)],
-                         check=True, capture_output=True, text=True, env=env).stdout
-    res = json.loads(out.splitlines()[-1])
-    res["load"] = os.getloadavg()[0]
-    return res
+    runs = []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path), str(budget),
+                              str(warm or "")], check=True, capture_output=True, text=True,
+                             env=env).stdout
+        res = json.loads(out.splitlines()[-1])
+        res["load"] = os.getloadavg()[0]
+        runs.append(res)
+    best = min(runs, key=lambda r: r["s"])
+    best["median"] = statistics.median(r["s"] for r in runs)
+    best["rss"] = max(r["rss"] for r in runs)
+    return best
+
+
+def command(argv: list[str], repeat: int) -> tuple[float, float]:
+    """Best and median wall seconds of ``refsim ARGV`` in a fresh process (the interpreter's start
+    and every import included), ``repeat`` runs."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    walls = [_time_child([sys.executable, "-m", "refsim.cli", *argv], env)[0] for _ in range(repeat)]
+    return min(walls), statistics.median(walls)
 
 
 def main() -> int:
@@ -180,6 +212,8 @@ def main() -> int:
     ap.add_argument("--stream-turns", type=int, default=1000,
                     help="turns of the streamed replay (0: skip)")
     ap.add_argument("--budget-mib", type=int, default=4000)
+    ap.add_argument("--repeat", type=int, default=3, help="fresh children per measurement (best "
+                    "and median printed)")
     ap.add_argument("--shared", default=os.environ.get("REFSIM_SHARED", "/work/shared"))
     ap.add_argument("--startup-runs", type=int, default=7,
                     help="best of N for the start-up section (0: skip it)")
@@ -203,22 +237,35 @@ def main() -> int:
         warm = Path(tmp) / "warm.route.csv"
         write_turns(src, warm, 1)
         measure("ingest+replay", warm, budget)               # Numba kernels compiled / cached
+        measure("stream", warm, budget)
         per_row = {}
+        rep = a.repeat
+        print(f"best of {rep} fresh children per line (median beside it). 'cold': the clock "
+              f"starts after the modules are imported, so Numba's import and the kernels' "
+              f"loading are timed (pyarrow's import is not); 'warm': a 1-turn trace is read and "
+              f"replayed first, outside the clock")
         for n in [int(x) for x in a.turns.split(",")]:
             p = Path(tmp) / f"qwen-{n}.route.csv"
             write_turns(src, p, n)
             mib = p.stat().st_size / 2**20
-            base = measure("pyarrow", p, budget)
+            base = measure("pyarrow", p, budget, repeat=rep)
             print(f"\n{n} turn(s): {base['rows']} rows, {mib:.1f} MiB of CSV")
-            print(f"  {'':14s} {'s':>7s} {'rows/s':>11s} {'rate/pyarrow':>12s} "
+            print(f"  {'':20s} {'s':>7s} {'median':>7s} {'rows/s':>11s} {'rate/pyarrow':>12s} "
                   f"{'RSS MiB':>8s} {'RSS/file':>8s}  load")
             for mode in ("pyarrow", "ingest", "ingest+replay", "stream"):
-                r = base if mode == "pyarrow" else measure(mode, p, budget)
-                rate = r["rows"] / r["s"]
-                print(f"  {mode:14s} {r['s']:7.2f} {rate:11.0f} "
-                      f"{rate / (base['rows'] / base['s']):12.2f} {r['rss']:8.0f} "
-                      f"{r['rss'] / mib:8.2f}  {r['load']:.2f}")
-                per_row.setdefault(mode, []).append((n, r["rows"], r["s"]))
+                for warmed in ((None,) if mode == "pyarrow" else (None, warm)):
+                    r = base if mode == "pyarrow" else measure(mode, p, budget, warmed, rep)
+                    label = mode if mode == "pyarrow" else f"{mode} {'warm' if warmed else 'cold'}"
+                    rate = r["rows"] / r["s"]
+                    print(f"  {label:20s} {r['s']:7.2f} {r['median']:7.2f} {rate:11.0f} "
+                          f"{rate / (base['rows'] / base['s']):12.2f} {r['rss']:8.0f} "
+                          f"{r['rss'] / mib:8.2f}  {r['load']:.2f}")
+                    per_row.setdefault(label, []).append((n, r["rows"], r["s"]))
+            if n == max(int(x) for x in a.turns.split(",")):
+                best, med = command(["replay", str(p), "--cache-mb", str(a.budget_mib)], rep)
+                print(f"  {'refsim replay (cmd)':20s} {best:7.2f} {med:7.2f} "
+                      f"{base['rows'] / best:11.0f} {base['s'] / best:12.2f}   (the whole command "
+                      f"from the shell, interpreter start included)")
             p.unlink()
         print("\ncost against rows, seconds = fixed + rows x slope: the slope between consecutive "
               "files, as a ratio to the last one (1.00 = linear; the fixed part is start-up)")
@@ -226,7 +273,7 @@ def main() -> int:
             seg = [(n1, n2, (s2 - s1) / (r2 - r1)) for (n1, r1, s1), (n2, r2, s2)
                    in zip(pts, pts[1:])]
             fixed = pts[0][2] - pts[0][1] * seg[-1][2] if seg else float("nan")
-            print(f"  {mode:14s} fixed {fixed:6.2f} s  " + "  ".join(
+            print(f"  {mode:20s} fixed {fixed:6.2f} s  " + "  ".join(
                 f"{n1}->{n2} turns: {sl / seg[-1][2]:.2f}" for n1, n2, sl in seg)
                 + (f"  (last slope {seg[-1][2] * 1e9:.0f} ns/row)" if seg else ""))
         if a.stream_turns:

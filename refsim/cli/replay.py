@@ -174,7 +174,8 @@ def stream_replay(args, budget: int):
         if args.csv is not None:
             on_record = event_csv_writer(stack.enter_context(open_output(args.csv, "--csv")))
         knobs = knobs_from_args(args, stream.header.n_expert_used)
-        report = replay_turns(stream.header, turns, budget, on_record=on_record, knobs=knobs)
+        report = replay_turns(stream.header, turns, budget, on_record=on_record, knobs=knobs,
+                              keep_records=False)    # memory independent of the trace's length
         stream.require_rows("replay")
     return stream, report
 

@@ -119,7 +119,8 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
 
 
 def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
-                 on_record=None, knobs: StreamKnobs | None = None) -> ReplayReport:
+                 on_record=None, knobs: StreamKnobs | None = None,
+                 keep_records: bool = True) -> ReplayReport:
     """Replay the parts ``traces`` of one trace (e.g. :func:`refsim.trace.iter_trace_turns`'s
     turns) in order through one LRU; the same accounting as :func:`replay_trace` of the whole.
 
@@ -127,9 +128,9 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
     Python per event); with a knob on, event by event (:meth:`ExpertCache.apply`). Both run the
     same kernel over the same state.
 
-    ``on_record(record)`` is called for each event's record; given it, the report keeps no
-    records (``records`` is empty), so memory does not grow with the trace. ``knobs`` as in
-    :func:`replay_trace`.
+    ``on_record(record)`` is called for each event's record; given it, or with
+    ``keep_records=False``, the report keeps no records (``records`` is empty), so memory does
+    not grow with the trace. ``knobs`` as in :func:`replay_trace`.
     """
     h = header
     cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
@@ -147,11 +148,11 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
             tokens += trace.block.confirmed_tokens()
             ours = records.residency
         _compare(trace, ours, report, max_disagreements)
-        if on_record is None:
-            report.parts.append(records)
-        else:
+        if on_record is not None:
             for rec in records:
                 on_record(rec)
+        elif keep_records:
+            report.parts.append(records)
     report.summary = CacheSummary.from_stats(cache.stats, budget_bytes, tokens,
                                              h.token_cycle_bytes)
     if cache.knobs.any_on:

@@ -114,3 +114,33 @@ def test_many_blank_lines_before_the_header_stream_as_read(tmp_path):
     whole = read_trace(p).events
     assert len(streamed) == len(whole) > 0
     assert all((a.routes == b.routes).all() for a, b in zip(streamed, whole))
+
+
+def test_a_streamed_replay_without_records_keeps_none(tmp_path):
+    # what `refsim replay --stream` without --csv does: the counters, no record held
+    path = tmp_path / "t.route.csv"
+    h, events = _two_turns()
+    cache = ExpertCache(h.expert_bytes, h.n_expert, 8)
+    recs = [cache.apply(e) for e in events]
+    write_trace(path, h, events, [r.residency for r in recs], [r.charged_bytes for r in recs])
+    whole = replay_trace(read_trace(path), 8)
+    stream, turns = iter_trace_turns(path, block=64)
+    part = replay_turns(stream.header, turns, 8, keep_records=False)
+    assert part.parts == [] and part.records == []
+    assert part.summary.as_dict() == whole.summary.as_dict()
+    assert (part.residency_rows, part.residency_agree) == (whole.residency_rows,
+                                                           whole.residency_agree)
+
+
+def _two_turns():
+    from refsim.events import DecodeEvent, DecodeKind
+    from refsim.trace import TraceHeader
+    import numpy as np
+    h = TraceHeader("m", "qwen3moe", 2, 4, 1, np.array([4, 4]), np.array([0, 0]))
+    events = []
+    for t in range(2):
+        for p, e in enumerate([0, 1, 2, 0, 3]):
+            r = np.array([[[e], [(e + 1) % 4]]], np.int16)
+            events.append(DecodeEvent(DecodeKind.PLAIN, np.array([p]), r,
+                                      weights=np.full(r.shape, 0.5, np.float32), turn=t))
+    return h, events
