@@ -368,12 +368,14 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                     if deferred[il] and dropped_out[p, il, s]:
                         counters[C_DROPPED] += 1
         for p in range(n_pos):
-            best = row_best(routes[p, il], weights[p, il])
+            best = -2                                  # the row's best slot, found when needed
             for s in range(k):
                 e = routes[p, il, s]
                 write = True
                 if e >= 0 and dropped_out[p, il, s]:
                     write = False
+                    if best == -2:
+                        best = row_best(routes[p, il], weights[p, il])
                     e = routes[p, il, best] if best >= 0 else -1   # rewritten to the best id
                 if not write or e < 0:
                     residency_out[p, il, s] = -1
