@@ -379,8 +379,10 @@ class ExpertCache:
         delta = np.diff(np.vstack([before[None, :], after]), axis=0)
         kind = block.kind.astype(np.int64)
         st = self.stats
-        for name, c in _STAT_COUNTERS:         # exact int64 sums per kind
-            getattr(st, name)[:] += [int(delta[kind == kd, c].sum()) for kd in range(N_KINDS)]
+        per_kind = np.zeros((N_KINDS, _lru.N_COUNTERS), np.int64)
+        np.add.at(per_kind, kind, delta)         # exact int64 sums per kind
+        for name, c in _STAT_COUNTERS:
+            getattr(st, name)[:] += per_kind[:, c]
         st.events += np.bincount(kind, minlength=N_KINDS)
         self._absolute_stats()
         if self.knobs.traced:                  # as _finish: these graphs showed their weights

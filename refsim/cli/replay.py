@@ -99,8 +99,7 @@ def print_text(trace, report: ReplayReport) -> None:
     print(f"trace: {trace.path}")
     print(f"model: {h.model} arch={h.arch} n_layer={h.n_layer} n_expert={h.n_expert} "
           f"n_expert_used={h.n_expert_used}")
-    n_events = trace.n_events if hasattr(trace, "n_events") else len(trace.events)
-    print(f"events: {n_events} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
+    print(f"events: {trace.n_events} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
           f"tokens), {trace.n_rows} rows")
     print_counters(s)
     print(f"resident: {num(s.resident_bytes / MIB, 1)} MiB; {s.evictions} evictions, "

@@ -263,7 +263,7 @@ def sweep_knobs(trace, budgets_mib, knobs, policies=("lru",)) -> SweepResult:
         rep = replay_trace(trace, ExpertCache.mib_to_bytes(bm), knobs=knobs)
         rows.append(SweepRow(bm, "lru", rep.summary, rep.knobs))
     h = trace.header
-    n_batch = len(trace.events) * h.n_layer
+    n_batch = trace.n_events * h.n_layer
     return SweepResult(rows, ["lru"], budgets_mib, int(h.token_cycle_bytes), n_batch,
                        rows[0].summary.tokens)
 

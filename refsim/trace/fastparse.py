@@ -251,6 +251,11 @@ def _count_lf(buf, words, a, b):
     return n
 
 
+def count_lf(buf: np.ndarray, a: int, b: int) -> int:
+    """Line feeds in ``buf[a:b]`` (``buf`` as :func:`parse_rows` takes it)."""
+    return int(_count_lf(buf, buf.view(np.uint64), a, b))
+
+
 def padded(data) -> np.ndarray:
     """``data`` (bytes-like) in a new uint8 array with :data:`PAD` zero bytes after it, its size
     a multiple of 8 (what :func:`parse_rows` reads from)."""

@@ -558,8 +558,11 @@ def _read_fast(path: str) -> RouteTrace | None:
         pos, lineno = nl + 1, lineno + 1
     if lineno > MAX_LINES:
         return None
+    head = bytes(buf[:end + 1])
+    if b"\0" in head:
+        return None                       # a NUL byte: the per-line path's message
     try:
-        pre = _parse_preamble(path, bytes(buf[:end + 1]).decode("utf-8"))
+        pre = _parse_preamble(path, head.decode("utf-8"))
         if pre.column_line != lineno or pre.data or PRED_COLUMNS[0] in pre.columns:
             return None                   # the prediction columns: the per-line path reads them
         h = pre.header
@@ -568,7 +571,7 @@ def _read_fast(path: str) -> RouteTrace | None:
         del buf
         if cols is None:
             return None
-        return _build_fast(path, pre, cols, cols.pop("line"))
+        return _build_parsed(path, pre, cols, cols.pop("line"))
     except (TraceFormatError, UnicodeDecodeError):
         return None
 
@@ -743,6 +746,22 @@ def _build_fast(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
                       has_dropped_column="dropped" in pre.columns, n_rows=int(lines_of.size),
                       speculative=bool((block.kind == DecodeKind.VERIFY).any()),
                       column_line=pre.column_line)
+
+
+def _build_parsed(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
+                  lines_of: np.ndarray) -> RouteTrace:
+    """The trace of rows the fast parser read: :func:`_build_fast`, or where it leaves them (a
+    trace routing one layer) the per-line :func:`_build` on the same columns.
+
+    Raises
+    ------
+    TraceFormatError
+        A rule fails (the caller reads the file by the per-line path for its message).
+    """
+    try:
+        return _build_fast(path, pre, cols, lines_of)
+    except _FastRefused:
+        return _build(path, pre, cols, lines_of)
 
 
 def _routed_layers(block: EventBlock) -> np.ndarray:
@@ -1067,7 +1086,7 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     read whole by the per-line path, which raises the same ``TraceFormatError`` as
     :func:`read_trace` (so a damaged file is not read in bounded memory; a valid one is).
     """
-    from refsim.trace.fastparse import padded, parse_rows
+    from refsim.trace.fastparse import PAD, count_lf, find_lf, parse_rows
 
     path = os.fspath(path)
     try:
@@ -1089,7 +1108,8 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
             break
     head = b"".join(parts)
     pre = None
-    if head.startswith(TRACE_MAGIC.encode() + b"\n") and head.endswith(b"\n"):
+    if (head.startswith(TRACE_MAGIC.encode() + b"\n") and head.endswith(b"\n")
+            and b"\0" not in head):
         try:
             pre = _parse_preamble(path, head.decode("utf-8"))
         except (TraceFormatError, UnicodeDecodeError):
@@ -1110,22 +1130,28 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
 
     def _turns(bar):
         carry: dict[str, np.ndarray] | None = None
-        rest = b""
+        buf = np.zeros((block + PAD + 7) // 8 * 8, np.uint8)
+        have = 0                       # bytes of an unfinished line kept at the front of buf
         while True:
-            chunk = fh.read(block)
-            bar.update(len(chunk))
-            data = rest + chunk
-            if chunk:
-                cut = data.rfind(b"\n") + 1
-                data, rest = data[:cut], data[cut:]
-                if not data:
-                    rest = data + rest
-                    continue
-            cols = parse_rows(padded(data), len(data), 0, yield_state["line"], pre.columns, h.n_layer,
+            if buf.size < have + block + PAD:          # a line longer than a block: grow
+                grown = np.zeros((have + block + PAD + 7) // 8 * 8, np.uint8)
+                grown[:have] = buf[:have]
+                buf = grown
+            n = fh.readinto(memoryview(buf)[have:have + block])
+            bar.update(n)
+            size = have + n
+            cut = find_lf(buf, 0, size, backwards=True) + 1 if n else size
+            if n and not cut:
+                have = size
+                continue
+            cols = parse_rows(buf, cut, 0, yield_state["line"], pre.columns, h.n_layer,
                               h.n_expert, h.n_expert_used, MAX_POSITION, MAX_LINES)
             if cols is None:
                 _stream_failed(path)
-            yield_state["line"] += data.count(b"\n")
+            yield_state["line"] += int(count_lf(buf, 0, cut))
+            buf[:size - cut] = buf[cut:size]
+            have = size - cut
+            chunk = n
             if carry is not None:
                 cols = {c: np.concatenate([carry[c], cols[c]]) for c in cols}
             turn = cols["turn"]
@@ -1151,7 +1177,7 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
 def _whole(path: str):
     tr = read_trace(path)
     stream = TraceStream(header=tr.header, path=path, column_line=tr.column_line,
-                         n_rows=tr.n_rows, n_events=len(tr.events), n_prompt=tr.n_prompt,
+                         n_rows=tr.n_rows, n_events=tr.n_events, n_prompt=tr.n_prompt,
                          routed=_routed_layers(tr.block))
     return stream, iter([tr])
 
@@ -1169,7 +1195,7 @@ def _stream_turn(path: str, pre: _Preamble, cols: dict[str, np.ndarray], stream:
     state["last_turn"] = turn
     lines = cols.pop("line")
     try:
-        tr = _build_fast(path, pre, cols, lines)
+        tr = _build_parsed(path, pre, cols, lines)
     except TraceFormatError:
         _stream_failed(path)
     seen = _routed_layers(tr.block)
@@ -1178,6 +1204,6 @@ def _stream_turn(path: str, pre: _Preamble, cols: dict[str, np.ndarray], stream:
     elif not np.array_equal(seen, stream.routed):
         _stream_failed(path)
     stream.n_rows += tr.n_rows
-    stream.n_events += len(tr.events)
+    stream.n_events += tr.n_events
     stream.n_prompt += tr.n_prompt
     return tr
