@@ -204,7 +204,7 @@ def _read_text(path: str) -> str:
             head = fh.read(len(TRACE_MAGIC) + 2)
             first = head.split(b"\n", 1)[0].rstrip(b"\r")
             if first != TRACE_MAGIC.encode():
-                got = (first[:60].decode("utf-8", "backslashreplace") if head
+                got = (first[:60].decode("utf-8", "replace") if head
                        else "an empty file")
                 raise TraceFormatError(f"{path}:1: expected {TRACE_MAGIC!r}, got {got!r}"
                                        f"{' (not a route trace)' if head else ''}")
