@@ -4,7 +4,8 @@ See docs/trace-format.md for the format in our words.
 """
 
 from refsim.trace.format import TRACE_MAGIC, TraceHeader
-from refsim.trace.reader import RouteTrace, TraceStream, iter_trace_turns, read_trace
+from refsim.trace.reader import RouteTrace, read_trace
+from refsim.trace.stream import TraceStream, iter_trace_turns
 from refsim.trace.writer import TraceWriter, format_event_rows, format_header, write_trace
 
 __all__ = ["TRACE_MAGIC", "TraceHeader", "RouteTrace", "TraceStream", "iter_trace_turns", "read_trace", "write_trace", "TraceWriter",

@@ -294,6 +294,17 @@ def find_lf(buf: np.ndarray, lo: int, hi: int, backwards: bool = False) -> int:
         a, b = (max(lo, a - width), a) if backwards else (b, min(hi, b + width))
 
 
+def column_bounds(n_layer: int, n_expert: int, k: int, max_position: int):
+    """The inclusive range of each integer column of :data:`KNOWN` (in its order) that
+    :func:`parse_rows` accepts, the ranges of docs/trace-format.md "Validation" (``weight``'s
+    entry is unused): two (10,) int64 arrays ``lo``, ``hi``. The framing kernels index by these
+    values, so no row outside them may reach them."""
+    lo = np.zeros(len(KNOWN), dtype=np.int64)
+    hi = np.array([max_position, 1, max_position, n_layer - 1, k - 1, n_expert - 1, 0, 2,
+                   np.iinfo(np.int64).max, 1], dtype=np.int64)
+    return lo, hi
+
+
 def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns: list[str],
                n_layer: int, n_expert: int, k: int, max_position: int, max_lines: int,
                threads: int | None = None):
@@ -371,9 +382,7 @@ def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns
     if first_line + cap > max_lines + 1:
         return None
     codes = np.array([KNOWN.index(c) if c in KNOWN else -1 for c in columns], dtype=np.int64)
-    lo = np.zeros(len(KNOWN), dtype=np.int64)
-    hi = np.array([max_position, 1, max_position, n_layer - 1, k - 1, n_expert - 1, 0, 2,
-                   np.iinfo(np.int64).max, 1], dtype=np.int64)
+    lo, hi = column_bounds(n_layer, n_expert, k, max_position)
     present = set(columns)
 
     def col(name, dtype):

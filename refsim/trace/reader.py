@@ -199,6 +199,31 @@ def _read_text(path: str) -> str:
         Unreadable file, a first line that is not ``# route_trace v1``, a NUL byte or text that
         is not UTF-8 (naming the line and the byte offset).
     """
+    chunks = list(_checked_chunks(path))
+    raw = b"".join(chunks)
+    del chunks
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _not_utf8(path, raw.count(b"\n", 0, exc.start) + 1, raw[exc.start], exc.start)
+
+
+def _not_utf8(path: str, line: int, byte: int, offset: int):
+    raise TraceFormatError(f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at "
+                           f"byte offset {offset})") from None
+
+
+def _checked_chunks(path: str):
+    """The file's bytes in :data:`READ_CHUNK` pieces (the first is the magic line's few bytes),
+    each checked before the next is read: the first line is the magic, no NUL byte, at most
+    :data:`MAX_LINES` lines. (The UTF-8 check is the caller's: :func:`_read_text` decodes the
+    whole, :func:`_check_bytes` piece by piece.)
+
+    Raises
+    ------
+    TraceFormatError
+        As :func:`_read_text`, but for UTF-8.
+    """
     try:
         with open(path, "rb") as fh:
             head = fh.read(len(TRACE_MAGIC) + 2)
@@ -208,7 +233,7 @@ def _read_text(path: str) -> str:
                        else "an empty file")
                 raise TraceFormatError(f"{path}:1: expected {TRACE_MAGIC!r}, got {got!r}"
                                        f"{' (not a route trace)' if head else ''}")
-            chunks = [head]
+            yield head
             size, lines = len(head), head.count(b"\n")
             while True:
                 chunk = fh.read(READ_CHUNK)
@@ -223,17 +248,48 @@ def _read_text(path: str) -> str:
                 lines += chunk.count(b"\n")
                 if lines > MAX_LINES:
                     raise TraceFormatError(f"{path}:{MAX_LINES}: more than {MAX_LINES} lines")
-                chunks.append(chunk)
+                yield chunk
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read: {exc.strerror}") from None
-    raw = b"".join(chunks)
-    del chunks
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise TraceFormatError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
-                               f"byte offset {exc.start})") from None
+
+
+def _check_bytes(path: str) -> int:
+    """:func:`_read_text`'s checks without holding the file: the same first error, in memory
+    bounded by :data:`READ_CHUNK` (the stream's diagnosis of a damaged file).
+
+    Returns
+    -------
+    int
+        The number of line feeds in the file.
+
+    Raises
+    ------
+    TraceFormatError
+        Exactly as :func:`_read_text` would for the same file.
+    """
+    offset = lines = 0
+    tail = b""                        # an unfinished UTF-8 sequence at the end of the last piece
+    bad = None                        # (line, byte, offset) of the first byte that is not UTF-8
+    for chunk in _checked_chunks(path):    # every NUL and line-count error comes first, as there
+        if bad is None:
+            data = tail + chunk
+            try:
+                data.decode("utf-8")
+                tail = b""
+            except UnicodeDecodeError as exc:
+                if exc.reason == "unexpected end of data" and exc.start >= len(data) - 3:
+                    tail = data[exc.start:]          # may complete in the next piece
+                else:
+                    at = offset - len(tail) + exc.start
+                    bad = (lines - tail.count(b"\n") + data.count(b"\n", 0, exc.start) + 1,
+                           data[exc.start], at)
+        offset += len(chunk)
+        lines += chunk.count(b"\n")
+    if bad is None and tail:
+        bad = (lines - tail.count(b"\n") + 1, tail[0], offset - len(tail))
+    if bad is not None:
+        _not_utf8(path, *bad)
+    return lines
 
 
 def _kv_tokens(path: str, lineno: int, text: str) -> dict[str, str]:
@@ -386,10 +442,14 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
         extra=tuple((key, v) for key, v in model_kv.items() if key not in known))
     keep = [j for j in range(i + 1, len(lines)) if lines[j].strip()]
     if keep and keep[-1] == len(lines) - 1 and not ends_with_newline:
-        raise TraceFormatError(f"{path}:{len(lines)}: last line is truncated (no end of line): "
-                               f"{lines[-1][:60]!r}")
+        _truncated(path, len(lines), lines[-1])
     return _Preamble(header, columns, i + 1, layer_lines, [lines[j] for j in keep],
                      np.asarray(keep, dtype=np.int64) + 1)
+
+
+def _truncated(path: str, line: int, text: str):
+    """Raise the message of a last line without its end of line (``text``: its first characters)."""
+    raise TraceFormatError(f"{path}:{line}: last line is truncated (no end of line): {text[:60]!r}")
 
 
 def _range_text(name: str, header: TraceHeader) -> str:
@@ -1042,168 +1102,3 @@ def _infer_accepted(events: list[DecodeEvent]) -> None:
             acc = int(nxt.positions[0] - ev.positions[0] - 1)
             if 0 <= acc <= ev.n_draft:
                 object.__setattr__(ev, "accepted", acc)
-
-
-STREAM_BLOCK = 1 << 24
-"""Bytes of rows :func:`iter_trace_turns` parses at a time (16 MiB)."""
-
-
-@dataclass
-class TraceStream:
-    """What :func:`iter_trace_turns` has read so far, for a streaming replay's report: the
-    attributes of :class:`RouteTrace` a report prints, filled in as turns are yielded."""
-
-    header: TraceHeader
-    path: str
-    column_line: int
-    n_rows: int = 0
-    n_events: int = 0
-    n_prompt: int = 0
-    routed: np.ndarray | None = None        # (n_layer,) bool, the layers the rows route
-
-    require_rows = RouteTrace.require_rows
-
-    @property
-    def unrouted_layers(self) -> list[int]:
-        """As :attr:`RouteTrace.unrouted_layers`."""
-        seen = self.routed
-        return np.flatnonzero(~seen).tolist() if seen is not None and seen.any() else []
-
-
-def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
-    """Read a route trace turn by turn, in memory bounded by one turn plus ``block`` bytes.
-
-    Returns
-    -------
-    (TraceStream, iterator of RouteTrace)
-        The stream's running counts, and one :class:`RouteTrace` per turn (the turn's events,
-        residency, bytes and line numbers; ``line_numbers`` are the file's), in file order.
-
-    Each turn is validated as :func:`read_trace` validates a whole trace, plus what ties turns
-    together: turns increase, and every turn routes the same layers (a trace valid as a whole
-    does: every decode routes every layer the trace routes, and a turn's prefill ends at its last
-    layer). So a valid file yields exactly :func:`read_trace`'s events. On any damage the file is
-    read whole by the per-line path, which raises the same ``TraceFormatError`` as
-    :func:`read_trace` (so a damaged file is not read in bounded memory; a valid one is).
-    """
-    from refsim.trace.fastparse import PAD, count_lf, find_lf, parse_rows
-
-    path = os.fspath(path)
-    try:
-        fh = open(path, "rb") if os.path.isfile(path) else None
-    except OSError:
-        fh = None
-    if fh is None:                              # a FIFO or device: read whole (or its message)
-        return _whole(path)
-    parts: list[bytes] = []                  # the preamble, line by line (joined once: linear time)
-    size = n_lines = 0
-    while True:
-        line = fh.readline(1 << 26)
-        parts.append(line)
-        size += len(line)
-        n_lines += line.endswith(b"\n")
-        if size > 1 << 26 or not line:
-            break
-        if n_lines > 1 and not (line.startswith(b"#") or not line.strip()):
-            break
-    head = b"".join(parts)
-    pre = None
-    if (head.startswith(TRACE_MAGIC.encode() + b"\n") and head.endswith(b"\n")
-            and b"\0" not in head):
-        try:
-            pre = _parse_preamble(path, head.decode("utf-8"))
-        except (TraceFormatError, UnicodeDecodeError):
-            pre = None
-    if (pre is None or pre.data or pre.column_line != head.count(b"\n")
-            or PRED_COLUMNS[0] in pre.columns):    # prediction columns: read whole (per-line path)
-        fh.close()
-        return _whole(path)                     # the per-line path's message, or its trace
-    h = pre.header
-    stream = TraceStream(header=h, path=path, column_line=pre.column_line)
-    yield_state = {"line": pre.column_line + 1, "last_turn": -1}
-
-    def turns():
-        with fh, progress.bar(total=os.fstat(fh.fileno()).st_size, desc="streaming trace",
-                              unit="B") as bar:
-            bar.update(fh.tell())
-            yield from _turns(bar)
-
-    def _turns(bar):
-        carry: dict[str, np.ndarray] | None = None
-        buf = np.zeros((block + PAD + 7) // 8 * 8, np.uint8)
-        have = 0                       # bytes of an unfinished line kept at the front of buf
-        while True:
-            if buf.size < have + block + PAD:          # a line longer than a block: grow
-                grown = np.zeros((have + block + PAD + 7) // 8 * 8, np.uint8)
-                grown[:have] = buf[:have]
-                buf = grown
-            n = fh.readinto(memoryview(buf)[have:have + block])
-            bar.update(n)
-            size = have + n
-            cut = find_lf(buf, 0, size, backwards=True) + 1 if n else size
-            if n and not cut:
-                have = size
-                continue
-            cols = parse_rows(buf, cut, 0, yield_state["line"], pre.columns, h.n_layer,
-                              h.n_expert, h.n_expert_used, MAX_POSITION, MAX_LINES)
-            if cols is None:
-                _stream_failed(path)
-            yield_state["line"] += int(count_lf(buf, 0, cut))
-            buf[:size - cut] = buf[cut:size]
-            have = size - cut
-            chunk = n
-            if carry is not None:
-                cols = {c: np.concatenate([carry[c], cols[c]]) for c in cols}
-            turn = cols["turn"]
-            if not chunk:
-                cut_rows = turn.size                  # the end of the file ends the turn
-            else:
-                change = np.flatnonzero(turn[1:] != turn[:-1]) + 1
-                cut_rows = int(change[-1]) if change.size else 0
-            starts = np.append(np.flatnonzero(np.diff(turn[:cut_rows]) != 0) + 1, cut_rows)
-            a = 0
-            for b in starts.tolist():
-                if b > a:
-                    yield _stream_turn(path, pre, {c: v[a:b] for c, v in cols.items()},
-                                       stream, yield_state)
-                a = b
-            carry = {c: v[cut_rows:] for c, v in cols.items()}
-            if not chunk:
-                return
-
-    return stream, turns()
-
-
-def _whole(path: str):
-    tr = read_trace(path)
-    stream = TraceStream(header=tr.header, path=path, column_line=tr.column_line,
-                         n_rows=tr.n_rows, n_events=tr.n_events, n_prompt=tr.n_prompt,
-                         routed=_routed_layers(tr.block))
-    return stream, iter([tr])
-
-
-def _stream_failed(path: str):
-    read_trace(path)                            # the per-line message
-    raise AssertionError(f"{path}: read_trace accepted a file the stream refused")
-
-
-def _stream_turn(path: str, pre: _Preamble, cols: dict[str, np.ndarray], stream: TraceStream,
-                 state: dict) -> RouteTrace:
-    turn = int(cols["turn"][0])
-    if turn <= state["last_turn"]:
-        _stream_failed(path)
-    state["last_turn"] = turn
-    lines = cols.pop("line")
-    try:
-        tr = _build_parsed(path, pre, cols, lines)
-    except TraceFormatError:
-        _stream_failed(path)
-    seen = _routed_layers(tr.block)
-    if stream.routed is None:
-        stream.routed = seen
-    elif not np.array_equal(seen, stream.routed):
-        _stream_failed(path)
-    stream.n_rows += tr.n_rows
-    stream.n_events += tr.n_events
-    stream.n_prompt += tr.n_prompt
-    return tr

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -104,7 +105,7 @@ def test_many_blank_lines_before_the_header_stream_as_read(tmp_path):
     """100,000 blank lines before the column header (an outside campaign found the preamble loop
     quadratic in them: minutes for a 1 MB file): the stream yields read_trace's events."""
     from pathlib import Path
-    from refsim.trace.reader import iter_trace_turns, read_trace
+    from refsim.trace import iter_trace_turns, read_trace
     src = (Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv").read_bytes()
     i = src.index(b"\nturn,") + 1
     p = tmp_path / "blank.route.csv"
@@ -144,3 +145,84 @@ def _two_turns():
             events.append(DecodeEvent(DecodeKind.PLAIN, np.array([p]), r,
                                       weights=np.full(r.shape, 0.5, np.float32), turn=t))
     return h, events
+
+
+def _demo_bytes():
+    from pathlib import Path
+    return (Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv").read_bytes()
+
+
+def _cut_line(src: bytes, n: int) -> int:
+    """Byte offset of the start of line ``n`` (1-based)."""
+    at = 0
+    for _ in range(n - 1):
+        at = src.index(b"\n", at) + 1
+    return at
+
+
+# (name, damage): each applied to the demo trace late in the file (line 2000 of ~2,700 rows)
+_BYTE_DAMAGE = {
+    "killed mid-row": lambda s, at: s[:at + 7],
+    "killed mid-row, then blank": lambda s, at: s[:at + 7] + b"\n   ",
+    "a bad field": lambda s, at: s[:at] + b"0,1,x" + s[at + 5:],
+    "one field short": lambda s, at: s[:at] + s[at:].replace(b",", b"", 1),
+    "a NUL byte": lambda s, at: s[:at + 3] + b"\0" + s[at + 4:],
+    "not UTF-8": lambda s, at: s[:at + 3] + b"\xff" + s[at + 4:],
+    "a cut UTF-8 sequence at the end": lambda s, at: s + b"\xe2\x82",
+    "a non-ASCII blank line (read, not an error)": lambda s, at: s[:at] + "\u3000\n".encode() + s[at:],
+    "a weight with 30 digits (read, not an error)": lambda s, at: s[:at] + s[at:].replace(
+        b",0.", b",0.123456789012345678901234567890", 1),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_BYTE_DAMAGE))
+@pytest.mark.parametrize("block", [64, 4096, 1 << 24])
+def test_damaged_bytes_are_diagnosed_in_bounded_memory(tmp_path, monkeypatch, damage, block):
+    """A file damaged in its bytes or its rows (a run killed mid-write, a NUL, a bad field) gives
+    read_trace's message without the whole file being read again (the per-line read of the whole
+    file is what holds ~6x the file); the rows the fast parser leaves but the rules accept are
+    read and the stream goes on."""
+    from refsim.errors import TraceFormatError
+    from refsim.trace import stream as stream_mod
+    src = _demo_bytes()
+    p = tmp_path / "d.route.csv"
+    p.write_bytes(_BYTE_DAMAGE[damage](src, _cut_line(src, 2000)))
+    try:
+        want = read_trace(p)
+    except TraceFormatError as exc:
+        want = exc
+
+    def whole(path):
+        raise AssertionError("the stream read the whole file for its message")
+
+    monkeypatch.setattr(stream_mod, "_stream_failed", whole)
+    monkeypatch.setattr(stream_mod, "read_trace", whole)
+    if isinstance(want, TraceFormatError):
+        with pytest.raises(TraceFormatError) as got:
+            list(iter_trace_turns(p, block=block)[1])
+        assert str(got.value) == str(want)
+    else:
+        parts = list(iter_trace_turns(p, block=block)[1])
+        got = [e for t in parts for e in t.events]
+        assert len(got) == len(want.events)
+        assert all((a.routes == b.routes).all() and np.array_equal(a.weights, b.weights, equal_nan=True)
+                   for a, b in zip(got, want.events))
+        assert [ln for t in parts for ln in t.line_numbers][-1].max() == want.line_numbers[-1].max()
+
+
+def test_the_utf8_check_piece_by_piece_is_the_whole_decode(tmp_path, monkeypatch):
+    """_check_bytes (the stream's) finds the byte _read_text (the whole decode) names, for a
+    sequence cut by a piece boundary anywhere."""
+    from refsim.errors import TraceFormatError
+    from refsim.trace import reader
+    src = _demo_bytes()
+    monkeypatch.setattr(reader, "READ_CHUNK", 7)
+    for bad in (b"\xe2\x82A", b"\xf0\x9f\x98", b"\xc3", b"\xed\xa0\x80", b"\x80", b"\xe2\x82\xac\xff"):
+        for at in range(len(src) - 40, len(src) - 30):
+            p = tmp_path / "u.route.csv"
+            p.write_bytes(src[:at] + bad + src[at:])
+            with pytest.raises(TraceFormatError) as whole:
+                reader._read_text(str(p))
+            with pytest.raises(TraceFormatError) as piece:
+                reader._check_bytes(str(p))
+            assert str(piece.value) == str(whole.value)
