@@ -186,9 +186,9 @@ def child_llama(path: str, n_tokens: int, threads: int) -> dict:
     return dict(tok_s=n_tokens / dt, **_mem())
 
 
-def _run_child(kind: str, args, numerics: str) -> dict | None:
+def _run_child(kind: str, args, numerics: str, tokens: int | None = None) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
-           "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"] \
+           "--tokens", str(tokens or args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"] \
         + (["--cold"] if args.cold else [])
     load = os.getloadavg()[0]
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV0, OMP_NUM_THREADS=str(args.threads)))
@@ -282,6 +282,11 @@ def bench_one(args, quant: str, bw: dict) -> None:
     modes = [m.strip() for m in args.numerics.split(",") if m.strip()]
     samples: dict[str, list[dict]] = {m: [] for m in modes}
     samples["llama.cpp"] = []
+    # one untimed child per numerics mode first: it compiles the kernels into Numba's on-disk cache, so no
+    # timed child compiles (compiling leaves ~300-500 MiB of anonymous memory behind, which the RSS printed
+    # below would otherwise show for whichever sample compiled)
+    for m in modes:
+        _run_child("refsim", args, m, tokens=1)
     load0 = os.getloadavg()
     for _ in range(args.rounds):
         for m in modes:

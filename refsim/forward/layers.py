@@ -50,6 +50,7 @@ from refsim.kernels.qdot import (CHUNK as QCHUNK, QDOT_ALL, QDOT_TYPES, QActs, _
                                  qdot_pairs, quantize_acts, quantize_acts_into)
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
+from refsim.kernels.simd_exact import exact_rows4
 
 NUMERICS = ("exact", "ggml")
 """Values of ``--numerics``."""
@@ -182,9 +183,40 @@ def _sum8(acc):
 def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
     """Rows ``r0..r1-1`` of :func:`linear_kernel` with ``x64 = float64(x)``: the :func:`_dot8`
     accumulation done 8 lanes at a time by :mod:`refsim.kernels.simd` (``acc8_*``; bit-identical).
-    Q4_0 and Q8_0 blocks are decoded in registers; other types row by row into ``w``."""
+    Contiguous rows of F32, Q4_0, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K go four at a time
+    (:func:`refsim.kernels.simd_exact.exact_rows4`, the same lanes bit for bit); the rest one at a time,
+    Q4_0 and Q8_0 blocks decoded in registers, other types row by row into ``w``."""
     n_vec = x64.shape[0]
     z = 0.0
+    if raw.strides[1] == 1 and (kind == 0 or kind == 2 or kind == 6 or kind == 8 or kind == 39 or kind == 12
+                                or kind == 13 or kind == 14):
+        # four contiguous rows at a time (simd_exact.exact_rows4: the same lanes, bit for bit); the rows left
+        # over go one at a time below
+        nb = n_cols // 256 if (kind == 12 or kind == 13 or kind == 14) else n_cols // 32
+        r = r0
+        while r + 4 <= r1:
+            for v in range(n_vec):
+                xv = x64[v]
+                if kind == 2:
+                    s4 = exact_rows4(2, raw, r, nb, xv, table)
+                elif kind == 8:
+                    s4 = exact_rows4(8, raw, r, nb, xv, table)
+                elif kind == 12:
+                    s4 = exact_rows4(12, raw, r, nb, xv, table)
+                elif kind == 14:
+                    s4 = exact_rows4(14, raw, r, nb, xv, table)
+                elif kind == 39:
+                    s4 = exact_rows4(39, raw, r, nb, xv, table)
+                elif kind == 0:
+                    s4 = exact_rows4(0, raw, r, nb, xv, table)
+                elif kind == 13:
+                    s4 = exact_rows4(13, raw, r, nb, xv, table)
+                else:
+                    s4 = exact_rows4(6, raw, r, nb, xv, table)
+                for i in range(4):
+                    out[v, r + i] = np.float32(s4[i])
+            r += 4
+        r0 = r
     if kind == 2:      # Q4_0: d * (q - 8)
         for r in range(r0, r1):
             row = raw[r]
