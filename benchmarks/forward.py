@@ -11,7 +11,8 @@ under ``$REFSIM_CACHE`` (or ~/.cache/refsim). Both engines decode the same promp
 each peak RSS is its own); before the timed steps refsim prefaults its weight mappings
 (``MADV_POPULATE_READ``, then one byte of every page read, as llama.cpp reads the whole file at load;
 ``--cold`` leaves them to be paged in during the steps); refsim runs once per numerics mode per round (``exact``: float64
-accumulation; ``ggml``: llama.cpp's integer block products). Printed: tok/s of each (every
+accumulation; ``ggml``: llama.cpp's integer block products), after one untimed child per mode that
+fills Numba's on-disk cache (so no timed child compiles, and no printed RSS holds a compile's memory). Printed: tok/s of each (every
 sample, best and median, with the load average around the runs) and the ratios (measured in
 this run, best/best and median/median), the
 bytes of weights one decode step touches (dense + k routed expert slices per layer + the

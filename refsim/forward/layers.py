@@ -196,23 +196,7 @@ def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
         r = r0
         while r + 4 <= r1:
             for v in range(n_vec):
-                xv = x64[v]
-                if kind == 2:
-                    s4 = exact_rows4(2, raw, r, nb, xv, table)
-                elif kind == 8:
-                    s4 = exact_rows4(8, raw, r, nb, xv, table)
-                elif kind == 12:
-                    s4 = exact_rows4(12, raw, r, nb, xv, table)
-                elif kind == 14:
-                    s4 = exact_rows4(14, raw, r, nb, xv, table)
-                elif kind == 39:
-                    s4 = exact_rows4(39, raw, r, nb, xv, table)
-                elif kind == 0:
-                    s4 = exact_rows4(0, raw, r, nb, xv, table)
-                elif kind == 13:
-                    s4 = exact_rows4(13, raw, r, nb, xv, table)
-                else:
-                    s4 = exact_rows4(6, raw, r, nb, xv, table)
+                s4 = exact_rows4(kind, raw, r, nb, x64[v], table)
                 for i in range(4):
                     out[v, r + i] = np.float32(s4[i])
             r += 4

@@ -45,8 +45,7 @@ from numba import njit, prange
 from refsim.kernels.iq4 import KVALUES_IQ4, iq4_xs_scale
 from refsim.kernels.iq_grid import GRID_IQ1_S, GRID_IQ2_S, GRID_IQ2_XS, GRID_IQ2_XXS, GRID_IQ3_S, GRID_IQ3_XXS, KSIGNS
 from refsim.kernels.k_quants import q3_k_quant, q3_k_scale, two_bit
-from refsim.kernels.simd_ext import (iq4_nl_rows4, iq4_xs_rows4, q2_k_rows4, q3_k_rows4, q4_1_rows4, q5_1_rows4,
-                                     tq1_0_rows4, tq2_0_rows4)
+from refsim.kernels.simd_ext import ext_rows4
 from refsim.kernels.ternary import tq1_0_code
 
 # ggml type ids (gguf.GGMLQuantizationType values)
@@ -277,22 +276,7 @@ def _rows(kind, raw, n_cols, xq, xd, xs, table, out, r0, r1):
         nb = n_cols // 32 if (kind == Q4_1 or kind == Q5_1 or kind == IQ4_NL) else n_cols // 256
         while r + 4 <= r1:
             for v in range(n_vec):
-                if kind == Q4_1:
-                    s4 = q4_1_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                elif kind == Q5_1:
-                    s4 = q5_1_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                elif kind == IQ4_NL:
-                    s4 = iq4_nl_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                elif kind == IQ4_XS:
-                    s4 = iq4_xs_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                elif kind == Q2_K:
-                    s4 = q2_k_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                elif kind == Q3_K:
-                    s4 = q3_k_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                elif kind == TQ1_0:
-                    s4 = tq1_0_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
-                else:
-                    s4 = tq2_0_rows4(raw, r, nb, xq[v], xd[v], xs[v], table)
+                s4 = ext_rows4(kind, raw, r, nb, xq[v], xd[v], xs[v], table)
                 for i in range(4):
                     out[v, r + i] = np.float32(s4[i])
             r += 4

@@ -787,6 +787,26 @@ def _rows4_codegen(nel: int, bsize: int, block_term):
     return codegen
 
 
+def _switch_codegen(cases: dict, ret):
+    """A codegen whose first argument is a runtime ggml type id: an LLVM ``switch`` on it to one block per
+    ``cases[type_id]`` (a codegen of the remaining arguments); an id not in ``cases`` gives NaNs."""
+    def codegen(context, builder, signature, args):
+        sub = signature.return_type(*signature.args[1:])
+        out = cgutils.alloca_once(builder, context.get_value_type(ret))
+        builder.store(context.get_constant_generic(builder, ret, (float("nan"),) * ret.count), out)
+        end = builder.append_basic_block("rows4.end")
+        sw = builder.switch(builder.trunc(args[0], _I32), end)
+        for qtype, gen in cases.items():
+            bb = builder.append_basic_block(f"rows4.{qtype}")
+            sw.add_case(ir.Constant(_I32, qtype), bb)
+            with builder.goto_block(bb):
+                builder.store(gen(context, builder, sub, args[1:]), out)
+                builder.branch(end)
+        builder.position_at_end(end)
+        return builder.load(out)
+    return codegen
+
+
 class Block:
     """One block step of :func:`_rows4_codegen`: ``pa`` the rows' bytes, ``offs`` the four rows' byte offsets of
     block ``b``, ``xo`` its first element, ``dx`` the activation block scale as ``<4 x double>``, ``px``/``ps``/

@@ -39,7 +39,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
 from refsim.kernels.simd import (_I8, _I32, _c, _mxfp4_u, _nibbles32, _prefetch_next4, _q5_high, _scales_mins8, _splat,
-                                 _vload)
+                                 _switch_codegen, _vload)
 
 EXACT_ROWS4 = {"f32": (0, 32, 128), "q4_0": (2, 32, 18), "q5_0": (6, 32, 22), "q8_0": (8, 32, 34),
                "mxfp4": (39, 32, 17), "q4_k": (12, 256, 144), "q5_k": (13, 256, 176), "q6_k": (14, 256, 210)}
@@ -144,53 +144,43 @@ def _sum8(builder, v):
 
 
 def _make(kind: str):
+    """The codegen of :func:`exact_rows4` for one type: ``(a, r, nb, x, table) -> 4 float64``."""
     _, nel, bsize = EXACT_ROWS4[kind]
     ret = types.UniTuple(types.float64, 4)
 
-    @intrinsic
-    def _impl(typingctx, a, r, nb, x, table):
-        if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint8):
-            raise TypingError(f"exact_rows4: expected 2-D uint8 rows, got {a}")
-        for arr, dt in ((x, types.float64), (table, types.float32)):
-            if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and arr.dtype == dt):
-                raise TypingError(f"exact_rows4: expected a 1-D C-contiguous {dt} array, got {arr}")
-        sig = ret(a, types.intp, types.intp, x, table)
-
-        def codegen(context, builder, signature, args):
-            ary = context.make_array(signature.args[0])(context, builder, args[0])
-            pa = ary.data
-            rb = builder.extract_value(ary.strides, 0)
-            r, nb = args[1], args[2]
-            px = context.make_array(signature.args[3])(context, builder, args[3]).data
-            pt = context.make_array(signature.args[4])(context, builder, args[4]).data
-            base = builder.mul(r, rb)
-            rows = [builder.add(base, builder.mul(rb, _c(rb, i))) for i in range(4)]
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(_D8, [0.0] * 8)) for _ in range(4)]
-            with cgutils.for_range(builder, nb) as loop:
-                b = loop.index
-                offs = [builder.add(row, builder.mul(b, _c(b, bsize))) for row in rows]
-                _prefetch_next4(builder, pa, base, rb, b, bsize)
-                chunks = [_decode(builder, kind, pa, pt, off) for off in offs]
-                vals = [builder.load(acc) for acc in accs]
-                for c in range(nel // 32):
-                    for g in range(4):      # elements 32 c + 8 g ... + 7: lanes 0..7
-                        xo = builder.add(builder.mul(b, _c(b, nel)), _c(b, 32 * c + 8 * g))
-                        xg = builder.load(builder.bitcast(builder.gep(px, [xo]), _D8.as_pointer()), align=8)
-                        sel = ir.Constant(ir.VectorType(_I32, 8), list(range(8 * g, 8 * g + 8)))
-                        for i in range(4):
-                            w = builder.fpext(builder.shuffle_vector(chunks[i][c], chunks[i][c], sel), _D8)
-                            vals[i] = builder.fadd(vals[i], builder.fmul(w, xg))
-                for acc, v in zip(accs, vals):
-                    builder.store(v, acc)
-            out = context.get_constant_undef(ret)
-            for i in range(4):
-                out = builder.insert_value(out, _sum8(builder, builder.load(accs[i])), i)
-            return out
-        return sig, codegen
-    return _impl
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        pa = ary.data
+        rb = builder.extract_value(ary.strides, 0)
+        r, nb = args[1], args[2]
+        px = context.make_array(signature.args[3])(context, builder, args[3]).data
+        pt = context.make_array(signature.args[4])(context, builder, args[4]).data
+        base = builder.mul(r, rb)
+        rows = [builder.add(base, builder.mul(rb, _c(rb, i))) for i in range(4)]
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(_D8, [0.0] * 8)) for _ in range(4)]
+        with cgutils.for_range(builder, nb) as loop:
+            b = loop.index
+            offs = [builder.add(row, builder.mul(b, _c(b, bsize))) for row in rows]
+            _prefetch_next4(builder, pa, base, rb, b, bsize)
+            chunks = [_decode(builder, kind, pa, pt, off) for off in offs]
+            vals = [builder.load(acc) for acc in accs]
+            for c in range(nel // 32):
+                for g in range(4):      # elements 32 c + 8 g ... + 7: lanes 0..7
+                    xo = builder.add(builder.mul(b, _c(b, nel)), _c(b, 32 * c + 8 * g))
+                    xg = builder.load(builder.bitcast(builder.gep(px, [xo]), _D8.as_pointer()), align=8)
+                    sel = ir.Constant(ir.VectorType(_I32, 8), list(range(8 * g, 8 * g + 8)))
+                    for i in range(4):
+                        w = builder.fpext(builder.shuffle_vector(chunks[i][c], chunks[i][c], sel), _D8)
+                        vals[i] = builder.fadd(vals[i], builder.fmul(w, xg))
+            for acc, v in zip(accs, vals):
+                builder.store(v, acc)
+        out = context.get_constant_undef(ret)
+        for i in range(4):
+            out = builder.insert_value(out, _sum8(builder, builder.load(accs[i])), i)
+        return out
+    return codegen
 
 
-_IMPL = {k: _make(k) for k in EXACT_ROWS4}
 _KIND = {v[0]: k for k, v in EXACT_ROWS4.items()}
 
 
@@ -220,17 +210,26 @@ def exact_rows4(qtype, a, r, nb, x, table):
     """float64 ``dot8`` of the rows ``a[r:r+4]`` (``nb`` blocks of ggml type ``qtype``, one of
     :data:`EXACT_QTYPES`; F32 rows count blocks of 32 floats) with the float64 activation ``x``: a 4-tuple,
     element ``i`` equal bit for bit to the one-row loop of :func:`refsim.forward.layers._linear_rows` before its
-    rounding to float32. ``qtype`` must be a compile-time constant in compiled code (a literal, or a branch on
-    it). Rows must be contiguous (``a.strides[1] == 1``); reads 4 whole rows, prefetches the next 4."""
+    rounding to float32. In compiled code ``qtype`` is a runtime value (a ``switch`` to the type's loop; another
+    id gives NaNs). Rows must be contiguous (``a.strides[1] == 1``); reads 4 whole rows, prefetches the next 4."""
     return exact_rows4_python(qtype, a, r, nb, x, table)
 
 
-@overload(exact_rows4, inline="always", prefer_literal=True)
+@intrinsic
+def _exact_rows4(typingctx, qtype, a, r, nb, x, table):
+    if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint8):
+        raise TypingError(f"exact_rows4: expected 2-D uint8 rows, got {a}")
+    for arr, dt in ((x, types.float64), (table, types.float32)):
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C" and arr.dtype == dt):
+            raise TypingError(f"exact_rows4: expected a 1-D C-contiguous {dt} array, got {arr}")
+    ret = types.UniTuple(types.float64, 4)
+    cases = {q: _make(k) for q, k in _KIND.items()}
+    return ret(types.intp, a, types.intp, types.intp, x, table), _switch_codegen(cases, ret)
+
+
+@overload(exact_rows4, inline="always")
 def _ov_exact_rows4(qtype, a, r, nb, x, table):
-    if not isinstance(qtype, types.IntegerLiteral) or qtype.literal_value not in _KIND:
-        raise TypingError(f"exact_rows4: qtype must be a literal in {sorted(_KIND)}, got {qtype}")
-    impl = _IMPL[_KIND[qtype.literal_value]]
-    return lambda qtype, a, r, nb, x, table: impl(a, r, nb, x, table)
+    return lambda qtype, a, r, nb, x, table: _exact_rows4(qtype, a, r, nb, x, table)
 
 
 __all__ = ["EXACT_QTYPES", "EXACT_ROWS4", "exact_rows4", "exact_rows4_python"]

@@ -337,50 +337,36 @@ def _check_args(kind, a, xq, xd, xs, table):
             raise TypingError(f"{kind}_rows4: expected a 1-D C-contiguous float32 array, got {arr}")
 
 
-def _make(kind: str):
-    nel, bsize = ROWS4_EXT[kind]
-    ret = types.UniTuple(types.float64, 4)
-
-    @intrinsic
-    def _impl(typingctx, a, r, nb, xq, xd, xs, table):
-        _check_args(kind, a, xq, xd, xs, table)
-        return ret(a, types.intp, types.intp, xq, xd, xs, table), _rows4_codegen(nel, bsize, _block_term(kind))
-    return _impl
-
-
-_IMPL = {k: _make(k) for k in ROWS4_EXT}
-
-
-def rows4_python(kind, a, r, nb, xq, xd, xs, table):
+def ext_rows4_python(qtype, a, r, nb, xq, xd, xs, table):
     """The reference: :func:`refsim.kernels.qdot_ext.ext_row` of rows ``r..r+3`` (a 4-tuple of floats)."""
     from refsim.kernels.qdot_ext import ext_row   # qdot_ext imports this module
-    n_cols = nb * ROWS4_EXT[kind][0]
-    return tuple(float(ext_row(ROWS4_EXT_QTYPE[kind], a[r + i], n_cols, xq, xd, xs, table)) for i in range(4))
+    n_cols = nb * ROWS4_EXT[_KIND[qtype]][0]
+    return tuple(float(ext_row(qtype, a[r + i], n_cols, xq, xd, xs, table)) for i in range(4))
 
 
-def _public(kind: str):
-    def f(a, r, nb, xq, xd, xs, table):
-        return rows4_python(kind, a, r, nb, xq, xd, xs, table)
-    f.__name__ = f.__qualname__ = f"{kind}_rows4"
-    f.__doc__ = (f"Four {kind.upper()} rows ``a[r:r+4]`` (``nb`` blocks of {ROWS4_EXT[kind][1]} bytes) times one "
-                 "quantized activation: element ``i`` equal bit for bit to ``qdot_ext.ext_row`` of row ``r + i`` "
-                 "(module docstring).")
-    impl = _IMPL[kind]
-
-    @overload(f, inline="always")
-    def _ov(a, r, nb, xq, xd, xs, table):
-        return lambda a, r, nb, xq, xd, xs, table: impl(a, r, nb, xq, xd, xs, table)
-    return f
+def ext_rows4(qtype, a, r, nb, xq, xd, xs, table):
+    """Four rows ``a[r:r+4]`` of ggml type ``qtype`` (one of :data:`ROWS4_EXT_QTYPE`'s values; ``nb`` blocks)
+    times one quantized activation: element ``i`` equal bit for bit to ``qdot_ext.ext_row`` of row ``r + i``
+    (module docstring). Rows must be contiguous (``a.strides[1] == 1``); reads 4 whole rows, prefetches the
+    next 4. In compiled code ``qtype`` is a runtime value (a ``switch`` to the type's loop; another id gives
+    NaNs)."""
+    return ext_rows4_python(qtype, a, r, nb, xq, xd, xs, table)
 
 
-q4_1_rows4 = _public("q4_1")
-q5_1_rows4 = _public("q5_1")
-iq4_nl_rows4 = _public("iq4_nl")
-iq4_xs_rows4 = _public("iq4_xs")
-q2_k_rows4 = _public("q2_k")
-q3_k_rows4 = _public("q3_k")
-tq1_0_rows4 = _public("tq1_0")
-tq2_0_rows4 = _public("tq2_0")
+_KIND = {v: k for k, v in ROWS4_EXT_QTYPE.items()}
 
-__all__ = ["ROWS4_EXT", "ROWS4_EXT_QTYPE", "iq4_nl_rows4", "iq4_xs_rows4", "q2_k_rows4", "q3_k_rows4", "q4_1_rows4",
-           "q5_1_rows4", "rows4_python", "tq1_0_rows4", "tq2_0_rows4"]
+
+@intrinsic
+def _ext_rows4(typingctx, qtype, a, r, nb, xq, xd, xs, table):
+    _check_args("ext", a, xq, xd, xs, table)
+    ret = types.UniTuple(types.float64, 4)
+    cases = {q: _rows4_codegen(*ROWS4_EXT[k], _block_term(k)) for q, k in _KIND.items()}
+    return ret(types.intp, a, types.intp, types.intp, xq, xd, xs, table), simd._switch_codegen(cases, ret)
+
+
+@overload(ext_rows4, inline="always")
+def _ov_ext_rows4(qtype, a, r, nb, xq, xd, xs, table):
+    return lambda qtype, a, r, nb, xq, xd, xs, table: _ext_rows4(qtype, a, r, nb, xq, xd, xs, table)
+
+
+__all__ = ["ROWS4_EXT", "ROWS4_EXT_QTYPE", "ext_rows4", "ext_rows4_python"]

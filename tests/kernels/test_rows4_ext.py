@@ -60,8 +60,8 @@ def _compiled(kind: str, avx2: bool, f16c: bool):
         old = simd.AVX2, simd.F16C
         simd.AVX2, simd.F16C = avx2, f16c            # read when the intrinsic is compiled
         try:
-            py = getattr(simd_ext, f"{kind}_rows4")
-            f = njit(lambda a, r, nb, q, d, s, t: py(a, r, nb, q, d, s, t))
+            qtype = simd_ext.ROWS4_EXT_QTYPE[kind]
+            f = njit(lambda a, r, nb, q, d, s, t: simd_ext.ext_rows4(qtype, a, r, nb, q, d, s, t))
             f.compile("(uint8[:, ::1], intp, intp, int8[::1], float32[::1], float32[::1], float32[::1])")
         finally:
             simd.AVX2, simd.F16C = old
@@ -86,7 +86,7 @@ def test_four_rows_equal_the_one_row_function_bit_for_bit(kind, data):
     qtype = simd_ext.ROWS4_EXT_QTYPE[kind]
     n_cols = nb * simd_ext.ROWS4_EXT[kind][0]
     want = [qdot_ext.ext_row(qtype, raw[r], n_cols, xq, xd, xs, F16_TO_F32) for r in range(4, 8)]
-    assert np.array_equal(_bits(simd_ext.rows4_python(kind, raw, 4, nb, xq, xd, xs, F16_TO_F32)), _bits(want))
+    assert np.array_equal(_bits(simd_ext.ext_rows4_python(qtype, raw, 4, nb, xq, xd, xs, F16_TO_F32)), _bits(want))
     for avx2, f16c in PATHS:
         got = _compiled(kind, avx2, f16c)(raw, 4, nb, xq, xd, xs, F16_TO_F32)
         assert np.array_equal(_bits(got), _bits(want)), f"{kind} AVX2={avx2} F16C={f16c}: {got} != {want}"
