@@ -9,9 +9,10 @@ The model has Qwen3-30B-A3B's widths with 1/8 of its layers (``QWEN3_30B_A3B_EIG
 under ``$REFSIM_CACHE`` (or ~/.cache/refsim). Both engines decode the same prompt then
 ``--tokens`` single-token steps with the same thread count, each in its own child process (so
 each peak RSS is its own); before the timed steps refsim prefaults its weight mappings
-(``MADV_POPULATE_READ``, as llama.cpp reads the whole file at load; ``--cold`` leaves them to be
-paged in during the steps); refsim runs once per numerics mode per round (``exact``: float64
-accumulation; ``ggml``: llama.cpp's integer block products). Printed: tok/s of each (every
+(``MADV_POPULATE_READ``, then one byte of every page read, as llama.cpp reads the whole file at load;
+``--cold`` leaves them to be paged in during the steps); refsim runs once per numerics mode per round (``exact``: float64
+accumulation; ``ggml``: llama.cpp's integer block products), after one untimed child per mode that
+fills Numba's on-disk cache (so no timed child compiles, and no printed RSS holds a compile's memory). Printed: tok/s of each (every
 sample, best and median, with the load average around the runs) and the ratios (measured in
 this run, best/best and median/median), the
 bytes of weights one decode step touches (dense + k routed expert slices per layer + the
@@ -126,9 +127,18 @@ def _mappings(obj, seen: dict) -> dict:
 
 
 def prefault(weights) -> int:
-    """Populate the page tables of every tensor mapping of ``weights`` (``MADV_POPULATE_READ``)
-    before the timed steps, as llama.cpp reads the whole file at load; returns the bytes advised
-    (0 where the kernel refuses). File-backed RSS becomes the file; anonymous memory is unchanged."""
+    """Populate the page tables of every tensor mapping of ``weights`` (``MADV_POPULATE_READ``) and read one
+    byte of every 4 KiB page, before the timed steps, as llama.cpp reads the whole file at load; returns the
+    bytes advised (0 where the kernel refuses). File-backed RSS becomes the file; anonymous memory is unchanged.
+
+    Why the read as well: on this VM a page that has not been touched for a minute or so costs ~1 us on its
+    next touch even when it is in the page cache and mapped (the host's memory, not the guest's page tables:
+    no guest page fault is counted). Measured on the Q4_K_M model, one thread, the expert blocks of 6 layers
+    for 8 freshly drawn experts per layer: 45.8 ms best / 67.6 ms median with page tables populated only,
+    12.4 / 16.8 ms once every page had been read (18.4 / 11.3 ms when the same experts repeat). llama.cpp's
+    load reads (or repacks) the file just before its timed steps, so without the read refsim would pay that
+    first touch inside its timed steps and llama.cpp would not."""
+    import numpy as np
     total = 0
     for mm in _mappings(weights, {}).values():
         try:
@@ -136,6 +146,9 @@ def prefault(weights) -> int:
             total += len(mm)
         except OSError:
             pass
+        pages = np.frombuffer(mm, dtype=np.uint8)[::4096]
+        int(pages.sum())
+        del pages
     return total
 
 
@@ -174,9 +187,9 @@ def child_llama(path: str, n_tokens: int, threads: int) -> dict:
     return dict(tok_s=n_tokens / dt, **_mem())
 
 
-def _run_child(kind: str, args, numerics: str) -> dict | None:
+def _run_child(kind: str, args, numerics: str, tokens: int | None = None) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
-           "--tokens", str(args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"] \
+           "--tokens", str(tokens or args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"] \
         + (["--cold"] if args.cold else [])
     load = os.getloadavg()[0]
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV0, OMP_NUM_THREADS=str(args.threads)))
@@ -259,7 +272,8 @@ def bench_one(args, quant: str, bw: dict) -> None:
     print(f"weights touched per token: {touched / MIB:.2f} MiB "
           f"(dense + {model.spec.n_expert_used} expert slices x {model.spec.n_layer} layers + output)")
     print("refsim's weight mappings: " + ("paged in during the timed steps (--cold)" if args.cold else
-          "prefaulted before the timed steps (MADV_POPULATE_READ), as llama.cpp reads the file at load"))
+          "prefaulted and every page read before the timed steps (MADV_POPULATE_READ), as llama.cpp reads the file "
+          "at load"))
     import importlib.util
     have_llama = importlib.util.find_spec("llama_cpp") is not None
     if not have_llama:
@@ -269,6 +283,11 @@ def bench_one(args, quant: str, bw: dict) -> None:
     modes = [m.strip() for m in args.numerics.split(",") if m.strip()]
     samples: dict[str, list[dict]] = {m: [] for m in modes}
     samples["llama.cpp"] = []
+    # one untimed child per numerics mode first: it compiles the kernels into Numba's on-disk cache, so no
+    # timed child compiles (compiling leaves ~300-500 MiB of anonymous memory behind, which the RSS printed
+    # below would otherwise show for whichever sample compiled)
+    for m in modes:
+        _run_child("refsim", args, m, tokens=1)
     load0 = os.getloadavg()
     for _ in range(args.rounds):
         for m in modes:

@@ -73,6 +73,13 @@ class KVCache:
         self._k[il][start:start + n_pos] = k
         self._v[il][start:start + n_pos] = v
 
+    def storage(self, n: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """Every layer's whole key and value arrays (``(capacity, n_head_kv, head_dim)`` float32, capacity
+        grown to at least ``n`` rows first), for a kernel that writes rows in place (the one-call decode of
+        :mod:`refsim.forward.qwen3moe`); what it writes is committed by :meth:`advance` as after :meth:`write`."""
+        self._grow(n)
+        return tuple(self._k), tuple(self._v)
+
     def view(self, il: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Keys and values of positions ``0..n-1`` of layer ``il`` (views, no copy)."""
         return self._k[il][:n], self._v[il][:n]

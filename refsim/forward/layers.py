@@ -37,17 +37,20 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
+import numba
 from numba import njit, prange
 
 from refsim.errors import ConfigError
 from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
 from refsim.kernels import KERNELS, row_bytes
+from refsim.kernels.atomic import fetch_add
 from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.qdot import (CHUNK as QCHUNK, QDOT_ALL, QDOT_TYPES, QActs, _qdot_rows, act_block, qdot_matmul,
                                  qdot_pairs, quantize_acts, quantize_acts_into)
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
+from refsim.kernels.simd_exact import exact_rows4
 
 NUMERICS = ("exact", "ggml")
 """Values of ``--numerics``."""
@@ -160,6 +163,12 @@ def _dot8(w, x):
 
 
 _CHUNK = 16
+JOB_ROWS = 64
+"""Rows per job of the fused one-position kernels (``_qkv_one_kernel``, ``_attn_route_one_kernel``'s output
+projection, ``_moe_one_kernel``), whose jobs are handed out one at a time (:mod:`refsim.kernels.atomic`): a
+thread's jobs are then not adjacent, and the first rows of each job start cold (the next-rows prefetch of
+:mod:`refsim.kernels.simd` works within a job), so jobs are 4x the static :data:`refsim.kernels.qdot.CHUNK`.
+Rows are computed the same way whatever the job size (bits unchanged)."""
 PARALLEL_MIN_ELEMENTS = 1 << 23
 """Weights with at least this many elements (``n_out * n_in``, 8 Mi) are split over threads; smaller
 products run on one thread (a thread launch costs more than they do). Results are identical."""
@@ -174,9 +183,24 @@ def _sum8(acc):
 def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
     """Rows ``r0..r1-1`` of :func:`linear_kernel` with ``x64 = float64(x)``: the :func:`_dot8`
     accumulation done 8 lanes at a time by :mod:`refsim.kernels.simd` (``acc8_*``; bit-identical).
-    Q4_0 and Q8_0 blocks are decoded in registers; other types row by row into ``w``."""
+    Contiguous rows of F32, Q4_0, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K go four at a time
+    (:func:`refsim.kernels.simd_exact.exact_rows4`, the same lanes bit for bit); the rest one at a time,
+    Q4_0 and Q8_0 blocks decoded in registers, other types row by row into ``w``."""
     n_vec = x64.shape[0]
     z = 0.0
+    if raw.strides[1] == 1 and (kind == 0 or kind == 2 or kind == 6 or kind == 8 or kind == 39 or kind == 12
+                                or kind == 13 or kind == 14):
+        # four contiguous rows at a time (simd_exact.exact_rows4: the same lanes, bit for bit); the rows left
+        # over go one at a time below
+        nb = n_cols // 256 if (kind == 12 or kind == 13 or kind == 14) else n_cols // 32
+        r = r0
+        while r + 4 <= r1:
+            for v in range(n_vec):
+                s4 = exact_rows4(kind, raw, r, nb, x64[v], table)
+                for i in range(4):
+                    out[v, r + i] = np.float32(s4[i])
+            r += 4
+        r0 = r
     if kind == 2:      # Q4_0: d * (q - 8)
         for r in range(r0, r1):
             row = raw[r]
@@ -515,32 +539,38 @@ def rope_neox(x: np.ndarray, positions: np.ndarray, n_rot: int, freq_base: float
 
 
 @njit(cache=True, parallel=True)
-def _qkv_one_kernel(qkind, kkind, vkind, qraw, qrawi, kraw, krawi, vraw, vrawi, n_embd, h, attn_norm, q_norm, k_norm,
-                    eps, ablock, tie, table, pos, n_rot, ts32, inv64, rope_f32, a, qo, ko, vo):
+def _qkv_one_kernel(qkind, kkind, vkind, qraw, qrawi, kraw, krawi, vraw, vrawi, n_embd, attn_norm, q_norm, k_norm,
+                    eps, ablock, tie, table, n_rot, ts32, inv64, rope_f32, nt, h, pos, a, qo, ko, vo):
     """:func:`qkv_one`'s work in one call (one position, ``ggml`` mode): ``a = rms_norm(h) * attn_norm``
-    quantized once, the q, k and v products split over threads in chunks of rows, q and k normed
-    per head and rotated. The kernels are those the unfused path calls, so the bits are the same."""
+    quantized once, the q, k and v products split over threads in chunks of rows (handed out one at a
+    time, :mod:`refsim.kernels.atomic`), q and k normed per head and rotated. The kernels are those the unfused path calls, so the bits are the same."""
     _rms_norm_kernel(h, attn_norm, eps, a)
     xq = np.empty((1, n_embd), dtype=np.int8)
     xd = np.empty((1, n_embd // ablock), dtype=np.float32)
     xs = np.empty((1, n_embd // 32), dtype=np.int32)
-    quantize_acts_into(a, ablock, tie, xq, xd, xs)
+    x1 = np.empty((1, n_embd // 32), dtype=np.float32)        # Q8_1's block sums (Q4_1 / Q5_1 weights)
+    quantize_acts_into(a, ablock, tie, xq, xd, xs, x1)
     n_q, n_k, n_v = qraw.shape[0], kraw.shape[0], vraw.shape[0]
-    c_q = (n_q + QCHUNK - 1) // QCHUNK
-    c_k = (n_k + QCHUNK - 1) // QCHUNK
-    c_v = (n_v + QCHUNK - 1) // QCHUNK
+    c_q = (n_q + JOB_ROWS - 1) // JOB_ROWS
+    c_k = (n_k + JOB_ROWS - 1) // JOB_ROWS
+    c_v = (n_v + JOB_ROWS - 1) // JOB_ROWS
     ql = np.empty((1, n_q), dtype=np.float32)
     kl = np.empty((1, n_k), dtype=np.float32)
-    for job in prange(c_q + c_k + c_v):
-        if job < c_q:
-            r0 = job * QCHUNK
-            _qdot_rows(qkind, qraw, qrawi, n_embd, xq, xd, xs, table, ql, r0, min(n_q, r0 + QCHUNK))
-        elif job < c_q + c_k:
-            r0 = (job - c_q) * QCHUNK
-            _qdot_rows(kkind, kraw, krawi, n_embd, xq, xd, xs, table, kl, r0, min(n_k, r0 + QCHUNK))
-        else:
-            r0 = (job - c_q - c_k) * QCHUNK
-            _qdot_rows(vkind, vraw, vrawi, n_embd, xq, xd, xs, table, vo, r0, min(n_v, r0 + QCHUNK))
+    n_jobs = c_q + c_k + c_v
+    ctr = np.zeros(1, dtype=np.int64)
+    for _ in prange(nt):      # nt workers; jobs handed out one at a time (refsim.kernels.atomic)
+        job = fetch_add(ctr, 0, 1)
+        while job < n_jobs:
+            if job < c_q:
+                r0 = job * JOB_ROWS
+                _qdot_rows(qkind, qraw, qrawi, n_embd, xq, xd, xs, table, ql, r0, min(n_q, r0 + JOB_ROWS), x1)
+            elif job < c_q + c_k:
+                r0 = (job - c_q) * JOB_ROWS
+                _qdot_rows(kkind, kraw, krawi, n_embd, xq, xd, xs, table, kl, r0, min(n_k, r0 + JOB_ROWS), x1)
+            else:
+                r0 = (job - c_q - c_k) * JOB_ROWS
+                _qdot_rows(vkind, vraw, vrawi, n_embd, xq, xd, xs, table, vo, r0, min(n_v, r0 + JOB_ROWS), x1)
+            job = fetch_add(ctr, 0, 1)
     hd = q_norm.shape[0]
     qn = np.empty((n_q // hd, hd), dtype=np.float32)
     _rms_norm_kernel(ql.reshape(n_q // hd, hd), q_norm, eps, qn)
@@ -548,6 +578,28 @@ def _qkv_one_kernel(qkind, kkind, vkind, qraw, qrawi, kraw, krawi, vraw, vrawi, 
     kn = np.empty((n_k // hd, hd), dtype=np.float32)
     _rms_norm_kernel(kl.reshape(n_k // hd, hd), k_norm, eps, kn)
     _rope_neox_kernel(kn.reshape(1, n_k // hd, hd), pos, n_rot, ts32, inv64, rope_f32, ko)
+
+
+def qkv_static(attn_norm: np.ndarray, wq: QWeight, wk: QWeight, wv: QWeight, q_norm: np.ndarray, k_norm: np.ndarray,
+               eps: float, n_rot: int, freq_base: float, n_head: int, n_head_kv: int, head_dim_v: int,
+               numerics: Numerics):
+    """The weight-side arguments of :func:`_qkv_one_kernel` (everything before ``h``), or ``None`` when the
+    fused one-position path does not apply (``exact`` mode, weight types without an integer product or
+    with different activation blocks, shapes that do not chain): see :func:`qkv_one`."""
+    if not (numerics.quantize_activations and wq.qtype in QDOT_ALL and wk.qtype in QDOT_ALL
+            and wv.qtype in QDOT_ALL):
+        return None
+    ablock = act_block(wq.qtype)
+    n_embd = wq.n_in
+    hd = q_norm.shape[0]
+    if (act_block(wk.qtype) != ablock or act_block(wv.qtype) != ablock or wk.n_in != n_embd or wv.n_in != n_embd
+            or wq.n_out != n_head * hd or wk.n_out != n_head_kv * hd or k_norm.shape[0] != hd
+            or wv.n_out != n_head_kv * head_dim_v or n_rot % 2 or not 0 < n_rot <= hd
+            or attn_norm.shape != (n_embd,)):
+        return None
+    ts32, inv64 = _rope_tables(n_rot, freq_base)
+    return (wq.qtype, wk.qtype, wv.qtype, wq._u8, wq._i8, wk._u8, wk._i8, wv._u8, wv._i8, n_embd, attn_norm, q_norm,
+            k_norm, np.float32(eps), ablock, numerics.tie_code, F16_TO_F32, n_rot, ts32, inv64, numerics.rope_f32)
 
 
 def qkv_one(h: np.ndarray, attn_norm: np.ndarray, wq: QWeight, wk: QWeight, wv: QWeight, q_norm: np.ndarray,
@@ -562,24 +614,18 @@ def qkv_one(h: np.ndarray, attn_norm: np.ndarray, wq: QWeight, wk: QWeight, wv: 
     without an integer product or with different activation blocks): the caller then runs the
     blocks one by one.
     """
-    if not (numerics.quantize_activations and h.shape[0] == 1 and h.dtype == np.float32
-            and wq.qtype in QDOT_TYPES and wk.qtype in QDOT_TYPES and wv.qtype in QDOT_TYPES):
+    if not (h.shape[0] == 1 and h.dtype == np.float32 and h.shape[1] == wq.n_in):
         return None
-    ablock = act_block(wq.qtype)
-    n_embd = h.shape[1]
+    static = qkv_static(attn_norm, wq, wk, wv, q_norm, k_norm, eps, n_rot, freq_base, n_head, n_head_kv, head_dim_v,
+                        numerics)
+    if static is None:
+        return None
     hd = q_norm.shape[0]
-    if (act_block(wk.qtype) != ablock or act_block(wv.qtype) != ablock or wq.n_in != n_embd or wk.n_in != n_embd
-            or wv.n_in != n_embd or wq.n_out != n_head * hd or wk.n_out != n_head_kv * hd or k_norm.shape[0] != hd
-            or wv.n_out != n_head_kv * head_dim_v or n_rot % 2 or not 0 < n_rot <= hd):
-        return None
-    ts32, inv64 = _rope_tables(n_rot, freq_base)
-    a = np.empty((1, n_embd), dtype=np.float32)
+    a = np.empty((1, h.shape[1]), dtype=np.float32)
     q = np.empty((1, n_head, hd), dtype=np.float32)
     k = np.empty((1, n_head_kv, hd), dtype=np.float32)
     v = np.empty((1, n_head_kv * head_dim_v), dtype=np.float32)
-    _qkv_one_kernel(wq.qtype, wk.qtype, wv.qtype, wq._u8, wq._i8, wk._u8, wk._i8, wv._u8, wv._i8, n_embd,
-                    np.ascontiguousarray(h), attn_norm, q_norm, k_norm, np.float32(eps), ablock, numerics.tie_code,
-                    F16_TO_F32, positions, n_rot, ts32, inv64, numerics.rope_f32, a, q, k, v)
+    _qkv_one_kernel(*static, numba.get_num_threads(), np.ascontiguousarray(h), positions, a, q, k, v)
     return a, q, k, v.reshape(1, n_head_kv, head_dim_v)
 
 
@@ -827,29 +873,39 @@ def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 @njit(cache=True, parallel=True)
-def _attn_route_one_kernel(q, kc, vc, pos, scale, okind, oraw, orawi, oblock, h, ffn_norm, eps, rkind, rraw, rrawi,
-                           rblock, k, tie, table, kvalues, o, h1, f, logits, ids, wts, margin):
+def _attn_route_one_kernel(scale, okind, oraw, orawi, oblock, ffn_norm, eps, rkind, rraw, rrawi, rblock, k, tie, table,
+                           kvalues, nt, q, kc, vc, pos, h, o, h1, f, logits, ids, wts, margin):
     """:func:`attn_route_one`'s work in one call: attention (heads split over threads), ``o`` quantized
     once and the output projection split over threads in chunks of rows, the residual, ``ffn_norm``,
-    the router product (rows split over threads) and top-k. Every step is the kernel the unfused path
+    the router product (rows split over threads) and top-k; heads and chunks are handed out one at a
+    time (:mod:`refsim.kernels.atomic`). Every step is the kernel the unfused path
     calls, so the bits are the same."""
     n_head, hd = q.shape[1], q.shape[2]
     n_embd = h.shape[1]
     n_kv = pos[0] + 1
     o3 = o.reshape(1, n_head, hd)
-    for head in prange(n_head):
+    ctr = np.zeros(3, dtype=np.int64)         # job counters of the three parallel steps (refsim.kernels.atomic)
+    for _ in prange(nt):
         s = np.empty(n_kv, dtype=np.float32)
         acc = np.empty(hd, dtype=np.float64)
-        _attention_head(q, kc, vc, 0, head, n_kv, 0, scale, s, acc, o3)
+        head = fetch_add(ctr, 0, 1)
+        while head < n_head:
+            _attention_head(q, kc, vc, 0, head, n_kv, 0, scale, s, acc, o3)
+            head = fetch_add(ctr, 0, 1)
     n_in = n_head * hd
     xq = np.empty((1, n_in), dtype=np.int8)
     xd = np.empty((1, n_in // oblock), dtype=np.float32)
     xs = np.empty((1, n_in // 32), dtype=np.int32)
-    quantize_acts_into(o, oblock, tie, xq, xd, xs)
+    x1 = np.empty((1, n_in // 32), dtype=np.float32)          # Q8_1's block sums (Q4_1 / Q5_1 weights)
+    quantize_acts_into(o, oblock, tie, xq, xd, xs, x1)
     y = np.empty((1, n_embd), dtype=np.float32)
-    for ch in prange((n_embd + QCHUNK - 1) // QCHUNK):
-        r0 = ch * QCHUNK
-        _qdot_rows(okind, oraw, orawi, n_in, xq, xd, xs, table, y, r0, min(n_embd, r0 + QCHUNK))
+    n_ch = (n_embd + JOB_ROWS - 1) // JOB_ROWS
+    for _ in prange(nt):
+        ch = fetch_add(ctr, 1, 1)
+        while ch < n_ch:
+            r0 = ch * JOB_ROWS
+            _qdot_rows(okind, oraw, orawi, n_in, xq, xd, xs, table, y, r0, min(n_embd, r0 + JOB_ROWS), x1)
+            ch = fetch_add(ctr, 1, 1)
     for c in range(n_embd):
         h1[0, c] = h[0, c] + y[0, c]
     _rms_norm_kernel(h1, ffn_norm, eps, f)
@@ -858,17 +914,39 @@ def _attn_route_one_kernel(q, kc, vc, pos, scale, okind, oraw, orawi, oblock, h,
     fq = np.empty((1, n_embd), dtype=np.int8)
     fd = np.empty((1, n_embd // rblock), dtype=np.float32)
     fs = np.empty((1, n_embd // 32), dtype=np.int32)
+    f1 = np.empty((1, n_embd // 32), dtype=np.float32)
     if rkind != 0:
-        quantize_acts_into(f, rblock, tie, fq, fd, fs)
-    for ch in prange((n_expert + QCHUNK - 1) // QCHUNK):
-        r0 = ch * QCHUNK
-        r1 = min(n_expert, r0 + QCHUNK)
-        if rkind == 0:      # F32 router (ggml multiplies it unquantized): linear_kernel's rows
-            w = np.empty(n_embd, dtype=np.float32)
-            _linear_rows(0, rraw, n_embd, table, kvalues, f64, logits, r0, r1, w)
-        else:
-            _qdot_rows(rkind, rraw, rrawi, n_embd, fq, fd, fs, table, logits, r0, r1)
+        quantize_acts_into(f, rblock, tie, fq, fd, fs, f1)
+    n_ch = (n_expert + QCHUNK - 1) // QCHUNK
+    for _ in prange(nt):
+        w = np.empty(n_embd, dtype=np.float32)
+        ch = fetch_add(ctr, 2, 1)
+        while ch < n_ch:
+            r0 = ch * QCHUNK
+            r1 = min(n_expert, r0 + QCHUNK)
+            if rkind == 0:      # F32 router (ggml multiplies it unquantized): linear_kernel's rows
+                _linear_rows(0, rraw, n_embd, table, kvalues, f64, logits, r0, r1, w)
+            else:
+                _qdot_rows(rkind, rraw, rrawi, n_embd, fq, fd, fs, table, logits, r0, r1, f1)
+            ch = fetch_add(ctr, 2, 1)
     _route_kernel(logits, k, ids, wts, margin)
+
+
+def attn_route_static(wo: QWeight, ffn_norm: np.ndarray, eps: float, router: QWeight, k: int, n_head: int, head_dim: int,
+                      numerics: Numerics):
+    """The weight-side arguments of :func:`_attn_route_one_kernel` (everything before ``q``), or ``None`` when
+    the fused one-position path does not apply (``exact`` mode, an output projection without an integer
+    product, a router that is neither F32 nor has one, shapes that do not chain): see :func:`attn_route_one`."""
+    if not (numerics.quantize_activations and wo.qtype in QDOT_ALL
+            and (router.qtype == 0 or router.qtype in QDOT_ALL)):
+        return None
+    n_embd = wo.n_out
+    if (wo.n_in != n_head * head_dim or ffn_norm.shape != (n_embd,) or router.n_in != n_embd
+            or not 1 <= k <= router.n_out):
+        return None
+    rblock = act_block(router.qtype) if router.qtype else 32
+    return (np.float32(1.0 / np.sqrt(head_dim)), wo.qtype, wo._u8, wo._i8, act_block(wo.qtype), ffn_norm, np.float32(eps),
+            router.qtype, router._u8, router._i8, rblock, k, numerics.tie_code, F16_TO_F32, KVALUES)
 
 
 def attn_route_one(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions: np.ndarray, wo: QWeight,
@@ -898,30 +976,29 @@ def attn_route_one(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, posi
     k : int
         Experts used (``1..n_expert``).
     """
-    if not (numerics.quantize_activations and q.ndim == 3 and q.shape[0] == 1 and h.shape[0] == 1
-            and wo.qtype in QDOT_TYPES and (router.qtype == 0 or router.qtype in QDOT_TYPES)):
+    if not (q.ndim == 3 and q.shape[0] == 1 and h.shape[0] == 1):
         return None
     _, n_head, hd = q.shape
     n_embd = h.shape[1]
     n_kv = k_cache.shape[0]
-    if (k_cache.shape != v_cache.shape or k_cache.shape[2] != hd or n_head % k_cache.shape[1]
-            or wo.n_in != n_head * hd or wo.n_out != n_embd or ffn_norm.shape != (n_embd,) or router.n_in != n_embd
-            or not 1 <= k <= router.n_out or int(positions[0]) != n_kv - 1 or h.dtype != np.float32):
+    if (k_cache.shape != v_cache.shape or k_cache.shape[2] != hd or n_head % k_cache.shape[1] or wo.n_out != n_embd
+            or int(positions[0]) != n_kv - 1 or h.dtype != np.float32):
         return None
-    n_expert = router.n_out
+    static = attn_route_static(wo, ffn_norm, eps, router, k, n_head, hd, numerics)
+    if static is None:
+        return None
     o = np.empty((1, n_head * hd), dtype=np.float32)
     h1 = np.empty((1, n_embd), dtype=np.float32)
     f = np.empty((1, n_embd), dtype=np.float32)
-    logits = np.empty((1, n_expert), dtype=np.float32)
+    logits = np.empty((1, router.n_out), dtype=np.float32)
     ids = np.empty((1, k), dtype=np.int16)
     w = np.empty((1, k), dtype=np.float32)
     margin = np.empty(1, dtype=np.float32)
-    rblock = act_block(router.qtype) if router.qtype else 32
-    _attn_route_one_kernel(np.ascontiguousarray(q, dtype=np.float32), k_cache, v_cache, positions,
-                           np.float32(1.0 / np.sqrt(hd)), wo.qtype, wo._u8, wo._i8, act_block(wo.qtype),
-                           np.ascontiguousarray(h), ffn_norm, np.float32(eps), router.qtype, router._u8, router._i8, rblock,
-                           k, numerics.tie_code, F16_TO_F32, KVALUES, o, h1, f, logits, ids, w, margin)
+    _attn_route_one_kernel(*static, numba.get_num_threads(), np.ascontiguousarray(q, dtype=np.float32), k_cache,
+                           v_cache, positions,
+                           np.ascontiguousarray(h), o, h1, f, logits, ids, w, margin)
     return o, h1, f, logits, ids, w, margin
+
 
 @njit(cache=True)
 def _swiglu_kernel(g, u, out):
@@ -1028,7 +1105,7 @@ class ExpertWeights:
 
     def __post_init__(self) -> None:
         # precomputed once per layer for the fused one-position ggml path (:func:`_moe_one_kernel`)
-        fused = (all(t in QDOT_TYPES for t in (self.gate_type, self.up_type, self.down_type))
+        fused = (all(t in QDOT_ALL for t in (self.gate_type, self.up_type, self.down_type))
                  and act_block(self.gate_type) == act_block(self.up_type)
                  and self.gate.ndim == self.up.ndim == self.down.ndim == 3
                  and self.gate.dtype == self.up.dtype == self.down.dtype == np.uint8
@@ -1039,8 +1116,17 @@ class ExpertWeights:
                  and self.down.shape[2] == row_bytes(self.down_type, self.n_ff_exp)
                  and all(a.flags.c_contiguous for a in (self.gate, self.up, self.down)))
         g, u, d = (np.asarray(a) for a in (self.gate, self.up, self.down))     # plain ndarrays (see QWeight)
-        object.__setattr__(self, "_fused", (g, g.view(np.int8), u, u.view(np.int8), d, d.view(np.int8),
+        object.__setattr__(self, "_fused", (self.gate_type, self.up_type, self.down_type, g, g.view(np.int8), u,
+                                            u.view(np.int8), d, d.view(np.int8), self.n_embd, self.n_ff_exp,
                                             act_block(self.gate_type), act_block(self.down_type)) if fused else None)
+
+    def one_static(self, numerics: Numerics):
+        """The weight-side arguments of :func:`_moe_one_kernel` (everything before ``ids``), or ``None`` when
+        the fused one-position path does not apply (``exact`` mode, a type without an integer product,
+        gate and up with different activation blocks, shapes that do not chain)."""
+        if self._fused is None or not numerics.quantize_activations:
+            return None
+        return self._fused + (numerics.tie_code, F16_TO_F32)
 
     def expert(self, e: int) -> tuple[QWeight, QWeight, QWeight]:
         """``(gate, up, down)`` of expert ``e``: views of its slices only."""
@@ -1049,10 +1135,11 @@ class ExpertWeights:
 
 
 @njit(cache=True, parallel=True)
-def _moe_one_kernel(gkind, ukind, dkind, g3, gi3, u3, ui3, d3, di3, n_embd, n_ff, ids, wts, x, tie, ablock,
-                    dblock, table, out):
+def _moe_one_kernel(gkind, ukind, dkind, g3, gi3, u3, ui3, d3, di3, n_embd, n_ff, ablock, dblock, tie, table, nt,
+                    ids, wts, x, out):
     """:func:`moe_ffn` of one position in ``ggml`` mode, in one call: ``x`` (1, n_embd) quantized once
-    for gate and up, the 2 k gate/up products split over threads in chunks of rows, SwiGLU, the k
+    for gate and up, the 2 k gate/up products split over threads in chunks of rows (handed out one at a
+    time, :mod:`refsim.kernels.atomic`), SwiGLU, the k
     hidden rows quantized for down, the k down products, the weighted sum in slot order. Every step
     is the function the unfused path calls (``_qdot_rows``, ``quantize_acts``' kernels,
     ``_swiglu_kernel``), so the bits are the same."""
@@ -1060,35 +1147,45 @@ def _moe_one_kernel(gkind, ukind, dkind, g3, gi3, u3, ui3, d3, di3, n_embd, n_ff
     xq = np.empty((1, n_embd), dtype=np.int8)
     xd = np.empty((1, n_embd // ablock), dtype=np.float32)
     xs = np.empty((1, n_embd // 32), dtype=np.int32)
-    quantize_acts_into(x, ablock, tie, xq, xd, xs)
+    x1 = np.empty((1, n_embd // 32), dtype=np.float32)        # Q8_1's block sums (Q4_1 / Q5_1 weights)
+    quantize_acts_into(x, ablock, tie, xq, xd, xs, x1)
     g = np.empty((k, n_ff), dtype=np.float32)
     u = np.empty((k, n_ff), dtype=np.float32)
-    per = (n_ff + QCHUNK - 1) // QCHUNK
-    for job in prange(2 * k * per):
-        which = job // (k * per)
-        rest = job - which * k * per
-        i = rest // per
-        r0 = (rest - i * per) * QCHUNK
-        r1 = min(n_ff, r0 + QCHUNK)
-        e = ids[i]
-        if which == 0:
-            _qdot_rows(gkind, g3[e], gi3[e], n_embd, xq, xd, xs, table, g[i:i + 1], r0, r1)
-        else:
-            _qdot_rows(ukind, u3[e], ui3[e], n_embd, xq, xd, xs, table, u[i:i + 1], r0, r1)
+    per = (n_ff + JOB_ROWS - 1) // JOB_ROWS
+    ctr = np.zeros(2, dtype=np.int64)         # job counters of the two parallel steps (refsim.kernels.atomic)
+    for _ in prange(nt):
+        job = fetch_add(ctr, 0, 1)
+        while job < 2 * k * per:
+            which = job // (k * per)
+            rest = job - which * k * per
+            i = rest // per
+            r0 = (rest - i * per) * JOB_ROWS
+            r1 = min(n_ff, r0 + JOB_ROWS)
+            e = ids[i]
+            if which == 0:
+                _qdot_rows(gkind, g3[e], gi3[e], n_embd, xq, xd, xs, table, g[i:i + 1], r0, r1, x1)
+            else:
+                _qdot_rows(ukind, u3[e], ui3[e], n_embd, xq, xd, xs, table, u[i:i + 1], r0, r1, x1)
+            job = fetch_add(ctr, 0, 1)
     h = np.empty((k, n_ff), dtype=np.float32)
     _swiglu_kernel(g, u, h)
     hq = np.empty((k, n_ff), dtype=np.int8)
     hd = np.empty((k, n_ff // dblock), dtype=np.float32)
     hs = np.empty((k, n_ff // 32), dtype=np.int32)
-    quantize_acts_into(h, dblock, tie, hq, hd, hs)
+    h1 = np.empty((k, n_ff // 32), dtype=np.float32)
+    quantize_acts_into(h, dblock, tie, hq, hd, hs, h1)
     y = np.empty((k, n_embd), dtype=np.float32)
-    perd = (n_embd + QCHUNK - 1) // QCHUNK
-    for job in prange(k * perd):
-        i = job // perd
-        r0 = (job - i * perd) * QCHUNK
-        r1 = min(n_embd, r0 + QCHUNK)
-        e = ids[i]
-        _qdot_rows(dkind, d3[e], di3[e], n_ff, hq[i:i + 1], hd[i:i + 1], hs[i:i + 1], table, y[i:i + 1], r0, r1)
+    perd = (n_embd + JOB_ROWS - 1) // JOB_ROWS
+    for _ in prange(nt):
+        job = fetch_add(ctr, 1, 1)
+        while job < k * perd:
+            i = job // perd
+            r0 = (job - i * perd) * JOB_ROWS
+            r1 = min(n_embd, r0 + JOB_ROWS)
+            e = ids[i]
+            _qdot_rows(dkind, d3[e], di3[e], n_ff, hq[i:i + 1], hd[i:i + 1], hs[i:i + 1], table, y[i:i + 1], r0, r1,
+                       h1[i:i + 1])
+            job = fetch_add(ctr, 1, 1)
     for c in range(n_embd):
         acc = np.float32(y[0, c] * wts[0])
         for s in range(1, k):
@@ -1128,17 +1225,16 @@ def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: Expert
     n_pos, n_embd = x.shape
     k = ids.shape[1]
     assert ids.shape == weights.shape == (n_pos, k) and n_embd == experts.n_embd
-    fz = experts._fused
-    if (fz is not None and n_pos == 1 and rows is None and numerics.quantize_activations
-            and weights.dtype == np.float32):
+    static = experts.one_static(numerics)
+    if static is not None and n_pos == 1 and rows is None and weights.dtype == np.float32:
         # a plain decode in ggml mode: the whole block in one Numba call (same arithmetic as below)
         e_ids = ids[0].astype(np.int64)
-        if e_ids.min() < 0 or e_ids.max() >= fz[0].shape[0]:
-            raise ConfigError(f"moe: expert ids must be in 0..{fz[0].shape[0] - 1}, got {e_ids.min()}..{e_ids.max()}")
+        n_expert = experts.gate.shape[0]
+        if e_ids.min() < 0 or e_ids.max() >= n_expert:
+            raise ConfigError(f"moe: expert ids must be in 0..{n_expert - 1}, got {e_ids.min()}..{e_ids.max()}")
         out = np.empty((1, n_embd), dtype=np.float32)
-        _moe_one_kernel(experts.gate_type, experts.up_type, experts.down_type, fz[0], fz[1], fz[2], fz[3], fz[4],
-                        fz[5], n_embd, experts.n_ff_exp, e_ids, np.ascontiguousarray(weights[0], dtype=np.float32),
-                        np.ascontiguousarray(x, dtype=np.float32), numerics.tie_code, fz[6], fz[7], F16_TO_F32, out)
+        _moe_one_kernel(*static, numba.get_num_threads(), e_ids, np.ascontiguousarray(weights[0], dtype=np.float32),
+                        np.ascontiguousarray(x, dtype=np.float32), out)
         return out
     active = np.ones(n_pos, dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
     y = np.zeros((n_pos, k, n_embd), dtype=np.float32)
@@ -1185,5 +1281,5 @@ def logit_margin(logits: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["NUMERICS", "Numerics", "QWeight", "ExpertWeights", "linear", "rms_norm", "rope_neox",
-           "attention", "qkv_one", "attn_route_one", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
+           "attention", "qkv_one", "qkv_static", "attn_route_one", "attn_route_static", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
            "ACT_NONE", "KERNELS"]

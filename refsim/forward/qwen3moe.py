@@ -32,17 +32,20 @@ Quirks and their sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
+import numba
 import numpy as np
+from numba import njit
 
 from refsim.drop_rule import gate_layer
 from refsim.errors import ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
-from refsim.forward.layers import (decode_inputs, route_weights, ExpertWeights, Numerics, QWeight, attention, attn_route_one, linear,
-                                   logit_margin, moe_ffn, qkv_one, rms_norm, rope_neox, route_topk)
+from refsim.forward.layers import (_attn_route_one_kernel, _moe_one_kernel, _qkv_one_kernel, decode_inputs, route_weights,
+                                   ExpertWeights, Numerics, QWeight, attention, attn_route_one, attn_route_static, linear,
+                                   logit_margin, moe_ffn, qkv_one, qkv_static, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
 from refsim.stale_gate import predict_layer
 from refsim.kernels import require_kernel
@@ -77,6 +80,8 @@ class Weights:
     output_norm: np.ndarray
     output: QWeight
     layers: tuple[LayerWeights, ...]
+    _one: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """numerics -> the one-call decode's per-layer arguments (:func:`_one_static`), built on first use."""
 
 
 def _qweight(model: Model, name: str) -> QWeight:
@@ -169,6 +174,65 @@ def _commit_ahead(ahead, il, ids, w, logits_e, pred_routes, row):
     return committed, route_weights(logits_e, committed)
 
 
+def _one_static(weights: Weights, numerics: Numerics):
+    """Per layer, the weight-side arguments of the three fused one-position kernels of
+    :mod:`refsim.forward.layers` (``qkv_static``, ``attn_route_static``, ``ExpertWeights.one_static``), or
+    ``None`` when any layer cannot take them (then every layer goes block by block)."""
+    if numerics not in weights._one:
+        s = weights.spec
+        out = []
+        for L in weights.layers:
+            parts = (qkv_static(L.attn_norm, L.attn_q, L.attn_k, L.attn_v, L.attn_q_norm, L.attn_k_norm, s.rms_eps,
+                                s.n_rot, s.rope_freq_base, s.n_head, s.n_head_kv, s.head_dim_v, numerics),
+                     attn_route_static(L.attn_output, L.ffn_norm, s.rms_eps, L.ffn_gate_inp, s.n_expert_used,
+                                       s.n_head, s.head_dim_k, numerics),
+                     L.experts.one_static(numerics))
+            if any(p is None for p in parts) or s.head_dim_v != s.head_dim_k:
+                out = None
+                break
+            out.append(parts)
+        weights._one[numerics] = None if out is None else tuple(out)
+    return weights._one[numerics]
+
+
+@njit(cache=True)
+def _decode_one_kernel(layers, nt, kcs, vcs, h, pos, n_head, n_head_kv, head_dim, k, routes, rweights, rmargin):
+    """Every layer of a one-position ``ggml`` decode in one call: per layer ``_qkv_one_kernel`` (k and v
+    written straight into the KV cache row ``pos[0]``), ``_attn_route_one_kernel`` over rows ``0..pos[0]``,
+    ``_moe_one_kernel`` on the router's selection, ``h = h1 + moe``: the calls and the arithmetic of
+    :func:`decode`'s per-layer path, without returning to Python between them (same bits; tested).
+    ``nt`` is the worker count of the parallel steps (``numba.get_num_threads()``, read in Python: in
+    compiled code it would stop Numba caching the kernel). ``routes``, ``rweights``, ``rmargin`` row 0 are
+    filled per layer; returns the last layer's output ``(1, n_embd)``."""
+    start = pos[0]
+    n_kv = start + 1
+    n_embd = h.shape[1]
+    for il in range(len(layers)):
+        qs, ats, ms = layers[il]
+        kc = kcs[il]
+        vc = vcs[il]
+        a = np.empty((1, n_embd), dtype=np.float32)
+        q = np.empty((1, n_head, head_dim), dtype=np.float32)
+        _qkv_one_kernel(*qs, nt, h, pos, a, q, kc[start:start + 1], vc[start].reshape(1, n_head_kv * head_dim))
+        o = np.empty((1, n_head * head_dim), dtype=np.float32)
+        h1 = np.empty((1, n_embd), dtype=np.float32)
+        f = np.empty((1, n_embd), dtype=np.float32)
+        logits = np.empty((1, ats[8].shape[0]), dtype=np.float32)
+        ids = np.empty((1, k), dtype=np.int16)
+        w = np.empty((1, k), dtype=np.float32)
+        m = np.empty(1, dtype=np.float32)
+        _attn_route_one_kernel(*ats, nt, q, kc[:n_kv], vc[:n_kv], pos, h, o, h1, f, logits, ids, w, m)
+        routes[0, il, :] = ids[0]
+        rweights[0, il, :] = w[0]
+        rmargin[0, il] = m[0]
+        y = np.empty((1, n_embd), dtype=np.float32)
+        _moe_one_kernel(*ms, nt, ids[0].astype(np.int64), w[0], f, y)
+        for c in range(n_embd):
+            h1[0, c] = h1[0, c] + y[0, c]
+        h = h1
+    return h
+
+
 def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
            tap: Tap | None = None, gate=None, probe=None, ahead=None,
@@ -248,7 +312,13 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
     pred_weights = np.full((n_pos, n_layer, k), np.nan, dtype=np.float32)
 
     h = weights.token_embd.rows(tokens)                                          # [n_pos, n_embd]
-    for il, L in enumerate(weights.layers):
+    one = None
+    if n_pos == 1 and tap is None and gate is None and probe is None and ranker is None:
+        one = _one_static(weights, numerics)
+    if one is not None:   # a plain one-position ggml decode: every layer in one Numba call (same bits)
+        kcs, vcs = state.storage(start + 1)
+        h = _decode_one_kernel(one, numba.get_num_threads(), kcs, vcs, h, positions, H, KV, hd, k, routes, rweights, rmargin)
+    for il, L in enumerate(weights.layers if one is None else ()):
         fused = qkv_one(h, L.attn_norm, L.attn_q, L.attn_k, L.attn_v, L.attn_q_norm, L.attn_k_norm, eps, positions,
                         s.n_rot, s.rope_freq_base, H, KV, s.head_dim_v, numerics)   # one position, ggml mode
         if fused is not None:

@@ -21,9 +21,9 @@ Q6_K        ``(f64(d) * f64(d_x)) * sum_g sc_g isum_g`` over the 16 sub-blocks o
 
 The further types (Q4_1, Q5_1 with Q8_1 activations; IQ4_NL with Q8_0; Q2_K, Q3_K, IQ4_XS, TQ1_0,
 TQ2_0 and the IQ1_S/IQ2/IQ3 grid types with Q8_K) are multiplied by :mod:`refsim.kernels.qdot_ext`
-(its table), reached through the same :func:`qdot_matmul` / :func:`qdot_pairs`; :data:`QDOT_TYPES`
-are the types the fused forward kernels of :mod:`refsim.forward.layers` handle, :data:`QDOT_ALL`
-every type with an integer product.
+(its table), reached through the same :func:`qdot_matmul` / :func:`qdot_pairs` and :func:`_qdot_rows` (the row
+loop of the fused forward kernels of :mod:`refsim.forward.layers`); :data:`QDOT_TYPES` are this module's own
+types, :data:`QDOT_ALL` every type with an integer product.
 
 The terms are summed in float64 in block order and the sum is rounded once to float32. ``d_w *
 d_x`` is exact in float64 (two halves, or a half/power of two and a float32); for Q8_0/Q4_0/Q5_0/MXFP4
@@ -82,9 +82,10 @@ Q8_0_WEIGHTS = (Q4_0, Q5_0, Q8_0, MXFP4)
 Q8_K_WEIGHTS = (Q4_K, Q5_K, Q6_K)
 """Weight types whose ``vec_dot_type`` is Q8_K (activation blocks of 256)."""
 QDOT_TYPES = Q8_0_WEIGHTS + Q8_K_WEIGHTS
-"""The weight types this module's own row functions multiply (and the fused forward kernels handle)."""
+"""The weight types this module's own row functions multiply."""
 QDOT_ALL = QDOT_TYPES + qdot_ext.EXT_TYPES
-"""Every weight type with an integer product (:func:`qdot_matmul` / :func:`qdot_pairs`)."""
+"""Every weight type with an integer product (:func:`qdot_matmul` / :func:`qdot_pairs`, and the fused
+one-position kernels of :mod:`refsim.forward.layers` through :func:`_qdot_rows`)."""
 
 CHUNK = 16
 """Rows per parallel work item."""
@@ -177,13 +178,17 @@ def f16_round(v):
 
 
 @njit(cache=True)
-def quantize_acts_into(x, block, tie, q, d, bsum):
-    """:func:`quantize_acts` inside Numba, into preallocated ``q``, ``d``, ``bsum`` (same bits)."""
+def quantize_acts_into(x, block, tie, q, d, bsum, s=None):
+    """:func:`quantize_acts` inside Numba, into preallocated ``q``, ``d``, ``bsum`` (same bits), and for
+    ``block`` 32 Q8_1's block sums into ``s`` when given (``(n_vec, n_cols // 32)`` float32, :class:`QActs` ``s``)."""
     if block == 32:
         _q8_0_kernel(x, tie, q, d, bsum)
         for p in range(d.shape[0]):
             for b in range(d.shape[1]):
-                d[p, b] = f16_round(np.float32(d[p, b] / np.float32(127.0)))
+                d32 = np.float32(d[p, b] / np.float32(127.0))
+                if s is not None:
+                    s[p, b] = f16_round(np.float32(d32 * np.float32(bsum[p, b])))
+                d[p, b] = f16_round(d32)
     else:
         _q8_k_kernel(x, tie, q, d, bsum)
 
@@ -386,7 +391,14 @@ def qdot_row(kind, row, rowi, n_cols, xq, xd, xs, table, scratch):
 
 
 @njit(cache=True)
-def _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, r0, r1):
+def _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, r0, r1, xs1):
+    """``out[v, r] = float32(dot(raw[r], x[v]))`` for rows ``r0..r1-1`` of any type of :data:`QDOT_ALL`
+    (``xs``: int32 block sums; ``xs1``: Q8_1's float32 block sums, read by Q4_1 / Q5_1 only; the types of
+    :mod:`refsim.kernels.qdot_ext` go to its row loop)."""
+    if not (kind == Q4_0 or kind == Q8_0 or kind == Q5_0 or kind == MXFP4 or kind == Q4_K or kind == Q5_K
+            or kind == Q6_K):
+        qdot_ext._rows(kind, raw, n_cols, xq, xd, xs1, table, out, r0, r1)
+        return
     # one loop per type, each with its row function inlined (a shared call costs ~1.7x here)
     scratch = np.empty(32, dtype=np.int8)
     n_vec = xq.shape[0]
@@ -461,7 +473,7 @@ def qdot_kernel(kind, raw, rawi, n_cols, xq, xd, xs, table, out):
     out : (n_vec, n_rows) float32 ndarray
         Written in place.
     """
-    _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, 0, raw.shape[0])
+    _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, 0, raw.shape[0], xd)
 
 
 @njit(cache=True, parallel=True)
@@ -469,7 +481,7 @@ def qdot_kernel_parallel(kind, raw, rawi, n_cols, xq, xd, xs, table, out):
     """:func:`qdot_kernel` with rows split over threads in chunks of :data:`CHUNK` (same bits)."""
     n_rows = raw.shape[0]
     for ch in prange((n_rows + CHUNK - 1) // CHUNK):
-        _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, ch * CHUNK, min(n_rows, (ch + 1) * CHUNK))
+        _qdot_rows(kind, raw, rawi, n_cols, xq, xd, xs, table, out, ch * CHUNK, min(n_rows, (ch + 1) * CHUNK), xd)
 
 
 @njit(cache=True)
@@ -486,7 +498,7 @@ def qdot_pairs_kernel(kind, raw3, rawi3, n_cols, ids, xq, xd, xs, table, out):
     for i in range(ids.shape[0]):
         e = ids[i]
         _qdot_rows(kind, raw3[e], rawi3[e], n_cols, xq[i:i + 1], xd[i:i + 1], xs[i:i + 1], table, out[i:i + 1],
-                   0, raw3.shape[1])
+                   0, raw3.shape[1], xd)
 
 
 @njit(cache=True, parallel=True)
@@ -499,7 +511,7 @@ def qdot_pairs_kernel_parallel(kind, raw3, rawi3, n_cols, ids, xq, xd, xs, table
         ch = job - i * per
         e = ids[i]
         _qdot_rows(kind, raw3[e], rawi3[e], n_cols, xq[i:i + 1], xd[i:i + 1], xs[i:i + 1], table, out[i:i + 1],
-                   ch * CHUNK, min(n_rows, (ch + 1) * CHUNK))
+                   ch * CHUNK, min(n_rows, (ch + 1) * CHUNK), xd)
 
 
 # --- Python entry points -----------------------------------------------------------------------

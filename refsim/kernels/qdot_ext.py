@@ -32,7 +32,9 @@ Q8_1 is Q8_0 (the same ``q`` and f16 ``d_x``; arch/x86/quants.c ``quantize_row_q
 not ``f16(d_x) * sum q``.
 
 Batch invariance: ``out[v, r]`` is computed by one thread from row ``r`` and vector ``v`` only, in
-a fixed order (rows split over threads in chunks of :data:`refsim.kernels.qdot.CHUNK`).
+a fixed order (rows split over threads in chunks of :data:`refsim.kernels.qdot.CHUNK`). Contiguous rows of
+Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, TQ1_0 and TQ2_0 go four at a time (:mod:`refsim.kernels.simd_ext`,
+equal to :func:`ext_row` bit for bit).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from numba import njit, prange
 from refsim.kernels.iq4 import KVALUES_IQ4, iq4_xs_scale
 from refsim.kernels.iq_grid import GRID_IQ1_S, GRID_IQ2_S, GRID_IQ2_XS, GRID_IQ2_XXS, GRID_IQ3_S, GRID_IQ3_XXS, KSIGNS
 from refsim.kernels.k_quants import q3_k_quant, q3_k_scale, two_bit
+from refsim.kernels.simd_ext import ext_rows4
 from refsim.kernels.ternary import tq1_0_code
 
 # ggml type ids (gguf.GGMLQuantizationType values)
@@ -264,9 +267,22 @@ def ext_row(kind, row, n_cols, xq, xd, xs, table):
 
 @njit(cache=True)
 def _rows(kind, raw, n_cols, xq, xd, xs, table, out, r0, r1):
-    for r in range(r0, r1):
-        for v in range(xq.shape[0]):
-            out[v, r] = np.float32(ext_row(kind, raw[r], n_cols, xq[v], xd[v], xs[v], table))
+    """``out[v, r] = float32(ext_row(raw[r], x[v]))`` for rows ``r0..r1-1``: contiguous rows of the types of
+    :mod:`refsim.kernels.simd_ext` four at a time (the same float64 sums, bit for bit), the rest one by one."""
+    n_vec = xq.shape[0]
+    r = r0
+    if raw.strides[1] == 1 and (kind == Q4_1 or kind == Q5_1 or kind == IQ4_NL or kind == IQ4_XS or kind == Q2_K
+                                or kind == Q3_K or kind == TQ1_0 or kind == TQ2_0):
+        nb = n_cols // 32 if (kind == Q4_1 or kind == Q5_1 or kind == IQ4_NL) else n_cols // 256
+        while r + 4 <= r1:
+            for v in range(n_vec):
+                s4 = ext_rows4(kind, raw, r, nb, xq[v], xd[v], xs[v], table)
+                for i in range(4):
+                    out[v, r + i] = np.float32(s4[i])
+            r += 4
+    for rr in range(r, r1):
+        for v in range(n_vec):
+            out[v, rr] = np.float32(ext_row(kind, raw[rr], n_cols, xq[v], xd[v], xs[v], table))
 
 
 @njit(cache=True)

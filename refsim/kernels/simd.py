@@ -758,142 +758,188 @@ def _scales_mins8(builder, raw16):
     return sc, m
 
 
+def _rows4_codegen(nel: int, bsize: int, block_term):
+    """The codegen of a four-rows intrinsic (signature ``(a, r, nb, xq, xd, xs, table) -> 4 float64``): rows
+    ``r..r+3`` of ``a`` walked block by block (``nb`` blocks of ``nel`` elements, ``bsize`` bytes), the next four
+    rows prefetched at the same pace, lane ``i`` of a ``<4 x double>`` accumulator row ``i``'s sum, ``acc +=
+    block_term(builder, Block)`` once per block in block order (:class:`Block` holds the block's operands)."""
+    d4 = ir.VectorType(ir.DoubleType(), 4)
+    ret = types.UniTuple(types.float64, 4)
+
+    def codegen(context, builder, signature, args):
+        pa, rb, r, nb, px, pd, ps, pt = _rows4_args(context, builder, signature, args)
+        base = builder.mul(r, rb)
+        rows = [builder.add(base, builder.mul(rb, _c(rb, i))) for i in range(4)]
+        acc = cgutils.alloca_once_value(builder, ir.Constant(d4, [0.0] * 4))
+        with cgutils.for_range(builder, nb) as loop:
+            b = loop.index
+            offs = [builder.add(row, builder.mul(b, _c(b, bsize))) for row in rows]
+            _prefetch_next4(builder, pa, base, rb, b, bsize)
+            dx = _splat(builder, builder.fpext(builder.load(builder.gep(pd, [b])), ir.DoubleType()),
+                        ir.DoubleType(), 4)
+            term = block_term(builder, Block(pa, offs, b, builder.mul(b, _c(b, nel)), dx, px, ps, pt))
+            builder.store(builder.fadd(builder.load(acc), term), acc)
+        v = builder.load(acc)
+        out = context.get_constant_undef(ret)
+        for i in range(4):
+            out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, i)), i)
+        return out
+    return codegen
+
+
+def _switch_codegen(cases: dict, ret):
+    """A codegen whose first argument is a runtime ggml type id: an LLVM ``switch`` on it to one block per
+    ``cases[type_id]`` (a codegen of the remaining arguments); an id not in ``cases`` gives NaNs."""
+    def codegen(context, builder, signature, args):
+        sub = signature.return_type(*signature.args[1:])
+        out = cgutils.alloca_once(builder, context.get_value_type(ret))
+        builder.store(context.get_constant_generic(builder, ret, (float("nan"),) * ret.count), out)
+        end = builder.append_basic_block("rows4.end")
+        sw = builder.switch(builder.trunc(args[0], _I32), end)
+        for qtype, gen in cases.items():
+            bb = builder.append_basic_block(f"rows4.{qtype}")
+            sw.add_case(ir.Constant(_I32, qtype), bb)
+            with builder.goto_block(bb):
+                builder.store(gen(context, builder, sub, args[1:]), out)
+                builder.branch(end)
+        builder.position_at_end(end)
+        return builder.load(out)
+    return codegen
+
+
+class Block:
+    """One block step of :func:`_rows4_codegen`: ``pa`` the rows' bytes, ``offs`` the four rows' byte offsets of
+    block ``b``, ``xo`` its first element, ``dx`` the activation block scale as ``<4 x double>``, ``px``/``ps``/
+    ``pt`` the activation, block-sum and half-table pointers."""
+
+    def __init__(self, pa, offs, b, xo, dx, px, ps, pt):
+        self.pa, self.offs, self.b, self.xo, self.dx, self.px, self.ps, self.pt = pa, offs, b, xo, dx, px, ps, pt
+
+
+def _q5_high(builder, pa, off):
+    """Q5_0/Q5_1: the 4 bytes of high bits at ``pa + off`` (bit ``j``: element ``j``) as ``<32 x i8>`` of 16 where
+    the bit is set, else 0."""
+    v32 = ir.VectorType(_I8, 32)
+    qh = _vload(builder, pa, off, 4)
+    rep = builder.shuffle_vector(qh, qh, ir.Constant(ir.VectorType(_I32, 32), [j // 8 for j in range(32)]))
+    bit = builder.and_(rep, ir.Constant(v32, [1 << (j % 8) for j in range(32)]))
+    return builder.select(builder.icmp_unsigned("!=", bit, ir.Constant(v32, [0] * 32)), ir.Constant(v32, [16] * 32),
+                          ir.Constant(v32, [0] * 32))
+
+
 def _make_rows4_x(kind: str):
     nel, bsize = _ROWS4_X[kind]
     d4 = ir.VectorType(ir.DoubleType(), 4)
     v16 = ir.VectorType(ir.IntType(16), 16)
     ret = types.UniTuple(types.float64, 4)
 
+    def block_term(builder, blk):
+        pa, offs, b, xo, dx, px, ps, pt = blk.pa, blk.offs, blk.b, blk.xo, blk.dx, blk.px, blk.ps, blk.pt
+        if kind in ("q5_0", "mxfp4"):
+            wb = _vload(builder, px, xo, 32)
+            per = []
+            for off in offs:
+                if kind == "q5_0":
+                    u = _nibbles32(builder, _vload(builder, pa, builder.add(off, _c(off, 6)), 16))
+                    u = builder.or_(u, _q5_high(builder, pa, builder.add(off, _c(off, 2))))   # 0..31
+                else:
+                    raw = _vload(builder, pa, builder.add(off, _c(off, 1)), 16)
+                    v8 = ir.VectorType(_I8, 16)
+                    lo = _mxfp4_u(builder, builder.and_(raw, ir.Constant(v8, [15] * 16)))
+                    hi = _mxfp4_u(builder, builder.lshr(raw, ir.Constant(v8, [4] * 16)))
+                    u = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+                per.append(_u_dot32(builder, u, wb))
+            bias = 16 if kind == "q5_0" else 12
+            isum = builder.sub(_lanes4(builder, per),                         # |isum| <= 32 * 31 * 128
+                               _splat(builder, builder.mul(builder.load(builder.gep(ps, [b])), ir.Constant(_I32, bias)),
+                                      _I32, 4))
+            if kind == "q5_0":
+                dw = _halves4(builder, pa, pt, offs, 0)
+            else:   # 2^(e - 128) as float64 bits: (e - 128 + 1023) << 52, a normal number for every e
+                ev = ir.Constant(ir.VectorType(ir.IntType(64), 4), ir.Undefined)
+                for i, off in enumerate(offs):
+                    e = builder.zext(builder.load(builder.gep(pa, [off])), ir.IntType(64))
+                    ev = builder.insert_element(ev, e, ir.Constant(_I32, i))
+                bits = builder.shl(builder.add(ev, ir.Constant(ev.type, [1023 - 128] * 4)),
+                                   ir.Constant(ev.type, [52] * 4))
+                dw = builder.bitcast(bits, d4)
+            term = builder.fmul(builder.fmul(dw, dx), builder.sitofp(isum, d4))
+        elif kind in ("q4_k", "q5_k"):
+            nib = 48 if kind == "q5_k" else 16
+            xv = [_vload(builder, px, builder.add(xo, _c(xo, 32 * j)), 32) for j in range(8)]
+            sc_rows, m_rows = [], []
+            for off in offs:
+                sc, m = _scales_mins8(builder, _vload(builder, pa, builder.add(off, _c(off, 4)), 16))
+                if kind == "q5_k":
+                    qh = _vload(builder, pa, builder.add(off, _c(off, 16)), 32)
+                tot = None
+                for j in range(8):
+                    raw = _vload(builder, pa, builder.add(off, _c(off, nib + (j >> 1) * 32)), 32)
+                    v32 = ir.VectorType(_I8, 32)
+                    u = builder.and_(builder.lshr(raw, ir.Constant(v32, [4 * (j & 1)] * 32)), ir.Constant(v32, [15] * 32))
+                    if kind == "q5_k":    # + 16 * bit j of qh: u <= 31
+                        hb = builder.and_(builder.lshr(qh, ir.Constant(v32, [j] * 32)), ir.Constant(v32, [1] * 32))
+                        u = builder.or_(u, builder.shl(hb, ir.Constant(v32, [4] * 32)))
+                    if AVX2:   # pairs <= 2 * 31 * 128 in int16; times sc <= 63: <= 500k per i32 lane
+                        s16 = builder.shuffle_vector(builder.zext(sc, ir.VectorType(ir.IntType(16), 8)),
+                                                     ir.Constant(ir.VectorType(ir.IntType(16), 8), ir.Undefined),
+                                                     ir.Constant(ir.VectorType(_I32, 16), [j] * 16))
+                        t = _maddwd(builder, _maddubs(builder, u, xv[j]), s16)
+                    else:
+                        t = builder.mul(_u_dot32(builder, u, xv[j]),
+                                        builder.zext(builder.extract_element(sc, ir.Constant(_I32, j)), _I32))
+                    tot = t if tot is None else builder.add(tot, t)
+                sc_rows.append(tot)                                          # |acc_sc| <= 8 * 63 * 32 * 31 * 128
+                xs8 = builder.load(builder.bitcast(builder.gep(ps, [builder.mul(b, _c(b, 8))]),
+                                                   ir.VectorType(_I32, 8).as_pointer()), align=4)
+                m_rows.append(builder.mul(builder.zext(m, ir.VectorType(_I32, 8)), xs8))   # <= 63 * 4096 each
+            acc_sc = builder.sitofp(_lanes4(builder, sc_rows), d4)
+            acc_m = builder.sitofp(_sum_lanes4(builder, m_rows), d4)
+            t1 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 0), dx), acc_sc)
+            t2 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 2), dx), acc_m)
+            term = builder.fsub(t1, t2)
+        else:   # q6_k
+            v32 = ir.VectorType(_I8, 32)
+            xv = [_vload(builder, px, builder.add(xo, _c(xo, 32 * c)), 32) for c in range(8)]
+            if AVX2:   # 32 x (sum of each activation pair), once for the four rows: |.| <= 8192
+                x32 = [_maddubs(builder, ir.Constant(v32, [32] * 32), x) for x in xv]
+            per = []
+            for off in offs:
+                scb = _vload(builder, pa, builder.add(off, _c(off, 192)), 16)      # 16 int8 scales
+                tot = None
+                for c in range(8):     # 32 elements 128 h + 32 k: sub-blocks g0 = 8 h + 2 k and g0 + 1
+                    h, k = c >> 2, c & 3
+                    ql = _vload(builder, pa, builder.add(off, _c(off, 64 * h + 32 * (k & 1))), 32)
+                    qh = _vload(builder, pa, builder.add(off, _c(off, 128 + 32 * h)), 32)
+                    lo = builder.and_(builder.lshr(ql, ir.Constant(v32, [4 * (k >> 1)] * 32)), ir.Constant(v32, [15] * 32))
+                    hi = builder.and_(builder.lshr(qh, ir.Constant(v32, [2 * k] * 32)), ir.Constant(v32, [3] * 32))
+                    u = builder.or_(lo, builder.shl(hi, ir.Constant(v32, [4] * 32)))   # q6 = q + 32, 0..63
+                    g0 = 8 * h + 2 * k
+                    if AVX2:   # (u x - 32 x) pairs in [-24256, 24194]: int16; times sc (int8): int32
+                        s16 = builder.shuffle_vector(builder.sext(scb, v16), builder.sext(scb, v16),
+                                                     ir.Constant(ir.VectorType(_I32, 16), [g0] * 8 + [g0 + 1] * 8))
+                        t = _maddwd(builder, builder.sub(_maddubs(builder, u, xv[c]), x32[c]), s16)
+                    else:
+                        w = ir.VectorType(_I32, 32)
+                        prod = builder.mul(builder.sub(builder.zext(u, w), ir.Constant(w, [32] * 32)),
+                                           builder.sext(xv[c], w))
+                        t = None
+                        for half in range(2):
+                            part = builder.shuffle_vector(prod, prod, ir.Constant(ir.VectorType(_I32, 16),
+                                                                                list(range(16 * half, 16 * half + 16))))
+                            sg = builder.sext(builder.extract_element(scb, ir.Constant(_I32, g0 + half)), _I32)
+                            p = builder.mul(_reduce(builder, part, 16), sg)
+                            t = p if t is None else builder.add(t, p)
+                    tot = t if tot is None else builder.add(tot, t)
+                per.append(tot)                                              # |acc| <= 16 * 128 * 16 * 32 * 128
+            term = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 208), dx),
+                                builder.sitofp(_lanes4(builder, per), d4))
+        return term
+
     @intrinsic
     def _impl(typingctx, a, r, nb, xq, xd, xs, table):
         _check_rows4(kind, a, xq, xd, xs, table)
-        sig = ret(a, types.intp, types.intp, xq, xd, xs, table)
-
-        def codegen(context, builder, signature, args):
-            pa, rb, r, nb, px, pd, ps, pt = _rows4_args(context, builder, signature, args)
-            base = builder.mul(r, rb)
-            rows = [builder.add(base, builder.mul(rb, _c(rb, i))) for i in range(4)]
-            acc = cgutils.alloca_once_value(builder, ir.Constant(d4, [0.0] * 4))
-            with cgutils.for_range(builder, nb) as loop:
-                b = loop.index
-                offs = [builder.add(row, builder.mul(b, _c(b, bsize))) for row in rows]
-                _prefetch_next4(builder, pa, base, rb, b, bsize)
-                xo = builder.mul(b, _c(b, nel))
-                dx = _splat(builder, builder.fpext(builder.load(builder.gep(pd, [b])), ir.DoubleType()),
-                            ir.DoubleType(), 4)
-                if kind in ("q5_0", "mxfp4"):
-                    wb = _vload(builder, px, xo, 32)
-                    per = []
-                    for off in offs:
-                        if kind == "q5_0":
-                            u = _nibbles32(builder, _vload(builder, pa, builder.add(off, _c(off, 6)), 16))
-                            qh = _vload(builder, pa, builder.add(off, _c(off, 2)), 4)   # bit j: element j
-                            rep = builder.shuffle_vector(qh, qh, ir.Constant(ir.VectorType(_I32, 32),
-                                                                            [j // 8 for j in range(32)]))
-                            bit = builder.and_(rep, ir.Constant(ir.VectorType(_I8, 32), [1 << (j % 8) for j in range(32)]))
-                            hi = builder.select(builder.icmp_unsigned("!=", bit, ir.Constant(ir.VectorType(_I8, 32), [0] * 32)),
-                                                ir.Constant(ir.VectorType(_I8, 32), [16] * 32),
-                                                ir.Constant(ir.VectorType(_I8, 32), [0] * 32))
-                            u = builder.or_(u, hi)                                      # 0..31
-                        else:
-                            raw = _vload(builder, pa, builder.add(off, _c(off, 1)), 16)
-                            v8 = ir.VectorType(_I8, 16)
-                            lo = _mxfp4_u(builder, builder.and_(raw, ir.Constant(v8, [15] * 16)))
-                            hi = _mxfp4_u(builder, builder.lshr(raw, ir.Constant(v8, [4] * 16)))
-                            u = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
-                        per.append(_u_dot32(builder, u, wb))
-                    bias = 16 if kind == "q5_0" else 12
-                    isum = builder.sub(_lanes4(builder, per),                         # |isum| <= 32 * 31 * 128
-                                       _splat(builder, builder.mul(builder.load(builder.gep(ps, [b])), ir.Constant(_I32, bias)),
-                                              _I32, 4))
-                    if kind == "q5_0":
-                        dw = _halves4(builder, pa, pt, offs, 0)
-                    else:   # 2^(e - 128) as float64 bits: (e - 128 + 1023) << 52, a normal number for every e
-                        ev = ir.Constant(ir.VectorType(ir.IntType(64), 4), ir.Undefined)
-                        for i, off in enumerate(offs):
-                            e = builder.zext(builder.load(builder.gep(pa, [off])), ir.IntType(64))
-                            ev = builder.insert_element(ev, e, ir.Constant(_I32, i))
-                        bits = builder.shl(builder.add(ev, ir.Constant(ev.type, [1023 - 128] * 4)),
-                                           ir.Constant(ev.type, [52] * 4))
-                        dw = builder.bitcast(bits, d4)
-                    term = builder.fmul(builder.fmul(dw, dx), builder.sitofp(isum, d4))
-                elif kind in ("q4_k", "q5_k"):
-                    nib = 48 if kind == "q5_k" else 16
-                    xv = [_vload(builder, px, builder.add(xo, _c(xo, 32 * j)), 32) for j in range(8)]
-                    sc_rows, m_rows = [], []
-                    for off in offs:
-                        sc, m = _scales_mins8(builder, _vload(builder, pa, builder.add(off, _c(off, 4)), 16))
-                        if kind == "q5_k":
-                            qh = _vload(builder, pa, builder.add(off, _c(off, 16)), 32)
-                        tot = None
-                        for j in range(8):
-                            raw = _vload(builder, pa, builder.add(off, _c(off, nib + (j >> 1) * 32)), 32)
-                            v32 = ir.VectorType(_I8, 32)
-                            u = builder.and_(builder.lshr(raw, ir.Constant(v32, [4 * (j & 1)] * 32)), ir.Constant(v32, [15] * 32))
-                            if kind == "q5_k":    # + 16 * bit j of qh: u <= 31
-                                hb = builder.and_(builder.lshr(qh, ir.Constant(v32, [j] * 32)), ir.Constant(v32, [1] * 32))
-                                u = builder.or_(u, builder.shl(hb, ir.Constant(v32, [4] * 32)))
-                            if AVX2:   # pairs <= 2 * 31 * 128 in int16; times sc <= 63: <= 500k per i32 lane
-                                s16 = builder.shuffle_vector(builder.zext(sc, ir.VectorType(ir.IntType(16), 8)),
-                                                             ir.Constant(ir.VectorType(ir.IntType(16), 8), ir.Undefined),
-                                                             ir.Constant(ir.VectorType(_I32, 16), [j] * 16))
-                                t = _maddwd(builder, _maddubs(builder, u, xv[j]), s16)
-                            else:
-                                t = builder.mul(_u_dot32(builder, u, xv[j]),
-                                                builder.zext(builder.extract_element(sc, ir.Constant(_I32, j)), _I32))
-                            tot = t if tot is None else builder.add(tot, t)
-                        sc_rows.append(tot)                                          # |acc_sc| <= 8 * 63 * 32 * 31 * 128
-                        xs8 = builder.load(builder.bitcast(builder.gep(ps, [builder.mul(b, _c(b, 8))]),
-                                                           ir.VectorType(_I32, 8).as_pointer()), align=4)
-                        m_rows.append(builder.mul(builder.zext(m, ir.VectorType(_I32, 8)), xs8))   # <= 63 * 4096 each
-                    acc_sc = builder.sitofp(_lanes4(builder, sc_rows), d4)
-                    acc_m = builder.sitofp(_sum_lanes4(builder, m_rows), d4)
-                    t1 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 0), dx), acc_sc)
-                    t2 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 2), dx), acc_m)
-                    term = builder.fsub(t1, t2)
-                else:   # q6_k
-                    v32 = ir.VectorType(_I8, 32)
-                    xv = [_vload(builder, px, builder.add(xo, _c(xo, 32 * c)), 32) for c in range(8)]
-                    if AVX2:   # 32 x (sum of each activation pair), once for the four rows: |.| <= 8192
-                        x32 = [_maddubs(builder, ir.Constant(v32, [32] * 32), x) for x in xv]
-                    per = []
-                    for off in offs:
-                        scb = _vload(builder, pa, builder.add(off, _c(off, 192)), 16)      # 16 int8 scales
-                        tot = None
-                        for c in range(8):     # 32 elements 128 h + 32 k: sub-blocks g0 = 8 h + 2 k and g0 + 1
-                            h, k = c >> 2, c & 3
-                            ql = _vload(builder, pa, builder.add(off, _c(off, 64 * h + 32 * (k & 1))), 32)
-                            qh = _vload(builder, pa, builder.add(off, _c(off, 128 + 32 * h)), 32)
-                            lo = builder.and_(builder.lshr(ql, ir.Constant(v32, [4 * (k >> 1)] * 32)), ir.Constant(v32, [15] * 32))
-                            hi = builder.and_(builder.lshr(qh, ir.Constant(v32, [2 * k] * 32)), ir.Constant(v32, [3] * 32))
-                            u = builder.or_(lo, builder.shl(hi, ir.Constant(v32, [4] * 32)))   # q6 = q + 32, 0..63
-                            g0 = 8 * h + 2 * k
-                            if AVX2:   # (u x - 32 x) pairs in [-24256, 24194]: int16; times sc (int8): int32
-                                s16 = builder.shuffle_vector(builder.sext(scb, v16), builder.sext(scb, v16),
-                                                             ir.Constant(ir.VectorType(_I32, 16), [g0] * 8 + [g0 + 1] * 8))
-                                t = _maddwd(builder, builder.sub(_maddubs(builder, u, xv[c]), x32[c]), s16)
-                            else:
-                                w = ir.VectorType(_I32, 32)
-                                prod = builder.mul(builder.sub(builder.zext(u, w), ir.Constant(w, [32] * 32)),
-                                                   builder.sext(xv[c], w))
-                                t = None
-                                for half in range(2):
-                                    part = builder.shuffle_vector(prod, prod, ir.Constant(ir.VectorType(_I32, 16),
-                                                                                        list(range(16 * half, 16 * half + 16))))
-                                    sg = builder.sext(builder.extract_element(scb, ir.Constant(_I32, g0 + half)), _I32)
-                                    p = builder.mul(_reduce(builder, part, 16), sg)
-                                    t = p if t is None else builder.add(t, p)
-                            tot = t if tot is None else builder.add(tot, t)
-                        per.append(tot)                                              # |acc| <= 16 * 128 * 16 * 32 * 128
-                    term = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 208), dx),
-                                        builder.sitofp(_lanes4(builder, per), d4))
-                builder.store(builder.fadd(builder.load(acc), term), acc)
-            v = builder.load(acc)
-            out = context.get_constant_undef(ret)
-            for i in range(4):
-                out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, i)), i)
-            return out
-        return sig, codegen
+        return ret(a, types.intp, types.intp, xq, xd, xs, table), _rows4_codegen(nel, bsize, block_term)
     return _impl
 
 
