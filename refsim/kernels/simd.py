@@ -583,11 +583,7 @@ def _make_rows4(kind: str):
                 dx = builder.fpext(builder.load(builder.gep(pd, [b])), ir.DoubleType())
                 term = builder.fmul(builder.fmul(dw, _splat(builder, dx, ir.DoubleType(), 4)), builder.sitofp(isum, d4))
                 builder.store(builder.fadd(builder.load(acc), term), acc)
-            v = builder.load(acc)
-            out = context.get_constant_undef(ret)
-            for i in range(4):
-                out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, i)), i)
-            return out
+            return _tuple4(context, builder, builder.load(acc), ret)
         return sig, codegen
     return _impl
 
@@ -758,6 +754,14 @@ def _scales_mins8(builder, raw16):
     return sc, m
 
 
+def _tuple4(context, builder, v, ret):
+    """A ``<4 x double>`` as the 4-tuple of float64 ``ret`` the four-rows intrinsics return."""
+    out = context.get_constant_undef(ret)
+    for i in range(4):
+        out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, i)), i)
+    return out
+
+
 def _rows4_codegen(nel: int, bsize: int, block_term):
     """The codegen of a four-rows intrinsic (signature ``(a, r, nb, xq, xd, xs, table) -> 4 float64``): rows
     ``r..r+3`` of ``a`` walked block by block (``nb`` blocks of ``nel`` elements, ``bsize`` bytes), the next four
@@ -779,11 +783,7 @@ def _rows4_codegen(nel: int, bsize: int, block_term):
                         ir.DoubleType(), 4)
             term = block_term(builder, Block(pa, offs, b, builder.mul(b, _c(b, nel)), dx, px, ps, pt))
             builder.store(builder.fadd(builder.load(acc), term), acc)
-        v = builder.load(acc)
-        out = context.get_constant_undef(ret)
-        for i in range(4):
-            out = builder.insert_value(out, builder.extract_element(v, ir.Constant(_I32, i)), i)
-        return out
+        return _tuple4(context, builder, builder.load(acc), ret)
     return codegen
 
 

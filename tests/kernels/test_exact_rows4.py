@@ -7,16 +7,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numba import njit
 
 from refsim.forward.layers import linear_kernel
 from refsim.kernels import simd, simd_exact
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.registry import F16_TO_F32
+from refsim.testing.rows4 import EXTREME_HALVES, compile_on_path, random_rows
 
 KINDS = sorted(simd_exact.EXACT_ROWS4)
-EXTREME_HALVES = np.array([0.0, -0.0, 2.0 ** -24, -(2.0 ** -24), 2.0 ** -14, 6.1e-5, 1.0, -1.0, 0.0137, 65504.0,
-                           -65504.0, 3.0e4], np.float16)
 HALF_OFFSETS = {"f32": (), "q4_0": (0,), "q5_0": (0,), "q8_0": (0,), "mxfp4": (), "q4_k": (0, 2), "q5_k": (0, 2),
                 "q6_k": (208,)}
 
@@ -25,21 +23,10 @@ def _case(kind, data, n_rows=8):
     """Random rows (every byte random; half scales extreme or any finite half; F32 rows finite floats of any
     exponent, zeros of both signs among them) and a float64 activation holding float32 values of any exponent."""
     qtype, nel, bsize = simd_exact.EXACT_ROWS4[kind]
-    nb = data.draw(st.integers(1, 3))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-    raw = rng.integers(0, 256, (n_rows, nb * bsize), dtype=np.uint8)
-    if kind == "f32":
+    raw, nb, rng = random_rows(data, n_rows, bsize, HALF_OFFSETS[kind])
+    if kind == "f32":                 # (F32 has no half fields)
         f = raw.view(np.float32)
         f[~np.isfinite(f)] = -0.0
-    for o in HALF_OFFSETS[kind]:
-        for b in range(nb):
-            if data.draw(st.booleans()):
-                h = rng.choice(EXTREME_HALVES, n_rows)
-            else:
-                bits = rng.integers(0, 1 << 16, n_rows, dtype=np.uint16)
-                bits[(bits & 0x7C00) == 0x7C00] &= 0xBFFF
-                h = bits.view(np.float16)
-            raw[:, b * bsize + o:b * bsize + o + 2] = h.view(np.uint8).reshape(n_rows, 2)
     n_cols = nb * nel
     scale = data.draw(st.sampled_from([1.0, 1e-30, 1e30, 3e38]))
     x = (rng.standard_normal(n_cols) * scale).astype(np.float32).astype(np.float64)
@@ -53,14 +40,9 @@ def _compiled(kind, avx2):
     key = (kind, avx2)
     if key not in _COMPILED:
         qtype = simd_exact.EXACT_ROWS4[kind][0]
-        old = simd.AVX2, simd.F16C
-        simd.AVX2, simd.F16C = avx2, False          # read when the intrinsic is compiled (MXFP4's lookup)
-        try:
-            f = njit(lambda a, r, nb, x, t: simd_exact.exact_rows4(qtype, a, r, nb, x, t))
-            f.compile("(uint8[:, ::1], intp, intp, float64[::1], float32[::1])")
-        finally:
-            simd.AVX2, simd.F16C = old
-        _COMPILED[key] = f
+        _COMPILED[key] = compile_on_path(          # F16C off: MXFP4's lookup reads AVX2 only
+            lambda: lambda a, r, nb, x, t: simd_exact.exact_rows4(qtype, a, r, nb, x, t),
+            "(uint8[:, ::1], intp, intp, float64[::1], float32[::1])", avx2, False)
     return _COMPILED[key]
 
 

@@ -7,16 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numba import njit
 
 from refsim.kernels import simd
 from refsim.kernels.qdot import qdot_matmul, qdot_row, quantize_acts
 from refsim.kernels.registry import F16_TO_F32
+from refsim.testing.rows4 import EXTREME_HALVES, code_paths, compile_on_path, float_bits, random_rows
 
 KINDS = sorted(simd._ROWS4_X)
-EXTREME_HALVES = np.array([0.0, -0.0, 2.0 ** -24, -(2.0 ** -24), 2.0 ** -14, 6.1e-5, 1.0, -1.0, 0.0137, 65504.0,
-                           -65504.0, 3.0e4], np.float16)
-"""Finite half scales: zero (both signs), the smallest subnormal, the smallest normal, the largest (65504)."""
 EXTREME_F32 = np.array([0.0, 1.4e-45, 1.2e-38, 1e-20, 1.0 / 127, 1.0, 3e8, 3.4e38], np.float32)
 """Activation scales: zero, the smallest float32 subnormal and normal, up to near float32's largest."""
 
@@ -30,19 +27,7 @@ def _case(kind: str, data, n_rows: int = 8):
     """Random rows of ``kind`` (every byte random, the half scales drawn from EXTREME_HALVES or any finite half)
     and one activation with arbitrary int8 values (-128 included), its block sums, extreme float32 scales."""
     nel, bsize = simd._ROWS4_X[kind]
-    nb = data.draw(st.integers(1, 3))
-    seed = data.draw(st.integers(0, 2 ** 32 - 1))
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (n_rows, nb * bsize), dtype=np.uint8)
-    for o in _scale_offsets(kind):
-        for b in range(nb):
-            if data.draw(st.booleans()):
-                h = rng.choice(EXTREME_HALVES, n_rows)
-            else:   # any finite half
-                bits = rng.integers(0, 1 << 16, n_rows, dtype=np.uint16)
-                bits[(bits & 0x7C00) == 0x7C00] &= 0xBFFF
-                h = bits.view(np.float16)
-            raw[:, b * bsize + o:b * bsize + o + 2] = h.view(np.uint8).reshape(n_rows, 2)
+    raw, nb, rng = random_rows(data, n_rows, bsize, _scale_offsets(kind))
     n_cols = nb * nel
     xq = rng.integers(-128, 128, n_cols, dtype=np.int8)
     if data.draw(st.booleans()):
@@ -59,23 +44,15 @@ def _compiled(kind: str, avx2: bool, f16c: bool):
     """The compiled rows4 function of ``kind`` on the AVX2 / generic path, with / without F16C."""
     key = (kind, avx2, f16c)
     if key not in _COMPILED:
-        old = simd.AVX2, simd.F16C
-        simd.AVX2, simd.F16C = avx2, f16c            # read when the intrinsic is compiled
-        try:
-            py = getattr(simd, f"{kind}_rows4")
-            f = njit(lambda a, r, nb, q, d, s, t: py(a, r, nb, q, d, s, t))
-            f.compile("(uint8[:, ::1], intp, intp, int8[::1], float32[::1], int32[::1], float32[::1])")
-        finally:
-            simd.AVX2, simd.F16C = old
-        _COMPILED[key] = f
+        py = getattr(simd, f"{kind}_rows4")
+        _COMPILED[key] = compile_on_path(
+            lambda: lambda a, r, nb, q, d, s, t: py(a, r, nb, q, d, s, t),
+            "(uint8[:, ::1], intp, intp, int8[::1], float32[::1], int32[::1], float32[::1])", avx2, f16c)
     return _COMPILED[key]
 
 
-PATHS = sorted({(False, False), (simd.AVX2, False), (simd.AVX2, simd.F16C)})
-
-
-def _bits(t) -> np.ndarray:
-    return np.array(t, dtype=np.float64).view(np.uint64)
+PATHS = code_paths()
+_bits = float_bits
 
 
 @pytest.mark.parametrize("kind", KINDS)

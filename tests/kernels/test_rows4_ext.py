@@ -8,16 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numba import njit
 
-from refsim.kernels import qdot_ext, simd, simd_ext
+from refsim.kernels import qdot_ext, simd_ext
 from refsim.kernels.qdot import qdot_matmul, quantize_acts
 from refsim.kernels.registry import F16_TO_F32
+from refsim.testing.rows4 import EXTREME_HALVES, code_paths, compile_on_path, float_bits, random_rows
 
 KINDS = sorted(simd_ext.ROWS4_EXT)
-EXTREME_HALVES = np.array([0.0, -0.0, 2.0 ** -24, -(2.0 ** -24), 2.0 ** -14, 6.1e-5, 1.0, -1.0, 0.0137, 65504.0,
-                           -65504.0, 3.0e4], np.float16)
-"""Finite half scales: zero (both signs), the smallest subnormal, the smallest normal, the largest (65504)."""
 EXTREME_F32 = np.array([0.0, 1.4e-45, 1.2e-38, 1e-20, 1.0 / 127, 1.0, 3e8, 3.4e38], np.float32)
 """Activation scales and Q8_1 block sums: zero, the smallest float32 subnormal and normal, up to near float32's largest."""
 HALF_OFFSETS = {"q4_1": (0, 2), "q5_1": (0, 2), "iq4_nl": (0,), "iq4_xs": (0,), "q2_k": (80, 82), "q3_k": (108,),
@@ -29,18 +26,7 @@ def _case(kind: str, data, n_rows: int = 8):
     """Random rows of ``kind`` (every byte random, the halves drawn from EXTREME_HALVES or any finite half), one
     activation with arbitrary int8 values (-128 included, or all equal), extreme float32 scales and Q8_1 sums."""
     nel, bsize = simd_ext.ROWS4_EXT[kind]
-    nb = data.draw(st.integers(1, 3))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-    raw = rng.integers(0, 256, (n_rows, nb * bsize), dtype=np.uint8)
-    for o in HALF_OFFSETS[kind]:
-        for b in range(nb):
-            if data.draw(st.booleans()):
-                h = rng.choice(EXTREME_HALVES, n_rows)
-            else:
-                bits = rng.integers(0, 1 << 16, n_rows, dtype=np.uint16)
-                bits[(bits & 0x7C00) == 0x7C00] &= 0xBFFF
-                h = bits.view(np.float16)
-            raw[:, b * bsize + o:b * bsize + o + 2] = h.view(np.uint8).reshape(n_rows, 2)
+    raw, nb, rng = random_rows(data, n_rows, bsize, HALF_OFFSETS[kind])
     n_cols = nb * nel
     xq = rng.integers(-128, 128, n_cols, dtype=np.int8)
     if data.draw(st.booleans()):
@@ -57,23 +43,15 @@ _COMPILED: dict = {}
 def _compiled(kind: str, avx2: bool, f16c: bool):
     key = (kind, avx2, f16c)
     if key not in _COMPILED:
-        old = simd.AVX2, simd.F16C
-        simd.AVX2, simd.F16C = avx2, f16c            # read when the intrinsic is compiled
-        try:
-            qtype = simd_ext.ROWS4_EXT_QTYPE[kind]
-            f = njit(lambda a, r, nb, q, d, s, t: simd_ext.ext_rows4(qtype, a, r, nb, q, d, s, t))
-            f.compile("(uint8[:, ::1], intp, intp, int8[::1], float32[::1], float32[::1], float32[::1])")
-        finally:
-            simd.AVX2, simd.F16C = old
-        _COMPILED[key] = f
+        qtype = simd_ext.ROWS4_EXT_QTYPE[kind]
+        _COMPILED[key] = compile_on_path(
+            lambda: lambda a, r, nb, q, d, s, t: simd_ext.ext_rows4(qtype, a, r, nb, q, d, s, t),
+            "(uint8[:, ::1], intp, intp, int8[::1], float32[::1], float32[::1], float32[::1])", avx2, f16c)
     return _COMPILED[key]
 
 
-PATHS = sorted({(False, False), (simd.AVX2, False), (simd.AVX2, simd.F16C)})
-
-
-def _bits(t) -> np.ndarray:
-    return np.array(t, dtype=np.float64).view(np.uint64)
+PATHS = code_paths()
+_bits = float_bits
 
 
 @pytest.mark.parametrize("kind", KINDS)
