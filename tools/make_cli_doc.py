@@ -120,11 +120,12 @@ their machine code compiled or loaded from its cache only when one is first call
 the demo trace is 79 KB, 2612 rows) runs the reference path: the per-line trace reader and the
 same LRU kernels run as Python (`refsim.jit.reference`), so Numba is never imported. Why the
 threshold (`benchmarks/scale.py --crossover 1,4,16`: the demo trace written 1, 4 and 16 times,
-best of 3, CPU seconds at load average ~14):
-the reference path costs 0.45 s + 29 us per row, the compiled path 2.3-2.7 s at any of these sizes
-(Numba's import and the cached kernels' loading), so they meet near 70,000 rows (~2 MiB); 1 MiB
-keeps the reference path the faster with margin, and above it the compiled path's fixed cost is
-small against the work. The output is byte for byte the compiled kernels' (text, `--json`,
+78, 309 and 1248 KiB, best of 3, wall seconds of the whole command, 2026-12-03 12:45 UTC at
+load average 0.3-0.5): the reference path 0.21, 0.33 and 0.63 s, the compiled path 1.19, 1.00 and
+1.28 s (its ~1 s is Numba's import, the first compile's registry refresh and the cached kernels'
+loading), so they meet near 2 MiB (~70,000 rows); 1 MiB keeps the reference path the faster with
+margin, and above it the compiled path's fixed cost is small against the work (on the 4.5 M-row
+trace it is ~0.7 s of 1.5 s, docs/scale.md "Reading traces at scale"). The output is byte for byte the compiled kernels' (text, `--json`,
 `--csv`, with the streaming knobs; tests/test_startup.py). Measured by `python
 benchmarks/scale.py --startup-only` (best of N, against `python -c pass` in the same run).
 

@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             args._parser.print_usage(sys.stderr)
             print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
             return 2
-        except RefsimError as exc:
-            print(f"refsim {args.command}: error: {exc}", file=sys.stderr)
+        except RefsimError as exc:            # named by the innermost command ("refsim timing fit")
+            print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)
             return 1
         except BrokenPipeError:
             return 0
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             # the report on stdout could not be written (files are refsim.fileio's, which
             # names them); a full disk is not a bug to show a traceback for
-            print(f"refsim {args.command}: error: standard output: write failed: {exc.strerror}",
+            print(f"{args._parser.prog}: error: standard output: write failed: {exc.strerror}",
                   file=sys.stderr)
             return 1
     except KeyboardInterrupt:

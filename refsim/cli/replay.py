@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
     add_device_args(p)
     p.add_argument("--stream", action="store_true",
                    help="read and replay the trace turn by turn, in memory bounded by one turn "
-                        "(not by the file); the same output as without it (--policy lru only)")
+                        "(not by the file; a FIFO is copied to a temporary file first); the same "
+                        "output as without it (--policy lru only)")
     p.set_defaults(func=run)
 
 
@@ -99,8 +100,8 @@ def print_text(trace, report: ReplayReport) -> None:
     print(f"trace: {trace.path}")
     print(f"model: {h.model} arch={h.arch} n_layer={h.n_layer} n_expert={h.n_expert} "
           f"n_expert_used={h.n_expert_used}")
-    print(f"events: {trace.n_events} ({trace.n_prompt} prompt positions, {s.tokens} decoded "
-          f"tokens), {trace.n_rows} rows")
+    print(f"events: {trace.n_events} ({trace.n_prompt} prompt positions in turn 0, {s.tokens} "
+          f"decoded tokens), {trace.n_rows} rows")
     print_counters(s)
     print(f"resident: {num(s.resident_bytes / MIB, 1)} MiB; {s.evictions} evictions, "
           f"{s.rereads} re-reads")

@@ -92,7 +92,7 @@ def run(args) -> int:
         print(f"model: {h.model} arch={h.arch}", file=out)
         print(f"shape: {h.n_layer} layers, {h.n_expert} experts, top-{h.n_expert_used}, "
               f"{num(h.expert_bytes[0] / MIB, 2)} MiB/expert (layer 0)", file=out)
-        print(f"batches: {result.n_batch} ({n_prompt} prompt positions, "
+        print(f"batches: {result.n_batch} ({n_prompt} prompt positions in turn 0, "
               f"{result.tokens} decoded tokens); T = {num(h.token_cycle_bytes / MIB, 1)} MiB", file=out)
     if knobs.any_on:
         print(f"knobs: --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch} "

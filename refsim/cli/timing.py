@@ -104,17 +104,17 @@ def _common(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _runs(args, trim: int, need: int, what: str, why: str = ""):
+def _runs(args, trim: int, need: int, why: str = ""):
     """The runs the device model describes. One outcome: if at least ``need`` remain, a note per
     run left out (an mmap run) and the runs; else one error that says what was left out and why
     (never a note and then an error)."""
     runs, notes = load_runs(args.runs, trim, skip_unmodelled=True)
     if len(runs) < need:
         left = f"; {'; '.join(notes)}" if notes else ""
-        raise ConfigError(f"{what}: {len(runs)} of the {len(args.runs)} run(s) given are described by the "
+        raise ConfigError(f"{len(runs)} of the {len(args.runs)} run(s) given are described by the "
                           f"device model; expected at least {need}{why}{left}")
     for note in notes:
-        print(f"refsim timing: note: {note}", file=sys.stderr)
+        print(f"{args._parser.prog}: note: {note}", file=sys.stderr)
     return runs
 
 
@@ -124,7 +124,7 @@ def _fmt(v: float | None, nd: int = 3) -> str:
 
 def run_fit(args) -> int:
     check_outputs({"--out": args.out}, {f"RUN {p}": split_spec(p)[0] for p in args.runs})
-    runs = _runs(args, args.trim, 2, "timing fit", " to fit a device")
+    runs = _runs(args, args.trim, 2, " to fit a device")
     dev = fit_device(runs, name=args.name)
     preds = [predict_run(dev, r) for r in runs]
     write_text_atomic(args.out, dev.to_json(), what="--out")
@@ -161,7 +161,7 @@ def _report_fit(args, dev, runs, preds) -> int:
 
 def run_predict(args) -> int:
     dev = load_device(args.device)
-    runs = _runs(args, dev.trim if args.trim is None else args.trim, 1, "timing predict")
+    runs = _runs(args, dev.trim if args.trim is None else args.trim, 1)
     preds = [predict_run(dev, r) for r in runs]
     if args.json:
         print(json.dumps({"device": args.device, "runs": [p.as_dict() for p in preds]}))
@@ -174,7 +174,7 @@ def run_predict(args) -> int:
 
 
 def run_validate(args) -> int:
-    runs = _runs(args, args.trim, 3, "timing validate", " (leaving one out, each fit needs 2)")
+    runs = _runs(args, args.trim, 3, " (leaving one out, each fit needs 2)")
     held = leave_one_out(runs)
     errs = [abs(h.prediction.error_pct) for h in held if h.prediction is not None]
     summary = {"median_abs_error_pct": float(np.median(errs)) if errs else None,

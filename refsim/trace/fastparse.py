@@ -152,6 +152,8 @@ def _parse(buf, pos, end, row, first_line, codes, lo, hi, turn, phase, step, lay
                     if not ok:
                         return FAIL, row, n_slow, line
                     if neg:
+                        if v != 0:               # a negative weight is damage (-0 is zero)
+                            return FAIL, row, n_slow, line
                         v = -v
                     if not abs(v) <= 3.4028234663852886e38:
                         return FAIL, row, n_slow, line

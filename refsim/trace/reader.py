@@ -589,13 +589,19 @@ def _read_all(fh) -> tuple[np.ndarray, int]:
     return buf, got
 
 
-def _read_fast(path: str) -> RouteTrace | None:
+def _read_fast(path: str, rule_messages: bool = False) -> RouteTrace | None:
     """The whole-file path: the rows parsed into narrow columns (:mod:`refsim.trace.fastparse`,
     on several threads), then checked, framed and packed in one pass (:func:`_build_fast`).
     Returns None on any damage or anything it does not handle (a file that is not regular, text
     that is not ASCII in the rows, a weight it cannot convert exactly): :func:`_read_slow` then
     reads the file again and reports the first damage as it always has, so every message is the
-    per-line path's by construction."""
+    per-line path's by construction.
+
+    With ``rule_messages``, rows that parse but break a rule raise the per-line path's message
+    here: :func:`_build` on the parsed columns, which hold the values the per-line parse would
+    (every byte, the preamble and every row's text were accepted, every value in its range and
+    no weight negative, so no earlier check of :func:`_read_slow` fails and no value prints
+    otherwise) -- in about a quarter of the per-line path's memory (the stream's diagnosis)."""
     from refsim.trace.fastparse import find_lf, parse_rows
 
     try:
@@ -631,8 +637,13 @@ def _read_fast(path: str) -> RouteTrace | None:
         del buf
         if cols is None:
             return None
-        return _build_parsed(path, pre, cols, cols.pop("line"))
     except (TraceFormatError, UnicodeDecodeError):
+        return None
+    try:
+        return _build_parsed(path, pre, cols, cols.pop("line"))
+    except TraceFormatError:
+        if rule_messages:
+            raise
         return None
 
 

@@ -15,9 +15,9 @@ from refsim import progress
 from refsim.errors import TraceFormatError
 from refsim.trace.fastparse import KNOWN, PAD, column_bounds, count_lf, find_lf, parse_rows
 from refsim.trace.format import MAX_POSITION, PRED_COLUMNS, TRACE_MAGIC, TraceHeader
-from refsim.trace.reader import (MAX_LINES, RouteTrace, _build_parsed, _check_bytes,
+from refsim.trace.reader import (MAX_LINES, RouteTrace, _build_parsed, _check_bytes, _checked_chunks,
                                  _parse_preamble, _parse_rows, _Preamble, _routed_layers,
-                                 _truncated, read_trace)
+                                 _read_fast, _read_slow, _truncated, read_trace)
 
 STREAM_BLOCK = 1 << 24
 """Bytes of rows :func:`iter_trace_turns` parses at a time (16 MiB)."""
@@ -60,8 +60,10 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     layer). So a valid file yields exactly :func:`read_trace`'s events. A damaged file raises
     the same ``TraceFormatError`` as :func:`read_trace`: damage in the bytes or a row's text (a
     NUL, not UTF-8, a run killed mid-row, a field that is not a number) is found in bounded
-    memory (:func:`_rescue`); rows that parse but break a rule, or a file that is not regular (a
-    FIFO), are read whole by the per-line path for the message (~6x the file's size in memory).
+    memory (:func:`_rescue`); rows that parse but break a rule are diagnosed on the whole file
+    (:func:`_stream_failed`: ~4x the file's size in memory, ~14x for a value out of range). A
+    file that is not regular (a FIFO, ``/dev/stdin``) is copied to a temporary file and streamed
+    from there (:func:`_spooled`).
 
     Raises
     ------
@@ -70,11 +72,13 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     """
 
     path = os.fspath(path)
+    if not os.path.isfile(path):
+        if os.path.exists(path) and not os.path.isdir(path):
+            return _spooled(path, block)         # a FIFO or device: copied to a temporary file
+        return _whole(path)                     # read_trace's message
     try:
-        fh = open(path, "rb") if os.path.isfile(path) else None
+        fh = open(path, "rb")
     except OSError:
-        fh = None
-    if fh is None:                              # a FIFO or device: read whole (or its message)
         return _whole(path)
     parts: list[bytes] = []                  # the preamble, line by line (joined once: linear time)
     size = n_lines = 0
@@ -155,6 +159,43 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     return stream, turns()
 
 
+def _spooled(path: str, block: int):
+    """:func:`iter_trace_turns` of a file that is not regular (a FIFO, ``/dev/stdin``): its bytes are
+    copied to a temporary file first (checked piece by piece as :func:`read_trace` checks them, so
+    ``/dev/zero`` is refused at its first NUL, never copied), then streamed from there. Memory stays
+    bounded by a turn plus a block; the disk holds the copy until the turns are iterated (or the
+    iterator is dropped). Messages and paths name ``path``."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="refsim-stream-")
+    copy = os.path.join(folder, "trace.route.csv")
+    try:
+        with open(copy, "wb") as out, progress.bar(total=None, desc="copying trace", unit="B") as bar:
+            for piece in _checked_chunks(path):
+                out.write(piece)
+                bar.update(len(piece))
+        stream, turns = iter_trace_turns(copy, block)
+    except TraceFormatError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise TraceFormatError(str(exc).replace(copy, path)) from None
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    stream.path = path
+
+    def renamed():
+        try:
+            for tr in turns:
+                tr.path = path
+                yield tr
+        except TraceFormatError as exc:
+            raise TraceFormatError(str(exc).replace(copy, path)) from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return stream, renamed()
+
+
 def _whole(path: str):
     tr = read_trace(path)
     stream = TraceStream(header=tr.header, path=path, column_line=tr.column_line,
@@ -164,10 +205,13 @@ def _whole(path: str):
 
 
 def _stream_failed(path: str):
-    """Raise :func:`read_trace`'s message for a file whose rows parse but break a rule (read whole:
-    the per-line path checks each rule over the whole file before the next, so the first message
-    may be about a later turn)."""
-    read_trace(path)                            # the per-line message
+    """Raise :func:`read_trace`'s message for a file whose rows parse but break a rule. It is read
+    whole (the per-line path checks each rule over the whole file before the next, so the first
+    message may be about a later turn): by the fast parser and the per-line rules on its columns
+    (``_read_fast(rule_messages=True)``, ~4x the file in memory), or where that parser stops (a
+    value out of range, a row it leaves) by the per-line path (~13x)."""
+    if _read_fast(path, rule_messages=True) is None:
+        _read_slow(path)                        # the per-line message
     raise AssertionError(f"{path}: read_trace accepted a file the stream refused")
 
 

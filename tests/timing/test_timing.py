@@ -462,14 +462,14 @@ def _mmap_run(tmp_path, seed):
 
 
 def test_cli_an_mmap_run_alone_is_one_error_not_a_note_then_an_error(tmp_path, capsys):
-    # main: "note: left out: ... (an mmap run)" then "error: timing fit: 0 run(s)"
+    # main: "note: left out: ... (an mmap run)" then "error: 0 of the 1 run(s)"
     f = _mmap_run(tmp_path, 8)
     for argv, need in ((["fit", f, "--out", str(tmp_path / "d.json")], "2 to fit a device"),
                        (["validate", f], "3 (leaving one out, each fit needs 2)")):
         assert main(["timing", *argv, "--trim", "0"]) == 1
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "note:" not in err, err
-        assert err.startswith(f"refsim timing: error: timing {argv[0]}: 0 of the 1 run(s) given are described "
+        assert err.startswith(f"refsim timing {argv[0]}: error: 0 of the 1 run(s) given are described "
                               f"by the device model; expected at least {need}; left out: {f}: no flash bytes "
                               f"read and no expert cache (an mmap run)"), err
     assert not (tmp_path / "d.json").exists()
@@ -484,6 +484,6 @@ def test_cli_an_mmap_run_among_others_is_left_out_with_a_note(tmp_path, capsys):
         specs.append(f"{g}@model=q,io_threads={r.lanes},overlap={int(r.overlap)}")
     assert main(["timing", "fit", *specs, f, "--out", str(tmp_path / "d.json"), "--trim", "0"]) == 0
     out, err = capsys.readouterr()
-    assert err == (f"refsim timing: note: left out: {f}: no flash bytes read and no expert cache (an mmap "
+    assert err == (f"refsim timing fit: note: left out: {f}: no flash bytes read and no expert cache (an mmap "
                    f"run): its time is page-fault-bound; not described by the device model\n")
     assert f"{len(specs)} runs" in out

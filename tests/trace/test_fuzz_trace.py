@@ -260,6 +260,10 @@ def _fast_against_slow(seeds, case_path, data):
             slow = _read_slow(str(case_path))
         except TraceFormatError as exc:
             assert fast is None, f"{recipe}: the fast path read a file the per-line path refuses: {exc}"
+            try:   # the stream's diagnosis: the per-line rules on the fast parser's columns
+                assert _read_fast(str(case_path), rule_messages=True) is None
+            except TraceFormatError as by_rules:
+                assert str(by_rules) == str(exc), f"{recipe}: the rules on parsed columns said otherwise"
             with pytest.raises(TraceFormatError) as streamed:
                 list(iter_trace_turns(case_path, block=block)[1])
             assert str(streamed.value) == str(exc), f"{recipe}: the stream said otherwise"

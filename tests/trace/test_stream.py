@@ -1,6 +1,7 @@
 """``refsim replay --stream`` reads and replays turn by turn with the whole-file replay's output."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -226,3 +227,74 @@ def test_the_utf8_check_piece_by_piece_is_the_whole_decode(tmp_path, monkeypatch
             with pytest.raises(TraceFormatError) as piece:
                 reader._check_bytes(str(p))
             assert str(piece.value) == str(whole.value)
+
+
+def _through_fifo(tmp_path, data: bytes, block: int = 4096):
+    """iter_trace_turns of ``data`` written into a FIFO by a thread: (turns or the error, the FIFO path)."""
+    import os
+    import threading
+    fifo = tmp_path / "pipe.route.csv"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as out:
+            out.write(data)
+    t = threading.Thread(target=feed)
+    t.start()
+    try:
+        stream, turns = iter_trace_turns(fifo, block=block)
+        got = (stream, list(turns))
+    except Exception as exc:          # noqa: BLE001 - compared by the caller
+        got = exc
+    t.join()
+    return got, fifo
+
+
+@pytest.mark.parametrize("damage", [None, "a bad field", "one field short", "a NUL byte"])
+def test_a_fifo_streams_as_the_regular_file_does(tmp_path, damage):
+    """A FIFO (``zcat trace.gz | refsim replay /dev/stdin --stream``) is streamed from a temporary
+    copy: the same turns as the regular file, or the same message naming the FIFO; the copy is
+    removed."""
+    import glob
+    import tempfile
+    from refsim.errors import TraceFormatError
+    src = _demo_bytes()
+    data = src if damage is None else _BYTE_DAMAGE[damage](src, _cut_line(src, 2000))
+    regular = tmp_path / "r.route.csv"
+    regular.write_bytes(data)
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "refsim-stream-*")))
+    got, fifo = _through_fifo(tmp_path, data)
+    if damage is None:
+        stream, parts = got
+        want = read_trace(regular)
+        assert stream.path == str(fifo) and all(p.path == str(fifo) for p in parts)
+        events = [e for p in parts for e in p.events]
+        assert len(events) == len(want.events)
+        assert all((a.routes == b.routes).all() for a, b in zip(events, want.events))
+    else:
+        with pytest.raises(TraceFormatError) as exc:
+            list(iter_trace_turns(regular)[1])
+        assert isinstance(got, TraceFormatError)
+        assert str(got) == str(exc.value).replace(str(regular), str(fifo))
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "refsim-stream-*"))) == before
+
+
+def test_a_structural_damage_gets_the_per_line_message_from_the_parsed_columns(tmp_path, monkeypatch):
+    """Rows that parse but break a rule (a deleted row) are diagnosed by the per-line rules on the
+    fast parser's columns, not by the per-line parse of the whole file."""
+    from refsim.errors import TraceFormatError
+    from refsim.trace import stream as stream_mod
+    src = _demo_bytes()
+    at = _cut_line(src, 1500)
+    data = src[:at] + src[src.index(b"\n", at) + 1:]
+    p = tmp_path / "s.route.csv"
+    p.write_bytes(data)
+    with pytest.raises(TraceFormatError) as whole:
+        read_trace(p)
+
+    def no_slow(path):
+        raise AssertionError("the per-line parse of the whole file")
+    monkeypatch.setattr(stream_mod, "_read_slow", no_slow)
+    with pytest.raises(TraceFormatError) as streamed:
+        list(iter_trace_turns(p, block=4096)[1])
+    assert str(streamed.value) == str(whole.value) and "only; expected all 4 slots" in str(whole.value)
