@@ -309,7 +309,7 @@ def column_bounds(n_layer: int, n_expert: int, k: int, max_position: int):
 
 def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns: list[str],
                n_layer: int, n_expert: int, k: int, max_position: int, max_lines: int,
-               threads: int | None = None):
+               threads: int | None = None, wide: bool = False):
     """Parse the rows of ``buf[offset:size]`` (the bytes after the column header).
 
     Parameters
@@ -330,6 +330,11 @@ def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns
         chunks at line ends, their line feeds counted, and each chunk parsed by the nogil kernel
         on its own thread into its own rows of the columns, so the result does not depend on
         the count.
+    wide : bool
+        Integer columns as int64 with no range check (a value out of its range is read, not
+        refused): the values the per-line parse reads, for the per-line rules' message
+        (``reader._read_fast(rule_messages=True)``). Never for the framing kernels, which index
+        by these values.
 
     Returns
     -------
@@ -385,9 +390,14 @@ def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns
         return None
     codes = np.array([KNOWN.index(c) if c in KNOWN else -1 for c in columns], dtype=np.int64)
     lo, hi = column_bounds(n_layer, n_expert, k, max_position)
+    if wide:
+        lo[:] = np.iinfo(np.int64).min
+        hi[:] = np.iinfo(np.int64).max
     present = set(columns)
 
     def col(name, dtype):
+        if wide and name != "weight":
+            dtype = np.int64
         return np.empty(cap if name in present else 0, dtype=dtype)
 
     out = {"turn": col("turn", np.int32), "phase": col("phase", np.uint8),

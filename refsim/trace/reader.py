@@ -542,7 +542,7 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     path = os.fspath(path)
     # inside refsim.jit.reference() (a small input; no Numba) the per-line path reads it: the
     # fast path's Numba parser run as Python would take longer, and its values are the same
-    trace = None if in_reference() else _read_fast(path)
+    trace = None if in_reference() else _read_fast(path, rule_messages=True)
     if trace is None:
         trace = _read_slow(path)
     return trace
@@ -599,9 +599,10 @@ def _read_fast(path: str, rule_messages: bool = False) -> RouteTrace | None:
 
     With ``rule_messages``, rows that parse but break a rule raise the per-line path's message
     here: :func:`_build` on the parsed columns, which hold the values the per-line parse would
-    (every byte, the preamble and every row's text were accepted, every value in its range and
-    no weight negative, so no earlier check of :func:`_read_slow` fails and no value prints
-    otherwise) -- in about a quarter of the per-line path's memory (the stream's diagnosis)."""
+    (every byte, the preamble and every row's text were accepted and no weight is negative, so
+    no earlier check of :func:`_read_slow` fails and no value prints otherwise; an integer out
+    of its range is read by a second, ``wide`` parse into int64 columns) -- in about a quarter of
+    the per-line path's memory (the stream's diagnosis)."""
     from refsim.trace.fastparse import find_lf, parse_rows
 
     try:
@@ -634,10 +635,18 @@ def _read_fast(path: str, rule_messages: bool = False) -> RouteTrace | None:
         h = pre.header
         cols = parse_rows(buf, size, end + 1, lineno + 1, pre.columns, h.n_layer, h.n_expert,
                           h.n_expert_used, MAX_POSITION, MAX_LINES)
+    except (TraceFormatError, UnicodeDecodeError):
+        return None
+    if cols is None and rule_messages:    # a value out of its range? read as the per-line parse
+        cols = parse_rows(buf, size, end + 1, lineno + 1, pre.columns, h.n_layer, h.n_expert,
+                          h.n_expert_used, MAX_POSITION, MAX_LINES, wide=True)
         del buf
         if cols is None:
             return None
-    except (TraceFormatError, UnicodeDecodeError):
+        _build(path, pre, cols, cols.pop("line"))    # its first rule's message (a range)
+        raise AssertionError(f"{path}: the per-line rules accepted a value out of its range")
+    del buf
+    if cols is None:
         return None
     try:
         return _build_parsed(path, pre, cols, cols.pop("line"))

@@ -17,7 +17,7 @@ from refsim.trace.fastparse import KNOWN, PAD, column_bounds, count_lf, find_lf,
 from refsim.trace.format import MAX_POSITION, PRED_COLUMNS, TRACE_MAGIC, TraceHeader
 from refsim.trace.reader import (MAX_LINES, RouteTrace, _build_parsed, _check_bytes, _checked_chunks,
                                  _parse_preamble, _parse_rows, _Preamble, _routed_layers,
-                                 _read_fast, _read_slow, _truncated, read_trace)
+                                 _truncated, read_trace)
 
 STREAM_BLOCK = 1 << 24
 """Bytes of rows :func:`iter_trace_turns` parses at a time (16 MiB)."""
@@ -206,12 +206,10 @@ def _whole(path: str):
 
 def _stream_failed(path: str):
     """Raise :func:`read_trace`'s message for a file whose rows parse but break a rule. It is read
-    whole (the per-line path checks each rule over the whole file before the next, so the first
-    message may be about a later turn): by the fast parser and the per-line rules on its columns
-    (``_read_fast(rule_messages=True)``, ~4x the file in memory), or where that parser stops (a
-    value out of range, a row it leaves) by the per-line path (~13x)."""
-    if _read_fast(path, rule_messages=True) is None:
-        _read_slow(path)                        # the per-line message
+    whole, as the per-line path checks each rule over the whole file before the next (so the first
+    message may be about a later turn): the per-line rules on the fast parser's columns
+    (``reader._read_fast(rule_messages=True)``, ~4-7x the file in memory)."""
+    read_trace(path)
     raise AssertionError(f"{path}: read_trace accepted a file the stream refused")
 
 

@@ -279,22 +279,31 @@ def test_a_fifo_streams_as_the_regular_file_does(tmp_path, damage):
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "refsim-stream-*"))) == before
 
 
-def test_a_structural_damage_gets_the_per_line_message_from_the_parsed_columns(tmp_path, monkeypatch):
-    """Rows that parse but break a rule (a deleted row) are diagnosed by the per-line rules on the
-    fast parser's columns, not by the per-line parse of the whole file."""
+@pytest.mark.parametrize("damage", ["a deleted row", "a layer out of range"])
+def test_a_rule_broken_gets_the_per_line_message_from_the_parsed_columns(tmp_path, monkeypatch, damage):
+    """Rows that parse but break a rule (a deleted row; a value out of range, read by the wide
+    parse) are diagnosed by the per-line rules on the fast parser's columns, not by the per-line
+    parse of the whole file (~14x the file in memory)."""
     from refsim.errors import TraceFormatError
-    from refsim.trace import stream as stream_mod
     src = _demo_bytes()
     at = _cut_line(src, 1500)
-    data = src[:at] + src[src.index(b"\n", at) + 1:]
+    if damage == "a deleted row":
+        data = src[:at] + src[src.index(b"\n", at) + 1:]
+    else:                             # turn,phase,step,layer,...: layer 99 of 8
+        row = src[at:src.index(b"\n", at)].split(b",")
+        data = src[:at] + b",".join(row[:3] + [b"99"] + row[4:]) + src[src.index(b"\n", at):]
     p = tmp_path / "s.route.csv"
     p.write_bytes(data)
+    from refsim.trace import reader
     with pytest.raises(TraceFormatError) as whole:
-        read_trace(p)
+        reader._read_slow(str(p))
 
     def no_slow(path):
         raise AssertionError("the per-line parse of the whole file")
-    monkeypatch.setattr(stream_mod, "_read_slow", no_slow)
+    monkeypatch.setattr(reader, "_read_slow", no_slow)
     with pytest.raises(TraceFormatError) as streamed:
         list(iter_trace_turns(p, block=4096)[1])
-    assert str(streamed.value) == str(whole.value) and "only; expected all 4 slots" in str(whole.value)
+    with pytest.raises(TraceFormatError) as read:
+        read_trace(p)
+    assert str(streamed.value) == str(read.value) == str(whole.value)
+    assert ("only; expected all 4 slots" if damage == "a deleted row" else "column 'layer' is 99") in str(whole.value)
