@@ -163,24 +163,56 @@ def _spooled(path: str, block: int):
     """:func:`iter_trace_turns` of a file that is not regular (a FIFO, ``/dev/stdin``): its bytes are
     copied to a temporary file first (checked piece by piece as :func:`read_trace` checks them, so
     ``/dev/zero`` is refused at its first NUL, never copied), then streamed from there. Memory stays
-    bounded by a turn plus a block; the disk holds the copy until the turns are iterated (or the
-    iterator is dropped). Messages and paths name ``path``."""
-    import shutil
+    bounded by a turn plus a block; the disk holds the copy until the turns are iterated. On Linux
+    the copy is unlinked at once and read through ``/proc/self/fd/N``, so nothing is left behind
+    however the process ends (SIGKILL included); elsewhere it is removed when the turns end.
+    Messages and paths name ``path``.
+
+    Raises
+    ------
+    TraceFormatError
+        As :func:`read_trace`, or the temporary file cannot be written (``$TMPDIR``).
+    """
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix="refsim-stream-")
-    copy = os.path.join(folder, "trace.route.csv")
     try:
-        with open(copy, "wb") as out, progress.bar(total=None, desc="copying trace", unit="B") as bar:
+        fd, name = tempfile.mkstemp(prefix="refsim-stream-", suffix=".route.csv")
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot stream it through a temporary file in "
+                               f"{tempfile.gettempdir()}: {exc.strerror}") from None
+    copy = f"/proc/self/fd/{fd}"
+    if os.path.exists(copy):
+        os.unlink(name)                         # the copy lives while fd is open
+    else:
+        copy = name
+
+    def done():
+        os.close(fd)
+        if copy == name:
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+
+    def renamed_error(exc: TraceFormatError) -> TraceFormatError:
+        return TraceFormatError(str(exc).replace(copy, path))
+
+    try:
+        with os.fdopen(os.dup(fd), "wb") as out, \
+                progress.bar(total=None, desc="copying trace", unit="B") as bar:
             for piece in _checked_chunks(path):
-                out.write(piece)
+                try:
+                    out.write(piece)
+                except OSError as exc:
+                    raise TraceFormatError(f"{path}: cannot stream it through a temporary file "
+                                           f"in {tempfile.gettempdir()}: {exc.strerror}") from None
                 bar.update(len(piece))
         stream, turns = iter_trace_turns(copy, block)
     except TraceFormatError as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise TraceFormatError(str(exc).replace(copy, path)) from None
+        done()
+        raise renamed_error(exc) from None
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        done()
         raise
     stream.path = path
 
@@ -190,9 +222,9 @@ def _spooled(path: str, block: int):
                 tr.path = path
                 yield tr
         except TraceFormatError as exc:
-            raise TraceFormatError(str(exc).replace(copy, path)) from None
+            raise renamed_error(exc) from None
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            done()
     return stream, renamed()
 
 

@@ -277,6 +277,8 @@ def test_a_fifo_streams_as_the_regular_file_does(tmp_path, damage):
         assert isinstance(got, TraceFormatError)
         assert str(got) == str(exc.value).replace(str(regular), str(fifo))
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "refsim-stream-*"))) == before
+    assert not [f for f in os.listdir("/proc/self/fd") if "refsim-stream-" in os.path.realpath(
+        os.path.join("/proc/self/fd", f))]     # the copy's descriptor is closed too
 
 
 @pytest.mark.parametrize("damage", ["a deleted row", "a layer out of range"])
