@@ -61,7 +61,8 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     the same ``TraceFormatError`` as :func:`read_trace`: damage in the bytes or a row's text (a
     NUL, not UTF-8, a run killed mid-row, a field that is not a number) is found in bounded
     memory (:func:`_rescue`); rows that parse but break a rule are diagnosed on the whole file
-    (:func:`_stream_failed`: ~4x the file's size in memory, ~14x for a value out of range). A
+    (:func:`_stream_failed`: the per-line rules on the fast parser's columns, ~3-6x the file's
+    size in memory). A
     file that is not regular (a FIFO, ``/dev/stdin``) is copied to a temporary file and streamed
     from there (:func:`_spooled`).
 
