@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from refsim.jit import njit
+from refsim.trace.format import F32_FINITE_LIMIT
 KNOWN = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
          "expert_bytes", "dropped")
 """Column codes of :func:`parse_rows` (``-1`` = a column the reader ignores)."""
@@ -152,11 +153,14 @@ def _parse(buf, pos, end, row, first_line, codes, lo, hi, turn, phase, step, lay
                     if not ok:
                         return FAIL, row, n_slow, line
                     if neg:
-                        if v != 0:               # a negative weight is damage (-0 is zero)
+                        if v != 0 and hi[6] == 0:    # a negative weight is damage (-0 is zero)
                             return FAIL, row, n_slow, line
                         v = -v
-                    if not abs(v) <= 3.4028234663852886e38:
+                    if not abs(v) < F32_FINITE_LIMIT and hi[6] == 0:
                         return FAIL, row, n_slow, line
+                elif c == 105 and hi[6] != 0 and buf[pos + 1] == 110 and buf[pos + 2] == 102:
+                    pos += 3                     # inf: read only by a wide parse
+                    v = -np.inf if neg else np.inf
                 else:                            # inf never fits float32; anything else is damage
                     return FAIL, row, n_slow, line
                 weight[row] = v
@@ -331,8 +335,9 @@ def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns
         on its own thread into its own rows of the columns, so the result does not depend on
         the count.
     wide : bool
-        Integer columns as int64 with no range check (a value out of its range is read, not
-        refused): the values the per-line parse reads, for the per-line rules' message
+        Integer columns as int64 and weights as float64 with no range check (a value out of its
+        range, a negative or infinite weight, is read, not refused; the weight entry of ``hi``
+        tells the kernel): the values the per-line parse reads, for the per-line rules' message
         (``reader._read_fast(rule_messages=True)``). Never for the framing kernels, which index
         by these values.
 
@@ -396,8 +401,8 @@ def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns
     present = set(columns)
 
     def col(name, dtype):
-        if wide and name != "weight":
-            dtype = np.int64
+        if wide:
+            dtype = np.float64 if name == "weight" else np.int64
         return np.empty(cap if name in present else 0, dtype=dtype)
 
     out = {"turn": col("turn", np.int32), "phase": col("phase", np.uint8),
@@ -435,7 +440,7 @@ def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns
         shift = row0[t] - sum(results[u][1] - row0[u] for u in range(t))
         for rr, a, b in zip(*(s[:r[2]].tolist() for s in slow[t])):
             v = float(bytes(view[a:b]))
-            if not abs(v) <= float(np.finfo(np.float32).max):
+            if not (wide or 0 <= v < F32_FINITE_LIMIT):      # negative, or no finite float32
                 return None
             w[rr - shift] = v
     return {name: a[:n_rows] for name, a in out.items() if name in present or name == "line"}

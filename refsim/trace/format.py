@@ -44,6 +44,12 @@ MAX_ENTRY_BYTES = 1 << 40
 """Largest ``expert_bytes``/``dense_bytes`` of one layer: 2**40 bytes (1 TiB), so sums over layers
 and slots stay far inside int64."""
 
+F32_FINITE_LIMIT = 3.4028235677973366e38
+"""float32's largest value plus half its last step (2**103): a weight's decimal value below it
+rounds to a finite float32 (``3.4028235e38``, the shortest text of float32's largest value, which
+the writer writes, included); at or above it, to infinity (round half to even). The weight rule
+is ``0 <= w < F32_FINITE_LIMIT`` or ``nan``."""
+
 MAX_POSITION = 2**31 - 1
 """Largest ``step`` and ``turn``: the engine's ``int`` fields; llama.cpp's ``llama_pos`` is int32."""
 

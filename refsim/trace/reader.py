@@ -21,8 +21,8 @@ from refsim import MAX_CACHE_MIB, progress
 from refsim.errors import TraceFormatError
 from refsim.jit import in_reference
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind, EventBlock
-from refsim.trace.format import (MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS, MAX_LAYERS,
-                                 MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS,
+from refsim.trace.format import (F32_FINITE_LIMIT, MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS,
+                                 MAX_LAYERS, MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS,
                                  TRACE_MAGIC, TraceHeader)
 
 
@@ -688,7 +688,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
     check((dropped == 1) & (residency != 0), "0 on a dropped slot (only a miss is dropped, "
           "bmoe-engine.md §3.6: the engine writes the residency it queried, a miss)", "residency",
           residency)
-    check(~np.isnan(weight) & ~((weight >= 0) & (weight <= np.finfo(np.float32).max)),
+    check(~np.isnan(weight) & ~((weight >= 0) & (weight < np.float64(F32_FINITE_LIMIT))),
           "a finite float32 weight >= 0 or nan (the router's softmax/sigmoid weights, maybe scaled "
           "by expert_weights_scale, are never negative)", "weight", weight)
     has_pred = "pred_expert" in cols
@@ -696,7 +696,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
         pexp, pwt = cols["pred_expert"], cols["pred_weight"]
         check((pexp < -1) | (pexp >= n_expert), _range_text("pred_expert", header), "pred_expert",
               pexp)
-        check(~np.isnan(pwt) & ~((pwt >= 0) & (pwt <= np.finfo(np.float32).max)),
+        check(~np.isnan(pwt) & ~((pwt >= 0) & (pwt < np.float64(F32_FINITE_LIMIT))),
               "a finite float32 weight >= 0 or nan (a softmax over the ranked top-k)",
               "pred_weight", pwt)
         check((pexp < 0) & ~np.isnan(pwt), "nan on a row without a prediction (pred_expert -1)",

@@ -14,7 +14,7 @@ import numpy as np
 from refsim import progress
 from refsim.errors import TraceFormatError
 from refsim.trace.fastparse import KNOWN, PAD, column_bounds, count_lf, find_lf, parse_rows
-from refsim.trace.format import MAX_POSITION, PRED_COLUMNS, TRACE_MAGIC, TraceHeader
+from refsim.trace.format import F32_FINITE_LIMIT, MAX_POSITION, PRED_COLUMNS, TRACE_MAGIC, TraceHeader
 from refsim.trace.reader import (MAX_LINES, RouteTrace, _build_parsed, _check_bytes, _checked_chunks,
                                  _parse_preamble, _parse_rows, _Preamble, _routed_layers,
                                  _truncated, read_trace)
@@ -172,15 +172,20 @@ def _spooled(path: str, block: int):
     Raises
     ------
     TraceFormatError
-        As :func:`read_trace`, or the temporary file cannot be written (``$TMPDIR``).
+        As :func:`read_trace`, or the temporary file cannot be written (in ``$TMPDIR`` when it
+        is set, else Python's :func:`tempfile.gettempdir`).
     """
     import tempfile
 
+    folder = os.environ.get("TMPDIR") or tempfile.gettempdir()   # $TMPDIR exactly, when set
+
+    def cannot(exc: OSError) -> TraceFormatError:
+        return TraceFormatError(f"{path}: cannot stream it through a temporary file in {folder} "
+                                f"($TMPDIR): {exc.strerror}")
     try:
-        fd, name = tempfile.mkstemp(prefix="refsim-stream-", suffix=".route.csv")
+        fd, name = tempfile.mkstemp(prefix="refsim-stream-", suffix=".route.csv", dir=folder)
     except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot stream it through a temporary file in "
-                               f"{tempfile.gettempdir()}: {exc.strerror}") from None
+        raise cannot(exc) from None
     copy = f"/proc/self/fd/{fd}"
     if os.path.exists(copy):
         os.unlink(name)                         # the copy lives while fd is open
@@ -199,14 +204,15 @@ def _spooled(path: str, block: int):
         return TraceFormatError(str(exc).replace(copy, path))
 
     try:
-        with os.fdopen(os.dup(fd), "wb") as out, \
-                progress.bar(total=None, desc="copying trace", unit="B") as bar:
+        out = os.fdopen(os.dup(fd), "wb", buffering=0)     # unbuffered: every write checked here
+        with out, progress.bar(total=None, desc="copying trace", unit="B") as bar:
             for piece in _checked_chunks(path):
                 try:
-                    out.write(piece)
+                    view = memoryview(piece)
+                    while view:
+                        view = view[out.write(view):]
                 except OSError as exc:
-                    raise TraceFormatError(f"{path}: cannot stream it through a temporary file "
-                                           f"in {tempfile.gettempdir()}: {exc.strerror}") from None
+                    raise cannot(exc) from None
                 bar.update(len(piece))
         stream, turns = iter_trace_turns(copy, block)
     except TraceFormatError as exc:
@@ -282,11 +288,10 @@ def _rescue(path: str, pre: _Preamble, buf: np.ndarray, cut: int, first_line: in
     h = pre.header
     k = h.n_expert_used
     lo, hi = column_bounds(h.n_layer, h.n_expert, k, MAX_POSITION)
-    f32_max = float(np.finfo(np.float32).max)
     out = {}
     for name, v in wide.items():
         if name == "weight":
-            if not (np.isnan(v) | ((v >= 0) & (v <= f32_max))).all():
+            if not (np.isnan(v) | ((v >= 0) & (v < F32_FINITE_LIMIT))).all():
                 _stream_failed(path)
             out[name] = v.astype(np.float32)
             continue

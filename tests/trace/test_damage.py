@@ -588,3 +588,24 @@ def test_sorted_unique_is_numpys_unique(values):
     x = np.array(values, dtype=np.int32)
     got = _sorted_unique(x)
     assert got.dtype == x.dtype and got.tolist() == np.unique(x).tolist()
+
+
+def test_the_largest_float32_weight_is_read_and_the_next_is_refused(tmp_path):
+    """A weight rounds to float32: float32's largest value as numpy prints it (3.4028235e38, above
+    it as a float64) is read, on the per-line and the fast path; the float64 at float32's largest
+    plus half a step rounds to infinity (half to even) and is refused."""
+    import numpy as np
+    from refsim.trace.format import F32_FINITE_LIMIT
+    from refsim.trace.reader import _read_fast, _read_slow
+    top = np.finfo(np.float32).max
+    assert float(np.float32(3.4028235e38)) == float(top) < 3.4028235e38 < F32_FINITE_LIMIT
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.float32(F32_FINITE_LIMIT)) and np.float32(np.nextafter(F32_FINITE_LIMIT, 0)) == top
+    p = tmp_path / "top.route.csv"
+    p.write_text(GOOD.replace("0,1,2,0,0,1,0.5,", "0,1,2,0,0,1,3.4028235e38,"))
+    for read in (_read_slow, _read_fast):
+        tr = read(str(p))
+        assert tr is not None and max(float(np.nanmax(e.weights)) for e in tr.events) == float(top)
+    import re
+    refused(tmp_path, GOOD.replace("0,1,2,0,0,1,0.5,", "0,1,2,0,0,1,3.4028235677973366e38,"),
+            re.escape("column 'weight' is 3.4028235677973366e+38"))

@@ -281,7 +281,15 @@ def test_a_fifo_streams_as_the_regular_file_does(tmp_path, damage):
         os.path.join("/proc/self/fd", f))]     # the copy's descriptor is closed too
 
 
-@pytest.mark.parametrize("damage", ["a deleted row", "a layer out of range"])
+_RULE_DAMAGE = {"a deleted row": None, "a layer out of range": (3, b"99", "column 'layer' is 99"),
+                "a negative weight": (6, b"-0.1", "column 'weight' is -0.1,"),
+                "a negative weight of 25 digits": (6, b"-0.1234567890123456789012345",
+                                                   "column 'weight' is -0.12345678901234568,"),
+                "an infinite weight": (6, b"inf", "column 'weight' is inf,"),
+                "a weight above float32": (6, b"1e39", "column 'weight' is 1e+39,")}
+
+
+@pytest.mark.parametrize("damage", sorted(_RULE_DAMAGE))
 def test_a_rule_broken_gets_the_per_line_message_from_the_parsed_columns(tmp_path, monkeypatch, damage):
     """Rows that parse but break a rule (a deleted row; a value out of range, read by the wide
     parse) are diagnosed by the per-line rules on the fast parser's columns, not by the per-line
@@ -291,9 +299,10 @@ def test_a_rule_broken_gets_the_per_line_message_from_the_parsed_columns(tmp_pat
     at = _cut_line(src, 1500)
     if damage == "a deleted row":
         data = src[:at] + src[src.index(b"\n", at) + 1:]
-    else:                             # turn,phase,step,layer,...: layer 99 of 8
+    else:                             # turn,phase,step,layer,slot,expert,weight,...
+        col, text, _ = _RULE_DAMAGE[damage]
         row = src[at:src.index(b"\n", at)].split(b",")
-        data = src[:at] + b",".join(row[:3] + [b"99"] + row[4:]) + src[src.index(b"\n", at):]
+        data = src[:at] + b",".join(row[:col] + [text] + row[col + 1:]) + src[src.index(b"\n", at):]
     p = tmp_path / "s.route.csv"
     p.write_bytes(data)
     from refsim.trace import reader
@@ -308,4 +317,4 @@ def test_a_rule_broken_gets_the_per_line_message_from_the_parsed_columns(tmp_pat
     with pytest.raises(TraceFormatError) as read:
         read_trace(p)
     assert str(streamed.value) == str(read.value) == str(whole.value)
-    assert ("only; expected all 4 slots" if damage == "a deleted row" else "column 'layer' is 99") in str(whole.value)
+    assert ("only; expected all 4 slots" if damage == "a deleted row" else _RULE_DAMAGE[damage][2]) in str(whole.value)
