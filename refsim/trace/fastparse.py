@@ -311,6 +311,14 @@ def column_bounds(n_layer: int, n_expert: int, k: int, max_position: int):
     return lo, hi
 
 
+def column_dtypes(k: int) -> dict:
+    """The dtype of each column of :data:`KNOWN` as :func:`parse_rows` returns it (the narrowest
+    that holds :func:`column_bounds`; ``slot`` int16 only when ``k > 256``)."""
+    return {"turn": np.int32, "phase": np.uint8, "step": np.int32, "layer": np.int16,
+            "slot": np.uint8 if k <= 256 else np.int16, "expert": np.int16, "weight": np.float32,
+            "residency": np.uint8, "expert_bytes": np.int64, "dropped": np.uint8}
+
+
 def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns: list[str],
                n_layer: int, n_expert: int, k: int, max_position: int, max_lines: int,
                threads: int | None = None, wide: bool = False):
@@ -400,17 +408,11 @@ def parse_rows(buf: np.ndarray, size: int, offset: int, first_line: int, columns
         hi[:] = np.iinfo(np.int64).max
     present = set(columns)
 
-    def col(name, dtype):
-        if wide:
-            dtype = np.float64 if name == "weight" else np.int64
-        return np.empty(cap if name in present else 0, dtype=dtype)
-
-    out = {"turn": col("turn", np.int32), "phase": col("phase", np.uint8),
-           "step": col("step", np.int32), "layer": col("layer", np.int16),
-           "slot": col("slot", np.uint8 if k <= 256 else np.int16),
-           "expert": col("expert", np.int16), "weight": col("weight", np.float32),
-           "residency": col("residency", np.uint8), "expert_bytes": col("expert_bytes", np.int64),
-           "dropped": col("dropped", np.uint8), "line": np.empty(cap, dtype=np.int32)}
+    dtypes = column_dtypes(k)
+    if wide:
+        dtypes = {name: np.float64 if name == "weight" else np.int64 for name in dtypes}
+    out = {name: np.empty(cap if name in present else 0, dtype=dt) for name, dt in dtypes.items()}
+    out["line"] = np.empty(cap, dtype=np.int32)
     arrays = [out[c] for c in ("turn", "phase", "step", "layer", "slot", "expert", "weight",
                                "residency", "expert_bytes", "dropped", "line")]
     row0 = np.cumsum([0] + lf[:-1]).tolist()

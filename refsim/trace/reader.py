@@ -22,8 +22,8 @@ from refsim.errors import TraceFormatError
 from refsim.jit import in_reference
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind, EventBlock
 from refsim.trace.format import (F32_FINITE_LIMIT, MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS,
-                                 MAX_LAYERS, MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS,
-                                 TRACE_MAGIC, TraceHeader)
+                                 MAX_LAYERS, MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS,
+                                 REQUIRED_COLUMNS, TRACE_MAGIC, TraceHeader)
 
 
 class RouteTrace:
@@ -447,6 +447,12 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
                      np.asarray(keep, dtype=np.int64) + 1)
 
 
+def valid_weights(w: np.ndarray) -> np.ndarray:
+    """Bool array: the weights the format allows, ``nan`` or ``0 <= w < F32_FINITE_LIMIT`` (a
+    decimal value that rounds to a finite float32 >= 0; docs/trace-format.md "Validation")."""
+    return np.isnan(w) | ((w >= 0) & (w < np.float64(F32_FINITE_LIMIT)))
+
+
 def _truncated(path: str, line: int, text: str):
     """Raise the message of a last line without its end of line (``text``: its first characters)."""
     raise TraceFormatError(f"{path}:{line}: last line is truncated (no end of line): {text[:60]!r}")
@@ -599,10 +605,10 @@ def _read_fast(path: str, rule_messages: bool = False) -> RouteTrace | None:
 
     With ``rule_messages``, rows that parse but break a rule raise the per-line path's message
     here: :func:`_build` on the parsed columns, which hold the values the per-line parse would
-    (every byte, the preamble and every row's text were accepted and no weight is negative, so
-    no earlier check of :func:`_read_slow` fails and no value prints otherwise; an integer out
-    of its range is read by a second, ``wide`` parse into int64 columns) -- in about a quarter of
-    the per-line path's memory (the stream's diagnosis)."""
+    (every byte, the preamble and every row's text were accepted, so no earlier check of
+    :func:`_read_slow` fails; a value out of its range -- an integer, or a negative, infinite or
+    too large weight -- is read by a second, ``wide`` parse into int64 and float64 columns, so no
+    value prints otherwise) -- in about a quarter of the per-line path's memory."""
     from refsim.trace.fastparse import find_lf, parse_rows
 
     try:
@@ -688,7 +694,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
     check((dropped == 1) & (residency != 0), "0 on a dropped slot (only a miss is dropped, "
           "bmoe-engine.md §3.6: the engine writes the residency it queried, a miss)", "residency",
           residency)
-    check(~np.isnan(weight) & ~((weight >= 0) & (weight < np.float64(F32_FINITE_LIMIT))),
+    check(~valid_weights(weight),
           "a finite float32 weight >= 0 or nan (the router's softmax/sigmoid weights, maybe scaled "
           "by expert_weights_scale, are never negative)", "weight", weight)
     has_pred = "pred_expert" in cols
@@ -696,7 +702,7 @@ def _build(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
         pexp, pwt = cols["pred_expert"], cols["pred_weight"]
         check((pexp < -1) | (pexp >= n_expert), _range_text("pred_expert", header), "pred_expert",
               pexp)
-        check(~np.isnan(pwt) & ~((pwt >= 0) & (pwt < np.float64(F32_FINITE_LIMIT))),
+        check(~valid_weights(pwt),
               "a finite float32 weight >= 0 or nan (a softmax over the ranked top-k)",
               "pred_weight", pwt)
         check((pexp < 0) & ~np.isnan(pwt), "nan on a row without a prediction (pred_expert -1)",

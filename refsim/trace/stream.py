@@ -13,11 +13,12 @@ import numpy as np
 
 from refsim import progress
 from refsim.errors import TraceFormatError
-from refsim.trace.fastparse import KNOWN, PAD, column_bounds, count_lf, find_lf, parse_rows
-from refsim.trace.format import F32_FINITE_LIMIT, MAX_POSITION, PRED_COLUMNS, TRACE_MAGIC, TraceHeader
+from refsim.trace.fastparse import (KNOWN, PAD, column_bounds, column_dtypes, count_lf, find_lf,
+                                    parse_rows)
+from refsim.trace.format import MAX_POSITION, PRED_COLUMNS, TRACE_MAGIC, TraceHeader
 from refsim.trace.reader import (MAX_LINES, RouteTrace, _build_parsed, _check_bytes, _checked_chunks,
                                  _parse_preamble, _parse_rows, _Preamble, _routed_layers,
-                                 _truncated, read_trace)
+                                 _truncated, read_trace, valid_weights)
 
 STREAM_BLOCK = 1 << 24
 """Bytes of rows :func:`iter_trace_turns` parses at a time (16 MiB)."""
@@ -252,12 +253,6 @@ def _stream_failed(path: str):
     raise AssertionError(f"{path}: read_trace accepted a file the stream refused")
 
 
-_NARROW = {"turn": np.int32, "phase": np.uint8, "step": np.int32, "layer": np.int16,
-           "expert": np.int16, "residency": np.uint8, "expert_bytes": np.int64, "dropped": np.uint8}
-"""The dtypes of :func:`refsim.trace.fastparse.parse_rows`'s columns (``slot`` and ``weight``
-are set by :func:`_rescue`)."""
-
-
 def _rescue(path: str, pre: _Preamble, buf: np.ndarray, cut: int, first_line: int) -> dict:
     """The rows ``buf[:cut]`` (lines from ``first_line``) that the fast parser refused, read by the
     per-line rules, in memory bounded by the block: the same checks in the same order as
@@ -275,7 +270,8 @@ def _rescue(path: str, pre: _Preamble, buf: np.ndarray, cut: int, first_line: in
     ------
     TraceFormatError
         :func:`read_trace`'s message for the file. A value outside its column's range
-        (:func:`~refsim.trace.fastparse.column_bounds`, which the narrow dtypes hold) is a broken
+        (:func:`~refsim.trace.fastparse.column_bounds`, which the narrow dtypes hold, or
+        :func:`~refsim.trace.reader.valid_weights`) is a broken
         rule: the file is read whole for the message (:func:`_stream_failed`).
     """
     n_lf = _check_bytes(path)
@@ -286,20 +282,14 @@ def _rescue(path: str, pre: _Preamble, buf: np.ndarray, cut: int, first_line: in
                      [lines[j] for j in keep], np.asarray(keep, dtype=np.int64) + first_line)
     wide = _parse_rows(path, rows)                 # the first bad row's message, if any
     h = pre.header
-    k = h.n_expert_used
-    lo, hi = column_bounds(h.n_layer, h.n_expert, k, MAX_POSITION)
-    out = {}
-    for name, v in wide.items():
-        if name == "weight":
-            if not (np.isnan(v) | ((v >= 0) & (v < F32_FINITE_LIMIT))).all():
-                _stream_failed(path)
-            out[name] = v.astype(np.float32)
-            continue
+    lo, hi = column_bounds(h.n_layer, h.n_expert, h.n_expert_used, MAX_POSITION)
+    dtypes = column_dtypes(h.n_expert_used)
+    for name, v in wide.items():       # a broken rule (and the framing kernels index by values)
         j = KNOWN.index(name)
-        if v.size and (v.min() < lo[j] or v.max() > hi[j]):
-            _stream_failed(path)                   # a broken rule (and the kernels index by it)
-        out[name] = v.astype(np.uint8 if name == "slot" and k <= 256 else
-                             np.int16 if name == "slot" else _NARROW[name])
+        if not (valid_weights(v).all() if name == "weight" else
+                not v.size or lo[j] <= v.min() <= v.max() <= hi[j]):
+            _stream_failed(path)
+    out = {name: v.astype(dtypes[name]) for name, v in wide.items()}
     out["line"] = rows.data_lines.astype(np.int32)
     return out
 
