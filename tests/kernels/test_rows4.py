@@ -1,5 +1,5 @@
-"""Four-rows-at-a-time products (simd.q5_0_rows4, mxfp4_rows4, q4_k_rows4, q5_k_rows4, q6_k_rows4) equal the
-one-row functions of refsim.kernels.qdot bit for bit (issue 18: speed without changing a result)."""
+"""Four-rows-at-a-time products (simd.q4_0_rows4, q8_0_rows4, q5_0_rows4, mxfp4_rows4, q4_k_rows4, q5_k_rows4,
+q6_k_rows4) equal the one-row functions of refsim.kernels.qdot bit for bit (issue 18: speed without changing a result)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,32 @@ def test_four_rows_equal_the_one_row_function_bit_for_bit(kind, data):
                      scratch) for r in range(4, 8)]
     for avx2, f16c in PATHS:
         got = _compiled(kind, avx2, f16c)(raw, 4, nb, xq, xd, xs, F16_TO_F32)
+        assert np.array_equal(_bits(got), _bits(want)), f"{kind} AVX2={avx2} F16C={f16c}: {got} != {want}"
+
+
+@pytest.mark.parametrize("kind,qtype,bsize", [("q4_0", 2, 18), ("q8_0", 8, 34)])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_four_q4_0_q8_0_rows_equal_the_one_row_function_bit_for_bit(kind, qtype, bsize, data):
+    # simd.q4_0_rows4 (two rows per register on AVX2: simd._nibble_pairs) and q8_0_rows4 on every byte pattern,
+    # any int8 activation (-128 included), extreme scales: every lane is qdot_row's float64 for that row
+    raw, nb, rng = random_rows(data, 8, bsize, (0,))
+    xq = rng.integers(-128, 128, nb * 32, dtype=np.int8)
+    if data.draw(st.booleans()):
+        xq[:] = data.draw(st.sampled_from([-128, 127, 0]))
+    xd = (rng.choice(EXTREME_F32, nb) * rng.choice(np.array([1, -1], np.float32), nb)).astype(np.float32)
+    xs = xq.astype(np.int32).reshape(-1, 32).sum(axis=1).astype(np.int32)
+    scratch = np.empty(32, np.int8)
+    want = [qdot_row(qtype, raw[r], raw[r].view(np.int8), nb * 32, xq, xd, xs, F16_TO_F32, scratch)
+            for r in range(4, 8)]
+    py = getattr(simd, f"{kind}_rows4")
+    for avx2, f16c in PATHS:
+        key = (kind, avx2, f16c)
+        if key not in _COMPILED:
+            _COMPILED[key] = compile_on_path(
+                lambda: lambda a, r, nb, q, d, s, t: py(a, r, nb, q, d, s, t),
+                "(uint8[:, ::1], intp, intp, int8[::1], float32[::1], int32[::1], float32[::1])", avx2, f16c)
+        got = _COMPILED[key](raw, 4, nb, xq, xd, xs, F16_TO_F32)
         assert np.array_equal(_bits(got), _bits(want)), f"{kind} AVX2={avx2} F16C={f16c}: {got} != {want}"
 
 
