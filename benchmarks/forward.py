@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Decode speed of refsim's reference pass against llama.cpp on the same synthetic model.
 
-    python benchmarks/forward.py [--quant Q4_0|Q4_K_M|MXFP4|all|TYPE,...] [--tokens 16] [--threads 2]
+    python benchmarks/forward.py [--quant Q4_0|Q4_K_M|MXFP4|all|TYPE,...] [--tokens 32] [--threads 2]
                                  [--n-expert 128] [--rounds 3] [--numerics exact,ggml]
 
 The model has Qwen3-30B-A3B's widths with 1/8 of its layers (``QWEN3_30B_A3B_EIGHTH``: n_embd
@@ -41,6 +41,10 @@ ENV0 = dict(os.environ)
 """The environment before refsim is imported (which sets OMP_WAIT_POLICY=PASSIVE if unset): what the
 llama.cpp child gets, so llama.cpp runs as its users run it."""
 PROMPT = [1, 5, 77, 123, 42, 299, 7, 260]
+N_CTX = 512
+"""llama.cpp's context (and batch: llama-cpp-python keeps one logits row per batch slot when ``logits_all`` is off,
+indexed by position, so a batch smaller than the context fails past its size): the prompt, one untimed step and
+``--tokens`` timed steps must fit."""
 
 MIXES = {
     # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M as llama_tensor_get_type (src/llama-quant.cpp) assigns it to
@@ -174,7 +178,7 @@ def child_refsim(path: str, n_tokens: int, threads: int, numerics: str, cold: bo
 def child_llama(path: str, n_tokens: int, threads: int) -> dict:
     import numpy as np
     from llama_cpp import Llama
-    llm = Llama(model_path=path, n_ctx=256, n_batch=64, n_threads=threads, n_threads_batch=threads,
+    llm = Llama(model_path=path, n_ctx=N_CTX, n_batch=N_CTX, n_threads=threads, n_threads_batch=threads,
                 logits_all=False, verbose=False)
     llm.eval(PROMPT)
     llm.eval([PROMPT[-1]])
@@ -214,7 +218,7 @@ def main() -> int:
     ap.add_argument("--quant", default="Q4_0",
                     help="synthetic type, real mix (Q4_K_M, MXFP4; MXFP4-pure = every matrix MXFP4), comma-separated, "
                          "or 'all' (default Q4_0)")
-    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=32, help=f"timed decode steps per sample (1..{N_CTX - len(PROMPT) - 1}; default 32)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-expert", type=int, default=128, help="experts per layer (default 128 = Qwen3-30B-A3B)")
     ap.add_argument("--numerics", default="exact,ggml", help="refsim numerics modes, comma-separated (default both)")
@@ -224,6 +228,8 @@ def main() -> int:
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not 1 <= args.tokens <= N_CTX - len(PROMPT) - 1:
+        ap.error(f"--tokens: {args.tokens} is not in 1..{N_CTX - len(PROMPT) - 1} (the context is {N_CTX} positions)")
     if args.child:
         res = child_refsim(args.model, args.tokens, args.threads, args.numerics, args.cold) if args.child == "refsim" \
             else child_llama(args.model, args.tokens, args.threads)

@@ -472,17 +472,18 @@ def _rows4_lanes(context, builder, kind, pa, offs, wb):
 
 
 def _sum_lanes4(builder, ps):
-    """Four ``<8 x i32>`` -> ``<4 x i32>`` whose lane ``i`` is the sum of ``ps[i]``'s lanes."""
-    v4 = ir.VectorType(_I32, 4)
-    qs = [builder.add(builder.shuffle_vector(p, p, ir.Constant(v4, [0, 1, 2, 3])),
-                      builder.shuffle_vector(p, p, ir.Constant(v4, [4, 5, 6, 7]))) for p in ps]
+    """Four ``<8 x i32>`` -> ``<4 x i32>`` whose lane ``i`` is the sum of ``ps[i]``'s lanes: in-lane pair sums of
+    two rows interleaved (``[a01 b01 a23 b23 | a45 b45 a67 b67]``), then of four (``[a0..3 b0..3 c0..3 d0..3 |
+    a4..7 ...]``), then the two 128-bit halves added: 11 instructions where halving each row first took 17."""
+    v8, v4 = ir.VectorType(_I32, 8), ir.VectorType(_I32, 4)
 
-    def pair(a, b):   # [a0+a2, b0+b2, a1+a3, b1+b3]
-        return builder.add(builder.shuffle_vector(a, b, ir.Constant(v4, [0, 4, 1, 5])),
-                           builder.shuffle_vector(a, b, ir.Constant(v4, [2, 6, 3, 7])))
-    t01, t23 = pair(qs[0], qs[1]), pair(qs[2], qs[3])
-    return builder.add(builder.shuffle_vector(t01, t23, ir.Constant(v4, [0, 1, 4, 5])),
-                       builder.shuffle_vector(t01, t23, ir.Constant(v4, [2, 3, 6, 7])))
+    def step(a, b, lo, hi):
+        return builder.add(builder.shuffle_vector(a, b, ir.Constant(v8, lo)), builder.shuffle_vector(a, b, ir.Constant(v8, hi)))
+    ab = step(ps[0], ps[1], [0, 8, 2, 10, 4, 12, 6, 14], [1, 9, 3, 11, 5, 13, 7, 15])
+    cd = step(ps[2], ps[3], [0, 8, 2, 10, 4, 12, 6, 14], [1, 9, 3, 11, 5, 13, 7, 15])
+    t = step(ab, cd, [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
+    return builder.add(builder.shuffle_vector(t, t, ir.Constant(v4, [0, 1, 2, 3])),
+                       builder.shuffle_vector(t, t, ir.Constant(v4, [4, 5, 6, 7])))
 
 
 def _prefetch_next4(builder, pa, base, rb, b, bsize):
@@ -901,6 +902,21 @@ def _q4_k_pairs(builder, pa, offs, px, xo, scs):
     return _pair_lanes4(builder, pairs)
 
 
+def _mins_pairs(builder, ps, b, mins):
+    """AVX2, Q4_K: ``acc_m = sum_j m_j xs[8 b + j]`` of four rows (``mins[i]`` row ``i``'s 8 mins, 0..63) as
+    ``<4 x i32>``: the activation's 8 sub-block sums narrowed to int16 (each ``|xs| <= 32 * 128``: exact), two rows'
+    mins per ``<16 x i16>``, one ``vpmaddwd`` per two rows (pair sums ``<= 2 * 63 * 4096``), then
+    :func:`_pair_lanes4`: no ``vpmulld``."""
+    v16 = ir.VectorType(ir.IntType(16), 16)
+    xs8 = builder.load(builder.bitcast(builder.gep(ps, [builder.mul(b, _c(b, 8))]), ir.VectorType(_I32, 8).as_pointer()),
+                       align=4)
+    xs16 = builder.trunc(xs8, ir.VectorType(ir.IntType(16), 8))
+    xs2 = builder.shuffle_vector(xs16, xs16, ir.Constant(ir.VectorType(_I32, 16), list(range(8)) * 2))
+    cat = ir.Constant(ir.VectorType(_I32, 16), list(range(16)))
+    return _pair_lanes4(builder, [_maddwd(builder, builder.zext(builder.shuffle_vector(mins[2 * p], mins[2 * p + 1], cat), v16),
+                                          xs2) for p in range(2)])
+
+
 def _make_rows4_x(kind: str):
     nel, bsize = _ROWS4_X[kind]
     d4 = ir.VectorType(ir.DoubleType(), 4)
@@ -951,11 +967,9 @@ def _make_rows4_x(kind: str):
             pair4 = kind == "q4_k" and AVX2
             for off in offs:
                 sc, m = _scales_mins8(builder, _vload(builder, pa, builder.add(off, _c(off, 4)), 16))
-                if pair4:   # the scale sums after the loop (_q4_k_pairs)
+                if pair4:   # the scale and min sums after the loop (_q4_k_pairs, _mins_pairs)
                     sc_rows.append(sc)
-                    xs8 = builder.load(builder.bitcast(builder.gep(ps, [builder.mul(b, _c(b, 8))]),
-                                                       ir.VectorType(_I32, 8).as_pointer()), align=4)
-                    m_rows.append(builder.mul(builder.zext(m, ir.VectorType(_I32, 8)), xs8))
+                    m_rows.append(m)
                     continue
                 if kind == "q5_k":
                     qh = _vload(builder, pa, builder.add(off, _c(off, 16)), 32)
@@ -981,7 +995,7 @@ def _make_rows4_x(kind: str):
                                                    ir.VectorType(_I32, 8).as_pointer()), align=4)
                 m_rows.append(builder.mul(builder.zext(m, ir.VectorType(_I32, 8)), xs8))   # <= 63 * 4096 each
             acc_sc = builder.sitofp(_q4_k_pairs(builder, pa, offs, px, xo, sc_rows) if pair4 else _lanes4(builder, sc_rows), d4)
-            acc_m = builder.sitofp(_sum_lanes4(builder, m_rows), d4)
+            acc_m = builder.sitofp(_mins_pairs(builder, ps, b, m_rows) if pair4 else _sum_lanes4(builder, m_rows), d4)
             t1 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 0), dx), acc_sc)
             t2 = builder.fmul(builder.fmul(_halves4(builder, pa, pt, offs, 2), dx), acc_m)
             term = builder.fsub(t1, t2)
