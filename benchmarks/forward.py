@@ -13,7 +13,8 @@ each peak RSS is its own); before the timed steps refsim prefaults its weight ma
 ``--cold`` leaves them to be paged in during the steps); refsim runs once per numerics mode per round (``exact``: float64
 accumulation; ``ggml``: llama.cpp's integer block products), after one untimed child per mode that
 fills Numba's on-disk cache (so no timed child compiles, and no printed RSS holds a compile's memory). Printed: tok/s of each (every
-sample, best and median, with the load average around the runs) and the ratios (measured in
+sample, best and median, with the load average before it and the share of CPU time the hypervisor stole
+during its timed steps, from /proc/stat) and the ratios (measured in
 this run, best/best and median/median), the
 bytes of weights one decode step touches (dense + k routed expert slices per layer + the
 output matrix + one embedding row) and the DRAM bandwidth those bytes at that speed imply, and
@@ -107,6 +108,23 @@ def _mem() -> dict:
     return out
 
 
+def _cpu_jiffies() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs from /proc/stat's ``cpu`` line ((0, 0) where it cannot be read):
+    steal is time the hypervisor ran something else while this VM's vCPU wanted to run."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (v[7] if len(v) > 7 else 0), sum(v[:8])
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _steal_pct(j0: tuple[int, int]) -> float | None:
+    """Per cent of all CPUs' time stolen by the hypervisor since ``j0`` (None when /proc/stat has nothing)."""
+    s1, t1 = _cpu_jiffies()
+    return None if t1 <= j0[1] else 100.0 * (s1 - j0[0]) / (t1 - j0[1])
+
+
 MADV_POPULATE_READ = 22  # Linux >= 5.14: fill the page tables of a mapping (reads the pages into the page cache)
 
 
@@ -167,12 +185,13 @@ def child_refsim(path: str, n_tokens: int, threads: int, numerics: str, cold: bo
     t.prefill(np.array(PROMPT))          # also compiles / loads the Numba cache
     t.decode(np.array([PROMPT[-1]]), np.array([len(PROMPT)]))
     tok, pos = 11, len(PROMPT) + 1
+    j0 = _cpu_jiffies()
     t0 = time.perf_counter()
     for _ in range(n_tokens):
         out = t.decode(np.array([tok]), np.array([pos]))
         tok, pos = int(out.argmax()[0]), pos + 1
     dt = time.perf_counter() - t0
-    return dict(tok_s=n_tokens / dt, prefaulted=advised, **_mem())
+    return dict(tok_s=n_tokens / dt, steal=_steal_pct(j0), prefaulted=advised, **_mem())
 
 
 def child_llama(path: str, n_tokens: int, threads: int) -> dict:
@@ -183,12 +202,13 @@ def child_llama(path: str, n_tokens: int, threads: int) -> dict:
     llm.eval(PROMPT)
     llm.eval([PROMPT[-1]])
     tok = 11
+    j0 = _cpu_jiffies()
     t0 = time.perf_counter()
     for _ in range(n_tokens):
         llm.eval([tok])
         tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
     dt = time.perf_counter() - t0
-    return dict(tok_s=n_tokens / dt, **_mem())
+    return dict(tok_s=n_tokens / dt, steal=_steal_pct(j0), **_mem())
 
 
 def _run_child(kind: str, args, numerics: str, tokens: int | None = None) -> dict | None:
@@ -230,6 +250,19 @@ def main() -> int:
     args = ap.parse_args()
     if not 1 <= args.tokens <= N_CTX - len(PROMPT) - 1:
         ap.error(f"--tokens: {args.tokens} is not in 1..{N_CTX - len(PROMPT) - 1} (the context is {N_CTX} positions)")
+    for flag, v, hi in (("--threads", args.threads, 256), ("--rounds", args.rounds, 1000), ("--n-expert", args.n_expert, 512)):
+        if not 1 <= v <= hi:
+            ap.error(f"{flag}: {v} is not in 1..{hi}")
+    if not args.child:
+        sys.path.insert(0, REPO)
+        from refsim.model.synth import QWEN3_30B_A3B_EIGHTH
+        k = QWEN3_30B_A3B_EIGHTH["n_expert_used"]
+        if args.n_expert < k:
+            ap.error(f"--n-expert: {args.n_expert} is fewer than the {k} experts each token uses")
+    bad_modes = [m.strip() for m in args.numerics.split(",") if m.strip() and m.strip() not in ("exact", "ggml")]
+    if bad_modes or not args.numerics.replace(",", "").strip():
+        ap.error(f"--numerics: {', '.join(repr(m) for m in bad_modes) or 'empty list'} (choose exact, ggml or both, "
+                 "comma-separated)")
     if args.child:
         res = child_refsim(args.model, args.tokens, args.threads, args.numerics, args.cold) if args.child == "refsim" \
             else child_llama(args.model, args.tokens, args.threads)
@@ -242,7 +275,7 @@ def main() -> int:
     bad = [q for q in names if q not in MIXES and q != "MXFP4-pure" and q not in QUANTS]
     if bad or not names:
         ap.error(f"--quant: unknown {', '.join(bad) or 'empty list'} (choose from {', '.join(MIXES)}, MXFP4-pure, all, "
-                 f"{', '.join(QUANTS)})")
+                 f"{', '.join(q for q in QUANTS if q not in MIXES)})")
     bw = read_bandwidth(args.threads)
     print("read bandwidth (NumPy sum over 1 GiB, best of 5): "
           + ", ".join(f"{n} thread{'s' if n > 1 else ''} {g:.1f} GB/s" for n, g in bw.items())
@@ -315,7 +348,8 @@ def bench_one(args, quant: str, bw: dict) -> None:
         best = max(rs, key=lambda r: r["tok_s"])
         stats[name] = (tps[-1], statistics.median(tps))
         label = f"refsim ({name})" if name in modes else name
-        shown = " ".join(f"{r['tok_s']:.2f} (load {r['load']:.2f})" for r in rs)
+        shown = " ".join(f"{r['tok_s']:.2f} (load {r['load']:.2f}"
+                         + (f", steal {r['steal']:.0f} %)" if r.get("steal") is not None else ")") for r in rs)
         print(f"{label}: samples {shown} tok/s; "
               f"best {tps[-1]:.2f}, median {stats[name][1]:.2f} -> {touched * tps[-1] / 1e9:.2f} / "
               f"{touched * stats[name][1] / 1e9:.2f} GB/s of weights ({100 * touched * tps[-1] / 1e9 / top:.0f} % / "
