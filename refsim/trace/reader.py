@@ -411,6 +411,12 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
         raise TraceFormatError(f"{path}:{layer_lines[extra_layers[0]]}: preamble lists "
                                f"layer={extra_layers[0]} outside 0..{n_layer - 1} (n_layer={n_layer})")
     missing = [il for il in range(n_layer) if il not in layers]
+    if missing and i < len(lines) and not all(c in lines[i] for c in REQUIRED_COLUMNS):
+        # the preamble ended at a line that is neither a '#' line nor the column header: name that line
+        raise TraceFormatError(
+            f"{path}:{i + 1}: expected '# layer=L expert_bytes=B dense_bytes=B' lines, then the column header "
+            f"({','.join(REQUIRED_COLUMNS)}[,dropped]); got {lines[i][:40]!r} ({len(missing)} of n_layer={n_layer} "
+            f"layer lines missing, the first for layer {missing[0]})")
     if missing:
         raise TraceFormatError(
             f"{path}:{model_line}: preamble has no '# layer=L expert_bytes=B dense_bytes=B' line for "

@@ -139,6 +139,19 @@ def test_preamble_numbers_are_bounded(tmp_path, old, new, pattern):
     refused(tmp_path, GOOD.replace(old, new, 1), pattern)
 
 
+def test_a_stray_line_inside_the_preamble_is_named(tmp_path):
+    # a line that is neither '#' nor the column header ends the preamble: the error names that line and what was
+    # expected there (a fresh-user check found it pointing at the model line instead); a preamble that reaches
+    # the column header with a layer line missing still names the model line
+    got = refused(tmp_path, GOOD.replace("# layer=1 ", "hello\n# layer=1 ", 1),
+                  r":4: expected '# layer=L expert_bytes=B dense_bytes=B' lines, then the column header "
+                  r"\(turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\[,dropped\]\); got 'hello' "
+                  r"\(1 of n_layer=2 layer lines missing, the first for layer 1\)")
+    assert got.count("\n") == 0
+    refused(tmp_path, GOOD.replace("# layer=1 expert_bytes=4 dense_bytes=2\n", "", 1),
+            r":2: preamble has no '# layer=L expert_bytes=B dense_bytes=B' line for layer 1 \(1 of n_layer=2")
+
+
 @pytest.mark.parametrize("value", ["256", "0.5", "3000"])
 def test_a_recorded_budget_is_kept(tmp_path, value):
     tr = read_trace(write(tmp_path, GOOD.replace("n_expert_used=2", f"n_expert_used=2 cache_mb={value}")))
