@@ -211,36 +211,12 @@ def child_llama(path: str, n_tokens: int, threads: int) -> dict:
     return dict(tok_s=n_tokens / dt, steal=_steal_pct(j0), **_mem())
 
 
-def numba_cache_for_source() -> str:
-    """A Numba cache directory for exactly this refsim source: ``$REFSIM_CACHE/numba-<digest>``, the digest of
-    every ``refsim/**/*.py`` file's path, size and modification time. Numba checks only a kernel's own file
-    before it reuses its cached machine code, so a kernel whose callees changed in another file (the
-    one-call decode in ``forward/qwen3moe.py`` compiles in ``forward/layers.py`` and ``kernels/simd.py``) would
-    run its old code from the package's ``__pycache__``: measured on 2026-12-03, a decode ran 87.7 tok/s
-    from a stale cache and 103.8 after the cache was cleared. The children run with ``NUMBA_CACHE_DIR`` set
-    to this directory unless the caller set one, so what is timed is the code on disk."""
-    import hashlib
-
-    from refsim.forward.builtin import cache_dir
-    h = hashlib.sha256()
-    root = os.path.join(REPO, "refsim")
-    for d, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        for f in sorted(files):
-            if f.endswith(".py"):
-                st = os.stat(os.path.join(d, f))
-                h.update(f"{os.path.relpath(os.path.join(d, f), root)} {st.st_size} {st.st_mtime_ns}\n".encode())
-    return os.path.join(cache_dir(), f"numba-{h.hexdigest()[:16]}")
-
-
 def _run_child(kind: str, args, numerics: str, tokens: int | None = None) -> dict | None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", args.model,
            "--tokens", str(tokens or args.tokens), "--threads", str(args.threads), "--numerics", numerics or "exact"] \
         + (["--cold"] if args.cold else [])
     load = os.getloadavg()[0]
-    env = dict(ENV0, OMP_NUM_THREADS=str(args.threads))
-    env.setdefault("NUMBA_CACHE_DIR", args.numba_cache)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV0, OMP_NUM_THREADS=str(args.threads)))
     if p.returncode != 0:
         print(f"{kind}: failed ({p.returncode}): {p.stderr.strip().splitlines()[-1:] }", file=sys.stderr)
         return None
@@ -300,9 +276,10 @@ def main() -> int:
     if bad or not names:
         ap.error(f"--quant: unknown {', '.join(bad) or 'empty list'} (choose from {', '.join(MIXES)}, MXFP4-pure, all, "
                  f"{', '.join(q for q in QUANTS if q not in MIXES)})")
-    args.numba_cache = numba_cache_for_source()
-    print(f"Numba cache of the children: {os.environ.get('NUMBA_CACHE_DIR') or args.numba_cache} "
-          f"({'set by the caller' if os.environ.get('NUMBA_CACHE_DIR') else 'keyed by the refsim source: nothing stale'})")
+    # refsim's children compile into (or load from) refsim.jitcache's folder for this source tree, the
+    # one importing refsim just chose here, so no timed code is a stale compile of an older callee
+    print(f"Numba cache of refsim's children: {os.environ.get('NUMBA_CACHE_DIR') or 'Numba default'} "
+          f"({'set by the caller' if ENV0.get('NUMBA_CACHE_DIR') else 'refsim.jitcache: keyed by the refsim source'})")
     bw = read_bandwidth(args.threads)
     print("read bandwidth (NumPy sum over 1 GiB, best of 5): "
           + ", ".join(f"{n} thread{'s' if n > 1 else ''} {g:.1f} GB/s" for n, g in bw.items())

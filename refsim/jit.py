@@ -136,6 +136,8 @@ def _twin(kernel: Kernel, mode: str, namespaces: dict):
         twin.__qualname__ = f.__qualname__
         twin.__doc__ = f.__doc__
         if mode == "numba":
+            from refsim import jitcache
+            jitcache.configure()        # before the decoration picks Numba's cache folder
             import numba
             twin = numba.njit(**kernel.options)(twin)
         kernel._twins[mode] = twin

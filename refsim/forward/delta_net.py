@@ -30,6 +30,8 @@ one-token calls (batch invariance).
 from __future__ import annotations
 
 import numpy as np
+
+import refsim.kernels  # noqa: F401  (first: Numba's cache folder, refsim.jitcache)
 from numba import njit
 
 

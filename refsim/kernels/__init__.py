@@ -26,6 +26,11 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "30000"
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Numba's cache folder keyed by refsim's source (refsim.jitcache), before any kernel is decorated
+from refsim import jitcache  # noqa: E402
+
+jitcache.configure()
+
 import numpy as np
 
 from refsim.errors import ConfigError

@@ -1,0 +1,96 @@
+"""Where Numba keeps refsim's compiled kernels: a folder keyed by refsim's own source, so no kernel
+ever runs machine code compiled from an older version of a file it calls.
+
+Why. Numba (0.68) reuses a cached kernel when the kernel's *own* file has the size and modification
+time recorded in its index (``numba/core/caching.py``, ``_CacheImpl`` and the index's source stamp);
+the functions it calls, inlined from other files, and the module constants it froze at compile
+time are not checked. refsim's fused kernels call across files (``forward/qwen3moe.py``'s one-call
+decode compiles in ``forward/layers.py``, ``kernels/qdot.py`` and ``kernels/simd.py``), so after an
+edit of a callee the caller kept the old code from ``__pycache__``: measured on 2026-12-03, a
+Q4_K_M decode ran 87.7 tok/s from a stale cache and 103.8 after the cache was cleared, and a stale
+``_decode_one_kernel`` once raised "unsupported ggml type id" for a type the new callee handles
+(docs/forward.md, "Speed"). Tests could pass on code that is no longer on disk.
+
+What. :func:`configure` (called where refsim first imports Numba: ``refsim/kernels/__init__.py``, which
+every module with ``numba.njit`` kernels imports first, and :mod:`refsim.jit` before it compiles) sets ``NUMBA_CACHE_DIR`` to ``<cache>/numba/<digest>`` when the caller has not set it, where
+``<cache>`` is ``$XDG_CACHE_HOME/refsim`` or ``~/.cache/refsim`` and the digest covers the relative
+path, size and modification time (ns) of every ``*.py`` file of the package: any edit of any
+file gives a fresh folder, and an unchanged tree reuses its compiled code across processes.
+Child processes inherit the variable, and so the same folder. ``$REFSIM_CACHE`` (models) is not
+used, because tests point it at temporary folders. When the caller set ``NUMBA_CACHE_DIR``, or
+the folder cannot be created, nothing is changed (Numba's own rule applies, stale callees included).
+Only the :data:`KEEP` newest digest folders are kept: making a new one removes older ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+
+KEEP = 3
+"""How many digest folders (source versions) stay under ``<cache>/numba``; a new one removes the
+older ones beyond this (by modification time), so editing does not fill the disk."""
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def source_digest(root: str = _PACKAGE) -> str:
+    """16 hex digits of SHA-256 over ``"<relative path> <size> <mtime_ns>\\n"`` of every ``*.py``
+    file under ``root``, in sorted walk order. Raises ``OSError`` only if ``root`` vanishes mid-walk
+    (a file that disappears is skipped)."""
+    h = hashlib.sha256()
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        for f in sorted(files):
+            if f.endswith(".py"):
+                p = os.path.join(d, f)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                h.update(f"{os.path.relpath(p, root)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def base_dir() -> str:
+    """``$XDG_CACHE_HOME/refsim/numba`` if that variable is set, else ``~/.cache/refsim/numba``."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return os.path.join(xdg or os.path.join(os.path.expanduser("~"), ".cache"), "refsim", "numba")
+
+
+def _prune(base: str, keep: str) -> None:
+    """Remove digest folders of ``base`` beyond the :data:`KEEP` newest, never ``keep``."""
+    try:
+        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and e.name != keep]
+        entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime, reverse=True)
+    except OSError:
+        return
+    for e in entries[KEEP - 1:]:
+        shutil.rmtree(e.path, ignore_errors=True)
+
+
+def configure(root: str = _PACKAGE) -> str | None:
+    """Set ``NUMBA_CACHE_DIR`` to the folder of the source tree ``root`` (default: refsim's package)
+    unless the caller set it (see the module docstring); returns the folder in use by this rule, or None when the caller's setting or Numba's
+    default applies. If Numba is already imported, its configuration is re-read so that kernels
+    decorated from now on use the folder."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return None
+    try:
+        digest = source_digest(root)
+        base = base_dir()
+        folder = os.path.join(base, digest)
+        fresh = not os.path.isdir(folder)
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    if fresh:
+        _prune(base, digest)
+    os.environ["NUMBA_CACHE_DIR"] = folder
+    config = sys.modules.get("numba.core.config")
+    if config is not None:
+        config.reload_config()
+    return folder
