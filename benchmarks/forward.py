@@ -276,10 +276,12 @@ def main() -> int:
     if bad or not names:
         ap.error(f"--quant: unknown {', '.join(bad) or 'empty list'} (choose from {', '.join(MIXES)}, MXFP4-pure, all, "
                  f"{', '.join(q for q in QUANTS if q not in MIXES)})")
-    # refsim's children compile into (or load from) refsim.jitcache's folder for this source tree, the
-    # one importing refsim just chose here, so no timed code is a stale compile of an older callee
-    print(f"Numba cache of refsim's children: {os.environ.get('NUMBA_CACHE_DIR') or 'Numba default'} "
-          f"({'set by the caller' if ENV0.get('NUMBA_CACHE_DIR') else 'refsim.jitcache: keyed by the refsim source'})")
+    # refsim's children compile into (or load from) refsim.jitcache's folder for this source tree (each
+    # child's import of refsim.kernels picks it), so no timed code is a stale compile of an older callee
+    from refsim import jitcache
+    print(f"Numba cache of refsim's children: " + (f"{ENV0['NUMBA_CACHE_DIR']} (set by the caller)"
+          if ENV0.get("NUMBA_CACHE_DIR") else f"{jitcache.base_dir()}/{jitcache.source_digest()} (refsim.jitcache: "
+                                              "keyed by the refsim source)"))
     bw = read_bandwidth(args.threads)
     print("read bandwidth (NumPy sum over 1 GiB, best of 5): "
           + ", ".join(f"{n} thread{'s' if n > 1 else ''} {g:.1f} GB/s" for n, g in bw.items())
