@@ -19,7 +19,8 @@ file gives a fresh folder, and an unchanged tree reuses its compiled code across
 Child processes inherit the variable, and so the same folder. ``$REFSIM_CACHE`` (models) is not
 used, because tests point it at temporary folders. When the caller set ``NUMBA_CACHE_DIR``, or
 the folder cannot be created, nothing is changed (Numba's own rule applies, stale callees included).
-Only the :data:`KEEP` newest digest folders are kept: making a new one removes older ones.
+Only the :data:`KEEP` newest digest folders are kept: making a new one removes older ones idle for
+:data:`IDLE_S` seconds.
 """
 
 from __future__ import annotations
@@ -61,15 +62,36 @@ def base_dir() -> str:
     return os.path.join(xdg or os.path.join(os.path.expanduser("~"), ".cache"), "refsim", "numba")
 
 
+IDLE_S = 600
+"""A folder beyond the :data:`KEEP` newest is removed only when nothing was written in it (or in its
+sub-folders, where Numba puts each source folder's files) for this many seconds, so a process still
+compiling into it is not raced. (A process that later saves into a removed folder is safe: Numba makes
+the folder again before each save, ``numba/core/caching.py`` ``Cache._save_overload``.)"""
+
+
+def _last_write(path: str) -> float:
+    """Newest modification time of ``path`` and its direct sub-folders (seconds since the epoch)."""
+    t = os.stat(path, follow_symlinks=False).st_mtime
+    for e in os.scandir(path):
+        if e.is_dir(follow_symlinks=False):
+            t = max(t, e.stat(follow_symlinks=False).st_mtime)
+    return t
+
+
 def _prune(base: str, keep: str) -> None:
-    """Remove digest folders of ``base`` beyond the :data:`KEEP` newest, never ``keep``."""
+    """Remove digest folders of ``base`` beyond the :data:`KEEP` newest (``keep`` counted first),
+    when idle for :data:`IDLE_S` seconds."""
+    import time
     try:
-        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and e.name != keep]
-        entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime, reverse=True)
+        entries = [(_last_write(e.path), e.path) for e in os.scandir(base)
+                   if e.is_dir(follow_symlinks=False) and e.name != keep]
     except OSError:
         return
-    for e in entries[KEEP - 1:]:
-        shutil.rmtree(e.path, ignore_errors=True)
+    entries.sort(reverse=True)
+    now = time.time()
+    for t, path in entries[KEEP - 1:]:
+        if t < now - IDLE_S:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def configure(root: str = _PACKAGE) -> str | None:

@@ -72,15 +72,20 @@ def test_configure_picks_the_trees_folder_and_keeps_the_newest_three(monkeypatch
     src = tmp_path / "src"
     _tree(src, {"k.py": "pass\n"})
     for i, name in enumerate(["old1", "old2", "old3", "old4"]):   # older source versions, oldest first
-        (base / name).mkdir(parents=True)
+        (base / name / "sub").mkdir(parents=True)
+        os.utime(base / name / "sub", (1000 + i, 1000 + i))
         os.utime(base / name, (1000 + i, 1000 + i))
+    for name in ("busy1", "busy2", "busy3"):   # written in just now (a sub-folder), whatever their own times:
+        (base / name).mkdir()                  # one is beyond the newest three, but not idle, so kept
+        (base / name / "sub").mkdir()
+        os.utime(base / name, (999, 999))
     folder = jitcache.configure(str(src))
     assert folder == str(base / jitcache.source_digest(str(src)))
     assert os.environ["NUMBA_CACHE_DIR"] == folder and os.path.isdir(folder)
-    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), "old3", "old4"])
+    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), "busy1", "busy2", "busy3"])
     monkeypatch.delenv("NUMBA_CACHE_DIR")
     assert jitcache.configure(str(src)) == folder                   # same tree: same folder, nothing pruned
-    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), "old3", "old4"])
+    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), "busy1", "busy2", "busy3"])
 
 
 def test_an_unwritable_cache_leaves_numbas_default(monkeypatch, tmp_path):
