@@ -34,6 +34,7 @@ Dimension names: ``n_pos, n_embd, n_head, n_head_kv, head_dim, n_ff_exp, n_exper
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -496,12 +497,24 @@ def _rope_neox_kernel(x, pos, n_rot, theta_scale32, inv_freq64, f32, out):
                 out[p, h, i] = x[p, h, i]
 
 
+@njit(cache=True)
+def _powf(a, b):
+    """The C library's ``powf(a, b)`` (Numba lowers a float32 power to it), as ggml calls it."""
+    return np.float32(a) ** np.float32(b)
+
+
 @functools.lru_cache(maxsize=64)
 def _rope_tables(n_rot: int, freq_base: float) -> tuple[np.float32, np.ndarray]:
-    # cached per (n_rot, freq_base): every layer of every decode asks for the same tables (read only)
+    """``(theta_scale32, inv_freq64)``: ggml's ``theta_scale = powf(freq_base, -2.0f/n_dims)`` (ggml-cpu
+    ``ggml_compute_forward_rope``) by the C library's ``powf``, and ``base**(-2i/n_rot)`` for i < n_rot/2 by its
+    ``pow`` (``math.pow``), float64. Not NumPy's array ``power``: on AVX-512 hosts NumPy computes it with
+    vector routines that differ from the C library in the last bit (measured on 2026-12-03: ``powf(10000,
+    -2/64)`` 0.7498942, NumPy 0.74989426; 4 of 32 float64 values differ), which moved a near-tie of the trained
+    tiny model's 17th greedy step by 6.4e-3. Cached per (n_rot, freq_base), read only."""
     half = n_rot // 2
-    theta_scale32 = np.float32(np.power(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
-    inv_freq64 = np.power(float(freq_base), -2.0 * np.arange(half, dtype=np.float64) / n_rot)
+    theta_scale32 = np.float32(_powf(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
+    inv_freq64 = np.array([math.pow(float(freq_base), e) for e in -2.0 * np.arange(half, dtype=np.float64) / n_rot],
+                          dtype=np.float64)
     return theta_scale32, inv_freq64
 
 

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize
 
@@ -69,6 +71,42 @@ def test_rope_ggml_angles_are_float32_products():
     z = rope_neox(x, np.array([7]), 4, 10000.0, GGML)[0, 0]
     th = np.float32(7) * np.float32(np.power(np.float32(10000), np.float32(-0.5)))
     np.testing.assert_array_equal(z[[1, 3]], [np.float32(np.cos(th)), np.float32(np.sin(th))])
+
+
+def _libm_powf():
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("m")
+    if not name:
+        return None
+    f = ctypes.CDLL(name).powf
+    f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+    return f
+
+
+def test_rope_tables_take_the_c_librarys_pow_not_numpys_vector_power():
+    import math
+
+    from refsim.forward.layers import _rope_tables
+    # hand-worked: 10000^(-2/64) = exp(-ln(10000) / 32) = 0.749894209332...; its float32 neighbours are
+    # 0.749894201755... (7.6e-9 away, the nearest) and 0.749894261360... (5.2e-8 away, what NumPy's AVX-512
+    # power gave on 2026-12-03, moving the trained tiny model's 17th greedy step off llama.cpp's by 6.4e-3)
+    ts, inv = _rope_tables(64, 10000.0)
+    assert np.float32(ts).view(np.uint32) == np.float32(0.749894201755523681640625).view(np.uint32)
+    assert inv.dtype == np.float64 and inv.tolist() == [math.pow(10000.0, -2.0 * i / 64) for i in range(32)]
+    assert inv[16] == 0.01                                       # 10000^(-1/2), exact
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1.0, 1e8, width=32), st.sampled_from([2, 4, 32, 64, 80, 96, 128, 256]))
+def test_rope_theta_scale_is_powf(base, n_rot):
+    """ggml's theta_scale is the C library's ``powf(freq_base, -2.0f / n_dims)`` (ggml-cpu ops.cpp), bit for bit."""
+    from refsim.forward.layers import _rope_tables
+    powf = _libm_powf()
+    if powf is None:
+        pytest.skip("no C math library found by ctypes")
+    want = np.float32(powf(np.float32(base), np.float32(-2.0) / np.float32(n_rot)))
+    assert np.float32(_rope_tables(n_rot, float(base))[0]).view(np.uint32) == want.view(np.uint32)
 
 
 def test_route_topk_softmax_topk_renormalise():
