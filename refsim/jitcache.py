@@ -14,13 +14,14 @@ Q4_K_M decode ran 87.7 tok/s from a stale cache and 103.8 after the cache was cl
 What. :func:`configure` (called where refsim first imports Numba: ``refsim/kernels/__init__.py``, which
 every module with ``numba.njit`` kernels imports first, and :mod:`refsim.jit` before it compiles) sets ``NUMBA_CACHE_DIR`` to ``<cache>/numba/<digest>`` when the caller has not set it, where
 ``<cache>`` is ``$XDG_CACHE_HOME/refsim`` or ``~/.cache/refsim`` and the digest covers the relative
-path, size and modification time (ns) of every ``*.py`` file of the package: any edit of any
-file gives a fresh folder, and an unchanged tree reuses its compiled code across processes.
+path and content of every ``*.py`` file of the package: any edit of any file gives a fresh folder,
+and an unchanged text (a checkout back and forth included) reuses its compiled code across processes.
+(A file whose time alone changed is recompiled by Numba's own check, in the same folder.)
 Child processes inherit the variable, and so the same folder. ``$REFSIM_CACHE`` (models) is not
 used, because tests point it at temporary folders. When the caller set ``NUMBA_CACHE_DIR``, or
 the folder cannot be created, nothing is changed (Numba's own rule applies, stale callees included).
-Only the :data:`KEEP` newest digest folders are kept: making a new one removes older ones idle for
-:data:`IDLE_S` seconds.
+The folders are shared by every refsim tree on the machine; only the :data:`KEEP` newest are kept:
+making a new one removes older ones idle for :data:`IDLE_S` seconds.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import os
 import shutil
 import sys
 
-KEEP = 3
+KEEP = 6
 """How many digest folders (source versions) stay under ``<cache>/numba``; a new one removes the
 older ones beyond this (by modification time), so editing does not fill the disk."""
 
@@ -38,9 +39,9 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def source_digest(root: str = _PACKAGE) -> str:
-    """16 hex digits of SHA-256 over ``"<relative path> <size> <mtime_ns>\\n"`` of every ``*.py``
-    file under ``root``, in sorted walk order. Raises ``OSError`` only if ``root`` vanishes mid-walk
-    (a file that disappears is skipped)."""
+    """16 hex digits of SHA-256 over the relative path, byte length and bytes of every ``*.py`` file under
+    ``root`` (``__pycache__`` skipped), in sorted walk order: the same text gives the same digest whatever the
+    files' times. A file that cannot be read is skipped (its path still counts)."""
     h = hashlib.sha256()
     for d, dirs, files in os.walk(root):
         dirs.sort()
@@ -49,10 +50,12 @@ def source_digest(root: str = _PACKAGE) -> str:
             if f.endswith(".py"):
                 p = os.path.join(d, f)
                 try:
-                    st = os.stat(p)
+                    with open(p, "rb") as fh:
+                        data = fh.read()
                 except OSError:
-                    continue
-                h.update(f"{os.path.relpath(p, root)} {st.st_size} {st.st_mtime_ns}\n".encode())
+                    data = b""
+                h.update(f"{os.path.relpath(p, root)}\0{len(data)}\0".encode())
+                h.update(data)
     return h.hexdigest()[:16]
 
 

@@ -23,7 +23,7 @@ def _tree(root: Path, files: dict[str, str]) -> None:
         p.write_text(text)
 
 
-def test_the_digest_changes_with_any_py_file_and_only_with_py_files(tmp_path):
+def test_the_digest_changes_with_any_py_file_and_only_with_py_text(tmp_path):
     _tree(tmp_path, {"a.py": "x = 1\n", "sub/b.py": "y = 2\n", "notes.txt": "n\n"})
     d0 = jitcache.source_digest(str(tmp_path))
     assert len(d0) == 16 and int(d0, 16) >= 0
@@ -31,29 +31,32 @@ def test_the_digest_changes_with_any_py_file_and_only_with_py_files(tmp_path):
     (tmp_path / "notes.txt").write_text("changed, and longer\n")
     (tmp_path / "sub" / "__pycache__").mkdir()
     (tmp_path / "sub" / "__pycache__" / "c.py").write_text("z = 3\n")
-    assert jitcache.source_digest(str(tmp_path)) == d0              # not source: ignored
-    st_b = os.stat(tmp_path / "sub" / "b.py")
-    os.utime(tmp_path / "sub" / "b.py", ns=(st_b.st_atime_ns, st_b.st_mtime_ns + 1))
+    b = tmp_path / "sub" / "b.py"
+    os.utime(b, ns=(1, 1))                                          # a checkout, a touch: same text
+    assert jitcache.source_digest(str(tmp_path)) == d0              # not source, or not changed: ignored
+    b.write_text("y = 3\n")                                         # a callee edited, same length
     d1 = jitcache.source_digest(str(tmp_path))
-    assert d1 != d0                                                  # a callee touched: new folder
-    (tmp_path / "sub" / "b.py").write_text("y = 22\n")
-    assert jitcache.source_digest(str(tmp_path)) not in (d0, d1)
+    assert d1 != d0
+    b.write_text("y = 2\n")                                         # and back: the old folder again
+    assert jitcache.source_digest(str(tmp_path)) == d0
     (tmp_path / "new.py").write_text("")
+    assert jitcache.source_digest(str(tmp_path)) not in (d0, d1)
+    (tmp_path / "new.py").unlink()
+    (tmp_path / "sub" / "new.py").write_text("")                    # where a file is counts too
     assert jitcache.source_digest(str(tmp_path)) not in (d0, d1)
 
 
 @settings(max_examples=25)
-@given(st.lists(st.integers(0, 10 ** 9), min_size=1, max_size=6, unique=True))
-def test_every_distinct_modification_time_gives_its_own_digest(mtimes):
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=6, unique=True))
+def test_every_distinct_text_gives_its_own_digest(texts):
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "k.py"
-        p.write_text("pass\n")
         seen = set()
-        for m in mtimes:
-            os.utime(p, ns=(m, m))
+        for t in texts:
+            p.write_bytes(t)
             seen.add(jitcache.source_digest(tmp))
-        assert len(seen) == len(mtimes)
+        assert len(seen) == len(texts)
 
 
 def test_the_callers_setting_is_kept(monkeypatch, tmp_path):
@@ -64,28 +67,36 @@ def test_the_callers_setting_is_kept(monkeypatch, tmp_path):
     assert not (tmp_path / "xdg").exists()
 
 
-def test_configure_picks_the_trees_folder_and_keeps_the_newest_three(monkeypatch, tmp_path):
+def _folders(base: Path, names, busy: bool):
+    for i, name in enumerate(names):
+        (base / name / "sub").mkdir(parents=True)
+        if not busy:        # idle since long ago (the sub-folder is where Numba writes)
+            os.utime(base / name / "sub", (1000 + i, 1000 + i))
+        os.utime(base / name, (1000 + i, 1000 + i))
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_configure_picks_the_trees_folder_and_keeps_the_newest(monkeypatch, tmp_path, busy):
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     base = tmp_path / "xdg" / "refsim" / "numba"
     assert jitcache.base_dir() == str(base)
     src = tmp_path / "src"
     _tree(src, {"k.py": "pass\n"})
-    for i, name in enumerate(["old1", "old2", "old3", "old4"]):   # older source versions, oldest first
-        (base / name / "sub").mkdir(parents=True)
-        os.utime(base / name / "sub", (1000 + i, 1000 + i))
-        os.utime(base / name, (1000 + i, 1000 + i))
-    for name in ("busy1", "busy2", "busy3"):   # written in just now (a sub-folder), whatever their own times:
-        (base / name).mkdir()                  # one is beyond the newest three, but not idle, so kept
-        (base / name / "sub").mkdir()
-        os.utime(base / name, (999, 999))
+    k = jitcache.KEEP
+    olds = [f"old{i}" for i in range(k + 1)]                        # other source versions, oldest first
+    _folders(base, olds, busy=False)
+    busies = [f"busy{i}" for i in range(k)] if busy else []         # written in just now by other trees
+    _folders(base, busies, busy=True)
     folder = jitcache.configure(str(src))
     assert folder == str(base / jitcache.source_digest(str(src)))
     assert os.environ["NUMBA_CACHE_DIR"] == folder and os.path.isdir(folder)
-    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), "busy1", "busy2", "busy3"])
+    # the new folder and the k - 1 newest others stay; of the rest only the idle ones go
+    kept = busies if busy else olds[-(k - 1):]
+    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), *kept])
     monkeypatch.delenv("NUMBA_CACHE_DIR")
     assert jitcache.configure(str(src)) == folder                   # same tree: same folder, nothing pruned
-    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), "busy1", "busy2", "busy3"])
+    assert sorted(os.listdir(base)) == sorted([os.path.basename(folder), *kept])
 
 
 def test_an_unwritable_cache_leaves_numbas_default(monkeypatch, tmp_path):
