@@ -17,7 +17,8 @@ Q4_1, Q5_1  ``isum = sum u x`` with ``u`` the unsigned quant (nibble; Q5_1 with 
 IQ4_NL      ``q = kvalues_iq4nl[nibble]`` by ``vpshufb`` (signed, so the products go through int16: ``vpmaddwd``)
 IQ4_XS      the same per sub-block of 32, times its scale ``ls - 32``, summed over the 8 sub-blocks
 Q2_K        ``sum_g (sc_g & 15) isum_g`` and ``sum_g (sc_g >> 4) bsum_g`` (sub-blocks of 16: the activation's
-            pair sums once per block for the four rows, scaled by ``vpmaddwd``); term ``(d dx) acc - (dmin dx) accm``
+            16 sub-block sums once per block for the four rows, then one ``vpmaddwd`` per row with the 16 mins);
+            term ``(d dx) acc - (dmin dx) accm``
 Q3_K        ``sum_g sc_g isum_g`` with ``q = u - 4``, ``u = low2 | high << 2`` (``u x - 4 x`` pairs in int16)
 TQ2_0       ``sum code x - sum x`` (``q = code - 1``; ``sum x`` over the 256 once per block)
 TQ1_0       the same with the base-3 digits ``((c 3^p mod 256) 3) >> 8`` computed in int8 / int16 lanes
@@ -215,10 +216,28 @@ def _term_iq4_xs(builder, blk):
     return _scaled(builder, blk, 0, _lanes4(builder, per))
 
 
+def _sub16_sums(builder, xp):
+    """AVX2: the 16 sums of 16 activation values of a Q2_K block (ggml's ``block_q8_K.bsums``) as ``<16 x i16>``,
+    lane ``g`` = sub-block ``g`` (``|.| <= 16 * 128``), from the 8 chunks' ``vpmaddubsw`` pair sums ``xp[c]``
+    (lanes 0..7 of chunk ``c`` are sub-block ``2 c``, 8..15 sub-block ``2 c + 1``). Three levels of pairwise adds:
+    two vectors' 32 lanes, sorted by sub-block, are summed in adjacent pairs into one of 16 lanes, still sorted,
+    until each sub-block has one lane."""
+    vecs = list(xp)
+    while len(vecs) > 1:
+        nxt = []
+        for a, b in zip(vecs[0::2], vecs[1::2]):
+            even = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, 16), list(range(0, 32, 2))))
+            odd = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, 16), list(range(1, 32, 2))))
+            nxt.append(builder.add(even, odd))
+        vecs = nxt
+    return vecs[0]
+
+
 def _term_q2_k(builder, blk):
     xv = _x_chunks(builder, blk)
-    if simd.AVX2:   # pair sums of x (|.| <= 256), shared by the four rows
+    if simd.AVX2:   # pair sums of x (|.| <= 256) and the 16 sub-block sums, shared by the four rows
         xp = [_maddubs(builder, _k8(32, 1), x) for x in xv]
+        bsums = _sub16_sums(builder, xp)
     else:
         xh = [_halves16(builder, x, True) for x in xv]
     acc_rows, accm_rows = [], []
@@ -227,12 +246,14 @@ def _term_q2_k(builder, blk):
         sc = builder.and_(scb, _k8(16, 15))
         mn = builder.lshr(scb, _k8(16, 4))
         acc = accm = None
+        if simd.AVX2:   # sum_g min_g bsum_g: <= 15 * 2048 per lane product, pairs summed in i32
+            accm = _maddwd(builder, builder.zext(mn, _V16), bsums)
         for c in range(8):
             q = _two_bits(builder, blk.pa, builder.add(off, _c(off, 16)), c)
             g0 = 2 * c                                                      # chunk c covers sub-blocks 2c, 2c + 1
             if simd.AVX2:   # u x pairs <= 2 * 3 * 128; times sc <= 15: exact in i32
                 t = _maddwd(builder, _maddubs(builder, q, xv[c]), _scale_pairs(builder, builder.zext(sc, _V16), g0))
-                tm = _maddwd(builder, xp[c], _scale_pairs(builder, builder.zext(mn, _V16), g0))
+                tm = None
             else:
                 qh = _halves16(builder, q, False)
                 t = tm = None
@@ -244,7 +265,8 @@ def _term_q2_k(builder, blk):
                     t = p if t is None else builder.add(t, p)
                     tm = pm if tm is None else builder.add(tm, pm)
             acc = t if acc is None else builder.add(acc, t)              # |acc| <= 16 * 15 * 16 * 3 * 128
-            accm = tm if accm is None else builder.add(accm, tm)         # |accm| <= 16 * 15 * 16 * 128
+            if tm is not None:
+                accm = tm if accm is None else builder.add(accm, tm)     # |accm| <= 16 * 15 * 16 * 128
         acc_rows.append(acc)
         accm_rows.append(accm)
     t1 = _scaled(builder, blk, 80, _lanes4(builder, acc_rows))
