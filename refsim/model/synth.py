@@ -14,6 +14,7 @@ in place.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Callable, Mapping
 
@@ -315,7 +316,9 @@ def write_synthetic(path: str | os.PathLike, arch: str = "qwen3moe", quant: str 
             if kind == "norm":
                 value = 1.0 + 0.1 * rng.standard_normal(shape)
             elif name.endswith("ssm_a"):
-                value = -np.exp(rng.uniform(-2, 1, shape))
+                # the C library's exp per value, not NumPy's array exp (its AVX-512 routines may differ
+                # in the last bit: the same file on every host; docs/forward.md, the RoPE note)
+                value = -np.array([math.exp(v) for v in rng.uniform(-2, 1, shape).ravel()]).reshape(shape)
             elif name.endswith("ssm_dt.bias"):
                 value = rng.uniform(-1, 1, shape)
             else:
