@@ -30,6 +30,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 
 KEEP = 6
 """How many digest folders (source versions) stay under ``<cache>/numba``; a new one removes the
@@ -84,7 +85,6 @@ def _last_write(path: str) -> float:
 def _prune(base: str, keep: str) -> None:
     """Remove digest folders of ``base`` beyond the :data:`KEEP` newest (``keep`` counted first),
     when idle for :data:`IDLE_S` seconds."""
-    import time
     try:
         entries = [(_last_write(e.path), e.path) for e in os.scandir(base)
                    if e.is_dir(follow_symlinks=False) and e.name != keep]
@@ -99,8 +99,8 @@ def _prune(base: str, keep: str) -> None:
 
 def configure(root: str = _PACKAGE) -> str | None:
     """Set ``NUMBA_CACHE_DIR`` to the folder of the source tree ``root`` (default: refsim's package)
-    unless the caller set it (see the module docstring); returns the folder in use by this rule, or None when the caller's setting or Numba's
-    default applies. If Numba is already imported, its configuration is re-read so that kernels
+    unless the caller set it (see the module docstring); returns the folder in use by this rule, or None
+    when the caller's setting or Numba's default applies. If Numba is already imported, its configuration is re-read so that kernels
     decorated from now on use the folder."""
     if os.environ.get("NUMBA_CACHE_DIR"):
         return None

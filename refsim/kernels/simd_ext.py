@@ -235,9 +235,8 @@ def _sub16_sums(builder, xp):
 
 def _term_q2_k(builder, blk):
     xv = _x_chunks(builder, blk)
-    if simd.AVX2:   # pair sums of x (|.| <= 256) and the 16 sub-block sums, shared by the four rows
-        xp = [_maddubs(builder, _k8(32, 1), x) for x in xv]
-        bsums = _sub16_sums(builder, xp)
+    if simd.AVX2:   # the 16 sub-block sums from the pair sums of x (|.| <= 256), shared by the four rows
+        bsums = _sub16_sums(builder, [_maddubs(builder, _k8(32, 1), x) for x in xv])
     else:
         xh = [_halves16(builder, x, True) for x in xv]
     acc_rows, accm_rows = [], []
@@ -253,7 +252,6 @@ def _term_q2_k(builder, blk):
             g0 = 2 * c                                                      # chunk c covers sub-blocks 2c, 2c + 1
             if simd.AVX2:   # u x pairs <= 2 * 3 * 128; times sc <= 15: exact in i32
                 t = _maddwd(builder, _maddubs(builder, q, xv[c]), _scale_pairs(builder, builder.zext(sc, _V16), g0))
-                tm = None
             else:
                 qh = _halves16(builder, q, False)
                 t = tm = None
@@ -264,9 +262,8 @@ def _term_q2_k(builder, blk):
                     pm = builder.mul(_reduce(builder, xh[c][h], 16), m_g)
                     t = p if t is None else builder.add(t, p)
                     tm = pm if tm is None else builder.add(tm, pm)
-            acc = t if acc is None else builder.add(acc, t)              # |acc| <= 16 * 15 * 16 * 3 * 128
-            if tm is not None:
                 accm = tm if accm is None else builder.add(accm, tm)     # |accm| <= 16 * 15 * 16 * 128
+            acc = t if acc is None else builder.add(acc, t)              # |acc| <= 16 * 15 * 16 * 3 * 128
         acc_rows.append(acc)
         accm_rows.append(accm)
     t1 = _scaled(builder, blk, 80, _lanes4(builder, acc_rows))

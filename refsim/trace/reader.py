@@ -411,7 +411,9 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
         raise TraceFormatError(f"{path}:{layer_lines[extra_layers[0]]}: preamble lists "
                                f"layer={extra_layers[0]} outside 0..{n_layer - 1} (n_layer={n_layer})")
     missing = [il for il in range(n_layer) if il not in layers]
-    if missing and i < len(lines) and not all(c in lines[i] for c in REQUIRED_COLUMNS):
+    columns = [c.strip() for c in lines[i].rstrip("\r").split(",")] if i < len(lines) else []
+    absent = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing and columns and absent:
         # the preamble ended at a line that is neither a '#' line nor the column header: name that line
         raise TraceFormatError(
             f"{path}:{i + 1}: expected '# layer=L expert_bytes=B dense_bytes=B' lines, then the column header "
@@ -423,14 +425,12 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
             f"layer {missing[0]} ({len(missing)} of n_layer={n_layer} layers missing)")
     if i >= len(lines):
         raise TraceFormatError(f"{path}:{i + 1}: expected the column header line, got end of file")
-    columns = [c.strip() for c in lines[i].rstrip("\r").split(",")]
     seen: set[str] = set()
     for c in columns:
         if c in seen:
             raise TraceFormatError(f"{path}:{i + 1}: column {c!r} appears twice in the column "
                                    f"header; expected each column once")
         seen.add(c)
-    absent = [c for c in REQUIRED_COLUMNS if c not in columns]
     if absent:
         raise TraceFormatError(
             f"{path}:{i + 1}: column header lacks {', '.join(absent)} "
