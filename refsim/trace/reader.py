@@ -294,9 +294,10 @@ def _check_bytes(path: str) -> int:
 
 def _kv_tokens(path: str, lineno: int, text: str) -> dict[str, str]:
     """``key=value`` tokens of a ``#`` preamble line; other tokens are ignored. A key given twice
-    is an error (which one the engine meant is unknowable)."""
+    is an error (which one the engine meant is unknowable). One leading ``#`` is the marker (the engine writes
+    ``# key=value``): in ``##layer=0`` the key is ``#layer``, not ``layer``."""
     out: dict[str, str] = {}
-    for tok in text.lstrip("#").split():
+    for tok in text[1:].split():
         if "=" in tok:
             key, value = tok.split("=", 1)
             if key in out:
@@ -367,7 +368,7 @@ def _parse_preamble(path: str, text: str) -> _Preamble:
             continue
         kv = _kv_tokens(path, i + 1, lines[i])
         if "layer" in kv:
-            stray = [t for t in lines[i].lstrip("#").split() if "=" not in t] + [
+            stray = [t for t in lines[i][1:].split() if "=" not in t] + [
                 f"{key}=" for key in kv if key in _MODEL_KEYS]
             if stray:
                 raise TraceFormatError(

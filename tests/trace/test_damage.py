@@ -152,6 +152,13 @@ def test_a_stray_line_inside_the_preamble_is_named(tmp_path):
             r":2: preamble has no '# layer=L expert_bytes=B dense_bytes=B' line for layer 1 \(1 of n_layer=2")
 
 
+def test_one_hash_is_the_preamble_marker(tmp_path):
+    # '##layer=1' has the key '#layer': not a layer line, so layer 1 is missing (found by the mutation
+    # campaign: the reader stripped every leading '#' and read it as layer 1, its independent reading did not)
+    refused(tmp_path, GOOD.replace("# layer=1 ", "##layer=1 ", 1),
+            r":2: preamble has no '# layer=L expert_bytes=B dense_bytes=B' line for layer 1 \(1 of n_layer=2")
+
+
 @pytest.mark.parametrize("value", ["256", "0.5", "3000"])
 def test_a_recorded_budget_is_kept(tmp_path, value):
     tr = read_trace(write(tmp_path, GOOD.replace("n_expert_used=2", f"n_expert_used=2 cache_mb={value}")))
