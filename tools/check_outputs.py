@@ -191,9 +191,35 @@ _TIMED = [
 _TIMED_JSON_KEY = re.compile(r"(wall|seconds|_s$|_ms$|tok_s|elapsed|load_s|ttft|mib_s|per_s|time)", re.I)
 
 
+_KV_TIMED = re.compile(r"(\b[\w/]*(?:_s|_ms|s/tok|tok/s|_tps|_s/tok|ms/tok)=)(" + _NUM + ")")
+_REPORTED = re.compile(rf"(\(vs )({_NUM})( reported\))")
+_COMPUTE = re.compile(rf"(\(compute )({_NUM})")
+
+
+def _mask_csv(text: str) -> str | None:
+    """A metrics CSV (bmoe_metrics): its measured *_ms columns become '#'."""
+    lines = text.splitlines(keepends=True)
+    head = next((i for i, ln in enumerate(lines) if ln.startswith("step,")), None)
+    if head is None:
+        return None
+    cols = lines[head].rstrip("\n").split(",")
+    timed = {i for i, c in enumerate(cols) if c.endswith("_ms")}
+    for i in range(head + 1, len(lines)):
+        if lines[i].startswith("#") or "," not in lines[i]:
+            continue
+        cells = lines[i].rstrip("\n").split(",")
+        lines[i] = ",".join("#" if j in timed else c for j, c in enumerate(cells)) + "\n"
+    return "".join(lines)
+
+
 def _mask_text(text: str) -> str:
+    masked = _mask_csv(text)
+    text = masked if masked is not None else text
     out = []
     for line in text.splitlines(keepends=True):
+        line = _KV_TIMED.sub(lambda m: m.group(1) + "#", line)
+        line = _REPORTED.sub(lambda m: m.group(1) + "#" + m.group(3), line)
+        line = _COMPUTE.sub(lambda m: m.group(1) + "#", line)
         line = _TIMED[0].sub(lambda m: "#" + m.group(2), line)
         line = _TIMED[1].sub(lambda m: m.group(1) + "#", line)
         line = _TIMED[2].sub(lambda m: m.group(1) + "#", line)
@@ -294,9 +320,11 @@ def compare(a: dict, b: dict, la: str, lb: str) -> int:
                 continue
             xs = json.dumps(x, indent=1) if not isinstance(x, str) else x
             ys = json.dumps(y, indent=1) if not isinstance(y, str) else y
+            if xs.startswith("{") and ys.startswith("{"):   # a folder or file digest: per file
+                xs, ys = "\n".join(xs.split("\\n")), "\n".join(ys.split("\\n"))
             for line in list(difflib.unified_diff(xs.splitlines(), ys.splitlines(), f"{la}:{key}", f"{lb}:{key}",
                                                   lineterm="", n=1))[:40]:
-                print("   ", line)
+                print("   ", line[:240])
     return bad
 
 
