@@ -1,5 +1,5 @@
 """Packages whose public names are imported on first use (PEP 562), so that importing one
-submodule (``refsim.cache.knobs``, ``refsim.spec.constants``) does not import its siblings.
+submodule (``refsim.streaming.knobs``, ``refsim.spec.constants``) does not import its siblings.
 
 Why: a package ``__init__`` that imports every submodule makes each ``refsim`` command pay for
 all of them at start-up (issue 17, "Start-up"; docs/cli.md, "Start-up"). A package lists its

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from refsim.cache import ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.events import DecodeEvent, DecodeKind
 
 WEIGHTS = [(0.9, 0.1), (0.1, 0.9), (0.6, 0.4)]

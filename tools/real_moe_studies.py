@@ -14,7 +14,7 @@ copy-heavy text). Every run goes through refsim's own machinery, never a copy of
 ``--route-ahead``), :func:`refsim.spec.whatif.ngram_whatif` for acceptance and coverage,
 :mod:`refsim.analysis.views` for routing statistics, and :func:`refsim.spec.run_generation`
 with an :class:`~refsim.cache.ExpertCache` (the drop seam) and a
-:class:`~refsim.predict_stats.PredictProbe` for the teacher-forced passes, whose target is
+:class:`~refsim.streaming.predict.PredictProbe` for the teacher-forced passes, whose target is
 :class:`TeacherForced` (the model's logits are scored, the held-out token is fed).
 
 Budgets: ``small`` (CI: one short prompt and window per kind) and ``full`` (the docs' tables).
@@ -224,11 +224,11 @@ def teacher_forced(stream: np.ndarray, drop_frac: float, probe: bool = False, tr
     drop_frac`` armed (decode graphs only, the engine's default). Returns mean nats/token, the
     model's argmaxes, decode read MiB, experts dropped and (``probe``) the predict probe."""
     from refsim.cache import ExpertCache
-    from refsim.cache.knobs import StreamKnobs
+    from refsim.streaming.knobs import StreamKnobs
     from refsim.cache.summary import CacheSummary, KnobSummary
     from refsim.forward import ForwardTarget
     from refsim.model import open_model
-    from refsim.predict_stats import PredictProbe
+    from refsim.streaming.predict import PredictProbe
     from refsim.spec import run_generation
     from refsim.trace import TraceHeader
     model = open_model(str(MODEL))
@@ -387,7 +387,7 @@ def study_routing(a: dict, c: dict, budget: Budget, tmp: Path) -> dict:
 def study_predict(c: dict, prompts_a: dict, budget: Budget) -> dict:
     """Stale-gate, previous-token (and the control) per layer from the teacher-forced F = 0
     passes' probes; the route-ahead horizon N's agreement from live ``--route-ahead N`` runs."""
-    from refsim.predict_stats import LIVE_PREDICTORS, PredictorStats
+    from refsim.streaming.predict import LIVE_PREDICTORS, PredictorStats
     per = {n: None for n in LIVE_PREDICTORS}
     for tf in c["base"].values():
         pr = tf["probe"]

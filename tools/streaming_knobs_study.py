@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cli.common import int_range
 from refsim.studies.sweep import parse_budgets_mib, sweep_knobs
 from refsim.trace import read_trace

@@ -7,7 +7,7 @@ Counters and their definitions (docs/cache-studies.md, docs/telemetry.md):
 - read bytes: ``expert_bytes(layer)`` per missed lookup (unaligned; the engine's O_DIRECT reads
   round each slice up to 4 KiB windows, +0.2-0.4 %, bmoe-engine.md §3.1);
 - resident bytes: sum of the entry sizes resident after the event;
-- with ``--drop-cold-experts`` / ``--prefetch`` (:class:`~refsim.cache.knobs.StreamKnobs`):
+- with ``--drop-cold-experts`` / ``--prefetch`` (:class:`~refsim.streaming.knobs.StreamKnobs`):
   ``experts_routed`` / ``experts_dropped`` (router_hook.cpp) and ``spec_read_bytes`` (a subset
   of read bytes), ``spec_experts`` (prefetched entries integrated), ``spec_useful`` (of those,
   the ones a later real lookup hit) (expert_stream_source.cpp);
@@ -24,7 +24,7 @@ import numpy as np
 
 from refsim import MAX_CACHE_MIB, MIB
 from refsim.cache import lru as _lru
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cache.lru import NIL, lru_apply_event
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.events import N_KINDS, DecodeEvent, DecodeKind, EventBlock

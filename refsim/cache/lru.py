@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from refsim.jit import njit
-from refsim.drop_rule import drop_row, row_best
+from refsim.streaming.drop import drop_row, row_best
 
 NIL = -1
 

@@ -131,7 +131,7 @@ class KnobSummary:
 
     @classmethod
     def from_stats(cls, stats: CacheStats, knobs) -> "KnobSummary":
-        """Derive from a cache's lifetime stats and its :class:`~refsim.cache.knobs.StreamKnobs`."""
+        """Derive from a cache's lifetime stats and its :class:`~refsim.streaming.knobs.StreamKnobs`."""
         g = GENERATION_KINDS
         routed, dropped = stats.total("experts_routed", g), stats.total("experts_dropped", g)
         sb = stats.total("spec_read_bytes", g)

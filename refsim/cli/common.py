@@ -17,7 +17,7 @@ import sys
 
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, MAX_CACHE_MIB, ExpertCache
-from refsim.cache.knobs import MAX_PREFETCH
+from refsim.streaming.knobs import MAX_PREFETCH
 from refsim.errors import ConfigError, UsageError
 from refsim.fileio import STDOUT, OutputKind, check_writable, resolve_output
 from refsim.fmt import budget_mib, num
@@ -333,7 +333,7 @@ def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True,
     ``--drop-in-prefill``, (unless ``prefetch=False``) ``--prefetch K``, (``route_ahead``)
     ``--route-ahead N`` and (``predict``) ``--predict-prefetch`` / ``--predict-spec-max M``.
 
-    Turn them into :class:`refsim.cache.knobs.StreamKnobs` with :func:`knobs_from_args`, which
+    Turn them into :class:`refsim.streaming.knobs.StreamKnobs` with :func:`knobs_from_args`, which
     applies the engine's validation (ConfigError).
     """
     g = parser.add_argument_group("streaming knobs (the engine's; docs/streaming-knobs.md)")
@@ -354,7 +354,7 @@ def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True,
                             "gate input, read early after layer L-N's load; 0..8, 0 = off "
                             "(default 0). A replay models the early reads of a route-ahead trace")
     if predict:
-        from refsim.cache.knobs import PREDICT_SPEC_MAX_DEFAULT
+        from refsim.streaming.knobs import PREDICT_SPEC_MAX_DEFAULT
         g.add_argument("--predict-prefetch", action="store_true",
                        help="act on the stale-gate prediction (layer L's router on layer L-2's gate "
                             "input): retain its resident experts, read up to --predict-spec-max of "
@@ -366,7 +366,7 @@ def add_knob_args(parser: argparse.ArgumentParser, prefetch: bool = True,
 
 
 def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
-    """:class:`~refsim.cache.knobs.StreamKnobs` from :func:`add_knob_args`'s flags; prints the
+    """:class:`~refsim.streaming.knobs.StreamKnobs` from :func:`add_knob_args`'s flags; prints the
     engine's top-k <= 4 warning on stderr when dropping is armed on a narrow routing.
 
     Parameters
@@ -383,7 +383,7 @@ def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
         ``--prefetch`` with ``--route-ahead``, ``--predict-prefetch`` with either,
         ``--predict-spec-max`` without ``--predict-prefetch``.
     """
-    from refsim.cache.knobs import PREDICT_SPEC_MAX_DEFAULT, StreamKnobs, low_topk_warning
+    from refsim.streaming.knobs import PREDICT_SPEC_MAX_DEFAULT, StreamKnobs, low_topk_warning
     predict = getattr(args, "predict_prefetch", False)
     spec_max = getattr(args, "predict_spec_max", None)
     if spec_max is not None and not predict:

@@ -269,15 +269,15 @@ def _run(args, report: contextlib.ExitStack, quiet: bool = False):
             raise ConfigError(f"{flag}: refsim runs the stale gate live in the qwen3moe and qwen35moe "
                               f"passes (exact/ggml numerics), not {spec.arch} --numerics {args.numerics}")
         if knobs.route_ahead:
-            from refsim.route_ahead import RouteAhead
+            from refsim.streaming.route_ahead import RouteAhead
             ahead = target.route_ahead = RouteAhead(knobs.route_ahead)
         if knobs.predict_prefetch:
-            from refsim.stale_gate import PredictPrefetch
+            from refsim.streaming.stale_gate import PredictPrefetch
             target.predictor = PredictPrefetch()
         if args.predict_log:
             if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
                 raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
-            from refsim.predict_stats import PredictProbe
+            from refsim.streaming.predict import PredictProbe
             probe = target.predict_probe = PredictProbe(target.n_layer)
     writer = contextlib.nullcontext()
     if args.route_trace is not None and not dense:

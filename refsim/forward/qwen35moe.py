@@ -52,7 +52,7 @@ from typing import Callable
 
 import numpy as np
 
-from refsim.drop_rule import gate_layer
+from refsim.streaming.drop import gate_layer
 from refsim.errors import ConfigError, ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.delta_net import gated_delta_net
@@ -63,7 +63,7 @@ from refsim.forward.qwen3moe import _commit_ahead, _experts, _qweight, _vector
 from refsim.forward.recurrent import HybridState, RecurrentState
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, ModelSpec
-from refsim.stale_gate import predict_layer
+from refsim.streaming.stale_gate import predict_layer
 
 Tap = Callable[[str, int, np.ndarray], None]
 
@@ -384,7 +384,7 @@ def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap,
                gate=None, dropped_out: np.ndarray | None = None, commit=None):
     """Routed experts plus the sigmoid-gated shared expert.
 
-    With ``gate`` (the drop seam, :func:`refsim.drop_rule.gate_layer`) the routed experts run
+    With ``gate`` (the drop seam, :func:`refsim.streaming.drop.gate_layer`) the routed experts run
     on the routing after ``--drop-cold-experts``; the dropped slots are written to
     ``dropped_out`` (n_pos, k) and the returned ids / weights stay the router's.
     ``commit(ids, w, logits) -> (ids, w)`` (``--route-ahead``) replaces the selection before

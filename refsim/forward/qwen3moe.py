@@ -39,7 +39,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from refsim.drop_rule import gate_layer
+from refsim.streaming.drop import gate_layer
 from refsim.errors import ModelFormatError
 from refsim.events import NOT_ROUTED
 from refsim.forward.kv import KVCache
@@ -47,7 +47,7 @@ from refsim.forward.layers import (_attn_route_one_kernel, _moe_one_kernel, _qkv
                                    ExpertWeights, Numerics, QWeight, attention, attn_route_one, attn_route_static, linear,
                                    logit_margin, moe_ffn, qkv_one, qkv_static, rms_norm, rope_neox, route_topk)
 from refsim.forward.result import DecodeResult
-from refsim.stale_gate import predict_layer
+from refsim.streaming.stale_gate import predict_layer
 from refsim.kernels import require_kernel
 from refsim.model import Model, ModelSpec
 
@@ -257,19 +257,19 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         ``Vcur``, ``kqv_out``, ``ffn_inp``, ``ffn_norm``, ``ffn_moe_logits``, ``ffn_moe_topk``,
         ``ffn_moe_weights_norm``, ``ffn_moe_out``, ``l_out``, ``result_norm``, ``result_output``.
     gate : LayerFeed-like, optional
-        The drop seam (:func:`refsim.drop_rule.gate_layer`): before each layer's expert FFN the
+        The drop seam (:func:`refsim.streaming.drop.gate_layer`): before each layer's expert FFN the
         pass asks it whether ``--drop-cold-experts`` applies and which ids are resident, applies
         the rule to the routing the FFN uses, and reports the router's routing. The pass never
         counts bytes. ``routes`` / ``weights`` stay the router's; ``dropped`` marks the drops.
-    probe : refsim.predict_stats.PredictProbe, optional
+    probe : refsim.streaming.predict.PredictProbe, optional
         ``--predict-log``: after each layer's routing the pass hands it the last routed
         position's ids and gate input, and a ranking function over any layer's router.
-    ahead : refsim.route_ahead.RouteAhead, optional
+    ahead : refsim.streaming.route_ahead.RouteAhead, optional
         ``--route-ahead N``: where ``ahead.commits(il)``, layer il's selection is the ranking of
         its router on layer il−N's gate input, with its true renormalised weights; ``routes`` and
         ``weights`` hold the committed routing (what the engine's trace records). The ranking
         for layer L is made at layer L−N and recorded in ``pred_routes`` / ``pred_weights``.
-    predictor : refsim.stale_gate.PredictPrefetch, optional
+    predictor : refsim.streaming.stale_gate.PredictPrefetch, optional
         ``--predict-prefetch``: at layer il the pass ranks layer il+2's router on layer il's
         gate input (the batch's last position) and records it (``pred_routes``, ``pred_weights``
         and ``gate.predicted``); the routing is unchanged.

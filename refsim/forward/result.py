@@ -33,7 +33,7 @@ class DecodeResult:
         ``weights`` stay the router's. None without the seam.
     pred_routes, pred_weights : (n_pos, n_layer, k) ndarrays, optional
         The stale-gate ranking per (position, layer) where the pass made one (``--route-ahead``,
-        ``--predict-prefetch``; :mod:`refsim.stale_gate`): int16 ids (-1 elsewhere) and float32
+        ``--predict-prefetch``; :mod:`refsim.streaming.stale_gate`): int16 ids (-1 elsewhere) and float32
         softmax weights (NaN elsewhere). None when no predictor ran.
     """
 

@@ -104,12 +104,12 @@ class ForwardTarget:
         self.moe_gate = None
         """The drop seam for the next prefill/decode (set by the loop; see supports_moe_gate)."""
         self.route_ahead = None
-        """A :class:`refsim.route_ahead.RouteAhead` for ``--route-ahead N`` (qwen3moe, qwen35moe)."""
+        """A :class:`refsim.streaming.route_ahead.RouteAhead` for ``--route-ahead N`` (qwen3moe, qwen35moe)."""
         self.predictor = None
-        """A :class:`refsim.stale_gate.PredictPrefetch` for ``--predict-prefetch`` (qwen3moe,
+        """A :class:`refsim.streaming.stale_gate.PredictPrefetch` for ``--predict-prefetch`` (qwen3moe,
         qwen35moe): the pass records the stale-gate prediction of every decode graph."""
         self.predict_probe = None
-        """A :class:`refsim.predict_stats.PredictProbe` fed by every graph (``--predict-log``;
+        """A :class:`refsim.streaming.predict.PredictProbe` fed by every graph (``--predict-log``;
         qwen3moe, like the drop seam)."""
 
     @property

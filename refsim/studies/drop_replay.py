@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refsim.cache import CacheSummary, ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cache.summary import KnobSummary
 from refsim.events import DecodeEvent, confirmed_tokens
 from refsim.trace import RouteTrace

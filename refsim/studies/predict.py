@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refsim.predict_stats import PredictorStats, layer_table
+from refsim.streaming.predict import PredictorStats, layer_table
 
 PREDICTORS = ("prev-token", "hot-list", "prompt-hot-list")
 

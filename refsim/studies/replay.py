@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from refsim.cache import CacheSummary, EventRecord, ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cache.summary import KnobSummary
 from refsim.errors import ConfigError
 from refsim.events import confirmed_tokens

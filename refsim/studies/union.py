@@ -191,7 +191,7 @@ def union_study(trace, windows, budget_bytes: int | None = None,
         Window widths w (verify batch = 1 token + w - 1 drafts), each >= 1.
     budget_bytes : int, optional
         Cache budget for the replay, bytes; no replay when None.
-    knobs : refsim.cache.knobs.StreamKnobs, optional
+    knobs : refsim.streaming.knobs.StreamKnobs, optional
         With a budget: replay a second time with these knobs on (``knob_*`` fields).
 
     parts : bool

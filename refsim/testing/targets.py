@@ -165,10 +165,10 @@ class ScriptedTarget:
         """Target decodes so far (prefill excluded)."""
         self.moe_gate = None
         """The drop seam for the next prefill/decode (set by the loop): each layer's scripted
-        routing goes through :func:`refsim.drop_rule.gate_layer` (there is no computation to
+        routing goes through :func:`refsim.streaming.drop.gate_layer` (there is no computation to
         change, so only the cache sees the drops)."""
         self.predictor = None
-        """A :class:`refsim.stale_gate.PredictPrefetch` (``--predict-prefetch``): every decode
+        """A :class:`refsim.streaming.stale_gate.PredictPrefetch` (``--predict-prefetch``): every decode
         graph after the first ranks layer il+2 ahead with a scripted stale gate
         (:meth:`_stale`), reported to the drop seam and recorded in the output."""
 
@@ -207,7 +207,7 @@ class ScriptedTarget:
         dropped = pr = pw = None
         pred = self.predictor if routes is not None else None
         if pred is not None:
-            from refsim.stale_gate import predict_layer
+            from refsim.streaming.stale_gate import predict_layer
             pred.begin_graph(phase)
             pr = np.full(routes.shape, -1, np.int16)
             pw = np.full(routes.shape, np.nan, np.float32)
@@ -216,7 +216,7 @@ class ScriptedTarget:
             def stale(t, x):
                 return self._stale(routes, weights, last, t, self.n_expert)
         if (self.moe_gate is not None or pred is not None) and routes is not None:
-            from refsim.drop_rule import gate_layer
+            from refsim.streaming.drop import gate_layer
             dropped = np.zeros(routes.shape, bool)
             for il in range(routes.shape[1]):
                 if pred is not None:

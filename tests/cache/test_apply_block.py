@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.cache import ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.errors import ConfigError
 from refsim.events import EventBlock
 from refsim.testing.traces import event_streams

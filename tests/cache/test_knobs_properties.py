@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.cache import ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.events import DecodeEvent, DecodeKind
 from refsim.testing.cache_streams import cache_budgets, cache_streams
 from refsim.testing.traces import EventStream

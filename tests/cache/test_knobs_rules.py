@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from refsim.cache import ExpertCache
-from refsim.cache.knobs import StreamKnobs, low_topk_warning
+from refsim.streaming.knobs import StreamKnobs, low_topk_warning
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent, DecodeKind
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from refsim.cli import main
-from refsim.drop_rule import apply_drop, drop_rows, gate_layer
+from refsim.streaming.drop import apply_drop, drop_rows, gate_layer
 from refsim.forward import qwen3moe
 
 
@@ -204,7 +204,7 @@ def test_route_ahead_commits_the_stale_ranking(tiny_models):
     # decode three single tokens with RouteAhead(1): the third graph's layer 1 routes the ranking
     # of layer 1's router on layer 0's gate input, with layer 1's true weights
     from refsim.forward.layers import Numerics, linear, route_topk, route_weights
-    from refsim.route_ahead import RouteAhead
+    from refsim.streaming.route_ahead import RouteAhead
     m = tiny_models["F32"]
     wts = qwen3moe.load_weights(m)
     state = qwen3moe.new_state(m.spec, 64)
@@ -230,7 +230,7 @@ def test_route_ahead_commits_the_stale_ranking(tiny_models):
 def test_stale_weights_are_the_softmax_over_the_ranked_top_k():
     # scores (ln 1, ln 3, ln 6, 0-ish): ranked top-2 = [2, 1]; exp(s - s_max) = (1, 1/2):
     # weights (2/3, 1/3) in float32
-    from refsim.stale_gate import stale_weights
+    from refsim.streaming.stale_gate import stale_weights
     sc = np.log(np.array([[1.0, 3.0, 6.0, 0.5]], np.float32))
     w = stale_weights(sc, np.array([[2, 1]]))
     assert np.allclose(w, [[2 / 3, 1 / 3]], atol=1e-7) and w.dtype == np.float32
@@ -242,7 +242,7 @@ def test_predict_prefetch_ranks_layer_il_plus_2_on_layer_il_input(builtin_model_
     # with the softmax over its top-k; the routing itself is the router's (nothing committed)
     from refsim.forward.layers import Numerics, linear, route_topk
     from refsim.model import open_model
-    from refsim.stale_gate import PredictPrefetch, stale_weights
+    from refsim.streaming.stale_gate import PredictPrefetch, stale_weights
     m = open_model(builtin_model_cache / "builtin-qwen3moe-v1.gguf")
     assert m.spec.n_layer >= 3
     wts = qwen3moe.load_weights(m)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from refsim.cli import main
-from refsim.predict_stats import PredictProbe
+from refsim.streaming.predict import PredictProbe
 
 
 def test_probe_hand_worked():

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim import MIB
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cache.summary import CacheSummary
 from refsim.cli import main
 from refsim.scale.executor import DASK_INSTALL_HINT, ExecutorSpec

@@ -176,7 +176,7 @@ def test_one_mib_per_token_figure(hybrid):
 # ---- --drop-cold-experts in the head's pass (the same seam as the trunk's) ------------------
 
 def _drop_run(hybrid, frac, draft=3, n=10, budget_frac=0.3, prefill=False):
-    from refsim.cache.knobs import StreamKnobs
+    from refsim.streaming.knobs import StreamKnobs
     eb = np.array([hybrid.expert_bytes(il) for il in range(hybrid.spec.n_layer_all)], np.int64)
     knobs = StreamKnobs(drop_frac=frac, drop_in_prefill=prefill, traced=False)
     cache = ExpertCache(eb, hybrid.spec.n_expert, int(eb.sum() * hybrid.spec.n_expert * budget_frac),

@@ -9,7 +9,7 @@ import pytest
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cli import main
 from refsim.events import DecodeEvent, DecodeKind
 from refsim.studies.drop_replay import dynamic_rows, static_keep, static_threshold, trace_cells

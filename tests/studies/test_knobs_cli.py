@@ -6,7 +6,7 @@ import json
 import pytest
 
 from refsim import MIB
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cli import main
 from refsim.studies.replay import replay_trace
 from refsim.studies.sweep import sweep_knobs

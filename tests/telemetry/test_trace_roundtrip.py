@@ -55,7 +55,7 @@ def test_live_run_and_replay_agree(tmp_path, draft_max, min_match):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from refsim.cache.knobs import StreamKnobs  # noqa: E402
+from refsim.streaming.knobs import StreamKnobs  # noqa: E402
 from refsim.cache.summary import KnobSummary  # noqa: E402
 
 
@@ -66,8 +66,8 @@ def knob_run(tmp_path, knobs, budget, seed=3, k=3, draft=True):
     doc = copy_heavy_document(120, n_vocab=40, seed=5)
     target = ScriptedTarget(DocumentScript(doc, eos=0), router, eos_ids=(0,))
     if knobs.predict_prefetch:                 # the scripted stale gate ranks layer il+2 ahead
-        from refsim.stale_gate import PredictPrefetch
-        target.predictor = PredictPrefetch()
+        from refsim.streaming.stale_gate import PredictPrefetch
+        target.hooks.predictor = PredictPrefetch()
     cache = ExpertCache(expert_bytes, n_expert, budget, knobs)
     r = run_generation(target, NgramDraft(min_match=2) if draft else None, np.asarray(doc[:20]),
                        60, cache=cache, draft_max=3)

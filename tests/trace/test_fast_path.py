@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.cache import ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.events import DecodeEvent, DecodeKind, EventBlock
 from refsim.testing.traces import event_streams, trace_difference
 from refsim.trace import fastparse, write_trace

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from refsim.cache import ExpertCache
-from refsim.cache.knobs import StreamKnobs
+from refsim.streaming.knobs import StreamKnobs
 from refsim.cli import main
 from refsim.errors import ConfigError
 from refsim.spec import NgramDraft, run_generation
@@ -89,11 +89,11 @@ def test_write_trace_refuses_a_run_without_events(tmp_path):
 @pytest.mark.slow
 def test_cli_route_trace_equals_the_kept_run(tmp_path, capsys):
     # the built-in model, through the command: the streamed file is the kept run's file
-    from refsim.forward import ForwardTarget
+    from refsim.spec.forward_target import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_path
     from refsim.model import open_model
     from refsim.model.tokenizer import Tokenizer
-    from refsim.cache.knobs import StreamKnobs
+    from refsim.streaming.knobs import StreamKnobs
     out = tmp_path / "cli.route.csv"
     assert main(["run", "-n", "12", "--ngram", "--prompt", "abc abc abc abc",
                  "--route-trace", str(out)]) == 0

@@ -4,8 +4,8 @@ earlier layer of the same graph, ranked, for ``--predict-prefetch`` (layer t-2) 
 route-ahead.md; router_hook.cpp ``predict_at_topk``, ``route_ahead_submit``,
 ``predict_worker_main`` and ``build_spec_lists``.
 
-Top-level (neither ``forward`` nor ``cache``), like :mod:`refsim.drop_rule`: the forward pass
-makes the prediction and the cache acts on it; neither imports the other. The prediction is
+In :mod:`refsim.streaming` (below both ``forward`` and ``cache``), like :mod:`refsim.streaming.drop`:
+the forward pass makes the prediction and the cache acts on it; neither imports the other. The prediction is
 recorded in the event (``DecodeEvent.pred_routes`` / ``pred_weights``) and in a route trace (the
 ``pred_expert`` / ``pred_weight`` columns), so a replay acts on exactly what the run predicted.
 
@@ -116,7 +116,7 @@ def predict_layer(pred, il: int, x: np.ndarray, stale, row: int, pred_routes: np
 
     Parameters
     ----------
-    pred : PredictPrefetch or refsim.route_ahead.RouteAhead
+    pred : PredictPrefetch or refsim.streaming.route_ahead.RouteAhead
         Has ``horizon`` and ``active``.
     x : (1, n_embd) float32 ndarray
         Layer il's gate input at the batch's last position.

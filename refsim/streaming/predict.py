@@ -2,9 +2,9 @@
 ``refsim run --predict-log`` (engine-docs/expert-prediction.md).
 
 The unit is the **slot**: a predictor scores ``hits / slots`` (of the k experts a routing
-selected, how many it had named) and ``exact``, the routings it named whole. Top-level (neither
-``forward`` nor ``studies``) because the forward pass feeds the probe and the studies score
-traces with the same counters.
+selected, how many it had named) and ``exact``, the routings it named whole. In
+:mod:`refsim.streaming` (below ``forward`` and ``studies``) because the forward pass feeds the probe
+and the studies score traces with the same counters.
 """
 
 from __future__ import annotations

@@ -3,15 +3,17 @@
 Lossy by design: in a decode graph, layer L's expert selection is *replaced* by the ranking of
 layer L's own router on the gate input of layer L−N (the same position, the same graph); the
 committed experts get their true renormalised weights from layer L's own logits
-(:func:`refsim.forward.layers.route_weights`). Pass-through (the router's own choice) applies to
+(:func:`refsim.forward.routing.route_weights`). Pass-through (the router's own choice) applies to
 layers 0..N−1, prefill, and the run's first decode graph. The ranking for layer L is made at layer L−N
-(:func:`refsim.stale_gate.predict_layer`, as the engine's worker job is submitted at L−N's topk)
+(:func:`refsim.streaming.stale_gate.predict_layer`, as the engine's worker job is submitted at L−N's topk)
 and handed to the cache at once, which reads layer L's committed experts early, right after
 layer L−N's load (:mod:`refsim.cache.lru`); with ``--drop-cold-experts`` only those whose
 stale-ranking weight passes the drop-aware filter (rank 0, or weight >= F/k).
 
-:class:`RouteAhead` is the object the target hands its pass; it decides per graph whether to
-commit and keeps the engine's ``moe-route-ahead:`` counters. It never counts bytes.
+:class:`RouteAhead` is what the pass is handed as ``LayerHooks.ahead``
+(:mod:`refsim.streaming.hooks`); it decides per graph whether to commit and keeps the engine's
+``moe-route-ahead:`` counters. It never counts bytes. The commit itself is
+:func:`refsim.forward.routing.commit_ahead`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refsim.stale_gate import DecodeGraphs
+from refsim.streaming.stale_gate import DecodeGraphs
 
 
 @dataclass
