@@ -177,7 +177,7 @@ def prefault(weights) -> int:
 def child_refsim(path: str, n_tokens: int, threads: int, numerics: str, cold: bool = False) -> dict:
     import numpy as np
 
-    from refsim.forward import ForwardTarget   # before Numba starts its threads (refsim.kernels sets OMP_WAIT_POLICY)
+    from refsim.spec.forward_target import ForwardTarget   # before Numba starts its threads (refsim.kernels sets OMP_WAIT_POLICY)
     import numba
     numba.set_num_threads(threads)
     t = ForwardTarget(path, numerics)

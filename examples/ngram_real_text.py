@@ -40,11 +40,11 @@ import time
 import numpy as np
 
 from refsim import MIB
-from refsim.forward import ForwardTarget
 from refsim.forward.gemma3 import gemma3_270m_path
 from refsim.model import open_model
 from refsim.model.tokenizer import Tokenizer
 from refsim.spec import NgramDraft, run_generation
+from refsim.spec.forward_target import ForwardTarget
 from refsim.telemetry.stats import RunStats
 
 C_FILE = r"""#include <stddef.h>

@@ -25,9 +25,9 @@ import numpy as np
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.ledger import memory_ledger
-from refsim.forward import ForwardTarget
 from refsim.model import open_model, synth, write_synthetic
 from refsim.spec import NgramDraft, SpecConfig, run_generation
+from refsim.spec.forward_target import ForwardTarget
 from refsim.spec.mtp import mtp_source_for
 from refsim.telemetry import RunStats
 

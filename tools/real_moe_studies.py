@@ -192,7 +192,7 @@ class TeacherForced:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def __setattr__(self, name, value):       # moe_gate, predict_probe: the inner pass reads them
+    def __setattr__(self, name, value):       # the inner pass reads what the loop sets
         setattr(self.inner, name, value)
 
     def _force(self, out, last_positions):
@@ -226,7 +226,7 @@ def teacher_forced(stream: np.ndarray, drop_frac: float, probe: bool = False, tr
     from refsim.cache import ExpertCache
     from refsim.streaming.knobs import StreamKnobs
     from refsim.cache.summary import CacheSummary, KnobSummary
-    from refsim.forward import ForwardTarget
+    from refsim.spec.forward_target import ForwardTarget
     from refsim.model import open_model
     from refsim.streaming.predict import PredictProbe
     from refsim.spec import run_generation
@@ -241,7 +241,7 @@ def teacher_forced(stream: np.ndarray, drop_frac: float, probe: bool = False, tr
     cache = ExpertCache(eb, spec.n_expert, ExpertCache.mib_to_bytes(CACHE_MB), knobs)
     pr = None
     if probe:
-        pr = inner.predict_probe = PredictProbe(spec.n_layer)
+        pr = inner.hooks.probe = PredictProbe(spec.n_layer)
     n_gen = stream.size - n_prefill
     res = run_generation(tgt, None, stream[:n_prefill], n_gen, cache=cache)
     assert res.tokens.tolist() == stream[n_prefill:].tolist()

@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
 
 def _model_eog(path: str) -> int | None:
     """The end-of-generation id ``refsim run`` stops at for the model at ``path``, or None."""
-    from refsim.forward.target import eog_ids
+    from refsim.spec.forward_target import eog_ids
     from refsim.model import open_model
     ids = eog_ids(open_model(path))
     if len(ids) > 1:   # pragma: no cover - eog_ids reads one key today

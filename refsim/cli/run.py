@@ -197,11 +197,11 @@ def _run(args, report: contextlib.ExitStack, quiet: bool = False):
     from refsim.cache import ExpertCache
     from refsim.cache.summary import CacheSummary
     from refsim.cli.common import check_outputs, knobs_from_args, report_stream, warn_below_token_cycle
-    from refsim.forward import ForwardTarget
     from refsim.forward.builtin import BUILTIN_CACHE_MB, builtin_model_file, builtin_model_path
     from refsim.model import open_model
     from refsim.model.tokenizer import Tokenizer
     from refsim.spec import SpecConfig, draft_source_for, run_generation
+    from refsim.spec.forward_target import ForwardTarget
     from refsim.telemetry import RunStats, summary_lines
     from refsim.trace import TraceHeader
 
@@ -264,21 +264,15 @@ def _run(args, report: contextlib.ExitStack, quiet: bool = False):
                       else sum(expert_bytes) * spec.n_expert // 2)
         knobs = knobs_from_args(args, spec.n_expert_used, traced=args.route_trace is not None)
         cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
-        if (knobs.route_ahead or knobs.predict_prefetch) and not getattr(target, "supports_moe_gate", False):
+        if (knobs.route_ahead or knobs.predict_prefetch) and target.hooks is None:
             flag = "--route-ahead" if knobs.route_ahead else "--predict-prefetch"
             raise ConfigError(f"{flag}: refsim runs the stale gate live in the qwen3moe and qwen35moe "
                               f"passes (exact/ggml numerics), not {spec.arch} --numerics {args.numerics}")
-        if knobs.route_ahead:
-            from refsim.streaming.route_ahead import RouteAhead
-            ahead = target.route_ahead = RouteAhead(knobs.route_ahead)
-        if knobs.predict_prefetch:
-            from refsim.streaming.stale_gate import PredictPrefetch
-            target.predictor = PredictPrefetch()
-        if args.predict_log:
-            if not getattr(target, "supports_moe_gate", False) or config.spec == "mtp":
-                raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
-            from refsim.streaming.predict import PredictProbe
-            probe = target.predict_probe = PredictProbe(target.n_layer)
+        if args.predict_log and (target.hooks is None or config.spec == "mtp"):
+            raise ConfigError("--predict-log: refsim probes the qwen3moe and qwen35moe passes, without --mtp")
+        if target.hooks is not None:      # the pass's streaming hooks (refsim.streaming.hooks.LayerHooks)
+            target.hooks.arm(knobs, target.n_layer, args.predict_log)
+            ahead, probe = target.hooks.ahead, target.hooks.probe
     writer = contextlib.nullcontext()
     if args.route_trace is not None and not dense:
         from refsim.trace import TraceWriter

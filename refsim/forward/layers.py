@@ -1,4 +1,9 @@
-"""Shared blocks of the reference forward passes (qwen3moe now; qwen35moe and gemma3 build on them).
+"""The readable blocks of the reference forward passes: ``linear``, ``rms_norm``, ``rope_neox``, ``attention``,
+``swiglu``/``geglu``, ``moe_ffn``, ``logit_margin`` (every arch's pass is built from them).
+
+The router (``route_topk``) and the per-layer hook sequence are in :mod:`refsim.forward.routing`; the fused
+one-position kernels that compute several of these blocks in one Numba call (same bits) are in
+:mod:`refsim.forward.fused`, chosen by the target (:mod:`refsim.forward.passes`), never from here.
 
 Every block works on float32 rows and is **batch-invariant by construction**: row ``p`` of
 the output is computed by the same instructions in the same order whatever other rows share
@@ -35,29 +40,23 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-import numba
 from numba import njit, prange
 
 from refsim.errors import ConfigError
 from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
 from refsim.kernels import KERNELS, row_bytes
-from refsim.kernels.atomic import fetch_add
 from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
-from refsim.kernels.qdot import (CHUNK as QCHUNK, QDOT_ALL, QDOT_TYPES, QActs, _qdot_rows, act_block, qdot_matmul,
-                                 qdot_pairs, quantize_acts, quantize_acts_into)
+from refsim.kernels.qdot import QDOT_ALL, QDOT_TYPES, QActs, act_block, qdot_matmul, qdot_pairs, quantize_acts
 from refsim.kernels.registry import F16_TO_F32
 from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
 from refsim.kernels.simd_exact import exact_rows4
 
 NUMERICS = ("exact", "ggml")
 """Values of ``--numerics``."""
-
-ROUTER_WEIGHT_FLOOR = np.float32(6.103515625e-5)
-"""Clamp of the top-k weight sum before renormalising (llama-graph.cpp ``build_moe_ffn``)."""
 
 
 @dataclass(frozen=True)
@@ -164,16 +163,6 @@ def _dot8(w, x):
 
 
 _CHUNK = 16
-JOB_ROWS = 256
-"""Rows per job of the fused one-position kernels (``_qkv_one_kernel``, ``_attn_route_one_kernel``'s output
-projection, ``_moe_one_kernel``), whose jobs are handed out one at a time (:mod:`refsim.kernels.atomic`): a
-thread's jobs are then not adjacent, and the first rows of each job start cold (the next-rows prefetch of
-:mod:`refsim.kernels.simd` works within a job), so a job should stream for a while: 256 rows (a Q4_K expert
-projection of 768 rows is 3 jobs, its 2048-row down projection 8). Measured on a quiet host (2-thread read
-bandwidth 61 GB/s), a one-position decode on 2 threads, best of 40 tokens: Q4_K_M 11.18 ms with 64-row
-jobs, 10.42 with 128, 9.82-9.87 with 256, 9.69 with 512, 9.66 with 768 (the expert blocks faster, the
-2048-row output projection in 3 jobs slower); MXFP4 12.57-12.68 -> 11.16-11.36 ms from 64 to 256. Rows are
-computed the same way whatever the job size (bits unchanged)."""
 PARALLEL_MIN_ELEMENTS = 1 << 23
 """Weights with at least this many elements (``n_out * n_in``, 8 Mi) are split over threads; smaller
 products run on one thread (a thread launch costs more than they do). Results are identical."""
@@ -555,97 +544,6 @@ def rope_neox(x: np.ndarray, positions: np.ndarray, n_rot: int, freq_base: float
     return out
 
 
-@njit(cache=True, parallel=True)
-def _qkv_one_kernel(qkind, kkind, vkind, qraw, qrawi, kraw, krawi, vraw, vrawi, n_embd, attn_norm, q_norm, k_norm,
-                    eps, ablock, tie, table, n_rot, ts32, inv64, rope_f32, nt, h, pos, a, qo, ko, vo):
-    """:func:`qkv_one`'s work in one call (one position, ``ggml`` mode): ``a = rms_norm(h) * attn_norm``
-    quantized once, the q, k and v products split over threads in chunks of rows (handed out one at a
-    time, :mod:`refsim.kernels.atomic`), q and k normed per head and rotated. The kernels are those the unfused path calls, so the bits are the same."""
-    _rms_norm_kernel(h, attn_norm, eps, a)
-    xq = np.empty((1, n_embd), dtype=np.int8)
-    xd = np.empty((1, n_embd // ablock), dtype=np.float32)
-    xs = np.empty((1, n_embd // 32), dtype=np.int32)
-    x1 = np.empty((1, n_embd // 32), dtype=np.float32)        # Q8_1's block sums (Q4_1 / Q5_1 weights)
-    quantize_acts_into(a, ablock, tie, xq, xd, xs, x1)
-    n_q, n_k, n_v = qraw.shape[0], kraw.shape[0], vraw.shape[0]
-    c_q = (n_q + JOB_ROWS - 1) // JOB_ROWS
-    c_k = (n_k + JOB_ROWS - 1) // JOB_ROWS
-    c_v = (n_v + JOB_ROWS - 1) // JOB_ROWS
-    ql = np.empty((1, n_q), dtype=np.float32)
-    kl = np.empty((1, n_k), dtype=np.float32)
-    n_jobs = c_q + c_k + c_v
-    ctr = np.zeros(1, dtype=np.int64)
-    for _ in prange(nt):      # nt workers; jobs handed out one at a time (refsim.kernels.atomic)
-        job = fetch_add(ctr, 0, 1)
-        while job < n_jobs:
-            if job < c_q:
-                r0 = job * JOB_ROWS
-                _qdot_rows(qkind, qraw, qrawi, n_embd, xq, xd, xs, table, ql, r0, min(n_q, r0 + JOB_ROWS), x1)
-            elif job < c_q + c_k:
-                r0 = (job - c_q) * JOB_ROWS
-                _qdot_rows(kkind, kraw, krawi, n_embd, xq, xd, xs, table, kl, r0, min(n_k, r0 + JOB_ROWS), x1)
-            else:
-                r0 = (job - c_q - c_k) * JOB_ROWS
-                _qdot_rows(vkind, vraw, vrawi, n_embd, xq, xd, xs, table, vo, r0, min(n_v, r0 + JOB_ROWS), x1)
-            job = fetch_add(ctr, 0, 1)
-    hd = q_norm.shape[0]
-    qn = np.empty((n_q // hd, hd), dtype=np.float32)
-    _rms_norm_kernel(ql.reshape(n_q // hd, hd), q_norm, eps, qn)
-    _rope_neox_kernel(qn.reshape(1, n_q // hd, hd), pos, n_rot, ts32, inv64, rope_f32, qo)
-    kn = np.empty((n_k // hd, hd), dtype=np.float32)
-    _rms_norm_kernel(kl.reshape(n_k // hd, hd), k_norm, eps, kn)
-    _rope_neox_kernel(kn.reshape(1, n_k // hd, hd), pos, n_rot, ts32, inv64, rope_f32, ko)
-
-
-def qkv_static(attn_norm: np.ndarray, wq: QWeight, wk: QWeight, wv: QWeight, q_norm: np.ndarray, k_norm: np.ndarray,
-               eps: float, n_rot: int, freq_base: float, n_head: int, n_head_kv: int, head_dim_v: int,
-               numerics: Numerics):
-    """The weight-side arguments of :func:`_qkv_one_kernel` (everything before ``h``), or ``None`` when the
-    fused one-position path does not apply (``exact`` mode, weight types without an integer product or
-    with different activation blocks, shapes that do not chain): see :func:`qkv_one`."""
-    if not (numerics.quantize_activations and wq.qtype in QDOT_ALL and wk.qtype in QDOT_ALL
-            and wv.qtype in QDOT_ALL):
-        return None
-    ablock = act_block(wq.qtype)
-    n_embd = wq.n_in
-    hd = q_norm.shape[0]
-    if (act_block(wk.qtype) != ablock or act_block(wv.qtype) != ablock or wk.n_in != n_embd or wv.n_in != n_embd
-            or wq.n_out != n_head * hd or wk.n_out != n_head_kv * hd or k_norm.shape[0] != hd
-            or wv.n_out != n_head_kv * head_dim_v or n_rot % 2 or not 0 < n_rot <= hd
-            or attn_norm.shape != (n_embd,)):
-        return None
-    ts32, inv64 = _rope_tables(n_rot, freq_base)
-    return (wq.qtype, wk.qtype, wv.qtype, wq._u8, wq._i8, wk._u8, wk._i8, wv._u8, wv._i8, n_embd, attn_norm, q_norm,
-            k_norm, np.float32(eps), ablock, numerics.tie_code, F16_TO_F32, n_rot, ts32, inv64, numerics.rope_f32)
-
-
-def qkv_one(h: np.ndarray, attn_norm: np.ndarray, wq: QWeight, wk: QWeight, wv: QWeight, q_norm: np.ndarray,
-            k_norm: np.ndarray, eps: float, positions: np.ndarray, n_rot: int, freq_base: float, n_head: int,
-            n_head_kv: int, head_dim_v: int, numerics: Numerics):
-    """A qwen3-style attention input for one position in ``ggml`` mode, in one Numba call.
-
-    Returns ``(a, q, k, v)`` exactly as ``a = rms_norm(h, attn_norm)``, ``q = rope_neox(rms_norm(
-    linear(wq, a), q_norm))``, ``k`` likewise, ``v = linear(wv, a)`` compute them (shapes
-    ``(1, n_embd)``, ``(1, n_head, hd)``, ``(1, n_head_kv, hd)``, ``(1, n_head_kv, head_dim_v)``), or
-    ``None`` when the fused path does not apply (several positions, ``exact`` mode, weight types
-    without an integer product or with different activation blocks): the caller then runs the
-    blocks one by one.
-    """
-    if not (h.shape[0] == 1 and h.dtype == np.float32 and h.shape[1] == wq.n_in):
-        return None
-    static = qkv_static(attn_norm, wq, wk, wv, q_norm, k_norm, eps, n_rot, freq_base, n_head, n_head_kv, head_dim_v,
-                        numerics)
-    if static is None:
-        return None
-    hd = q_norm.shape[0]
-    a = np.empty((1, h.shape[1]), dtype=np.float32)
-    q = np.empty((1, n_head, hd), dtype=np.float32)
-    k = np.empty((1, n_head_kv, hd), dtype=np.float32)
-    v = np.empty((1, n_head_kv * head_dim_v), dtype=np.float32)
-    _qkv_one_kernel(*static, numba.get_num_threads(), np.ascontiguousarray(h), positions, a, q, k, v)
-    return a, q, k, v.reshape(1, n_head_kv, head_dim_v)
-
-
 @njit(cache=True)
 def _attention_head(q, kc, vc, p, h, n_kv, j0, scale, s, acc, out):
     """Head ``h`` of query ``p`` over keys ``j0..n_kv-1`` (``s``: float32 scratch of ``n_kv``,
@@ -771,253 +669,6 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions
 
 
 @njit(cache=True)
-def _softmax_row(row, probs):
-    """``probs`` (n_expert,) float32 = softmax of one logits row (ggml's: max-shifted, float64
-    sum, float32 scale)."""
-    n_expert = row.size
-    mx = np.float32(-np.inf)
-    for e in range(n_expert):
-        if row[e] > mx:
-            mx = row[e]
-    tot = 0.0
-    for e in range(n_expert):
-        v = np.float32(np.exp(np.float32(row[e] - mx)))
-        probs[e] = v
-        tot += np.float64(v)
-    inv = np.float32(1.0 / tot)
-    for e in range(n_expert):
-        probs[e] = np.float32(probs[e] * inv)
-
-
-@njit(cache=True)
-def _norm_weights(probs, ids_row, w_row):
-    """``w_row[s] = probs[ids_row[s]] / max(Σ, 6.103515625e-5)`` (float64 sum in slot order)."""
-    wsum = 0.0
-    for slot in range(ids_row.size):
-        w_row[slot] = probs[ids_row[slot]]
-        wsum += np.float64(probs[ids_row[slot]])
-    ws = np.float32(wsum)
-    if ws < np.float32(6.103515625e-5):
-        ws = np.float32(6.103515625e-5)
-    for slot in range(ids_row.size):
-        w_row[slot] = np.float32(w_row[slot] / ws)
-
-
-@njit(cache=True)
-def _route_kernel(logits, k, ids, weights, margin):
-    n_pos, n_expert = logits.shape
-    probs = np.empty(n_expert, dtype=np.float32)
-    taken = np.empty(n_expert, dtype=np.bool_)
-    for p in range(n_pos):
-        _softmax_row(logits[p], probs)
-        for e in range(n_expert):
-            taken[e] = False
-        for slot in range(k):
-            best = -1
-            for e in range(n_expert):
-                if not taken[e] and (best < 0 or probs[e] > probs[best]):
-                    best = e
-            taken[best] = True
-            ids[p, slot] = best
-        _norm_weights(probs, ids[p], weights[p])
-        # selection margin: probability gap between the last chosen and the first unchosen expert
-        nxt = np.float32(-1.0)
-        for e in range(n_expert):
-            if not taken[e] and probs[e] > nxt:
-                nxt = probs[e]
-        margin[p] = probs[ids[p, k - 1]] - nxt if nxt >= 0 else np.float32(np.inf)
-
-
-@njit(cache=True)
-def _gather_kernel(logits, ids, weights):
-    probs = np.empty(logits.shape[1], dtype=np.float32)
-    for p in range(logits.shape[0]):
-        _softmax_row(logits[p], probs)
-        _norm_weights(probs, ids[p], weights[p])
-
-
-def route_weights(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The router's renormalised weights for a given selection: softmax of ``logits`` (n, n_expert)
-    gathered at ``ids`` (n, k) and normalised as :func:`route_topk` does (its weights when ``ids``
-    is its own selection). ``--route-ahead`` gives the committed experts their true weights this
-    way (engine-docs/route-ahead.md). Returns (n, k) float32."""
-    ids = np.ascontiguousarray(ids, dtype=np.int16)
-    w = np.empty(ids.shape, dtype=np.float32)
-    _gather_kernel(np.ascontiguousarray(logits, dtype=np.float32), ids, w)
-    return w
-
-
-def route_topk(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Router: softmax over all experts, top-k, renormalise.
-
-    Parameters
-    ----------
-    logits : (n_pos, n_expert) float32 ndarray
-        Router logits (``ffn_gate_inp @ x``).
-    k : int
-        Experts used per token (``{arch}.expert_used_count``).
-
-    Returns
-    -------
-    ids : (n_pos, k) int16 ndarray
-        Expert ids, highest probability first (equal probabilities: lower id first).
-    weights : (n_pos, k) float32 ndarray
-        ``p[ids] / max(sum(p[ids]), 6.103515625e-5)``.
-    select_margin : (n_pos,) float32 ndarray
-        Probability of the k-th chosen expert minus the best unchosen one (``inf`` when
-        ``k == n_expert``): how close routing came to a different set.
-
-    Raises
-    ------
-    ConfigError
-        If ``k`` is not in ``1..n_expert``.
-
-    Notes
-    -----
-    Source: llama-graph.cpp ``build_moe_ffn`` with ``LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX`` and
-    ``norm_w = true``, hard-coded for qwen3moe/qwen35moe regardless of HF ``norm_topk_prob``
-    (llama-cpp-notes.md §2.4). ggml's CPU argsort is not stable; refsim breaks exact ties by
-    the lower id.
-    """
-    n_pos, n_expert = logits.shape
-    if not 1 <= k <= n_expert:
-        raise ConfigError(f"router: k={k} must be in 1..n_expert={n_expert}")
-    ids = np.empty((n_pos, k), dtype=np.int16)
-    w = np.empty((n_pos, k), dtype=np.float32)
-    margin = np.empty(n_pos, dtype=np.float32)
-    _route_kernel(np.ascontiguousarray(logits, dtype=np.float32), k, ids, w, margin)
-    return ids, w, margin
-
-
-@njit(cache=True, parallel=True)
-def _attn_route_one_kernel(scale, okind, oraw, orawi, oblock, ffn_norm, eps, rkind, rraw, rrawi, rblock, k, tie, table,
-                           kvalues, nt, q, kc, vc, pos, h, o, h1, f, logits, ids, wts, margin):
-    """:func:`attn_route_one`'s work in one call: attention (heads split over threads), ``o`` quantized
-    once and the output projection split over threads in chunks of rows, the residual, ``ffn_norm``,
-    the router product (rows split over threads) and top-k; heads and chunks are handed out one at a
-    time (:mod:`refsim.kernels.atomic`). Every step is the kernel the unfused path
-    calls, so the bits are the same."""
-    n_head, hd = q.shape[1], q.shape[2]
-    n_embd = h.shape[1]
-    n_kv = pos[0] + 1
-    o3 = o.reshape(1, n_head, hd)
-    ctr = np.zeros(3, dtype=np.int64)         # job counters of the three parallel steps (refsim.kernels.atomic)
-    for _ in prange(nt):
-        s = np.empty(n_kv, dtype=np.float32)
-        acc = np.empty(hd, dtype=np.float64)
-        head = fetch_add(ctr, 0, 1)
-        while head < n_head:
-            _attention_head(q, kc, vc, 0, head, n_kv, 0, scale, s, acc, o3)
-            head = fetch_add(ctr, 0, 1)
-    n_in = n_head * hd
-    xq = np.empty((1, n_in), dtype=np.int8)
-    xd = np.empty((1, n_in // oblock), dtype=np.float32)
-    xs = np.empty((1, n_in // 32), dtype=np.int32)
-    x1 = np.empty((1, n_in // 32), dtype=np.float32)          # Q8_1's block sums (Q4_1 / Q5_1 weights)
-    quantize_acts_into(o, oblock, tie, xq, xd, xs, x1)
-    y = np.empty((1, n_embd), dtype=np.float32)
-    n_ch = (n_embd + JOB_ROWS - 1) // JOB_ROWS
-    for _ in prange(nt):
-        ch = fetch_add(ctr, 1, 1)
-        while ch < n_ch:
-            r0 = ch * JOB_ROWS
-            _qdot_rows(okind, oraw, orawi, n_in, xq, xd, xs, table, y, r0, min(n_embd, r0 + JOB_ROWS), x1)
-            ch = fetch_add(ctr, 1, 1)
-    for c in range(n_embd):
-        h1[0, c] = h[0, c] + y[0, c]
-    _rms_norm_kernel(h1, ffn_norm, eps, f)
-    n_expert = rraw.shape[0]
-    f64 = f.astype(np.float64)
-    fq = np.empty((1, n_embd), dtype=np.int8)
-    fd = np.empty((1, n_embd // rblock), dtype=np.float32)
-    fs = np.empty((1, n_embd // 32), dtype=np.int32)
-    f1 = np.empty((1, n_embd // 32), dtype=np.float32)
-    if rkind != 0:
-        quantize_acts_into(f, rblock, tie, fq, fd, fs, f1)
-    n_ch = (n_expert + QCHUNK - 1) // QCHUNK
-    for _ in prange(nt):
-        w = np.empty(n_embd, dtype=np.float32)
-        ch = fetch_add(ctr, 2, 1)
-        while ch < n_ch:
-            r0 = ch * QCHUNK
-            r1 = min(n_expert, r0 + QCHUNK)
-            if rkind == 0:      # F32 router (ggml multiplies it unquantized): linear_kernel's rows
-                _linear_rows(0, rraw, n_embd, table, kvalues, f64, logits, r0, r1, w)
-            else:
-                _qdot_rows(rkind, rraw, rrawi, n_embd, fq, fd, fs, table, logits, r0, r1, f1)
-            ch = fetch_add(ctr, 2, 1)
-    _route_kernel(logits, k, ids, wts, margin)
-
-
-def attn_route_static(wo: QWeight, ffn_norm: np.ndarray, eps: float, router: QWeight, k: int, n_head: int, head_dim: int,
-                      numerics: Numerics):
-    """The weight-side arguments of :func:`_attn_route_one_kernel` (everything before ``q``), or ``None`` when
-    the fused one-position path does not apply (``exact`` mode, an output projection without an integer
-    product, a router that is neither F32 nor has one, shapes that do not chain): see :func:`attn_route_one`."""
-    if not (numerics.quantize_activations and wo.qtype in QDOT_ALL
-            and (router.qtype == 0 or router.qtype in QDOT_ALL)):
-        return None
-    n_embd = wo.n_out
-    if (wo.n_in != n_head * head_dim or ffn_norm.shape != (n_embd,) or router.n_in != n_embd
-            or not 1 <= k <= router.n_out):
-        return None
-    rblock = act_block(router.qtype) if router.qtype else 32
-    return (np.float32(1.0 / np.sqrt(head_dim)), wo.qtype, wo._u8, wo._i8, act_block(wo.qtype), ffn_norm, np.float32(eps),
-            router.qtype, router._u8, router._i8, rblock, k, numerics.tie_code, F16_TO_F32, KVALUES)
-
-
-def attn_route_one(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, positions: np.ndarray, wo: QWeight,
-                   h: np.ndarray, ffn_norm: np.ndarray, eps: float, router: QWeight, k: int, numerics: Numerics):
-    """One position's attention, output projection, residual, FFN norm and routing in one Numba call (``ggml`` mode).
-
-    Returns ``(o, h1, f, logits, ids, w, margin)`` exactly as ``o = attention(q, k_cache, v_cache,
-    positions)`` (reshaped ``(1, n_head * head_dim)``), ``h1 = h + linear(wo, o)``, ``f =
-    rms_norm(h1, ffn_norm, eps)``, ``logits = linear(router, f)`` and ``ids, w, margin =
-    route_topk(logits, k)`` compute them, or ``None`` when the fused path does not apply (several
-    positions, ``exact`` mode, an output projection without an integer product, a router that is
-    neither F32 nor has one, or shapes that do not chain): the caller then runs the blocks one by one.
-
-    Parameters
-    ----------
-    q : (1, n_head, head_dim) float32 ndarray
-    k_cache, v_cache : (n_kv, n_head_kv, head_dim) float32 ndarray
-        This position already appended (``n_kv = positions[0] + 1``).
-    positions : (1,) int64 ndarray
-    wo : QWeight
-        ``attn_output``, ``n_embd`` rows of ``n_head * head_dim``.
-    h : (1, n_embd) float32 ndarray
-        The residual stream before attention.
-    ffn_norm : (n_embd,) float32 ndarray
-    router : QWeight
-        ``ffn_gate_inp``, ``n_expert`` rows of ``n_embd``.
-    k : int
-        Experts used (``1..n_expert``).
-    """
-    if not (q.ndim == 3 and q.shape[0] == 1 and h.shape[0] == 1):
-        return None
-    _, n_head, hd = q.shape
-    n_embd = h.shape[1]
-    n_kv = k_cache.shape[0]
-    if (k_cache.shape != v_cache.shape or k_cache.shape[2] != hd or n_head % k_cache.shape[1] or wo.n_out != n_embd
-            or int(positions[0]) != n_kv - 1 or h.dtype != np.float32):
-        return None
-    static = attn_route_static(wo, ffn_norm, eps, router, k, n_head, hd, numerics)
-    if static is None:
-        return None
-    o = np.empty((1, n_head * hd), dtype=np.float32)
-    h1 = np.empty((1, n_embd), dtype=np.float32)
-    f = np.empty((1, n_embd), dtype=np.float32)
-    logits = np.empty((1, router.n_out), dtype=np.float32)
-    ids = np.empty((1, k), dtype=np.int16)
-    w = np.empty((1, k), dtype=np.float32)
-    margin = np.empty(1, dtype=np.float32)
-    _attn_route_one_kernel(*static, numba.get_num_threads(), np.ascontiguousarray(q, dtype=np.float32), k_cache,
-                           v_cache, positions,
-                           np.ascontiguousarray(h), o, h1, f, logits, ids, w, margin)
-    return o, h1, f, logits, ids, w, margin
-
-
-@njit(cache=True)
 def _swiglu_kernel(g, u, out):
     for p in range(g.shape[0]):
         for c in range(g.shape[1]):
@@ -1120,94 +771,13 @@ class ExpertWeights:
     n_embd: int
     n_ff_exp: int
 
-    def __post_init__(self) -> None:
-        # precomputed once per layer for the fused one-position ggml path (:func:`_moe_one_kernel`)
-        fused = (all(t in QDOT_ALL for t in (self.gate_type, self.up_type, self.down_type))
-                 and act_block(self.gate_type) == act_block(self.up_type)
-                 and self.gate.ndim == self.up.ndim == self.down.ndim == 3
-                 and self.gate.dtype == self.up.dtype == self.down.dtype == np.uint8
-                 and self.gate.shape[:2] == self.up.shape[:2] == (self.down.shape[0], self.n_ff_exp)
-                 and self.down.shape[1] == self.n_embd
-                 and self.gate.shape[2] == row_bytes(self.gate_type, self.n_embd)
-                 and self.up.shape[2] == row_bytes(self.up_type, self.n_embd)
-                 and self.down.shape[2] == row_bytes(self.down_type, self.n_ff_exp)
-                 and all(a.flags.c_contiguous for a in (self.gate, self.up, self.down)))
-        g, u, d = (np.asarray(a) for a in (self.gate, self.up, self.down))     # plain ndarrays (see QWeight)
-        object.__setattr__(self, "_fused", (self.gate_type, self.up_type, self.down_type, g, g.view(np.int8), u,
-                                            u.view(np.int8), d, d.view(np.int8), self.n_embd, self.n_ff_exp,
-                                            act_block(self.gate_type), act_block(self.down_type)) if fused else None)
-
-    def one_static(self, numerics: Numerics):
-        """The weight-side arguments of :func:`_moe_one_kernel` (everything before ``ids``), or ``None`` when
-        the fused one-position path does not apply (``exact`` mode, a type without an integer product,
-        gate and up with different activation blocks, shapes that do not chain)."""
-        if self._fused is None or not numerics.quantize_activations:
-            return None
-        return self._fused + (numerics.tie_code, F16_TO_F32)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Derived arguments of the fused kernels (:func:`refsim.forward.fused.moe_static`), by numerics."""
 
     def expert(self, e: int) -> tuple[QWeight, QWeight, QWeight]:
         """``(gate, up, down)`` of expert ``e``: views of its slices only."""
         return (QWeight(self.gate[e], self.gate_type, self.n_embd), QWeight(self.up[e], self.up_type, self.n_embd),
                 QWeight(self.down[e], self.down_type, self.n_ff_exp))
-
-
-@njit(cache=True, parallel=True)
-def _moe_one_kernel(gkind, ukind, dkind, g3, gi3, u3, ui3, d3, di3, n_embd, n_ff, ablock, dblock, tie, table, nt,
-                    ids, wts, x, out):
-    """:func:`moe_ffn` of one position in ``ggml`` mode, in one call: ``x`` (1, n_embd) quantized once
-    for gate and up, the 2 k gate/up products split over threads in chunks of rows (handed out one at a
-    time, :mod:`refsim.kernels.atomic`), SwiGLU, the k
-    hidden rows quantized for down, the k down products, the weighted sum in slot order. Every step
-    is the function the unfused path calls (``_qdot_rows``, ``quantize_acts``' kernels,
-    ``_swiglu_kernel``), so the bits are the same."""
-    k = ids.shape[0]
-    xq = np.empty((1, n_embd), dtype=np.int8)
-    xd = np.empty((1, n_embd // ablock), dtype=np.float32)
-    xs = np.empty((1, n_embd // 32), dtype=np.int32)
-    x1 = np.empty((1, n_embd // 32), dtype=np.float32)        # Q8_1's block sums (Q4_1 / Q5_1 weights)
-    quantize_acts_into(x, ablock, tie, xq, xd, xs, x1)
-    g = np.empty((k, n_ff), dtype=np.float32)
-    u = np.empty((k, n_ff), dtype=np.float32)
-    per = (n_ff + JOB_ROWS - 1) // JOB_ROWS
-    ctr = np.zeros(2, dtype=np.int64)         # job counters of the two parallel steps (refsim.kernels.atomic)
-    for _ in prange(nt):
-        job = fetch_add(ctr, 0, 1)
-        while job < 2 * k * per:
-            which = job // (k * per)
-            rest = job - which * k * per
-            i = rest // per
-            r0 = (rest - i * per) * JOB_ROWS
-            r1 = min(n_ff, r0 + JOB_ROWS)
-            e = ids[i]
-            if which == 0:
-                _qdot_rows(gkind, g3[e], gi3[e], n_embd, xq, xd, xs, table, g[i:i + 1], r0, r1, x1)
-            else:
-                _qdot_rows(ukind, u3[e], ui3[e], n_embd, xq, xd, xs, table, u[i:i + 1], r0, r1, x1)
-            job = fetch_add(ctr, 0, 1)
-    h = np.empty((k, n_ff), dtype=np.float32)
-    _swiglu_kernel(g, u, h)
-    hq = np.empty((k, n_ff), dtype=np.int8)
-    hd = np.empty((k, n_ff // dblock), dtype=np.float32)
-    hs = np.empty((k, n_ff // 32), dtype=np.int32)
-    h1 = np.empty((k, n_ff // 32), dtype=np.float32)
-    quantize_acts_into(h, dblock, tie, hq, hd, hs, h1)
-    y = np.empty((k, n_embd), dtype=np.float32)
-    perd = (n_embd + JOB_ROWS - 1) // JOB_ROWS
-    for _ in prange(nt):
-        job = fetch_add(ctr, 1, 1)
-        while job < k * perd:
-            i = job // perd
-            r0 = (job - i * perd) * JOB_ROWS
-            r1 = min(n_embd, r0 + JOB_ROWS)
-            e = ids[i]
-            _qdot_rows(dkind, d3[e], di3[e], n_ff, hq[i:i + 1], hd[i:i + 1], hs[i:i + 1], table, y[i:i + 1], r0, r1,
-                       h1[i:i + 1])
-            job = fetch_add(ctr, 1, 1)
-    for c in range(n_embd):
-        acc = np.float32(y[0, c] * wts[0])
-        for s in range(1, k):
-            acc = np.float32(acc + np.float32(y[s, c] * wts[s]))
-        out[0, c] = acc
 
 
 def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: ExpertWeights,
@@ -1219,7 +789,7 @@ def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: Expert
     x : (n_pos, n_embd) float32 ndarray
         FFN input (after ``ffn_norm``).
     ids : (n_pos, k) int16 ndarray
-        Routed experts per position (from :func:`route_topk`).
+        Routed experts per position (from :func:`refsim.forward.routing.route_topk`).
     weights : (n_pos, k) float32 ndarray
     experts : ExpertWeights
     numerics : Numerics
@@ -1237,22 +807,12 @@ def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, experts: Expert
     Each expert in the union of ``ids`` is multiplied once by the positions that chose it (the
     slice is read once per call), which does not change any row's arithmetic. Source:
     llama-graph.cpp ``build_moe_ffn`` (``ggml_mul_mat_id``, ``ggml_swiglu_split``, the sum of
-    ``experts`` views in slot order); llama-cpp-notes.md §2.4.
+    ``experts`` views in slot order); llama-cpp-notes.md §2.4. One position in ``ggml`` mode also has
+    a fused kernel doing the whole block in one call (:func:`refsim.forward.fused.moe_ffn`, same bits).
     """
     n_pos, n_embd = x.shape
     k = ids.shape[1]
     assert ids.shape == weights.shape == (n_pos, k) and n_embd == experts.n_embd
-    static = experts.one_static(numerics)
-    if static is not None and n_pos == 1 and rows is None and weights.dtype == np.float32:
-        # a plain decode in ggml mode: the whole block in one Numba call (same arithmetic as below)
-        e_ids = ids[0].astype(np.int64)
-        n_expert = experts.gate.shape[0]
-        if e_ids.min() < 0 or e_ids.max() >= n_expert:
-            raise ConfigError(f"moe: expert ids must be in 0..{n_expert - 1}, got {e_ids.min()}..{e_ids.max()}")
-        out = np.empty((1, n_embd), dtype=np.float32)
-        _moe_one_kernel(*static, numba.get_num_threads(), e_ids, np.ascontiguousarray(weights[0], dtype=np.float32),
-                        np.ascontiguousarray(x, dtype=np.float32), out)
-        return out
     active = np.ones(n_pos, dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
     y = np.zeros((n_pos, k, n_embd), dtype=np.float32)
     sel_ids = np.where(active[:, None], ids.astype(np.int64), -1)
@@ -1297,6 +857,6 @@ def logit_margin(logits: np.ndarray) -> np.ndarray:
     return (top2[:, 1] - top2[:, 0]).astype(np.float32)
 
 
-__all__ = ["NUMERICS", "Numerics", "QWeight", "ExpertWeights", "linear", "rms_norm", "rope_neox",
-           "attention", "qkv_one", "qkv_static", "attn_route_one", "attn_route_static", "route_topk", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ROUTER_WEIGHT_FLOOR",
-           "ACT_NONE", "KERNELS"]
+__all__ = ["NUMERICS", "Numerics", "QWeight", "ExpertWeights", "linear", "expert_linear", "decode_inputs", "rms_norm",
+           "rope_neox", "attention", "swiglu", "geglu", "GELU_F16_TABLE", "moe_ffn", "logit_margin", "ACT_NONE",
+           "KERNELS"]

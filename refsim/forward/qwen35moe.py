@@ -52,20 +52,24 @@ from typing import Callable
 
 import numpy as np
 
-from refsim.streaming.drop import gate_layer
 from refsim.errors import ConfigError, ModelFormatError
-from refsim.events import NOT_ROUTED
 from refsim.forward.delta_net import gated_delta_net
 from refsim.forward.kv import KVCache
-from refsim.forward.layers import (decode_inputs, ExpertWeights, Numerics, QWeight, attention, linear, logit_margin, moe_ffn,
-                                   rms_norm, rope_neox, route_topk, swiglu)
-from refsim.forward.qwen3moe import _commit_ahead, _experts, _qweight, _vector
+from refsim.forward.layers import (ExpertWeights, Numerics, QWeight, attention, decode_inputs, linear, logit_margin,
+                                   moe_ffn, rms_norm, rope_neox, swiglu)
+from refsim.forward.loader import expert_weights, qweight, vector
 from refsim.forward.recurrent import HybridState, RecurrentState
 from refsim.forward.result import DecodeResult
+from refsim.forward.routing import Routing, route_topk
 from refsim.model import Model, ModelSpec
-from refsim.streaming.stale_gate import predict_layer
+from refsim.streaming.drop import gate_layer
+from refsim.streaming.hooks import LayerHooks
 
 Tap = Callable[[str, int, np.ndarray], None]
+
+MoeBlock = Callable[..., np.ndarray]
+"""``moe(x, ids, weights, experts, numerics) -> (n_pos, n_embd)``: the routed-experts block a pass calls
+(:func:`refsim.forward.layers.moe_ffn`, or :func:`refsim.forward.fused.moe_ffn` in a fused pass: same bits)."""
 
 N_RS_SEQ_DEFAULT = 8
 """Snapshots a :func:`new_state` keeps by default: the engine sets ``n_rs_seq = draft_max``
@@ -185,23 +189,23 @@ def _dims(s: ModelSpec) -> tuple[int, int, int, int]:
 
 def _ffn(model: Model, il: int) -> FfnWeights:
     s, b = model.spec, f"blk.{il}."
-    gis = _qweight(model, b + "ffn_gate_inp_shexp.weight")
+    gis = qweight(model, b + "ffn_gate_inp_shexp.weight")
     if gis.n_out != 1 or gis.n_in != s.n_embd:
         raise ModelFormatError(f"{model.path}: {b}ffn_gate_inp_shexp.weight must be [{s.n_embd}]")
-    return FfnWeights(_vector(model, b + "post_attention_norm.weight", s.n_embd), _qweight(model, b + "ffn_gate_inp.weight"),
-                      _experts(model, il), gis, _qweight(model, b + "ffn_gate_shexp.weight"),
-                      _qweight(model, b + "ffn_up_shexp.weight"), _qweight(model, b + "ffn_down_shexp.weight"))
+    return FfnWeights(vector(model, b + "post_attention_norm.weight", s.n_embd), qweight(model, b + "ffn_gate_inp.weight"),
+                      expert_weights(model, il), gis, qweight(model, b + "ffn_gate_shexp.weight"),
+                      qweight(model, b + "ffn_up_shexp.weight"), qweight(model, b + "ffn_down_shexp.weight"))
 
 
 def _attn(model: Model, il: int) -> AttnWeights:
     s, b = model.spec, f"blk.{il}."
-    q = _qweight(model, b + "attn_q.weight")
+    q = qweight(model, b + "attn_q.weight")
     if q.n_out != 2 * s.n_head * s.head_dim_k:
         raise ModelFormatError(f"{model.path}: {b}attn_q.weight has {q.n_out} outputs, expected "
                                f"2 * n_head * head_dim = {2 * s.n_head * s.head_dim_k} ([q | gate] per head)")
-    return AttnWeights(q, _qweight(model, b + "attn_k.weight"), _qweight(model, b + "attn_v.weight"),
-                       _qweight(model, b + "attn_output.weight"), _vector(model, b + "attn_q_norm.weight", s.head_dim_k),
-                       _vector(model, b + "attn_k_norm.weight", s.head_dim_k))
+    return AttnWeights(q, qweight(model, b + "attn_k.weight"), qweight(model, b + "attn_v.weight"),
+                       qweight(model, b + "attn_output.weight"), vector(model, b + "attn_q_norm.weight", s.head_dim_k),
+                       vector(model, b + "attn_k_norm.weight", s.head_dim_k))
 
 
 def _delta(model: Model, il: int) -> DeltaNetWeights:
@@ -212,11 +216,11 @@ def _delta(model: Model, il: int) -> DeltaNetWeights:
     if conv.shape != (C, s.ssm_d_conv):
         raise ModelFormatError(f"{model.path}: {b}ssm_conv1d.weight has numpy shape {conv.shape}, "
                                f"expected ({C}, {s.ssm_d_conv})")
-    return DeltaNetWeights(_qweight(model, b + "attn_qkv.weight"), _qweight(model, b + "attn_gate.weight"),
-                           _qweight(model, b + "ssm_beta.weight"), _qweight(model, b + "ssm_alpha.weight"),
-                           np.ascontiguousarray(conv, np.float32), _vector(model, b + "ssm_dt.bias", Hv),
-                           _vector(model, b + "ssm_a", Hv), _vector(model, b + "ssm_norm.weight", Dv),
-                           _qweight(model, b + "ssm_out.weight"))
+    return DeltaNetWeights(qweight(model, b + "attn_qkv.weight"), qweight(model, b + "attn_gate.weight"),
+                           qweight(model, b + "ssm_beta.weight"), qweight(model, b + "ssm_alpha.weight"),
+                           np.ascontiguousarray(conv, np.float32), vector(model, b + "ssm_dt.bias", Hv),
+                           vector(model, b + "ssm_a", Hv), vector(model, b + "ssm_norm.weight", Dv),
+                           qweight(model, b + "ssm_out.weight"))
 
 
 def load_weights(model: Model) -> Weights:
@@ -237,24 +241,24 @@ def load_weights(model: Model) -> Weights:
     layers = []
     for il in range(s.n_layer):
         mixer = _delta(model, il) if s.is_recurrent(il) else _attn(model, il)
-        layers.append(BlockWeights(il, _vector(model, f"blk.{il}.attn_norm.weight", s.n_embd), mixer, _ffn(model, il)))
+        layers.append(BlockWeights(il, vector(model, f"blk.{il}.attn_norm.weight", s.n_embd), mixer, _ffn(model, il)))
     out_name = "output.weight" if "output.weight" in model.tensors else "token_embd.weight"
-    output_norm = _vector(model, "output_norm.weight", s.n_embd)
-    output = _qweight(model, out_name)
-    embd = _qweight(model, "token_embd.weight")
+    output_norm = vector(model, "output_norm.weight", s.n_embd)
+    output = qweight(model, out_name)
+    embd = qweight(model, "token_embd.weight")
     nextn = None
     if s.nextn_predict_layers > 0:
         il = s.n_layer
         b = f"blk.{il}.nextn."
         opt = lambda n: b + n in model.tensors  # noqa: E731
         nextn = NextnWeights(
-            eh_proj=_qweight(model, b + "eh_proj.weight"), enorm=_vector(model, b + "enorm.weight", s.n_embd),
-            hnorm=_vector(model, b + "hnorm.weight", s.n_embd),
-            embed=_qweight(model, b + "embed_tokens.weight") if opt("embed_tokens.weight") else embd,
-            head_norm=_vector(model, b + "shared_head_norm.weight", s.n_embd) if opt("shared_head_norm.weight")
+            eh_proj=qweight(model, b + "eh_proj.weight"), enorm=vector(model, b + "enorm.weight", s.n_embd),
+            hnorm=vector(model, b + "hnorm.weight", s.n_embd),
+            embed=qweight(model, b + "embed_tokens.weight") if opt("embed_tokens.weight") else embd,
+            head_norm=vector(model, b + "shared_head_norm.weight", s.n_embd) if opt("shared_head_norm.weight")
             else output_norm,
-            head=_qweight(model, b + "shared_head_head.weight") if opt("shared_head_head.weight") else output,
-            block=BlockWeights(il, _vector(model, f"blk.{il}.attn_norm.weight", s.n_embd), _attn(model, il),
+            head=qweight(model, b + "shared_head_head.weight") if opt("shared_head_head.weight") else output,
+            block=BlockWeights(il, vector(model, f"blk.{il}.attn_norm.weight", s.n_embd), _attn(model, il),
                                _ffn(model, il)))
         if nextn.eh_proj.n_in != 2 * s.n_embd or nextn.eh_proj.n_out != s.n_embd:
             raise ModelFormatError(f"{model.path}: {b}eh_proj.weight must be [{2 * s.n_embd}, {s.n_embd}]")
@@ -380,46 +384,82 @@ def delta_net_block(W: DeltaNetWeights, a: np.ndarray, rec: RecurrentState, il: 
     return linear(W.ssm_out, y.reshape(n_pos, Hv * Dv), numerics)             # [n_pos, n_embd]
 
 
-def moe_shared(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap, il: int,
-               gate=None, dropped_out: np.ndarray | None = None, commit=None):
-    """Routed experts plus the sigmoid-gated shared expert.
-
-    With ``gate`` (the drop seam, :func:`refsim.streaming.drop.gate_layer`) the routed experts run
-    on the routing after ``--drop-cold-experts``; the dropped slots are written to
-    ``dropped_out`` (n_pos, k) and the returned ids / weights stay the router's.
-    ``commit(ids, w, logits) -> (ids, w)`` (``--route-ahead``) replaces the selection before
-    the drop seam and the experts see it; the returned ids / weights are then the committed.
-
-    Returns
-    -------
-    out : (n_pos, n_embd) float32 ndarray
-        ``moe_ffn(f) + shexp(f) * sigmoid(ffn_gate_inp_shexp . f)``.
-    ids : (n_pos, k) int16 ndarray
-    w : (n_pos, k) float32 ndarray
-    margin : (n_pos,) float32 ndarray
-    """
+def route(F: FfnWeights, f: np.ndarray, k: int, numerics: Numerics, t: Tap, il: int):
+    """The block's router on its FFN input ``f (n_pos, n_embd)``: ``(logits_e (n_pos, n_expert), ids, w,
+    margin)`` as :func:`refsim.forward.routing.route_topk` gives them."""
     logits_e = linear(F.ffn_gate_inp, f, numerics)                            # [n_pos, n_expert]
     t("ffn_moe_logits", il, logits_e)
     ids, w, m = route_topk(logits_e, k)
     t("ffn_moe_topk", il, ids)
     t("ffn_moe_weights_norm", il, w)
-    if commit is not None:
-        ids, w = commit(ids, w, logits_e)
-    use_ids, use_w = ids, w
-    if gate is not None:
-        use_ids, use_w, dropped_out[:] = gate_layer(gate, il, np.arange(ids.shape[0]), ids, w)
-    routed = moe_ffn(f, use_ids, use_w, F.experts, numerics)                  # [n_pos, n_embd]
+    return logits_e, ids, w, m
+
+
+def experts_out(F: FfnWeights, f: np.ndarray, ids: np.ndarray, w: np.ndarray, numerics: Numerics, t: Tap, il: int,
+                moe: MoeBlock = moe_ffn) -> np.ndarray:
+    """Routed experts on ``ids``/``w`` plus the sigmoid-gated shared expert:
+    ``moe(f) + shexp(f) * sigmoid(ffn_gate_inp_shexp . f)``, ``(n_pos, n_embd)`` float32."""
+    routed = moe(f, ids, w, F.experts, numerics)                              # [n_pos, n_embd]
     t("ffn_moe_out", il, routed)
     sh = linear(F.down_shexp, swiglu(linear(F.gate_shexp, f, numerics), linear(F.up_shexp, f, numerics)), numerics)
     gate = _sigmoid(linear(F.gate_inp_shexp, f, numerics))                    # [n_pos, 1]
     t("shared_expert_gate_sigmoid", il, gate)
-    return (routed + (sh * gate).astype(np.float32)).astype(np.float32), ids, w, m
+    return (routed + (sh * gate).astype(np.float32)).astype(np.float32)
+
+
+@dataclass
+class Graph:
+    """One trunk decode (llama.cpp: one graph): what its layers share besides the hidden state ``h``.
+
+    Attributes
+    ----------
+    spec : ModelSpec
+    numerics : Numerics
+    state : HybridState
+    positions : (n_pos,) int64 ndarray
+    out_rows : (n_out,) int64 ndarray
+        Rows that produce logits (every row is routed: no last-layer cut, module docstring).
+    routing : Routing
+        The decode's routing record and hooks (:mod:`refsim.forward.routing`).
+    tap : Tap
+    moe : MoeBlock
+    """
+
+    spec: ModelSpec
+    numerics: Numerics
+    state: HybridState
+    positions: np.ndarray
+    out_rows: np.ndarray
+    routing: Routing
+    tap: Tap
+    moe: MoeBlock
+
+
+def layer(h: np.ndarray, L: BlockWeights, g: Graph) -> np.ndarray:
+    """One trunk block (nanoGPT's ``Block``; the body of llama.cpp's qwen35moe.cpp layer loop): the mixer
+    (gated delta net or gated attention), then the routed and shared experts, each with its residual."""
+    s, num, t, il = g.spec, g.numerics, g.tap, L.il
+    a = rms_norm(h, L.attn_norm, s.rms_eps)
+    t("attn_norm", il, a)
+    if isinstance(L.mixer, DeltaNetWeights):
+        mixed = delta_net_block(L.mixer, a, g.state.rec, il, s, num, t)
+    else:
+        mixed = gated_attention(L.mixer, a, g.state.kv, g.state.attn_index[il], g.positions, s, num, t, il)
+    h = (h + mixed).astype(np.float32)
+    t("ffn_inp", il, h)
+    f = rms_norm(h, L.ffn.post_attention_norm, s.rms_eps)
+    t("attn_post_norm", il, f)
+    logits_e, ids, w, m = route(L.ffn, f, s.n_expert_used, num, t, il)
+    ids, w = g.routing.route_layer(il, np.arange(h.shape[0]), f, logits_e, ids, w, m)
+    h = (h + experts_out(L.ffn, f, ids, w, num, t, il, g.moe)).astype(np.float32)
+    t("l_out", il, h)
+    return h
 
 
 def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: np.ndarray,
            numerics: Numerics = Numerics(), out_rows: np.ndarray | None = None,
-           tap: Tap | None = None, gate=None, probe=None, ahead=None,
-           predictor=None) -> Qwen35DecodeResult:
+           tap: Tap | None = None, hooks: LayerHooks | None = None, *,
+           moe: MoeBlock = moe_ffn) -> Qwen35DecodeResult:
     """Decode ``tokens`` at ``positions`` through the trunk, updating KV and recurrent state.
 
     Parameters
@@ -435,10 +475,12 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
         Rows that produce logits (default all). Every position is routed at every layer.
     tap : callable, optional
         ``tap(name, il, array)`` (llama.cpp ``cb`` names).
-    gate, probe, ahead, predictor : optional
-        The drop seam, the ``--predict-log`` probe, ``--route-ahead`` and ``--predict-prefetch``,
-        as in :func:`refsim.forward.qwen3moe.decode` (every position of a graph is routed here,
-        so the stale gate's row is the batch's last position).
+    hooks : LayerHooks, optional
+        The streaming knobs' hooks, as in :func:`refsim.forward.qwen3moe.decode` (every position of a
+        graph is routed here, so the stale gate's row is the batch's last position).
+    moe : callable, default :func:`refsim.forward.layers.moe_ffn`
+        The routed-experts block (:data:`MoeBlock`; the ``ggml`` pass of the target passes
+        :func:`refsim.forward.fused.moe_ffn`).
 
     Returns
     -------
@@ -453,68 +495,26 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
     s = weights.spec
     tokens, positions, rows = decode_inputs(tokens, positions, s.n_vocab, state.n, out_rows)
     n_pos = tokens.size
-    t = tap or (lambda name, il, a: None)
-    k, eps = s.n_expert_used, s.rms_eps
-    routes = np.full((n_pos, s.n_layer, k), NOT_ROUTED, dtype=np.int16)
-    rweights = np.full((n_pos, s.n_layer, k), np.nan, dtype=np.float32)
-    rmargin = np.full((n_pos, s.n_layer), np.nan, dtype=np.float32)
-    dropped = np.zeros((n_pos, s.n_layer, k), dtype=bool)
+    routing = Routing(n_pos, s.n_layer, s.n_expert_used, lambda j: weights.layers[j].ffn.ffn_gate_inp, numerics,
+                      hooks)
+    g = Graph(s, numerics, state, positions, rows, routing, tap or (lambda name, il, a: None), moe)
     state.rec.begin(n_pos)
-
-    def rank(j: int, x: np.ndarray) -> np.ndarray:
-        """Layer j's router on gate input x (1, n_embd): its top-k ids (1, k) (the probe's)."""
-        return route_topk(linear(weights.layers[j].ffn.ffn_gate_inp, x, numerics), k)[0]
-
-    def stale(j: int, x: np.ndarray):
-        """Layer j's router on gate input x (1, n_embd): ranked ids (1, k) and logits."""
-        sc = linear(weights.layers[j].ffn.ffn_gate_inp, x, numerics)
-        return route_topk(sc, k)[0], sc
-
-    ranker = ahead if ahead is not None else predictor
-    pred_routes = np.full((n_pos, s.n_layer, k), NOT_ROUTED, dtype=np.int16)
-    pred_weights = np.full((n_pos, s.n_layer, k), np.nan, dtype=np.float32)
-    last = n_pos - 1
-
     h = weights.token_embd.rows(tokens)                                       # [n_pos, n_embd]
     for L in weights.layers:
-        il = L.il
-        a = rms_norm(h, L.attn_norm, eps)
-        t("attn_norm", il, a)
-        if isinstance(L.mixer, DeltaNetWeights):
-            mixed = delta_net_block(L.mixer, a, state.rec, il, s, numerics, t)
-        else:
-            mixed = gated_attention(L.mixer, a, state.kv, state.attn_index[il], positions, s, numerics, t, il)
-        h = (h + mixed).astype(np.float32)
-        t("ffn_inp", il, h)
-        f = rms_norm(h, L.ffn.post_attention_norm, eps)
-        t("attn_post_norm", il, f)
-        commit = None
-        if ahead is not None:
-            def commit(ids, w, logits_e, il=il):
-                return _commit_ahead(ahead, il, ids, w, logits_e, pred_routes, last)
-        if ranker is not None:
-            predict_layer(ranker, il, f[-1:], stale, last, pred_routes, pred_weights, gate)
-        ffn, ids, w, m = moe_shared(L.ffn, f, k, numerics, t, il, gate, dropped[:, il], commit)
-        if probe is not None:
-            probe.layer(il, ids[-1], f[-1:], rank)
-        routes[:, il], rweights[:, il], rmargin[:, il] = ids, w, m
-        h = (h + ffn).astype(np.float32)
-        t("l_out", il, h)
+        h = layer(h, L, g)
     state.kv.advance(n_pos)
     state.rec.commit(n_pos)
-    hn = rms_norm(h, weights.output_norm, eps)                                # [n_pos, n_embd]
-    t("result_norm", -1, hn)
+    hn = rms_norm(h, weights.output_norm, s.rms_eps)                          # [n_pos, n_embd]
+    g.tap("result_norm", -1, hn)
     logits = linear(weights.output, hn[rows], numerics)                       # [n_out, n_vocab]
-    t("result_output", -1, logits)
-    return Qwen35DecodeResult(logits=logits, out_rows=rows, routes=routes, weights=rweights,
-                              margin=logit_margin(logits), route_margin=rmargin, h_nextn=hn,
-                              dropped=dropped if gate is not None else None,
-                              pred_routes=pred_routes if ranker is not None else None,
-                              pred_weights=pred_weights if ranker is not None else None)
+    g.tap("result_output", -1, logits)
+    return Qwen35DecodeResult(logits=logits, out_rows=rows, margin=logit_margin(logits), h_nextn=hn,
+                              **routing.result_fields())
 
 
 def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.ndarray, h_prev: np.ndarray,
-               numerics: Numerics = Numerics(), tap: Tap | None = None, gate=None) -> MtpResult:
+               numerics: Numerics = Numerics(), tap: Tap | None = None, gate=None, *,
+               moe: MoeBlock = moe_ffn) -> MtpResult:
     """One decode of the MTP head: row ``p`` gets token ``x_p`` and ``h_prev[p]`` = ``h_{p-1}``.
 
     Parameters
@@ -532,6 +532,9 @@ def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.
         The drop seam for the head's MoE (layer index ``n_layer``), as the trunk's: the head's
         experts are "streamed, cached and dropped like any other layer's" (engine-docs/mtp.md,
         "How it is wired"). ``routes`` / ``weights`` stay the router's; ``dropped`` marks drops.
+        The head takes no other hook.
+    moe : callable, default :func:`refsim.forward.layers.moe_ffn`
+        The routed-experts block (:data:`MoeBlock`).
 
     Returns
     -------
@@ -560,9 +563,12 @@ def mtp_decode(weights: Weights, kv: KVCache, tokens: np.ndarray, positions: np.
     a = rms_norm(c, B.attn_norm, eps)
     c = (c + gated_attention(B.mixer, a, kv, 0, positions, s, numerics, t, il)).astype(np.float32)
     f = rms_norm(c, B.ffn.post_attention_norm, eps)
+    _, ids, w, _ = route(B.ffn, f, s.n_expert_used, numerics, t, il)
     dropped = np.zeros((n_pos, s.n_expert_used), dtype=bool)
-    ffn, ids, w, _ = moe_shared(B.ffn, f, s.n_expert_used, numerics, t, il, gate, dropped)
-    c = (c + ffn).astype(np.float32)
+    use_ids, use_w = ids, w
+    if gate is not None:         # the drop seam (refsim.streaming.drop.gate_layer); the router's ids are kept
+        use_ids, use_w, dropped[:] = gate_layer(gate, il, np.arange(n_pos), ids, w)
+    c = (c + experts_out(B.ffn, f, use_ids, use_w, numerics, t, il, moe)).astype(np.float32)
     kv.advance(n_pos)
     hm = rms_norm(c, N.head_norm, eps)                                        # [n_pos, n_embd]
     logits = linear(N.head, hm, numerics)                                     # [n_pos, n_vocab]

@@ -7,7 +7,8 @@ Public API:
 - :func:`greedy_accept` — acceptance of a draft against the target's argmax.
 - :class:`SpeculativeLoop`, :func:`run_generation` -> :class:`RunResult` — the loop, emitting
   decode events into a :class:`refsim.cache.ExpertCache`.
-- :class:`Target`, :class:`TargetOutput` — what a model must provide.
+- :class:`Target`, :class:`TargetOutput` — what a model must provide; :class:`ForwardTarget` —
+  a GGUF model's reference forward pass as a Target (:mod:`refsim.spec.forward_target`).
 - :class:`NoDraft`, :class:`NgramDraft`, :class:`DraftSource` — draft sources.
 - :class:`SpecConfig`, :func:`draft_source_for` — the engine's flags and their validation.
 """
@@ -21,10 +22,10 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "run_generation": "loop", "ngram_draft": "ngram", "ngram_draft_ctx": "ngram",
     "ngram_match": "ngram", "ngram_draft_numba": "ngram_numba", "RULES": "peers",
     "earliest_draft": "peers", "llama_simple_draft": "peers", "Target": "target",
-    "TargetOutput": "target",
+    "TargetOutput": "target", "ForwardTarget": "forward_target",
 })
 __all__ = ["ngram_draft", "ngram_draft_ctx", "ngram_match", "ngram_draft_numba", "RULES",
            "earliest_draft", "llama_simple_draft", "greedy_accept", "AcceptResult",
            "SpeculativeLoop", "run_generation", "RunResult", "StepRecord", "Target",
            "TargetOutput", "Draft", "DraftSource", "NoDraft", "NgramDraft", "SpecConfig",
-           "draft_source_for"]
+           "draft_source_for", "ForwardTarget"]

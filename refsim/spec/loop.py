@@ -285,7 +285,7 @@ class SpeculativeLoop:
                gate=None) -> EventRecord | None:
         applied = getattr(self.draft_source, "applied", None)
         if gate is not None:
-            self.target.moe_gate = None
+            self.target.hooks.gate = None
             rec = gate.close(event)
         elif applied and event in applied:    # fed to the cache as it ran (the MTP head's seam)
             rec = applied.pop(event)
@@ -314,7 +314,7 @@ class SpeculativeLoop:
     def _open_gate(self, kind: DecodeKind, positions: np.ndarray):
         """The drop seam for one target graph when ``--drop-cold-experts`` is armed: the
         cache's :class:`~refsim.cache.expert_cache.LayerFeed`, handed to the target's pass
-        (``target.moe_gate``); None otherwise.
+        (``target.hooks.gate``); None otherwise.
 
         Raises
         ------
@@ -323,11 +323,12 @@ class SpeculativeLoop:
         """
         if self.cache is None or not self.cache.knobs.drop_on:
             return None
-        if not getattr(self.target, "supports_moe_gate", False):
+        hooks = self.target.hooks
+        if hooks is None:
             raise ConfigError("--drop-cold-experts: this target's forward pass has no drop seam "
                               "(refsim runs it live for qwen3moe and qwen35moe; replay a trace otherwise)")
         gate = self.cache.open_event(kind, positions, int(self.target.n_expert_used))
-        self.target.moe_gate = gate
+        hooks.gate = gate
         return gate
 
     def run(self, prompt) -> RunResult:

@@ -102,7 +102,7 @@ def top_prob(logits: np.ndarray, top_k: int = MTP_TOP_K) -> tuple[int, float]:
 
 
 class MtpTarget:
-    """A qwen35moe :class:`refsim.forward.ForwardTarget` seen with the streamed span ``n_layer + 1``.
+    """A qwen35moe :class:`refsim.spec.forward_target.ForwardTarget` seen with the streamed span ``n_layer + 1``.
 
     Routes gain the head's column (``NOT_ROUTED`` in target decodes), so the target's and the
     draft context's events share one cache. Also remembers the last decode's fed tokens and
@@ -122,9 +122,9 @@ class MtpTarget:
     """
 
     def __init__(self, model, numerics: str = "exact", n_rs_seq: int = 8):
-        from refsim.forward import ForwardTarget
         from refsim.forward import qwen35moe as Q
         from refsim.model import Model, open_model
+        from refsim.spec.forward_target import ForwardTarget
         m = model if isinstance(model, Model) else open_model(model)
         if m.spec.arch != "qwen35moe":
             raise ConfigError(f"--mtp: {m.path} is {m.spec.arch}; the MTP head exists only for qwen35moe")
@@ -146,19 +146,11 @@ class MtpTarget:
         return self.inner.results[-1]
 
     @property
-    def supports_moe_gate(self) -> bool:
-        """The trunk's pass takes the drop seam (the head's is fed by :class:`MtpDraft`)."""
-        return self.inner.supports_moe_gate
-
-    @property
-    def moe_gate(self):
-        """The drop seam of the next trunk decode (forwarded to the inner pass); its span is
-        ``n_layer + 1``, of which the trunk feeds layers ``0..n_layer-1``."""
-        return self.inner.moe_gate
-
-    @moe_gate.setter
-    def moe_gate(self, gate) -> None:
-        self.inner.moe_gate = gate
+    def hooks(self):
+        """The trunk pass's hooks (the inner target's): the drop seam of the next trunk decode, whose
+        span is ``n_layer + 1``, of which the trunk feeds layers ``0..n_layer-1`` (the head's seam is
+        fed by :class:`MtpDraft`)."""
+        return self.inner.hooks
 
     def _widen(self, out: TargetOutput) -> TargetOutput:
         n_pos, _, k = out.routes.shape
@@ -207,7 +199,6 @@ class MtpDraft:
         if not 0.0 <= p_min <= 1.0:
             raise ConfigError(f"--mtp-p-min: expected a probability in [0, 1], got {p_min}")
         self.target, self.p_min = target, float(p_min)
-        self._Q = Q
         spec = target.spec
         self.kv = Q.new_mtp_state(spec)
         self.pending_h = np.zeros(spec.n_embd, np.float32)
@@ -226,8 +217,8 @@ class MtpDraft:
         positions = np.asarray(positions, np.int64)
         gate = (None if self.cache_feed is None
                 else self.cache_feed(kind, positions, t.n_expert_used))
-        res = self._Q.mtp_decode(t.inner.weights, self.kv, tokens, positions, h_prev, t.inner.numerics,
-                                 gate=gate)
+        res = t.inner.passes.mtp_decode(t.inner.weights, self.kv, tokens, positions, h_prev, t.inner.numerics,
+                                        gate=gate)
         self.n_mtp_decodes += 1
         n_pos, k = res.routes.shape
         routes = np.full((n_pos, t.n_layer, k), NOT_ROUTED, np.int16)

@@ -2,8 +2,8 @@
 
 A target is anything that decodes token ids at absolute positions into next-token predictions
 (one per row) and, when it has routed experts, the expert ids each position routed. The
-reference forward pass (``refsim.forward``) and the scripted targets of
-:mod:`refsim.testing.targets` implement it. The loop never touches weights and never counts
+reference forward pass (:class:`refsim.spec.forward_target.ForwardTarget`) and the scripted
+targets of :mod:`refsim.testing.targets` implement it. The loop never touches weights and never counts
 bytes; it turns a target's routes into :class:`refsim.events.DecodeEvent` for the cache.
 """
 
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from refsim.streaming.hooks import LayerHooks
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,11 @@ class Target(Protocol):
         ``k``, routing slots per position.
     eos_ids : collection of int
         End-of-generation token ids (the loop stops on them and never emits them).
+    hooks : refsim.streaming.hooks.LayerHooks or None
+        What the target's pass is handed per MoE layer (the streaming knobs: the drop seam, the
+        ``--predict-log`` probe, ``--route-ahead``, ``--predict-prefetch``), or None when its pass
+        has no such seam. The loop sets ``hooks.gate`` before a graph when ``--drop-cold-experts``
+        is armed and clears it after (a target with ``hooks = None`` is refused then).
 
     Methods
     -------
@@ -115,6 +123,7 @@ class Target(Protocol):
     n_expert: int
     n_expert_used: int
     eos_ids: Collection[int]
+    hooks: LayerHooks | None
 
     def prefill(self, tokens: np.ndarray) -> TargetOutput: ...
 

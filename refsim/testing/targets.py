@@ -28,6 +28,7 @@ import numpy as np
 from refsim.errors import ConfigError
 from refsim.events import NOT_ROUTED
 from refsim.spec.target import TargetOutput
+from refsim.streaming.hooks import LayerHooks
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -163,16 +164,15 @@ class ScriptedTarget:
         self._kv: list[int] = []
         self.n_decodes = 0
         """Target decodes so far (prefill excluded)."""
-        self.moe_gate = None
-        """The drop seam for the next prefill/decode (set by the loop): each layer's scripted
-        routing goes through :func:`refsim.streaming.drop.gate_layer` (there is no computation to
-        change, so only the cache sees the drops)."""
-        self.predictor = None
-        """A :class:`refsim.streaming.stale_gate.PredictPrefetch` (``--predict-prefetch``): every decode
-        graph after the first ranks layer il+2 ahead with a scripted stale gate
-        (:meth:`_stale`), reported to the drop seam and recorded in the output."""
-
-    supports_moe_gate = True
+        self.hooks = LayerHooks()
+        """The streaming hooks (:class:`refsim.spec.target.Target`). ``hooks.gate``, the drop seam
+        for the next prefill/decode (set by the loop): each layer's scripted routing goes through
+        :func:`refsim.streaming.drop.gate_layer` (there is no computation to change, so only the
+        cache sees the drops). ``hooks.predictor``, a
+        :class:`refsim.streaming.stale_gate.PredictPrefetch` (``--predict-prefetch``): every decode
+        graph after the first ranks layer il+2 ahead with a scripted stale gate (:meth:`_stale`),
+        reported to the drop seam and recorded in the output. The probe and route-ahead are not
+        scripted (``hooks.probe`` / ``hooks.ahead`` are not read)."""
 
     @staticmethod
     def _stale(routes: np.ndarray, weights: np.ndarray, row: int, t: int, n_expert: int):
@@ -205,7 +205,8 @@ class ScriptedTarget:
 
     def _output(self, ids: np.ndarray, routes, weights, phase: int = 1) -> TargetOutput:
         dropped = pr = pw = None
-        pred = self.predictor if routes is not None else None
+        gate = self.hooks.gate
+        pred = self.hooks.predictor if routes is not None else None
         if pred is not None:
             from refsim.streaming.stale_gate import predict_layer
             pred.begin_graph(phase)
@@ -215,15 +216,15 @@ class ScriptedTarget:
 
             def stale(t, x):
                 return self._stale(routes, weights, last, t, self.n_expert)
-        if (self.moe_gate is not None or pred is not None) and routes is not None:
+        if (gate is not None or pred is not None) and routes is not None:
             from refsim.streaming.drop import gate_layer
             dropped = np.zeros(routes.shape, bool)
             for il in range(routes.shape[1]):
                 if pred is not None:
-                    predict_layer(pred, il, None, stale, last, pr, pw, self.moe_gate)
+                    predict_layer(pred, il, None, stale, last, pr, pw, gate)
                 rows = np.flatnonzero((routes[:, il] >= 0).any(axis=1))
-                if rows.size and self.moe_gate is not None:
-                    _, _, dropped[rows, il] = gate_layer(self.moe_gate, il, rows, routes[rows, il],
+                if rows.size and gate is not None:
+                    _, _, dropped[rows, il] = gate_layer(gate, il, rows, routes[rows, il],
                                                          weights[rows, il])
         extra = dict(routes=routes, weights=weights, dropped=dropped, pred_routes=pr,
                      pred_weights=pw)

@@ -7,8 +7,9 @@ import json
 import numpy as np
 
 from refsim.cli import main
-from refsim.streaming.drop import apply_drop, drop_rows, gate_layer
 from refsim.forward import qwen3moe
+from refsim.streaming.drop import apply_drop, drop_rows, gate_layer
+from refsim.streaming.hooks import LayerHooks
 
 
 def test_apply_drop_zeroes_repoints_and_renormalises():
@@ -66,14 +67,15 @@ def test_gate_layer_reports_the_routers_routing():
 def decode_with(model, gate, tokens, monkeypatch=None, seen=None):
     wts = qwen3moe.load_weights(model)
     state = qwen3moe.new_state(model.spec, 64)
+    moe = qwen3moe.moe_ffn
     if seen is not None:
         real = qwen3moe.moe_ffn
 
-        def spy(f, ids, w, *a, **kw):
+        def moe(f, ids, w, *a, **kw):          # a spy: the routing the experts run
             seen.append((np.array(ids), np.array(w)))
             return real(f, ids, w, *a, **kw)
-        monkeypatch.setattr(qwen3moe, "moe_ffn", spy)
-    return qwen3moe.decode(wts, state, np.array(tokens), np.arange(len(tokens)), gate=gate)
+    return qwen3moe.decode(wts, state, np.array(tokens), np.arange(len(tokens)), hooks=LayerHooks(gate=gate),
+                           moe=moe)
 
 
 def test_a_gate_that_drops_nothing_is_byte_identical(tiny_models):
@@ -188,7 +190,7 @@ def test_route_ahead_rejections(builtin_model_cache, capsys):
 
 
 def test_route_weights_are_the_routers_on_its_own_selection():
-    from refsim.forward.layers import route_topk, route_weights
+    from refsim.forward.routing import route_topk, route_weights
     rng = np.random.default_rng(0)
     for _ in range(20):
         logits = (rng.normal(size=(3, 16)) * 3).astype(np.float32)
@@ -203,7 +205,8 @@ def test_route_weights_are_the_routers_on_its_own_selection():
 def test_route_ahead_commits_the_stale_ranking(tiny_models):
     # decode three single tokens with RouteAhead(1): the third graph's layer 1 routes the ranking
     # of layer 1's router on layer 0's gate input, with layer 1's true weights
-    from refsim.forward.layers import Numerics, linear, route_topk, route_weights
+    from refsim.forward.layers import Numerics, linear
+    from refsim.forward.routing import route_topk, route_weights
     from refsim.streaming.route_ahead import RouteAhead
     m = tiny_models["F32"]
     wts = qwen3moe.load_weights(m)
@@ -216,7 +219,7 @@ def test_route_ahead_commits_the_stale_ranking(tiny_models):
 
     for pos, tok in enumerate([1, 5, 9]):
         ra.begin_graph(1)
-        res = qwen3moe.decode(wts, state, np.array([tok]), np.array([pos]), tap=tap, ahead=ra)
+        res = qwen3moe.decode(wts, state, np.array([tok]), np.array([pos]), tap=tap, hooks=LayerHooks(ahead=ra))
     f0 = seen[("ffn_norm", 0)]
     k = m.spec.n_expert_used
     want = route_topk(linear(wts.layers[1].ffn_gate_inp, f0, Numerics()), k)[0]
@@ -240,7 +243,8 @@ def test_predict_prefetch_ranks_layer_il_plus_2_on_layer_il_input(builtin_model_
     # three single-token decode graphs with PredictPrefetch: the first predicts nothing; the
     # third's prediction for layer 2 is layer 2's router on layer 0's gate input (ffn_norm),
     # with the softmax over its top-k; the routing itself is the router's (nothing committed)
-    from refsim.forward.layers import Numerics, linear, route_topk
+    from refsim.forward.layers import Numerics, linear
+    from refsim.forward.routing import route_topk
     from refsim.model import open_model
     from refsim.streaming.stale_gate import PredictPrefetch, stale_weights
     m = open_model(builtin_model_cache / "builtin-qwen3moe-v1.gguf")
@@ -257,7 +261,7 @@ def test_predict_prefetch_ranks_layer_il_plus_2_on_layer_il_input(builtin_model_
     for pos, tok in enumerate([1, 5, 9]):
         pp.begin_graph(1)
         out.append(qwen3moe.decode(wts, state, np.array([tok]), np.array([pos]), tap=tap,
-                                   predictor=pp))
+                                   hooks=LayerHooks(predictor=pp)))
     assert (out[0].pred_routes < 0).all()                       # the run's first decode graph
     res = out[2]
     sc = linear(wts.layers[2].ffn_gate_inp, seen[("ffn_norm", 0)], Numerics())

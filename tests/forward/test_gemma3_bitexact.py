@@ -40,7 +40,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def weights(model):
-    return gemma3.load_weights(model, numerics="llamacpp")
+    return G.load_weights(model)
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,12 +188,16 @@ def test_free_running_greedy_equals_llamacpp(weights, model):
         assert gen == run["greedy"], (run["prompt"], next(i for i in range(len(gen)) if gen[i] != run["greedy"][i]))
 
 
-def test_dispatch_through_gemma3(weights, model):
-    # gemma3.decode runs the llamacpp pass when given its weights; the first prompt row's logits
-    # equal the golden's top-5 logits to the last bit (README prompt; tests/data/gemma3_llamacpp.json)
+def test_dispatch_through_the_pass_table(weights, model):
+    # the table (arch, numerics) -> pass gives ("gemma3", "llamacpp") the llamacpp pass (gemma3.decode no
+    # longer dispatches into it); the first prompt row's logits equal the golden's top-5 logits to the last
+    # bit (README prompt; tests/data/gemma3_llamacpp.json)
+    from refsim.forward.passes import pass_for
+    p = pass_for("gemma3", "llamacpp")
+    assert p.load_weights is G.load_weights and not p.hooks
     gold = json.loads((DATA / "gemma3_llamacpp.json").read_text(encoding="utf-8"))["generate"][0]
     ids = gold["prompt_ids"]
-    res = gemma3.decode(weights, gemma3.new_state(model.spec), ids, np.arange(len(ids)), out_rows=[len(ids) - 1])
+    res = p.decode(weights, p.new_state(model.spec), ids, np.arange(len(ids)), None, out_rows=[len(ids) - 1])
     top5 = np.argsort(-res.logits[0], kind="stable")[:5]
     assert [(int(i), float(res.logits[0, i])) for i in top5] == [(i, v) for i, v in gold["top5"]]
 
@@ -206,15 +210,15 @@ def test_readme_run_free_running_with_f16_kv(weights, model):
     gold = json.loads((DATA / "gemma3_llamacpp.json").read_text(encoding="utf-8"))["france_default"]
     ids = gold["prompt_ids"]
     assert ids == [2, 818, 5279, 529, 7001, 563] and "F16 KV" in gold["settings"]
-    st = gemma3.new_state(model.spec, kv_type="f16")        # through gemma3: the public entry points
+    st = G.new_state(model.spec, kv_type="f16")             # the llamacpp pass's public entry points
     assert isinstance(st, G.LlamaKVCache) and st.kv_type == "f16"
-    res = gemma3.decode(weights, st, np.array(ids), np.arange(len(ids)), out_rows=[len(ids) - 1])
+    res = G.decode(weights, st, np.array(ids), np.arange(len(ids)), out_rows=[len(ids) - 1])
     top5 = np.argsort(-res.logits[0], kind="stable")[:5]
     assert [int(i) for i in top5] == [506, 496, 9079, 886, 3224]          # the, a, Paris, one, known
     assert [(int(i), float(res.logits[0, i])) for i in top5] == [(i, v) for i, v in gold["top5"]]
     gen = [int(res.argmax[0])]
     for i in range(19):
-        res = gemma3.decode(weights, st, np.array([gen[-1]]), np.array([len(ids) + i]))
+        res = G.decode(weights, st, np.array([gen[-1]]), np.array([len(ids) + i]))
         gen.append(int(res.argmax[0]))
     assert gen == [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207, 528, 7001, 236761,
                    1030, 563, 506, 5279] == gold["greedy"]
@@ -223,8 +227,8 @@ def test_readme_run_free_running_with_f16_kv(weights, model):
 def test_forward_target_runs_the_llamacpp_numerics(model, tiny_models):
     # the speculative loop's Target: plain greedy through ForwardTarget(numerics="llamacpp",
     # kv_type="f16") is README's run (prefill in one decode, then one token per decode)
-    from refsim.forward import ForwardTarget
     from refsim.spec import run_generation
+    from refsim.spec.forward_target import ForwardTarget
     t = ForwardTarget(model, numerics="llamacpp", kv_type="f16")
     assert t.numerics_name == "llamacpp" and isinstance(t.state, G.LlamaKVCache)
     res = run_generation(t, None, np.array([2, 818, 5279, 529, 7001, 563]), 20)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from refsim.errors import ModelFormatError
-from refsim.forward import ForwardTarget
 from refsim.model import open_model, write_synthetic
 from refsim.model.spec import ModelSpec
+from refsim.spec.forward_target import ForwardTarget
 
 
 def test_non_finite_metadata_is_refused(tiny_models):

@@ -8,9 +8,10 @@ from gguf.quants import dequantize
 from hypothesis import given, settings
 
 from refsim.errors import ConfigError, ModelFormatError
-from refsim.forward import ARCHS, ForwardTarget, Numerics, qwen35moe as Q
+from refsim.forward import ARCHS, Numerics, qwen35moe as Q
 from refsim.forward.delta_net import gated_delta_net
 from refsim.model import open_model, write_synthetic
+from refsim.spec.forward_target import ForwardTarget
 from refsim.testing.strategies import decode_splits
 
 TOKENS = [1, 5, 77, 123, 42, 299, 7, 260, 33, 150]

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from refsim.errors import ConfigError
-from refsim.forward import ForwardTarget, qwen35moe as Q
+from refsim.forward import qwen35moe as Q
 from refsim.model import open_model, write_synthetic
+from refsim.spec.forward_target import ForwardTarget
 
 
 @pytest.fixture(scope="module")

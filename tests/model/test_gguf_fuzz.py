@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from refsim.cli import main
 from refsim.errors import RefsimError
-from refsim.forward import ForwardTarget
 from refsim.model import open_model, write_synthetic
 from refsim.model.tokenizer import Tokenizer
+from refsim.spec.forward_target import ForwardTarget
 from refsim.testing.gguf_files import (INTERESTING_FLOATS, INTERESTING_INTS, RESHAPES, SCALAR_TYPES, apply,
                                        check_against_gguf_py, encode, from_file, mutation_sites, reshaped, retyped,
                                        to_bytes)

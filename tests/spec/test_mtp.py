@@ -9,10 +9,10 @@ from hypothesis import given, settings, strategies as st
 from refsim.cache import ExpertCache
 from refsim.errors import ConfigError
 from refsim.events import DecodeKind
-from refsim.forward import ForwardTarget
 from refsim.forward import qwen35moe as Q
 from refsim.model import open_model, write_synthetic
 from refsim.spec import SpecConfig, run_generation
+from refsim.spec.forward_target import ForwardTarget
 from refsim.spec.mtp import MtpDraft, MtpTarget, check_mtp_load, mtp_source_for, top_prob
 from refsim.telemetry import RunStats
 from refsim.telemetry.lines import spec_lines

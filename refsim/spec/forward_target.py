@@ -1,9 +1,12 @@
 """``ForwardTarget``: the reference forward pass behind the speculative loop's Target protocol.
 
-Implements :class:`refsim.spec.target.Target` (``prefill``/``decode``/``trim``) for any arch in
-:data:`refsim.forward.ARCHS`. The prefill asks logits on the last prompt position only, so the
-last MoE layer routes only that position (the last-layer rule; qwen3moe module docstring);
-decodes ask logits on every row (a verify decode routes all of them).
+Implements :class:`refsim.spec.target.Target` (``prefill``/``decode``/``trim``/``hooks``) for any
+arch of :data:`refsim.forward.passes.ARCH_MODULES`, running the pass the table
+:data:`refsim.forward.passes.PASSES` gives for its ``(arch, numerics)``. It lives on the ``spec``
+side because it adapts ``forward`` to ``spec``'s protocol (``spec`` imports ``forward``, never the
+reverse). The prefill asks logits on the last prompt position only, so the last MoE layer routes
+only that position (the last-layer rule; qwen3moe module docstring); decodes ask logits on every
+row (a verify decode routes all of them).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import numpy as np
 from refsim.errors import ConfigError, ModelFormatError
 from refsim.forward.gemma3 import LLAMACPP
 from refsim.forward.layers import Numerics
+from refsim.forward.passes import ARCH_MODULES, pass_for
 from refsim.forward.result import DecodeResult
 from refsim.model import Model, open_model
 from refsim.spec.target import TargetOutput
+from refsim.streaming.hooks import LayerHooks
 
 
 def eog_ids(model: Model) -> frozenset[int]:
@@ -49,12 +54,21 @@ class ForwardTarget:
         Initial KV rows (grows as needed).
     kv_type : {'f32', 'f16'}, default 'f32'
         KV cache element type; ``'f16'`` (llama.cpp's default) only with ``numerics='llamacpp'``.
+    hooks : LayerHooks, optional
+        The streaming knobs' hooks for a pass that takes them (default: an empty
+        :class:`~refsim.streaming.hooks.LayerHooks`).
 
     Attributes
     ----------
     n_layer, n_expert, n_expert_used : int
     eos_ids : frozenset of int
         ``tokenizer.ggml.eos_token_id`` when the file has one.
+    hooks : LayerHooks or None
+        What the pass is handed on every prefill/decode (:class:`refsim.spec.target.Target`): a
+        :class:`~refsim.streaming.hooks.LayerHooks` for the qwen3moe and qwen35moe passes (exact/ggml
+        numerics), None for the others (no drop seam, probe or stale gate).
+    passes : refsim.forward.passes.Pass
+        The pass running the model (its ``decode``, ``mtp_decode``, ...).
     min_margin : float
         Smallest top-1/top-2 logit margin over every logits row produced so far (``inf`` before
         the first); rows below ~1e-2 are near-ties where llama.cpp may pick another token.
@@ -66,72 +80,53 @@ class ForwardTarget:
     ModelFormatError
         Unsupported arch or a file without tensor data.
     ConfigError
-        ``numerics='llamacpp'`` on another arch than gemma3, ``kv_type='f16'`` without it, or an
-        unknown numerics / kv_type.
+        ``numerics='llamacpp'`` on another arch than gemma3, ``kv_type='f16'`` without it, an
+        unknown numerics / kv_type, or ``hooks`` for a pass that takes none.
     """
 
     def __init__(self, model: Model | str | os.PathLike, numerics: str | Numerics = "exact", capacity: int = 256,
-                 kv_type: str = "f32"):
-        from refsim.forward import ARCHS
+                 kv_type: str = "f32", hooks: LayerHooks | None = None):
         self.model = model if isinstance(model, Model) else open_model(model)
         spec = self.model.spec
-        if spec.arch not in ARCHS:
+        if spec.arch not in ARCH_MODULES:
             raise ModelFormatError(f"{self.model.path}: no forward pass for arch {spec.arch!r} "
-                                   f"(available: {', '.join(ARCHS)})")
-        self.arch = ARCHS[spec.arch]
+                                   f"(available: {', '.join(ARCH_MODULES)})")
         if numerics == LLAMACPP:
             if spec.arch != "gemma3":
                 raise ConfigError(f"--numerics {LLAMACPP}: implemented for gemma3 only "
                                   f"(refsim.forward.gemma3_llamacpp); {spec.arch} runs exact or ggml")
-            from refsim.forward import gemma3_llamacpp
             self.numerics = Numerics("exact")      # not read: the llamacpp pass has its own arithmetic
-            self.weights = gemma3_llamacpp.load_weights(self.model)
-            self.state = gemma3_llamacpp.new_state(spec, capacity, kv_type)
+            self.numerics_name = LLAMACPP
         else:
             if kv_type != "f32":
                 raise ConfigError(f"kv_type {kv_type!r}: only the {LLAMACPP} numerics (gemma3) model an "
                                   f"F16 KV cache; exact and ggml keep K and V in float32")
             self.numerics = numerics if isinstance(numerics, Numerics) else Numerics(numerics)
-            self.weights = self.arch.load_weights(self.model)
-            self.state = self.arch.new_state(spec, capacity)
-        self.numerics_name = LLAMACPP if numerics == LLAMACPP else self.numerics.mode
+            self.numerics_name = self.numerics.mode
+        self.passes = pass_for(spec.arch, self.numerics_name)
+        if hooks is not None and not self.passes.hooks:
+            raise ConfigError(f"the {spec.arch} pass with {self.numerics_name} numerics takes no streaming hooks "
+                              f"(only the qwen3moe and qwen35moe passes, exact/ggml numerics, do)")
+        self.hooks = (hooks if hooks is not None else LayerHooks()) if self.passes.hooks else None
+        self.weights = self.passes.load_weights(self.model)
+        self.state = (self.passes.new_state(spec, capacity, kv_type) if self.numerics_name == LLAMACPP
+                      else self.passes.new_state(spec, capacity))
         self.n_layer = spec.n_layer
         self.n_expert = spec.n_expert
         self.n_expert_used = spec.n_expert_used
         self.eos_ids = eog_ids(self.model)
         self.min_margin = float("inf")
         self.results: list[DecodeResult] = []
-        self.moe_gate = None
-        """The drop seam for the next prefill/decode (set by the loop; see supports_moe_gate)."""
-        self.route_ahead = None
-        """A :class:`refsim.streaming.route_ahead.RouteAhead` for ``--route-ahead N`` (qwen3moe, qwen35moe)."""
-        self.predictor = None
-        """A :class:`refsim.streaming.stale_gate.PredictPrefetch` for ``--predict-prefetch`` (qwen3moe,
-        qwen35moe): the pass records the stale-gate prediction of every decode graph."""
-        self.predict_probe = None
-        """A :class:`refsim.streaming.predict.PredictProbe` fed by every graph (``--predict-log``;
-        qwen3moe, like the drop seam)."""
-
-    @property
-    def supports_moe_gate(self) -> bool:
-        """Whether this pass takes the ``--drop-cold-experts`` seam and the ``--predict-log``
-        probe (the qwen3moe and qwen35moe trunks, exact/ggml numerics)."""
-        return self.model.spec.arch in ("qwen3moe", "qwen35moe") and self.numerics_name != LLAMACPP
 
     def _run(self, tokens, positions, out_rows=None, phase: int = 1) -> DecodeResult:
-        gate = {} if self.moe_gate is None else {"gate": self.moe_gate}
-        if self.predict_probe is not None:
-            self.predict_probe.begin_graph(phase)
-            gate["probe"] = self.predict_probe
-        if self.route_ahead is not None:
-            self.route_ahead.begin_graph(phase)
-            gate["ahead"] = self.route_ahead
-        if self.predictor is not None:
-            self.predictor.begin_graph(phase)
-            gate["predictor"] = self.predictor
+        hooks = self.hooks
+        kw = {}
+        if hooks is not None:
+            hooks.begin_graph(phase)
+            kw["hooks"] = hooks
         with np.errstate(invalid="ignore", over="ignore"):   # NaN/inf from the file: refused just below, in one line
-            res = self.arch.decode(self.weights, self.state, tokens, positions, self.numerics,
-                                   out_rows=out_rows, **gate)
+            res = self.passes.decode(self.weights, self.state, tokens, positions, self.numerics,
+                                     out_rows=out_rows, **kw)
         bad = ~np.isfinite(res.logits)
         if bad.any():
             row, col = (int(v[0]) for v in np.nonzero(bad))
