@@ -418,7 +418,9 @@ class Graph:
     state : HybridState
     positions : (n_pos,) int64 ndarray
     out_rows : (n_out,) int64 ndarray
-        Rows that produce logits (every row is routed: no last-layer cut, module docstring).
+        Rows that produce logits.
+    rows : (n_pos,) int64 ndarray
+        Rows every layer routes: all of them (no last-layer cut, module docstring).
     routing : Routing
         The decode's routing record and hooks (:mod:`refsim.forward.routing`).
     tap : Tap
@@ -430,6 +432,7 @@ class Graph:
     state: HybridState
     positions: np.ndarray
     out_rows: np.ndarray
+    rows: np.ndarray
     routing: Routing
     tap: Tap
     moe: MoeBlock
@@ -450,7 +453,7 @@ def layer(h: np.ndarray, L: BlockWeights, g: Graph) -> np.ndarray:
     f = rms_norm(h, L.ffn.post_attention_norm, s.rms_eps)
     t("attn_post_norm", il, f)
     logits_e, ids, w, m = route(L.ffn, f, s.n_expert_used, num, t, il)
-    ids, w = g.routing.route_layer(il, np.arange(h.shape[0]), f, logits_e, ids, w, m)
+    ids, w = g.routing.route_layer(il, g.rows, f, logits_e, ids, w, m)
     h = (h + experts_out(L.ffn, f, ids, w, num, t, il, g.moe)).astype(np.float32)
     t("l_out", il, h)
     return h
@@ -497,7 +500,8 @@ def decode(weights: Weights, state: HybridState, tokens: np.ndarray, positions: 
     n_pos = tokens.size
     routing = Routing(n_pos, s.n_layer, s.n_expert_used, lambda j: weights.layers[j].ffn.ffn_gate_inp, numerics,
                       hooks)
-    g = Graph(s, numerics, state, positions, rows, routing, tap or (lambda name, il, a: None), moe)
+    g = Graph(s, numerics, state, positions, rows, np.arange(n_pos), routing, tap or (lambda name, il, a: None),
+              moe)
     state.rec.begin(n_pos)
     h = weights.token_embd.rows(tokens)                                       # [n_pos, n_embd]
     for L in weights.layers:

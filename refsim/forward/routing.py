@@ -276,9 +276,10 @@ class Routing:
             if self.ranker is not None:
                 predict_layer(self.ranker, il, f[-1:], self.stale, row, self.pred_routes, self.pred_weights,
                               self.gate)
-        self.routes[rows, il] = ids
-        self.weights[rows, il] = w
-        self.margin[rows, il] = m
+        at = slice(None) if rows.size == self.margin.shape[0] else rows   # every row: a slice (a cheaper write)
+        self.routes[at, il] = ids
+        self.weights[at, il] = w
+        self.margin[at, il] = m
         if hooks is not None:
             if hooks.probe is not None:
                 hooks.probe.layer(il, ids[-1], f[-1:], self.rank)
