@@ -97,6 +97,24 @@ def _prune(base: str, keep: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+SPINCOUNT = "30000"
+"""``GOMP_SPINCOUNT`` :func:`configure_openmp` sets: how many times an idle OpenMP worker spins before it sleeps
+(a few hundred microseconds on this project's 2-core VM; libgomp's own default is 300000)."""
+
+
+def configure_openmp(environ=os.environ) -> None:
+    """OpenMP defaults for Numba's parallel kernels, unless the caller chose: ``OMP_WAIT_POLICY=PASSIVE`` (idle
+    workers sleep) and, when neither variable is set, ``GOMP_SPINCOUNT=`` :data:`SPINCOUNT` (they spin that long
+    first). libgomp reads them when Numba first starts its thread pool, so this must run before that
+    (``refsim/kernels/__init__.py`` calls it first). Why these values (a worker spinning for milliseconds takes
+    the core the main thread needs on a shared 2-core machine; one that sleeps at once costs ~100 us to wake
+    for the next of a decode's ~40 parallel regions): docs/forward.md, "OpenMP workers between parallel
+    regions"."""
+    if "OMP_WAIT_POLICY" not in environ and "GOMP_SPINCOUNT" not in environ:
+        environ["GOMP_SPINCOUNT"] = SPINCOUNT
+    environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def configure(root: str = _PACKAGE) -> str | None:
     """Set ``NUMBA_CACHE_DIR`` to the folder of the source tree ``root`` (default: refsim's package)
     unless the caller set it (see the module docstring); returns the folder in use by this rule, or None
