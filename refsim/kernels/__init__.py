@@ -22,7 +22,6 @@ jitcache.configure()
 import numpy as np
 
 from refsim.errors import ConfigError
-from refsim.kernels import floats, iq4, iq_grid, k_quants, legacy, mxfp4, ternary  # noqa: F401  (registers the types)
 from refsim.kernels.loops import dequantize_rows_kernel, matmul_kernel
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel, kernel_for
