@@ -50,6 +50,9 @@ EXACT_ROWS4 = {KERNELS[t].qtype.name.lower(): (t, int(EXACT4_BLOCK[t]), KERNELS[
 """Kind -> (ggml type id, elements, bytes) per block step, for the types the registry marks ``exact4``
 (:data:`refsim.kernels.registry.EXACT4_TYPES`; the elements are
 :data:`~refsim.kernels.registry.EXACT4_BLOCK`'s, F32 steps of 32 floats); :func:`_decode` decodes a block of each."""
+DECODED = ("f32", "q4_0", "q5_0", "q8_0", "mxfp4", "q4_k", "q5_k", "q6_k")
+"""The kinds :func:`_decode` decodes in registers: the types this module can walk (the registry's ``exact4`` marks
+which it does; tests/kernels/test_registry_paths.py checks they are the same)."""
 EXACT_QTYPES = tuple(v[0] for v in EXACT_ROWS4.values())
 """The ggml type ids :func:`exact_rows4` handles."""
 
@@ -125,7 +128,7 @@ def _decode(builder, kind, pa, pt, off):
             out.append(builder.fsub(w, builder.shuffle_vector(mj, mj, pick)))
         return out
     if kind != "q6_k":
-        raise NotImplementedError(f"simd_exact: no block decode for {kind}")
+        raise NotImplementedError(f"simd_exact: no block decode for {kind} (decoded: {DECODED})")
     d = _half_f32(builder, pa, pt, builder.add(off, _c(off, 208)))
     scb = _vload(builder, pa, builder.add(off, _c(off, 192)), 16)                   # 16 int8 scales
     ds = builder.fmul(_splat(builder, d, _F, 16), builder.sitofp(scb, ir.VectorType(_F, 16)))   # float32 d * sc_g
@@ -237,4 +240,4 @@ def _ov_exact_rows4(qtype, a, r, nb, x, table):
     return lambda qtype, a, r, nb, x, table: _exact_rows4(qtype, a, r, nb, x, table)
 
 
-__all__ = ["EXACT_QTYPES", "EXACT_ROWS4", "exact_rows4", "exact_rows4_python"]
+__all__ = ["DECODED", "EXACT_QTYPES", "EXACT_ROWS4", "exact_rows4", "exact_rows4_python"]

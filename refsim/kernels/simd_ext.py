@@ -47,7 +47,7 @@ from refsim.kernels.simd import _I8, _I32, _splat
 
 ROWS4_EXT_QTYPE = {KERNELS[t].qtype.name.lower(): t for t in ROWS4_EXT_TYPES}
 """Kind (``"q4_1"`` ...) -> ggml type id: the further types the registry marks ``rows4``
-(:data:`refsim.kernels.registry.ROWS4_EXT_TYPES`); :func:`_block_term` has a block term for each."""
+(:data:`refsim.kernels.registry.ROWS4_EXT_TYPES`); :data:`BLOCK_TERMS` has a block term for each."""
 ROWS4_EXT = {kind: (KERNELS[t].block_size, KERNELS[t].type_size) for kind, t in ROWS4_EXT_QTYPE.items()}
 """Kind -> (elements, bytes) per block (the registry's)."""
 
@@ -334,22 +334,19 @@ def _term_tq(builder, blk, kind):
     return _scaled(builder, blk, 64 if kind == "tq2_0" else 52, isum)
 
 
-def _block_term(kind):
-    def term(builder, blk):
-        if kind in ("q4_1", "q5_1"):
-            return _term_q45_1(builder, blk, kind)
-        if kind == "iq4_nl":
-            return _term_iq4_nl(builder, blk)
-        if kind == "iq4_xs":
-            return _term_iq4_xs(builder, blk)
-        if kind == "q2_k":
-            return _term_q2_k(builder, blk)
-        if kind == "q3_k":
-            return _term_q3_k(builder, blk)
-        if kind in ("tq1_0", "tq2_0"):
-            return _term_tq(builder, blk, kind)
-        raise NotImplementedError(f"simd_ext: no four-row block term for {kind}")
-    return term
+BLOCK_TERMS = {
+    "q4_1": lambda builder, blk: _term_q45_1(builder, blk, "q4_1"),
+    "q5_1": lambda builder, blk: _term_q45_1(builder, blk, "q5_1"),
+    "iq4_nl": _term_iq4_nl,
+    "iq4_xs": _term_iq4_xs,
+    "q2_k": _term_q2_k,
+    "q3_k": _term_q3_k,
+    "tq1_0": lambda builder, blk: _term_tq(builder, blk, "tq1_0"),
+    "tq2_0": lambda builder, blk: _term_tq(builder, blk, "tq2_0"),
+}
+"""Kind -> the block term this module writes for it (``term(builder, Block) -> <4 x double>``): the types it can
+walk. The registry's ``rows4`` marks which it does walk (tests/kernels/test_registry_paths.py checks they are
+the same)."""
 
 
 def _check_args(kind, a, xq, xd, xs, table):
@@ -383,7 +380,7 @@ _KIND = {v: k for k, v in ROWS4_EXT_QTYPE.items()}
 def _ext_rows4(typingctx, qtype, a, r, nb, xq, xd, xs, table):
     _check_args("ext", a, xq, xd, xs, table)
     ret = types.UniTuple(types.float64, 4)
-    cases = {q: _rows4_codegen(*ROWS4_EXT[k], _block_term(k)) for q, k in _KIND.items()}
+    cases = {q: _rows4_codegen(*ROWS4_EXT[k], BLOCK_TERMS[k]) for q, k in _KIND.items()}
     return ret(types.intp, a, types.intp, types.intp, xq, xd, xs, table), _switch_codegen(cases, ret)
 
 
@@ -392,4 +389,4 @@ def _ov_ext_rows4(qtype, a, r, nb, xq, xd, xs, table):
     return lambda qtype, a, r, nb, xq, xd, xs, table: _ext_rows4(qtype, a, r, nb, xq, xd, xs, table)
 
 
-__all__ = ["ROWS4_EXT", "ROWS4_EXT_QTYPE", "ext_rows4", "ext_rows4_python"]
+__all__ = ["BLOCK_TERMS", "ROWS4_EXT", "ROWS4_EXT_QTYPE", "ext_rows4", "ext_rows4_python"]
