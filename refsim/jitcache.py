@@ -19,7 +19,8 @@ and an unchanged text (a checkout back and forth included) reuses its compiled c
 (A file whose time alone changed is recompiled by Numba's own check, in the same folder.)
 Child processes inherit the variable, and so the same folder. ``$REFSIM_CACHE`` (models) is not
 used, because tests point it at temporary folders. When the caller set ``NUMBA_CACHE_DIR``, or
-the folder cannot be created, nothing is changed (Numba's own rule applies, stale callees included).
+the folder cannot be created, nothing is changed (Numba's own rule applies, stale callees included, and
+the per-type int tables of ``refsim/kernels/registry.py`` that kernels in other files freeze).
 The folders are shared by every refsim tree on the machine; only the :data:`KEEP` newest are kept:
 making a new one removes older ones idle for :data:`IDLE_S` seconds.
 """

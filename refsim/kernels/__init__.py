@@ -6,6 +6,13 @@ IQ4_XS, TQ1_0, TQ2_0, MXFP4. Dequantization is bit-exact against
 ``gguf.quants.dequantize``. Entry points take the raw rows (e.g. one expert's slice from
 ``Model.expert_raw``), never a whole tensor unless you pass one.
 
+Every per-type fact is the registry's (:mod:`refsim.kernels.registry`). The modules are layered, each
+importing only from those before it: :mod:`~refsim.kernels.simd` (block-dot primitives) and the dequantization
+families -> :mod:`~refsim.kernels.registry` -> one row at a time (:mod:`~refsim.kernels.loops`,
+:mod:`~refsim.kernels.qdot`, :mod:`~refsim.kernels.qdot_ext`) -> four rows at a time
+(:mod:`~refsim.kernels.rows4`, :mod:`~refsim.kernels.simd_ext`, :mod:`~refsim.kernels.simd_exact`) ->
+:mod:`~refsim.kernels.ggml_matmul` (the ``ggml`` numerics mode's products) and this module.
+
 The Numba loops themselves (:mod:`refsim.kernels.loops`) take arrays and ints only; set
 ``NUMBA_DISABLE_JIT=1`` to run them as plain Python.
 """
