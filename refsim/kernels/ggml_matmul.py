@@ -223,9 +223,11 @@ PARALLEL_MIN_ELEMENTS = 1 << 20
 threads; smaller ones run on one thread. Results are identical either way."""
 
 
-def _kernel(qtype) -> QuantKernel:
-    """The registry's facts of ``qtype``, a type of :data:`QDOT_ALL`."""
-    return KERNELS[Q(int(qtype))]
+_BY_ID: dict[int, QuantKernel] = {k.kind: k for k in KERNELS.values() if k.kind in QDOT_ALL}
+"""The registry's facts of each type of :data:`QDOT_ALL`, keyed by its id (an int or a
+``GGMLQuantizationType`` finds it: equal ints hash alike), read once per product."""
+_ACT_BLOCK: dict[int, int] = {kind: k.act_block for kind, k in _BY_ID.items()}
+_EXT = frozenset(EXT_TYPES)
 
 
 def act_block(qtype: int) -> int:
@@ -237,13 +239,14 @@ def act_block(qtype: int) -> int:
     ConfigError
         ``qtype`` is not in :data:`QDOT_ALL`.
     """
-    if qtype in QDOT_ALL:
-        return _kernel(qtype).act_block
-    raise ConfigError(f"qdot: ggml type {qtype} has no integer product (supported ids: {QDOT_ALL})")
+    block = _ACT_BLOCK.get(qtype)
+    if block is None:
+        raise ConfigError(f"qdot: ggml type {qtype} has no integer product (supported ids: {QDOT_ALL})")
+    return block
 
 
 def _check_rows(raw: np.ndarray, qtype: int, n_cols: int, ndim: int) -> np.ndarray:
-    k = _kernel(qtype)
+    k = _BY_ID[qtype]
     block, size = k.block_size, k.type_size
     if n_cols <= 0 or n_cols % block:
         raise ConfigError(f"qdot: n_cols {n_cols} is not a positive multiple of ggml type {qtype}'s block {block}")
@@ -258,7 +261,7 @@ def _check_rows(raw: np.ndarray, qtype: int, n_cols: int, ndim: int) -> np.ndarr
 def _q8_1_sums(acts: QActs, qtype: int) -> np.ndarray:
     """The ``s`` array :mod:`refsim.kernels.qdot_ext` reads: Q8_1's block sums for the types whose
     ``vec_dot_type`` is Q8_1 (Q4_1/Q5_1; ConfigError if ``acts`` lacks them), else a placeholder it never reads."""
-    if _kernel(qtype).vec_dot_type == Q.Q8_1:
+    if _BY_ID[qtype].vec_dot_type == Q.Q8_1:
         if acts.s is None or acts.s.shape != acts.bsum.shape:
             raise ConfigError(f"qdot: ggml type {qtype} multiplies Q8_1 activations; these have no block sums "
                               "(make them with quantize_acts(x, 32))")
@@ -296,7 +299,7 @@ def qdot_matmul(raw: np.ndarray, qtype: int, n_cols: int, acts: QActs) -> np.nda
         raise ConfigError(f"qdot: activations {acts.q.shape} in blocks of {acts.block}; need n_cols {n_cols} "
                           f"in blocks of {block}")
     out = np.empty((acts.q.shape[0], raw.shape[0]), dtype=np.float32)
-    if acts.q.shape[0] and qtype in EXT_TYPES:
+    if acts.q.shape[0] and qtype in _EXT:
         big = acts.q.shape[0] * raw.shape[0] * n_cols >= PARALLEL_MIN_ELEMENTS
         kernel = ext_kernel_parallel if big else ext_kernel
         kernel(int(qtype), raw, n_cols, acts.q, acts.d, _q8_1_sums(acts, qtype), F16_TO_F32, out)
@@ -340,7 +343,7 @@ def qdot_pairs(raw3: np.ndarray, qtype: int, n_cols: int, ids: np.ndarray, acts:
     if ids.size and (ids.min() < 0 or ids.max() >= raw3.shape[0]):
         raise ConfigError(f"qdot: expert ids must be in 0..{raw3.shape[0] - 1}, got {ids.min()}..{ids.max()}")
     out = np.empty((ids.size, raw3.shape[1]), dtype=np.float32)
-    if ids.size and qtype in EXT_TYPES:
+    if ids.size and qtype in _EXT:
         big = ids.size * raw3.shape[1] * n_cols >= PARALLEL_MIN_ELEMENTS
         kernel = ext_pairs_kernel_parallel if big else ext_pairs_kernel
         kernel(int(qtype), raw3, n_cols, ids, acts.q, acts.d, _q8_1_sums(acts, qtype), F16_TO_F32, out)
