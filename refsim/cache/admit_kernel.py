@@ -19,8 +19,8 @@ import numpy as np
 
 from refsim.cache.policy_kernel import OUT_EVICT, OUT_HITS, OUT_READ, OUT_RESIDENT
 
-from refsim.cache.linked import (NONE, _head, _oldest_free, _push_head, _tail,  # noqa: F401
-                                 _unlink, new_batch_marks, new_lists)
+from refsim.cache.linked import (NONE, head, oldest_free, push_head, tail,  # noqa: F401
+                                 unlink, new_batch_marks, new_lists)
 
 
 @njit(cache=True, inline="always")
@@ -30,14 +30,14 @@ def _s3fifo_evict(b, touched, L, lbytes, freq, key_bytes,
     S, M, G = 0, 1, 2
     use_main = lbytes[M] > m_max or lbytes[S] == 0
     if not use_main:
-        k = _oldest_free(L, S, touched, b)
+        k = oldest_free(L, S, touched, b)
         while k != NONE:
             nxt = L[k, 2]
             size = key_bytes[k // n_expert]
-            _unlink(L, k)
+            unlink(L, k)
             lbytes[S] -= size
             if freq[k] >= threshold:
-                _push_head(L, M, k)
+                push_head(L, M, k)
                 lbytes[M] += size
                 freq[k] = 0
                 k = nxt
@@ -46,28 +46,28 @@ def _s3fifo_evict(b, touched, L, lbytes, freq, key_bytes,
                 continue
             if g_max > 0 and size <= g_max:            # into the ghost FIFO
                 while lbytes[G] + size > g_max:
-                    g = _tail(L, G)
-                    _unlink(L, g)
+                    g = tail(L, G)
+                    unlink(L, g)
                     lbytes[G] -= key_bytes[g // n_expert]
-                _push_head(L, G, k)
+                push_head(L, G, k)
                 lbytes[G] += size
             return k
-    k = _oldest_free(L, M, touched, b)
+    k = oldest_free(L, M, touched, b)
     while k != NONE:
         nxt = L[k, 2]
         if freq[k] >= 1:
             f = freq[k]
-            _unlink(L, k)
-            _push_head(L, M, k)
+            unlink(L, k)
+            push_head(L, M, k)
             freq[k] = (f if f < 3 else 3) - 1
             if nxt == NONE:                            # a full round: again from the tail
-                k = _oldest_free(L, M, touched, b)
+                k = oldest_free(L, M, touched, b)
             else:
                 k = nxt
                 while k != NONE and touched[k] == b:
                     k = L[k, 2]
             continue
-        _unlink(L, k)
+        unlink(L, k)
         lbytes[M] -= key_bytes[k // n_expert]
         return k
     return NONE
@@ -106,7 +106,7 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
             else:
                 out[OUT_READ + kd] += eb
                 if g_max > 0 and L[key, 0] == 2:
-                    _unlink(L, key)
+                    unlink(L, key)
                     lbytes[2] -= eb
                     from_ghost[key] = True
                 pending[n_p] = key
@@ -133,7 +133,7 @@ def s3fifo_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_exper
                 lst = M
             else:
                 lst = S
-            _push_head(L, lst, key)
+            push_head(L, lst, key)
             lbytes[lst] += eb
             freq[key] = 0
             resident[key] = True
@@ -188,16 +188,16 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
                 key = NONE
                 need = 0                               # the after-batch rule
             while occ + need > budget:
-                k = _oldest_free(L, 0, touched, b)
+                k = oldest_free(L, 0, touched, b)
                 victim = NONE
                 while k != NONE:
                     nxt = L[k, 2]
                     if freq[k] >= 1:
                         freq[k] -= 1
-                        _unlink(L, k)
-                        _push_head(L, 0, k)
+                        unlink(L, k)
+                        push_head(L, 0, k)
                         if nxt == NONE:                # a full round: again from the tail
-                            k = _oldest_free(L, 0, touched, b)
+                            k = oldest_free(L, 0, touched, b)
                         else:
                             k = nxt
                             while k != NONE and touched[k] == b:
@@ -207,11 +207,11 @@ def fifo_clock_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_e
                     break
                 if victim == NONE:
                     break
-                _unlink(L, victim)
+                unlink(L, victim)
                 occ -= key_bytes[victim // n_expert]
                 out[OUT_EVICT] += 1
             if key != NONE:
-                _push_head(L, 0, key)
+                push_head(L, 0, key)
                 freq[key] = init
                 occ += eb
     out[OUT_RESIDENT] = occ
@@ -223,14 +223,14 @@ def _arc_evict_list(one, b, touched, L, lbytes, key_bytes,
     """Evict the oldest untouched key of T1 (``one``) or T2 into B1/B2 (lists 0..3 = T1, T2,
     B1, B2); NONE if that list has none."""
     lst = 0 if one else 1
-    k = _oldest_free(L, lst, touched, b)
+    k = oldest_free(L, lst, touched, b)
     if k == NONE:
         return NONE
     size = key_bytes[k // n_expert]
-    _unlink(L, k)
+    unlink(L, k)
     lbytes[lst] -= size
     if ghost:
-        _push_head(L, lst + 2, k)
+        push_head(L, lst + 2, k)
         lbytes[lst + 2] += size
     return k
 
@@ -256,8 +256,8 @@ def _arc_evict(cur, p, incoming, budget, b, touched, L, lbytes,
                             key_bytes, n_expert)
     if lbytes[0] + lbytes[2] + incoming > budget:
         if lbytes[2] > 0:
-            g = _tail(L, 2)
-            _unlink(L, g)
+            g = tail(L, 2)
+            unlink(L, g)
             lbytes[2] -= key_bytes[g // n_expert]
             return _arc_replace(cur, p, b, touched, L, lbytes,
                                 key_bytes, n_expert)
@@ -268,8 +268,8 @@ def _arc_evict(cur, p, incoming, budget, b, touched, L, lbytes,
         return _arc_replace(cur, p, b, touched, L, lbytes,
                             key_bytes, n_expert)
     if lbytes[0] + lbytes[1] + lbytes[2] + lbytes[3] >= 2 * budget and lbytes[3] > 0:
-        g = _tail(L, 3)
-        _unlink(L, g)
+        g = tail(L, 3)
+        unlink(L, g)
         lbytes[3] -= key_bytes[g // n_expert]
     return _arc_replace(cur, p, b, touched, L, lbytes,
                         key_bytes, n_expert)
@@ -299,8 +299,8 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
             w = L[key, 0]
             if w == 0 or w == 1:
                 out[OUT_HITS + kd] += 1
-                _unlink(L, key)
-                _push_head(L, 1, key)
+                unlink(L, key)
+                push_head(L, 1, key)
                 if w == 0:
                     lbytes[0] -= eb
                     lbytes[1] += eb
@@ -312,7 +312,7 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                     delta = 1.0
                 p = min(p + delta, fbudget)
                 lbytes[2] -= eb
-                _unlink(L, key)
+                unlink(L, key)
                 ghost_of[key] = 1
             elif w == 3:
                 delta = lbytes[2] / lbytes[3]
@@ -320,7 +320,7 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                     delta = 1.0
                 p = max(p - delta, 0.0)
                 lbytes[3] -= eb
-                _unlink(L, key)
+                unlink(L, key)
                 ghost_of[key] = 2
             pending[n_p] = key
             n_p += 1
@@ -344,7 +344,7 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
                 out[OUT_EVICT] += 1
             if key != NONE:
                 lst = 1 if cur != 0 else 0
-                _push_head(L, lst, key)
+                push_head(L, lst, key)
                 lbytes[lst] += eb
                 occ += eb
     out[OUT_RESIDENT] = occ
@@ -354,9 +354,9 @@ def arc_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert, 
 def _slru_evict(b, touched, L, lbytes, key_bytes, n_expert, n_seg):
     for i in range(n_seg):
         if lbytes[i] > 0:
-            k = _oldest_free(L, i, touched, b)
+            k = oldest_free(L, i, touched, b)
             if k != NONE:
-                _unlink(L, k)
+                unlink(L, k)
                 lbytes[i] -= key_bytes[k // n_expert]
                 return k
     return NONE
@@ -390,12 +390,12 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 continue
             out[OUT_HITS + kd] += 1
             if w == n_seg - 1:
-                _unlink(L, key)
-                _push_head(L, w, key)
+                unlink(L, key)
+                push_head(L, w, key)
                 continue
-            _unlink(L, key)
+            unlink(L, key)
             lbytes[w] -= eb
-            _push_head(L, w + 1, key)
+            push_head(L, w + 1, key)
             lbytes[w + 1] += eb
             # cool from segment w + 1 down, depth first (SLRU_cool); out of segment 0 = evict
             top = w + 1
@@ -412,11 +412,11 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                             occ -= key_bytes[v // n_expert]
                             out[OUT_EVICT] += 1
                         continue
-                    k = _tail(L, level)
+                    k = tail(L, level)
                     sz = key_bytes[k // n_expert]
-                    _unlink(L, k)
+                    unlink(L, k)
                     lbytes[level] -= sz
-                    _push_head(L, level - 1, k)
+                    push_head(L, level - 1, k)
                     lbytes[level - 1] += sz
                     level -= 1
                     continue
@@ -445,7 +445,7 @@ def slru_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                     if lbytes[s] + eb <= seg_max:
                         nth = s
                         break
-                _push_head(L, nth, key)
+                push_head(L, nth, key)
                 lbytes[nth] += eb
                 occ += eb
     out[OUT_RESIDENT] = occ
@@ -480,12 +480,12 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
             if w == AIN or w == AM:
                 out[OUT_HITS + kd] += 1
                 if w == AM:
-                    _unlink(L, key)
-                    _push_head(L, AM, key)
+                    unlink(L, key)
+                    push_head(L, AM, key)
                 continue
             out[OUT_READ + kd] += eb
             if w == AOUT:
-                _unlink(L, key)
+                unlink(L, key)
                 lbytes[AOUT] -= eb
                 from_ghost[key] = True
             pending[n_p] = key
@@ -505,18 +505,18 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                     if attempt == 0 and lbytes[AIN] <= ain_max:
                         continue
                     lst = AM if attempt == 1 else AIN
-                    k = _oldest_free(L, lst, touched, b)
+                    k = oldest_free(L, lst, touched, b)
                     if k == NONE:
                         continue
                     sz = key_bytes[k // n_expert]
-                    _unlink(L, k)
+                    unlink(L, k)
                     lbytes[lst] -= sz
                     if lst == AIN and sz <= aout_max:     # into the ghost FIFO
                         while lbytes[AOUT] + sz > aout_max:
-                            g = _tail(L, AOUT)
-                            _unlink(L, g)
+                            g = tail(L, AOUT)
+                            unlink(L, g)
                             lbytes[AOUT] -= key_bytes[g // n_expert]
-                        _push_head(L, AOUT, k)
+                        push_head(L, AOUT, k)
                         lbytes[AOUT] += sz
                     v = k
                     break
@@ -531,17 +531,17 @@ def twoq_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 if eb > am_max:
                     continue
                 while lbytes[AM] + eb > am_max:
-                    k = _oldest_free(L, AM, touched, b)
+                    k = oldest_free(L, AM, touched, b)
                     if k == NONE:
                         break
-                    _unlink(L, k)
+                    unlink(L, k)
                     lbytes[AM] -= key_bytes[k // n_expert]
                     occ -= key_bytes[k // n_expert]
                     out[OUT_EVICT] += 1
-                _push_head(L, AM, key)
+                push_head(L, AM, key)
                 lbytes[AM] += eb
             else:
-                _push_head(L, AIN, key)
+                push_head(L, AIN, key)
                 lbytes[AIN] += eb
             occ += eb
     out[OUT_RESIDENT] = occ
@@ -552,11 +552,11 @@ def _lirs_prune(st, LS, LH, key_bytes, n_expert):
     """Remove HIR keys from the bottom of S (a non-resident one is forgotten); returns the
     bytes removed from S."""
     removed = 0
-    while _tail(LS, 0) != NONE and st[_tail(LS, 0)] != 0:
-        k = _tail(LS, 0)
+    while tail(LS, 0) != NONE and st[tail(LS, 0)] != 0:
+        k = tail(LS, 0)
         if st[k] == 2:
-            _unlink(LH, k)
-        _unlink(LS, k)
+            unlink(LH, k)
+        unlink(LS, k)
         st[k] = NONE
         removed += key_bytes[k // n_expert]
     return removed
@@ -599,40 +599,40 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 continue
             out[OUT_HITS + kd] += 1
             if st[key] == LIR:
-                _unlink(LS, key)
-                _push_head(LS, 0, key)
+                unlink(LS, key)
+                push_head(LS, 0, key)
                 promote = False
             elif st[key] == HIR:
-                _unlink(LQ, key)
+                unlink(LQ, key)
                 hir_bytes -= eb
-                _unlink(LS, key)
-                _push_head(LS, 0, key)
+                unlink(LS, key)
+                push_head(LS, 0, key)
                 st[key] = LIR
                 lir_bytes += eb
                 promote = True
             else:                                    # resident HIR not in S
                 st[key] = HIR
-                _push_head(LS, 0, key)
+                push_head(LS, 0, key)
                 s_bytes += eb
-                _unlink(LQ, key)
-                _push_head(LQ, 0, key)
+                unlink(LQ, key)
+                push_head(LQ, 0, key)
                 promote = False
-                while s_bytes > s_max and _tail(LH, 0) != NONE:      # limit the stack
-                    k = _tail(LH, 0)
-                    _unlink(LH, k)
-                    _unlink(LS, k)
+                while s_bytes > s_max and tail(LH, 0) != NONE:      # limit the stack
+                    k = tail(LH, 0)
+                    unlink(LH, k)
+                    unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= key_bytes[k // n_expert]
             if promote:
                 while lir_bytes > lir_max:                     # demote the bottom LIR
                     s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
-                    k = _tail(LS, 0)
+                    k = tail(LS, 0)
                     sz = key_bytes[k // n_expert]
-                    _unlink(LS, k)
+                    unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= sz
                     lir_bytes -= sz
-                    _push_head(LQ, 0, k)
+                    push_head(LQ, 0, k)
                     hir_bytes += sz
                     s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
             elif st[key] == LIR:
@@ -648,22 +648,22 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
                 key = NONE
                 need = 0
             while occ + need > budget:
-                k = _oldest_free(LQ, 0, touched, b)
+                k = oldest_free(LQ, 0, touched, b)
                 if k != NONE:
                     sz = key_bytes[k // n_expert]
-                    _unlink(LQ, k)
+                    unlink(LQ, k)
                     hir_bytes -= sz
                     if st[k] != NONE:
                         st[k] = NONRES
-                        _push_head(LH, 0, k)
+                        push_head(LH, 0, k)
                 else:                                # only protected in Q: an untouched LIR
-                    k = _tail(LS, 0)
+                    k = tail(LS, 0)
                     while k != NONE and not (st[k] == LIR and touched[k] != b):
                         k = LS[k, 2]
                     if k == NONE:
                         break
                     sz = key_bytes[k // n_expert]
-                    _unlink(LS, k)
+                    unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= sz
                     lir_bytes -= sz
@@ -673,37 +673,37 @@ def lirs_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expert,
             if key == NONE:
                 continue
             if st[key] == NONRES:
-                _unlink(LH, key)
-                _unlink(LS, key)
-                _push_head(LS, 0, key)
+                unlink(LH, key)
+                unlink(LS, key)
+                push_head(LS, 0, key)
                 st[key] = LIR
                 lir_bytes += eb
                 while lir_bytes > lir_max:
                     s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
-                    k = _tail(LS, 0)
+                    k = tail(LS, 0)
                     sz = key_bytes[k // n_expert]
-                    _unlink(LS, k)
+                    unlink(LS, k)
                     st[k] = NONE
                     s_bytes -= sz
                     lir_bytes -= sz
-                    _push_head(LQ, 0, k)
+                    push_head(LQ, 0, k)
                     hir_bytes += sz
                     s_bytes -= _lirs_prune(st, LS, LH, key_bytes, n_expert)
             elif lir_bytes + eb <= lir_max:
                 st[key] = LIR
-                _push_head(LS, 0, key)
+                push_head(LS, 0, key)
                 s_bytes += eb
                 lir_bytes += eb
             else:
                 st[key] = HIR
-                _push_head(LS, 0, key)
+                push_head(LS, 0, key)
                 s_bytes += eb
-                _push_head(LQ, 0, key)
+                push_head(LQ, 0, key)
                 hir_bytes += eb
-            while s_bytes > s_max and _tail(LH, 0) != NONE:
-                k = _tail(LH, 0)
-                _unlink(LH, k)
-                _unlink(LS, k)
+            while s_bytes > s_max and tail(LH, 0) != NONE:
+                k = tail(LH, 0)
+                unlink(LH, k)
+                unlink(LS, k)
                 st[k] = NONE
                 s_bytes -= key_bytes[k // n_expert]
             occ += eb
@@ -732,9 +732,9 @@ def _main_evict(b, touched, L, lbytes, key_bytes, n_expert):
     untouched key, removed; NONE if none."""
     for s in range(1, 3):
         if lbytes[s] > 0:
-            k = _oldest_free(L, s, touched, b)
+            k = oldest_free(L, s, touched, b)
             if k != NONE:
-                _unlink(L, k)
+                unlink(L, k)
                 lbytes[s] -= key_bytes[k // n_expert]
                 return k
     return NONE
@@ -774,24 +774,24 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
                 continue
             out[OUT_HITS + kd] += 1
             if w == W:
-                _unlink(L, key)
-                _push_head(L, W, key)
+                unlink(L, key)
+                push_head(L, W, key)
                 continue
             if w == 2:                                   # top segment of main
-                _unlink(L, key)
-                _push_head(L, 2, key)
+                unlink(L, key)
+                push_head(L, 2, key)
             else:                                        # promote, cool 2 -> 1 -> evict
-                _unlink(L, key)
+                unlink(L, key)
                 lbytes[1] -= eb
-                _push_head(L, 2, key)
+                push_head(L, 2, key)
                 lbytes[2] += eb
                 stuck = False
                 while lbytes[2] > seg_max[2]:
-                    k = _tail(L, 2)
+                    k = tail(L, 2)
                     sz = key_bytes[k // n_expert]
-                    _unlink(L, k)
+                    unlink(L, k)
                     lbytes[2] -= sz
-                    _push_head(L, 1, k)
+                    push_head(L, 1, k)
                     lbytes[1] += sz
                     while lbytes[1] > seg_max[1] and not stuck:
                         v = _main_evict(b, touched, L, lbytes,
@@ -819,24 +819,24 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
             while occ + need > budget:
                 v = NONE
                 while True:                              # one WTinyLFU_evict
-                    wk = _oldest_free(L, W, touched, b)
+                    wk = oldest_free(L, W, touched, b)
                     if wk == NONE:
                         v = _main_evict(b, touched, L, lbytes,
                                         key_bytes, n_expert)
                         break
                     sz = key_bytes[wk // n_expert]
-                    _unlink(L, wk)
+                    unlink(L, wk)
                     lbytes[W] -= sz
                     if lbytes[1] + lbytes[2] + sz <= m_cap:
                         nth = 1 if lbytes[1] + sz <= seg_max[1] else (
                             2 if lbytes[2] + sz <= seg_max[2] else 1)
-                        _push_head(L, nth, wk)
+                        push_head(L, nth, wk)
                         lbytes[nth] += sz
                         _cbf_add(bf, slots, wk)
                         continue
                     mk = NONE
                     for s in range(1, 3):
-                        mk = _oldest_free(L, s, touched, b)
+                        mk = oldest_free(L, s, touched, b)
                         if mk != NONE:
                             break
                     if mk != NONE and _cbf_estimate(bf, slots, wk) > _cbf_estimate(bf, slots, mk):
@@ -844,7 +844,7 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
                                         key_bytes, n_expert)
                         nth = 1 if lbytes[1] + sz <= seg_max[1] else (
                             2 if lbytes[2] + sz <= seg_max[2] else 1)
-                        _push_head(L, nth, wk)
+                        push_head(L, nth, wk)
                         lbytes[nth] += sz
                         _cbf_add(bf, slots, wk)
                         break
@@ -856,7 +856,7 @@ def tinylfu_kernel(keys, batch_start, batch_layer, batch_kind, key_bytes, n_expe
                 occ -= key_bytes[v // n_expert]
                 out[OUT_EVICT] += 1
             if key != NONE:
-                _push_head(L, W, key)
+                push_head(L, W, key)
                 lbytes[W] += eb
                 _cbf_add(bf, slots, key)
                 occ += eb

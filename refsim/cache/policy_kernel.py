@@ -28,7 +28,7 @@ from __future__ import annotations
 from refsim.jit import njit
 import numpy as np
 
-from refsim.cache.linked import _push_head, _tail, _unlink, new_lists
+from refsim.cache.linked import push_head, tail, unlink, new_lists
 from refsim.events import N_KINDS
 
 KIND_LRU, KIND_LFU, KIND_BELADY, KIND_RANDOM = 0, 1, 2, 3
@@ -502,7 +502,7 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
         for i in range(batch_start[b], batch_start[b + 1]):
             key = keys[i]
             if resident[key]:                        # out of its count list
-                _unlink(L, key)
+                unlink(L, key)
             if touched[key] != b:
                 touched[key] = b
                 out[kd] += 1
@@ -514,21 +514,21 @@ def lfu_kernel(keys, batch_start, batch_layer, batch_kind, expert_bytes, n_exper
                     res_bytes += eb
                     out[OUT_READ + kd] += eb
             c = count[key]                           # to the head of its count list
-            _push_head(L, c, key)
+            push_head(L, c, key)
             if c < minc:
                 minc = c
         c = minc
         while res_bytes > budget_bytes and c < max_c:
-            k = _tail(L, c)
+            k = tail(L, c)
             while k != -1 and touched[k] == b:
                 k = L[k, 2]
             if k == -1:
                 c += 1
                 continue
-            _unlink(L, k)
+            unlink(L, k)
             resident[k] = False
             res_bytes -= expert_bytes[k // n_expert]
             out[OUT_EVICT] += 1
-        while minc < max_c and _tail(L, minc) == -1:
+        while minc < max_c and tail(L, minc) == -1:
             minc += 1
     out[OUT_RESIDENT] = res_bytes
