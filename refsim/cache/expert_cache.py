@@ -320,7 +320,8 @@ class ExpertCache:
 
     def _set_state(self, st: "_lru.LruState") -> None:
         """Keep the kernels' :class:`~refsim.cache.lru.LruState` (the LRU order, residency,
-        queues), and its fields as a plain tuple (:func:`~refsim.cache.lru.lru_apply_event_tuples`)."""
+        queues), and its fields as a plain tuple
+        (:func:`~refsim.cache.lru.lru_apply_event_tuples`)."""
         self._lru = st
         self._lru_fields = tuple(st)
 
@@ -381,9 +382,10 @@ class ExpertCache:
 
     def _run(self, ctx, l0: int, l1: int, classify: bool) -> None:
         kn = self.knobs
-        self._gen = lru_apply_event_tuples(tuple(ctx.arrays), self._lru_fields, l0, l1, self._gen,
-                                    kn.drop_threshold(ctx.arrays.routes.shape[2]), classify, kn.drop_on,
-                                    kn.prefetch, ctx.ahead, kn.spec_max)
+        self._gen = lru_apply_event_tuples(
+            tuple(ctx.arrays), self._lru_fields, l0, l1, self._gen,
+            kn.drop_threshold(ctx.arrays.routes.shape[2]), classify, kn.drop_on, kn.prefetch,
+            ctx.ahead, kn.spec_max)
 
     def _finish(self, ctx) -> EventRecord:
         if self.knobs.traced or ctx.armed:           # this graph showed its weight chain

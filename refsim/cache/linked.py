@@ -39,13 +39,6 @@ def tail(L, lst):
     return L[L.shape[0] - 1 - lst, 1]
 
 
-@njit(cache=True)
-def new_batch_marks(n_keys, n_occ):
-    """``touched`` (the batch index that last looked a key up, -1 = none: compared with the
-    current batch, so it is never cleared) and ``pending`` (room for a batch's misses), int32."""
-    return np.full(n_keys, -1, np.int32), np.empty(max(1, n_occ), np.int32)
-
-
 @njit(cache=True, inline="always")
 def push_head(L, lst, key):
     """Link ``key`` (in no list) in as the newest of list ``lst``."""
