@@ -34,7 +34,8 @@ class Clock(AdmitPolicy, name="clock"):
         self.max_freq = (1 << self.bits) - 1
 
     def fast_replay(self, batches, budget_bytes, out):
-        """Numba fast path (:func:`fifo_clock_kernel`, no counter bits)."""
+        """Numba fast path (:func:`~refsim.cache.policies.fifo.fifo_clock_kernel` with counters
+        up to ``2**bits - 1``)."""
         bt, budget = batches, budget_bytes
         fifo_clock_kernel(bt.keys, bt.batch_start, bt.batch_layer, bt.batch_kind,
                           bt.expert_bytes, bt.n_expert, budget, (1 << self.bits) - 1,
