@@ -139,7 +139,7 @@ def print_text(trace, report: ReplayReport) -> None:
 def run_policy(args, trace, policy, budget: int) -> int:
     """``--policy`` other than the engine's lru: replay the layer batches under ``policy``."""
     from refsim.cache.batches import BatchTrace
-    from refsim.cache.policy import replay_policy
+    from refsim.cache.replay import replay_policy
 
     h = trace.header
     bt = BatchTrace.from_block(trace.block, h.expert_bytes, h.n_expert)
@@ -183,7 +183,7 @@ def stream_replay(args, budget: int):
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
     if args.policy != "lru":        # the registry (every policy's module) only when another is named
-        from refsim.cache.policy import parse_policy_list
+        from refsim.cache.policies import parse_policy_list
         policies = parse_policy_list(args.policy)
         if len(policies) != 1:
             raise UsageError(value_message("--policy", "one policy (refsim sweep takes several)",

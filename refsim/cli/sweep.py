@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cache.policy import parse_policy_list
+from refsim.cache.policies import parse_policy_list
 from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args, report_stream,
                                warn_below_token_cycle)
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,

@@ -3,7 +3,7 @@
 ``sweep_budgets`` answers "what would this trace have read at budget B under policy P" for a
 list of budgets and policies. The ``lru`` column comes from the one-pass exact curve
 (:func:`refsim.cache.mrc.lru_curve`); every other policy is one replay per budget on its Numba
-fast path (:func:`refsim.cache.policy.replay_policy`). The CSV matches the engine's
+fast path (:func:`refsim.cache.replay.replay_policy`). The CSV matches the engine's
 ``route-replay.py --csv`` (bmoe-engine.md §5): columns ``budget_mib,policy,hit_pct_cum,
 hit_pct_decode,read_mib`` formatted ``%s,%s,%.3f,%.3f,%.1f``, where ``read_mib`` includes
 prefill reads (CacheSummary.read_mib) and the budget is printed as given (:func:`format_budget`;
@@ -25,7 +25,8 @@ from refsim import MIB, progress
 from refsim.cache.batches import BatchTrace
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.cache.mrc import lru_curve
-from refsim.cache.policy import POLICIES, get_policy, replay_policy
+from refsim.cache.policies import POLICIES, get_policy
+from refsim.cache.replay import replay_policy
 from refsim.cache.summary import CacheSummary, KnobSummary
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
@@ -182,8 +183,8 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
         ``--cache-mb`` does (``ExpertCache.mib_to_bytes``). A repeated value is dropped (the
         first occurrence keeps its place), so every row is a distinct point.
     policies : sequence of str or Policy
-        Registered policy names (:data:`refsim.cache.policy.POLICIES`, default parameters) or
-        instances (:func:`refsim.cache.policy.parse_policy_list`); a row's ``policy`` is the
+        Registered policy names (:data:`refsim.cache.policies.POLICIES`, default parameters) or
+        instances (:func:`refsim.cache.policies.parse_policy_list`); a row's ``policy`` is the
         instance's ``label`` (``name`` or ``name:key=value,...``); repeated labels are dropped
         the same way.
     t_bytes : int
@@ -343,8 +344,6 @@ def format_table(result: SweepResult, tok_s: list | None = None) -> list[str]:
 
 def known_policies() -> list[str]:
     """Registered policy names in registration order."""
-    import refsim.cache.policies  # noqa: F401
-
     return list(POLICIES)
 
 
