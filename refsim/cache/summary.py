@@ -23,14 +23,16 @@ from refsim import MIB
 from refsim.cache.expert_cache import TARGET_DECODE_KINDS, CacheStats
 from refsim.events import DecodeKind
 from refsim.fmt import budget_mib, num, pct, ratio
+from refsim.frames import Table
 
 
 @dataclass(frozen=True)
-class CacheSummary:
+class CacheSummary(Table):
     """Headline counters of a run or replay (units in the names; MiB = 2**20 bytes).
 
     ``hit_pct_cum``, ``hit_pct_decode`` and ``mib_per_token`` are ``None`` when their
-    denominator (lookups, decode lookups, tokens) is 0."""
+    denominator (lookups, decode lookups, tokens) is 0. As a table (:meth:`to_pandas`): one row,
+    a column per field (docs/notebook.md)."""
 
     budget_bytes: int
     lookups: int
@@ -81,6 +83,11 @@ class CacheSummary:
     def as_dict(self) -> dict:
         """Plain dict (full precision) for JSON output (an undefined rate is ``None``: ``null``)."""
         return asdict(self)
+
+    def to_columns(self) -> dict:
+        """One row: a column per field, in order (an undefined rate is NaN)."""
+        from refsim.frames import dataclass_columns
+        return dataclass_columns([self], CacheSummary)
 
 
 def below_token_cycle_warning(cmd: str, budgets_bytes, t_bytes: int) -> str | None:
