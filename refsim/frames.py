@@ -85,10 +85,11 @@ def texts(values) -> np.ndarray:
 
 
 def _kind(annotation: str) -> str:
-    """How a dataclass field's annotation (a string: ``int``, ``float | None``, ``bool``, ``str``,
-    ``DecodeKind``) is held in a column: ``bool``, ``float``, ``int`` or ``text``. An ``int | None``
+    """How a dataclass field's annotation (a type or its text: ``int``, ``float | None``, ``bool``,
+    ``str``, ``DecodeKind``) is held in a column: ``bool``, ``float``, ``int`` or ``text``. An ``int | None``
     field is ``float`` (None = NaN)."""
-    parts = {p.strip() for p in str(annotation).split("|")}
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    parts = {p.strip() for p in text.split("|")}
     if "bool" in parts:
         return "bool"
     if "float" in parts or ("int" in parts and "None" in parts):

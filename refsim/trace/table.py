@@ -21,6 +21,11 @@ _PHASE = np.array([k.phase for k in sorted(DecodeKind, key=int)], dtype=np.int8)
 """Trace ``phase`` of each :class:`DecodeKind` value (index = the kind's value)."""
 
 
+def _event_of_position(block) -> np.ndarray:
+    """(P,) int64: the event each position of ``block`` belongs to."""
+    return np.repeat(np.arange(block.n_events), np.diff(block.event_start))
+
+
 def file_order(block) -> np.ndarray:
     """Flat indices into ``block.routes.ravel()`` in the order a route trace lists them: event by
     event, and within an event layer-major, then position, then slot.
@@ -37,7 +42,7 @@ def file_order(block) -> np.ndarray:
     """
     P, L, k = block.routes.shape
     n_pos = np.diff(block.event_start)                              # (n_events,)
-    event = np.repeat(np.arange(block.n_events), n_pos)             # (P,) event of each position
+    event = _event_of_position(block)                               # (P,)
     start = block.event_start[:-1][event]                           # (P,) its first position
     width = n_pos[event]                                            # (P,) its positions
     # cell (p, l, s) of event e sits at start_e*L*k + (l*n_pos_e + (p - start_e))*k + s in file order
@@ -64,18 +69,19 @@ def trace_columns(trace) -> dict:
     dict of str -> (n_rows,) ndarray
     """
     b = trace.block
-    P, L, k = b.routes.shape
+    _, L, k = b.routes.shape
     residency, charged, _ = trace.recorded
     order = file_order(b)
     flat = order[b.routes.ravel()[order] >= 0]                     # the routed cells, file order
-    pos = flat // (L * k)
-    event = np.searchsorted(b.event_start, pos, side="right") - 1
+    cell, slot = np.divmod(flat, k)
+    pos, layer = np.divmod(cell, L)
+    event = _event_of_position(b)[pos]
     cols = {
         "turn": b.turn[event].astype(np.int64),
         "phase": _PHASE[b.kind[event]],
         "step": b.positions[pos].astype(np.int64),
-        "layer": ((flat // k) % L).astype(np.int16),
-        "slot": (flat % k).astype(np.int16),
+        "layer": layer.astype(np.int16),
+        "slot": slot.astype(np.int16),
         "expert": b.routes.ravel()[flat].astype(np.int16),
         "weight": b.weights.ravel()[flat].astype(np.float32),
         "residency": residency.ravel()[flat].astype(np.int8),
