@@ -49,8 +49,11 @@ DEFAULT_PROMPT = "Hello world, this is a streaming test."
 
 
 def _text(value) -> str:
-    """A value as the command line would have spelled it (for a refusal quoting it)."""
-    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+    """A value as the command line would have spelled it: a number as ``str`` writes it, a
+    sequence (token ids) comma-separated, text as it is."""
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        return str(value)
+    return ",".join(str(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,9 @@ class RunConfig:
     prompt : str or None
         ``--prompt TEXT``: encoded with the file's vocabulary; with neither this nor
         ``prompt_tokens``, :data:`DEFAULT_PROMPT`.
-    prompt_tokens : sequence of int or None
+    prompt_tokens : sequence of int, str or None
         ``--prompt-tokens IDS``: token ids, each 0..2147483647 (and < the model's ``n_vocab``,
-        checked by :func:`simulate`); stored as a tuple.
+        checked by :func:`simulate`), or their text (``"1,5,77"``); stored as a tuple of int.
     n_predict : int
         ``-n``: tokens to generate, >= 1 (prompt + n_predict must fit ``n_ctx_train``).
     numerics : {'exact', 'ggml', 'llamacpp'}
@@ -94,6 +97,9 @@ class RunConfig:
         ``--device`` and its options: predicted s/token and tok/s, and predicted times in the
         metrics CSV.
 
+    Numbers are read as the flag reads its text (``n_predict``, ``ubatch``: int; ``cache_mb``:
+    float), so a NumPy integer is taken and stored as an int.
+
     Raises
     ------
     UsageError
@@ -119,30 +125,34 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         from refsim import validators as v
+        for name, cls in (("spec", SpecConfig), ("knobs", StreamKnobs), ("device", DeviceOptions)):
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(f"RunConfig.{name}: expected a {cls.__name__}, got "
+                                  f"{type(getattr(self, name)).__name__}")
         for name in ("model", "route_trace", "csv"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, os.fspath(value))
         if self.prompt is not None and self.prompt_tokens is not None:
             raise UsageError("argument --prompt-tokens: not allowed with argument --prompt")
+
+        def checked(name: str, flag: str, validator, value):
+            """The value as the flag's validator reads its text (an int, a float, a list)."""
+            object.__setattr__(self, name, v.check_value(flag, _text(value), validator))
+
         if self.prompt_tokens is not None:
-            ids = tuple(self.prompt_tokens) if not isinstance(self.prompt_tokens, str) else self.prompt_tokens
-            v.check_value("--prompt-tokens", _text(ids), v.token_ids)
-            if not all(isinstance(t, int) for t in ids):       # 1.0 spells as a token id
-                raise UsageError(f"argument --prompt-tokens: expected token ids like 1,5,77, each "
-                                 f"an integer in 0..{v.TOKEN_ID_MAX}, got {_text(ids)!r}")
-            object.__setattr__(self, "prompt_tokens", tuple(int(t) for t in ids))
-        v.check_value("-n/--n-predict", _text(self.n_predict), v.positive_int)
+            checked("prompt_tokens", "--prompt-tokens", v.token_ids, self.prompt_tokens)
+            object.__setattr__(self, "prompt_tokens", tuple(self.prompt_tokens))
+        checked("n_predict", "-n/--n-predict", v.positive_int, self.n_predict)
         v.check_choice("--numerics", self.numerics, NUMERICS)
         if self.cache_mb is not None:
-            v.check_value("--cache-mb", _text(self.cache_mb), v.cache_mib)
-        v.check_value("--ubatch", _text(self.ubatch), v.nonneg_int)
-        v.check_value("--io-threads", _text(self.device.io_threads), v.positive_int)
-        v.check_value("--position-cost", _text(self.device.position_cost), v.nonneg_float)
-        for name, cls in (("spec", SpecConfig), ("knobs", StreamKnobs), ("device", DeviceOptions)):
-            if not isinstance(getattr(self, name), cls):
-                raise ConfigError(f"RunConfig.{name}: expected a {cls.__name__}, got "
-                                  f"{type(getattr(self, name)).__name__}")
+            checked("cache_mb", "--cache-mb", v.cache_mib, self.cache_mb)
+        checked("ubatch", "--ubatch", v.nonneg_int, self.ubatch)
+        d = self.device
+        device = dataclasses.replace(
+            d, io_threads=v.check_value("--io-threads", _text(d.io_threads), v.positive_int),
+            position_cost=v.check_value("--position-cost", _text(d.position_cost), v.nonneg_float))
+        object.__setattr__(self, "device", device)
         if self.knobs.traced != (self.route_trace is not None):
             object.__setattr__(self, "knobs",
                                dataclasses.replace(self.knobs, traced=self.route_trace is not None))

@@ -86,6 +86,17 @@ def test_config_values_are_normalised():
     assert c.knobs.traced and c.knobs.drop_frac == 0.5          # a trace is recorded: traced
     assert not RunConfig(knobs=StreamKnobs(traced=True)).knobs.traced
     assert RunConfig().builtin and hash(RunConfig()) == hash(RunConfig())   # frozen, a value
+    # numbers are read as the flags read their text: NumPy values, ids as text
+    n = RunConfig(prompt_tokens=np.array([1, 5, 77], np.int32), n_predict=np.int64(4), cache_mb=2,
+                  device=DeviceOptions(io_threads=np.int64(3)))
+    assert n.prompt_tokens == (1, 5, 77) and type(n.prompt_tokens[0]) is int
+    assert type(n.n_predict) is int and n.cache_mb == 2.0 and type(n.device.io_threads) is int
+    assert RunConfig(prompt_tokens="1,5 77").prompt_tokens == (1, 5, 77)
+    for bad in ([1.0], [], [True], [2**31]):
+        with pytest.raises(UsageError, match="^argument --prompt-tokens: expected token ids"):
+            RunConfig(prompt_tokens=bad)
+    with pytest.raises(ConfigError, match="^RunConfig.spec: expected a SpecConfig, got str$"):
+        RunConfig(spec="ngram")
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunConfig().n_predict = 3
 
