@@ -19,10 +19,12 @@ DEFAULT_WINDOWS = tuple(range(1, 9))
 
 
 def _trace(trace, purpose: str):
-    """A :class:`~refsim.trace.RouteTrace` from a path or a trace already read; with rows."""
+    """A :class:`~refsim.trace.RouteTrace` from a path or a trace already read; a file must have
+    rows (as the command requires: nothing to ``purpose`` otherwise)."""
     from refsim.trace import RouteTrace, read_trace
     t = trace if isinstance(trace, RouteTrace) else read_trace(trace)
-    t.require_rows(purpose)
+    if t.path:                           # read from a file (a trace built in memory has no path)
+        t.require_rows(purpose)
     return t
 
 
@@ -152,11 +154,23 @@ def union(trace, windows=DEFAULT_WINDOWS, cache_mb: float | None = None, *, knob
 
 
 def _runs(runs, trim: int):
-    """RunData of ``runs``: RunData as given, else each a path (``RUN.csv[@key=value,...]``)."""
+    """RunData of ``runs``: RunData as given, or paths (``RUN.csv[@key=value,...]``) read with
+    ``trim`` (:func:`refsim.timing.runs.load_runs`), not a mix.
+
+    Raises
+    ------
+    ConfigError
+        RunData and paths mixed.
+    """
+    from refsim.errors import ConfigError
     from refsim.timing import RunData, load_runs
     runs = list(runs)
-    if all(isinstance(r, RunData) for r in runs):
+    given = [isinstance(r, RunData) for r in runs]
+    if all(given):
         return runs
+    if any(given):
+        raise ConfigError("runs: RunData and paths mixed; expected all RunData or all paths "
+                          "(RUN.csv[@key=value,...])")
     return load_runs([os.fspath(r) for r in runs], trim)[0]
 
 
@@ -167,7 +181,8 @@ def fit_device(runs, *, trim: int = 50, name: str = "", jackknife: bool = True):
     ----------
     runs : sequence of str, path-like or RunData
         The engine's per-token metrics CSVs of one device (``RUN.csv``, or
-        ``RUN.csv@model=NAME,io_threads=N`` for a legacy file), at least 2.
+        ``RUN.csv@model=NAME,io_threads=N`` for a legacy file), at least 2; or their
+        :class:`~refsim.timing.RunData` (then ``trim`` is theirs).
     trim : int
         Warm-up tokens left out of every run (default 50).
     name : str

@@ -179,3 +179,25 @@ def test_a_notebook_device_fit_is_timing_fit(tmp_path, capsys):
     assert main(["timing", "predict", str(tmp_path / "d.json"), *runs, "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)["runs"]
     assert [p.as_dict() for p in refsim.predict_time(tmp_path / "d.json", runs)] == cli
+
+
+def test_the_face_takes_a_trace_built_in_memory_and_refuses_an_empty_file(tmp_path):
+    from refsim.errors import TraceFormatError
+    from refsim.trace import RouteTrace
+    t = refsim.read_trace(DEMO)
+    built = RouteTrace(t.header, t.events, t.residency, t.charged_bytes, t.line_numbers)
+    assert refsim.replay(built, 256).summary == refsim.replay(t, 256).summary
+    assert refsim.sweep(built, [128], ["lru"]).rows == refsim.sweep(t, [128], ["lru"]).rows
+    empty = tmp_path / "e.route.csv"
+    empty.write_text("".join(DEMO.read_text().splitlines(keepends=True)[:11]))   # preamble only
+    with pytest.raises(TraceFormatError, match=r"e\.route\.csv:12: the trace has a preamble but "
+                                               r"no rows \(nothing to sweep\)"):
+        refsim.sweep(empty, [128])
+
+
+def test_device_runs_are_all_paths_or_all_rundata():
+    from refsim.errors import ConfigError
+    from refsim.timing import RunData
+    fake = RunData("r", "m", 1, False, True, *(np.zeros(3),) * 5, trim=0)
+    with pytest.raises(ConfigError, match="^runs: RunData and paths mixed"):
+        refsim.fit_device([fake, "x.csv"])
