@@ -18,12 +18,11 @@ from refsim.fmt import budget_mib, num, pct_text
 from refsim.jit import reference_if_small
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
                                n_target_decodes, tokens_per_decode)
-from refsim.studies.replay import ReplayReport, replay_trace, replay_turns
+from refsim.studies.replay import DECODE_COLUMNS, ReplayReport, replay_trace, replay_turns
 from refsim.telemetry.lines import knob_lines
 from refsim.trace import iter_trace_turns, read_trace
 
-CSV_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
-               "resident_bytes")
+CSV_COLUMNS = DECODE_COLUMNS
 
 
 def add_parser(sub) -> None:
@@ -214,10 +213,6 @@ def run(args) -> int:
             trace = read_trace(args.trace)
             trace.require_rows("replay")
             knobs = knobs_from_args(args, trace.header.n_expert_used)
-            if knobs.predict_prefetch and not trace.has_pred_columns:
-                raise ConfigError(f"{args.trace}: --predict-prefetch needs the stale-gate prediction, "
-                                  f"and the trace has no pred_expert/pred_weight columns (record one "
-                                  f"with refsim run --predict-prefetch --route-trace)")
             report = replay_trace(trace, budget, knobs=knobs)
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
     if args.csv is not None and not args.stream:

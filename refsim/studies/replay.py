@@ -11,7 +11,14 @@ from refsim.cache.knobs import StreamKnobs
 from refsim.cache.summary import KnobSummary
 from refsim.errors import ConfigError
 from refsim.events import confirmed_tokens
+from refsim.frames import Table
 from refsim.trace import RouteTrace
+
+DECODE_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
+                  "resident_bytes")
+"""The per-decode table of a replay (``refsim replay --csv``; :meth:`ReplayReport.to_columns`):
+the event's index, its kind (``prefill``, ``plain``, ``verify``), first position, positions, unique
+(layer, expert) lookups and hits, flash bytes read, resident bytes after it."""
 
 
 @dataclass(frozen=True)
@@ -28,8 +35,11 @@ class Disagreement:
 
 
 @dataclass
-class ReplayReport:
+class ReplayReport(Table):
     """Result of :func:`replay_trace`.
+
+    As a table (:meth:`to_pandas`): one row per event, the columns of ``refsim replay --csv``
+    (:data:`DECODE_COLUMNS`); the counters are :attr:`summary` (``summary.to_pandas()``: one row).
 
     Attributes
     ----------
@@ -63,6 +73,21 @@ class ReplayReport:
     @records.setter
     def records(self, value) -> None:
         self.parts = [list(value)]
+
+    def to_columns(self) -> dict:
+        """One row per event (:data:`DECODE_COLUMNS`), the values ``refsim replay --csv`` writes."""
+        recs = self.records
+        n = len(recs)
+
+        def ints(get):
+            return np.fromiter((get(r) for r in recs), np.int64, count=n)
+        from refsim.frames import texts
+        return {"event": np.arange(n, dtype=np.int64),
+                "kind": texts([r.kind.name.lower() for r in recs]),
+                "step": ints(lambda r: r.first_position), "n_pos": ints(lambda r: r.n_pos),
+                "lookups": ints(lambda r: r.lookups), "hits": ints(lambda r: r.hits),
+                "read_bytes": ints(lambda r: r.read_bytes),
+                "resident_bytes": ints(lambda r: r.resident_bytes)}
 
 
 def require_weights(trace: RouteTrace, knobs: StreamKnobs | None) -> None:
@@ -113,8 +138,13 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
     Raises
     ------
     ConfigError
-        If the budget is not positive, or dropping needs weights the trace lacks.
+        If the budget is not positive, dropping needs weights the trace lacks, or
+        ``--predict-prefetch`` needs the prediction columns the trace lacks.
     """
+    if knobs is not None and knobs.predict_prefetch and not trace.has_pred_columns:
+        raise ConfigError(f"{trace.path}: --predict-prefetch needs the stale-gate prediction, "
+                          f"and the trace has no pred_expert/pred_weight columns (record one "
+                          f"with refsim run --predict-prefetch --route-trace)")
     return replay_turns(trace.header, [trace], budget_bytes, max_disagreements, knobs=knobs)
 
 

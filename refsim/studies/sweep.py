@@ -31,6 +31,7 @@ from refsim.cache.summary import CacheSummary, KnobSummary
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import csv_num, num
+from refsim.frames import Table
 
 CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
 """The engine's replay-curve columns (route-replay.py ``--csv``)."""
@@ -153,8 +154,15 @@ class SweepRow:
 
 
 @dataclass(frozen=True)
-class SweepResult:
-    """Rows budget-major, then policy in the requested order; ``t_bytes`` = one token cycle."""
+class SweepResult(Table):
+    """Rows budget-major, then policy in the requested order; ``t_bytes`` = one token cycle.
+
+    As a table (:meth:`to_pandas`, :meth:`to_columns`): one row per (budget, policy) point, in
+    this order: ``budget_mib`` (as given), ``policy`` (its label), every
+    :class:`~refsim.cache.CacheSummary` field (``hit_pct_cum``, ``hit_pct_decode``, ``read_mib``,
+    ``mib_per_token``, ... ; ``resident_bytes``, ``evictions``, ``rereads`` are -1 where the
+    replay does not track them: the one-pass ``lru`` curve), ``over_budget``, and with a knob on
+    every :class:`~refsim.cache.summary.KnobSummary` field (docs/notebook.md)."""
 
     rows: list[SweepRow]
     policies: list[str]
@@ -162,6 +170,20 @@ class SweepResult:
     t_bytes: int
     n_batch: int
     tokens: int
+
+    def to_columns(self) -> dict:
+        """The points as columns (class docstring); values exactly the rows' (the CSV rounds them)."""
+        import numpy as np
+
+        from refsim.frames import dataclass_columns, texts
+        rows = self.rows
+        cols = {"budget_mib": np.array([r.budget_mib for r in rows], np.float64).reshape(len(rows)),
+                "policy": texts([r.policy for r in rows]),
+                **dataclass_columns([r.summary for r in rows], CacheSummary),
+                "over_budget": np.array([r.over_budget for r in rows], bool).reshape(len(rows))}
+        if rows and all(r.knobs is not None for r in rows):
+            cols.update(dataclass_columns([r.knobs for r in rows], KnobSummary))
+        return cols
 
     def row(self, budget_mib: float, policy: str) -> SweepRow:
         """The row of one point (KeyError if absent)."""
@@ -347,7 +369,16 @@ def known_policies() -> list[str]:
     return list(POLICIES)
 
 
+def default_policies(knobs=None) -> list[str]:
+    """The policies a sweep runs when none is named: every registered one, or ``lru`` alone with a
+    streaming knob on (the engine implements the knobs for its LRU only)."""
+    if knobs is not None and knobs.any_on:
+        return ["lru"]
+    return known_policies()
+
+
 __all__ = ["sweep_budgets", "sweep_knobs", "check_knob_policies", "sweep_csv_rows", "SweepResult", "SweepRow", "parse_budgets_mib",
            "write_sweep_csv", "SWEEP_CSV_COLUMNS",
            "format_budget",
-           "format_table", "known_policies", "CSV_COLUMNS", "DEFAULT_BUDGETS_MIB", "MIB"]
+           "format_table", "known_policies", "default_policies", "CSV_COLUMNS",
+           "DEFAULT_BUDGETS_MIB", "MIB"]

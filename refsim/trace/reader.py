@@ -21,12 +21,13 @@ from refsim import MAX_CACHE_MIB, progress
 from refsim.errors import TraceFormatError
 from refsim.jit import in_reference
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind, EventBlock
+from refsim.frames import Table
 from refsim.trace.format import (F32_FINITE_LIMIT, MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS,
                                  MAX_LAYERS, MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS,
                                  REQUIRED_COLUMNS, TRACE_MAGIC, TraceHeader)
 
 
-class RouteTrace:
+class RouteTrace(Table):
     """A route trace read from disk: the header, the decode events and the engine's records.
 
     The reader's fast path builds the events as one :class:`~refsim.events.EventBlock` (with the
@@ -152,6 +153,14 @@ class RouteTrace:
     def decode_events(self) -> list[DecodeEvent]:
         """The phase-1 events."""
         return [e for e in self.events if e.phase == 1]
+
+    def to_columns(self) -> dict:
+        """The file's rows as columns, in file order (:func:`refsim.trace.table.trace_columns`):
+        ``turn, phase, step, layer, slot, expert, weight, residency, expert_bytes`` [, ``dropped``]
+        [, ``pred_expert, pred_weight``]; :meth:`to_pandas` / :meth:`to_arrow` give the same as a
+        frame (docs/notebook.md)."""
+        from refsim.trace.table import trace_columns
+        return trace_columns(self)
 
     @property
     def unrouted_layers(self) -> list[int]:
