@@ -7,11 +7,11 @@ rules of docs/trace-format.md ("Validation") leave: the rows of a decode are its
 ``n_expert_used`` rows with slots 0..k-1 (distinct experts, weights all ``nan`` or none, not every
 slot dropped), under the FINAL last-layer convention a prefill chunk routes the last layer at its
 final step only and only when the chunk ends its turn's prefill (under EVERY at every step,
-:mod:`refsim.trace.convention`; the reader tries both unless the arch fixes one), the residency and ``expert_bytes`` rules
-hold per layer batch, and consecutive decodes follow the positions rule. It never diagnoses: on
-anything else (or a trace routing a single layer, whose framing differs) it returns a failure and
-the reader's per-line path (:func:`refsim.trace.reader._build`, the readable reference) reads the
-file and gives the ``file:line`` message. So what this path accepts, the per-line path accepts
+:mod:`refsim.trace.convention`; the reader tries both unless the arch fixes one), the residency
+and ``expert_bytes`` rules hold per layer batch, and consecutive decodes follow the positions
+rule. It never diagnoses: on anything else (or a trace routing a single layer, whose framing
+differs) it returns a failure and the reader's per-line path (:func:`refsim.trace.reader._build`,
+the readable reference) reads the file and gives the ``file:line`` message. So what this path accepts, the per-line path accepts
 with the same events (tests/trace/test_fast_equals_slow.py checks it on every mutation of the
 mutation campaign's seeds and on hypothesis-made traces).
 """

@@ -544,6 +544,10 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     Returns
     -------
     RouteTrace
+        Its ``last_layer`` is the recording's last-layer convention. A convention the arch's
+        llama.cpp graph contradicts where no recording confirms the graph (qwen2moe, gpt-oss,
+        lfm2moe routing every position) is read with one warning through the ``refsim.trace``
+        logger (:func:`warn_convention`).
 
     Raises
     ------
@@ -556,8 +560,9 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         the wrong field count (including a truncated last line), a field that is not an ASCII
         number (a preamble integer with a leading zero included), a value out of range (a
         negative or infinite weight), a ``nan`` weight among a position's known weights, a row
-        repeating the previous row's key, rows missing from a decode, positions out of order, an
-        ``expert_bytes`` cell that disagrees with the preamble, or a duplicate
+        repeating the previous row's key, rows missing from a decode, prefill chunks of two
+        last-layer conventions (:mod:`refsim.trace.convention`; qwen3moe: any but FINAL),
+        positions out of order, an ``expert_bytes`` cell that disagrees with the preamble, or a duplicate
         ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
     path = os.fspath(path)
