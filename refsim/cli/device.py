@@ -31,12 +31,15 @@ def add_device_args(p, positions: bool = True):
 
 def load_device_args(args):
     """``(device, name, model)`` from the parsed flags, or None without ``--device``: loaded and
-    checked before the command's work (a bad device file costs nothing)."""
+    checked before the command's work (a bad device file costs nothing). ``--io-threads`` and
+    ``--overlap`` without ``--device`` are refused unless ``--model`` (replay: the requests'
+    lanes, docs/io.md) uses them."""
     if getattr(args, "device", None) is None:
         from refsim.errors import UsageError
+        lanes_used = getattr(args, "io_model", None) is not None   # replay --model: requests, lanes
         for flag, given in (("--device-model", args.device_model is not None),
-                            ("--io-threads", args.io_threads != DEFAULT_IO_THREADS),
-                            ("--overlap", args.overlap),
+                            ("--io-threads", args.io_threads != DEFAULT_IO_THREADS and not lanes_used),
+                            ("--overlap", args.overlap and not lanes_used),
                             ("--position-cost",
                              getattr(args, "position_cost", DEFAULT_EPS) != DEFAULT_EPS)):
             if given:
