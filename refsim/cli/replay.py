@@ -216,6 +216,48 @@ def make_io(args, header, stack):
     return io
 
 
+def device_by_requests(args, device, io_summary, trace, report, per_mib):
+    """With ``--device`` of a device file that carries the request term (``timing fit --io-model
+    requests``) and ``--model`` (the exact requests): both predictions and which is used -- the
+    request term where its leave-one-out median error on the device's runs is at most the per-MiB
+    term's (:attr:`refsim.timing.requests.RequestModel.better`), else the per-MiB term, said so.
+    None otherwise. Under ``--overlap`` the request term does not apply (the stall is per MiB)."""
+    if device is None or io_summary is None or device[0].requests is None:
+        return None
+    import numpy as np
+
+    from refsim.timing.requests import IoFeatures, requests_from_json
+    from refsim.timing.whatif import request_whatif
+    dev, name, model = device
+    rm = requests_from_json(name, dev.requests, dev)
+    loo = rm.loo
+    why = ("no leave-one-out on the device's runs" if not loo else
+           f"leave-one-out median |error| {loo['requests']['median_pct']:.1f}% by requests, "
+           f"{loo['per_mib']['median_pct']:.1f}% per MiB")
+    if args.overlap:
+        return {"used": "per_mib", "requests": None, "loo": loo, "whatif": None,
+                "line": "  io: the request term describes serial reads; under --overlap the "
+                        "stall is per MiB"}
+    gen = report.summary.tokens
+    decodes = getattr(trace, "n_decodes", None) or n_target_decodes(trace)
+    if not decodes or not gen:
+        return None
+    f = IoFeatures(*(np.array([v / decodes]) for v in (
+        io_summary.decode_window_read_bytes / MIB,
+        (io_summary.lane_bytes_per_token or 0.0) * gen / MIB,
+        io_summary.decode_rounds, io_summary.decode_batches)))
+    req = request_whatif(rm, name, f, tokens_per_decode(trace, gen), model, args.io_threads,
+                         args.overlap, args.position_cost)
+    used = "requests" if rm.better else "per_mib"
+    other = per_mib if used == "requests" else req
+    label = "per MiB" if used == "requests" else "by requests and lanes"
+    line = (f"  io {'by requests and lanes' if used == 'requests' else 'per MiB'} ({why}); "
+            f"{label}: {other.predicted_s_per_token:.4f} s/token, {other.predicted_tok_s:.3f} "
+            f"tok/s")
+    return {"used": used, "requests": req.as_dict(), "per_mib": per_mib.as_dict(), "loo": loo,
+            "whatif": req, "line": line}
+
+
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
     if args.policy != "lru":        # the registry (every policy's module) only when another is named
@@ -277,12 +319,17 @@ def run(args) -> int:
            else report.summary.mib_per_token)
     timed = device_figures(args, device, mib or 0.0,
                            tokens_per_decode(trace, report.summary.tokens))
+    by_req = device_by_requests(args, device, io_summary, trace, report, timed)
+    if by_req is not None and by_req["used"] == "requests":
+        timed = by_req["whatif"]
     with contextlib.redirect_stdout(report_stream({"--csv": args.csv,
                                                    "--requests": args.requests})):
         if args.json:
             out = summary_json(report, io_summary)
             if timed is not None:
                 out["device"] = timed.as_dict()
+            if by_req is not None:
+                out["device_io"] = {k: v for k, v in by_req.items() if k not in ("whatif", "line")}
             if pred is not None:
                 out["predict"] = {n: dataclasses.asdict(s) | {"hit_pct": s.hit_pct,
                                                               "exact_pct": s.exact_pct}
@@ -294,6 +341,8 @@ def run(args) -> int:
                 print(io_summary.line())
             if timed is not None:
                 print(timed.line())
+            if by_req is not None:
+                print(by_req["line"])
             if pred is not None:
                 from refsim.studies.predict import predict_lines
                 for line in predict_lines(pred):

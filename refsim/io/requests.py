@@ -84,7 +84,9 @@ class EventRequests:
     ``offset``/``nbytes``: the slice; ``window``: the bytes read; ``lane``: the lane
     (:func:`refsim.io.lanes.assign_lanes`, cost = window bytes); ``lane_bytes``: per layer with
     requests, the busiest lane's window bytes, summed over layers (the batch's critical path on
-    lanes of equal bandwidth), bytes.
+    lanes of equal bandwidth), bytes; ``rounds``: per layer ``ceil(requests / lanes)`` (1 lane,
+    or serially a batch of one: the requests one after another), summed; ``batches``: layers
+    with a request.
     """
 
     layer: np.ndarray
@@ -96,6 +98,7 @@ class EventRequests:
     lane: np.ndarray
     lane_bytes: int
     batches: int
+    rounds: int = 0
 
     @property
     def n(self) -> int:
@@ -118,6 +121,7 @@ def event_requests(routes: np.ndarray, charged: np.ndarray, layout, cfg: IoConfi
     parts = {k: [] for k in ("layer", "expert", "slot", "offset", "nbytes", "window", "lane")}
     lane_bytes = 0
     batches = 0
+    rounds = 0
     bounds = np.flatnonzero(np.diff(il_all)) + 1
     for il_grp, e_grp in zip(np.split(il_all, bounds), np.split(e_all, bounds)):
         if il_grp.size == 0:
@@ -131,12 +135,13 @@ def event_requests(routes: np.ndarray, charged: np.ndarray, layout, cfg: IoConfi
         lane, load = assign_lanes(window, cfg.lanes, cfg.overlap)
         lane_bytes += int(load.max())
         batches += 1
+        rounds += -(-expert.size // cfg.lanes)
         for key, val in (("layer", np.full(expert.size, il, dtype=np.int64)), ("expert", expert),
                          ("slot", slot), ("offset", offset), ("nbytes", nbytes),
                          ("window", window), ("lane", lane)):
             parts[key].append(val)
     arrays = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in parts.items()}
-    return EventRequests(lane_bytes=lane_bytes, batches=batches, **arrays)
+    return EventRequests(lane_bytes=lane_bytes, batches=batches, rounds=rounds, **arrays)
 
 
 @dataclass
@@ -147,9 +152,10 @@ class IoTally:
     ----------
     layout : SliceLayout
     cfg : IoConfig
-    requests, window_bytes, slice_bytes, lane_bytes, batches : (N_KINDS,) int64 ndarrays
+    requests, window_bytes, slice_bytes, lane_bytes, batches, rounds : (N_KINDS,) int64 ndarrays
         Per kind: requests issued; bytes read (windows) and requested (slices); the summed
-        per-layer busiest-lane window bytes (:class:`EventRequests`); layer batches with a read.
+        per-layer busiest-lane window bytes, layer batches with a read and lane rounds
+        (:class:`EventRequests`).
     pending : deque of (window_bytes, requests)
         Per event not yet taken by :meth:`take` (the per-decode CSV's columns), in event order.
     on_requests : callable, optional
@@ -165,6 +171,7 @@ class IoTally:
     slice_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     lane_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     batches: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    rounds: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     pending: deque = field(default_factory=deque)
     events: int = 0
 
@@ -178,6 +185,7 @@ class IoTally:
         self.slice_bytes[k] += int(req.nbytes.sum())
         self.lane_bytes[k] += req.lane_bytes
         self.batches[k] += req.batches
+        self.rounds[k] += req.rounds
         self.pending.append((w, req.n))
         if self.on_requests is not None:
             self.on_requests(self.events, kind, req)

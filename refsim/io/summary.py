@@ -22,7 +22,8 @@ class IoSummary:
     ``requests_per_token`` and ``window_mib_per_token`` are per confirmed token;
     ``bytes_per_request`` is decode window bytes per decode request; ``lane_bytes_per_token``
     the busiest lane's window bytes summed over each decode's layer batches, per token (what the
-    reads take on lanes of equal bandwidth). A ratio over zero is None.
+    reads take on lanes of equal bandwidth); ``decode_batches`` the layer batches with a read,
+    ``decode_rounds`` their ``ceil(requests / lanes)`` summed. A ratio over zero is None.
     """
 
     model: str
@@ -39,6 +40,7 @@ class IoSummary:
     requests: int
     decode_requests: int
     decode_batches: int
+    decode_rounds: int
     tokens: int
     window_mib_per_token: float | None
     requests_per_token: float | None
@@ -57,7 +59,8 @@ class IoSummary:
                    slice_read_bytes=int(tally.slice_bytes.sum()), decode_window_read_bytes=dw,
                    decode_slice_read_bytes=tally.total("slice_bytes", gen),
                    requests=int(tally.requests.sum()), decode_requests=dr,
-                   decode_batches=tally.total("batches", gen), tokens=int(tokens),
+                   decode_batches=tally.total("batches", gen),
+                   decode_rounds=tally.total("rounds", gen), tokens=int(tokens),
                    window_mib_per_token=ratio(dw / MIB, tokens),
                    requests_per_token=ratio(dr, tokens), bytes_per_request=ratio(dw, dr),
                    lane_bytes_per_token=ratio(tally.total("lane_bytes", gen), tokens))

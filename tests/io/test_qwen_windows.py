@@ -106,3 +106,43 @@ def test_replay_text_and_stream_agree(qwen_trace_path, twin, tmp_path, capsys):
     assert main(args + ["--stream", "--csv", str(tmp_path / "b.csv")]) == 0
     assert capsys.readouterr().out == text
     assert (tmp_path / "a.csv").read_text() == (tmp_path / "b.csv").read_text()
+
+
+def test_replay_device_with_the_request_term(qwen_trace_path, twin, tmp_path, capsys):
+    base = require_shared("real-runs")
+    specs = [f"{f}@model={'qwen' if f.name.startswith('qwen') else 'gemma'},"
+             f"io_threads={2 if '_l2' in f.name else 4}"
+             for f in sorted(base.glob("phone-2026-07-12-cache-lanes/*.csv"))]
+    dev = tmp_path / "phone.json"
+    assert main(["timing", "fit", *specs, "--io-model", "requests", "--out", str(dev)]) == 0
+    capsys.readouterr()
+    argv = ["replay", str(qwen_trace_path), "--cache-mb", "4000", "--model", str(twin),
+            "--data-start", str(DATA_START), "--device", str(dev), "--device-model", "qwen",
+            "--io-threads", "8"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("  io per MiB (leave-one-out median |error| 7.4% by requests, "
+                                "6.4% per MiB); by requests and lanes: ")
+    assert main(argv + ["--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    io = d["device_io"]
+    assert io["used"] == "per_mib" and d["device"] == io["per_mib"]
+    # at 8 lanes the batches' busiest lanes read 38.4 MiB/token, not 156.4 / 8: the request term
+    # predicts less from the extra lanes than the per-MiB slope
+    assert io["requests"]["predicted_tok_s"] < io["per_mib"]["predicted_tok_s"]
+    assert round(d["io"]["lane_bytes_per_token"] / MIB, 2) == 38.41
+    # a device whose request term predicted better on its runs uses it for the headline figures
+    doc = json.loads(dev.read_text())
+    doc["requests"]["loo"]["requests"]["median_pct"] = 1.0
+    better = tmp_path / "better.json"
+    better.write_text(json.dumps(doc))
+    argv[argv.index(str(dev))] = str(better)
+    assert main(argv + ["--json"]) == 0
+    d2 = json.loads(capsys.readouterr().out)
+    assert d2["device_io"]["used"] == "requests"
+    assert d2["device"] == d2["device_io"]["requests"]
+    assert d2["device"]["predicted_tok_s"] == io["requests"]["predicted_tok_s"]
+    # under --overlap the request term does not apply
+    assert main(argv + ["--overlap"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  io: the request term describes serial reads; under --overlap the stall is per MiB")
