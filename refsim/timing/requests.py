@@ -323,7 +323,7 @@ def requests_from_json(path: str, doc, base: DeviceModel) -> RequestModel:
     if not MIN_TAIL <= tail <= MAX_TAIL:
         raise ConfigError(f"{path}: requests.tail: expected {MIN_TAIL:g}..{MAX_TAIL:g}, got {tail!r}")
     held = doc["held"]
-    if not isinstance(held, list) or not all(h in REQ_PARAMS for h in held):
+    if not isinstance(held, list) or not all(isinstance(h, str) and h in REQ_PARAMS for h in held):
         raise ConfigError(f"{path}: requests.held: expected a list of parameter names")
     loo = doc["loo"]
     if loo is not None:

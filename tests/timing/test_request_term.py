@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from refsim.cli import main
 from refsim.errors import ConfigError
@@ -156,3 +157,39 @@ def test_cli_validate_and_fit(tmp_path, capsys):
     assert "--device outputs use the per-MiB term" in out
     assert "b  held at 0 (the fit drove it below 0)" in out
     assert load_device(str(dev)).requests["loo"]["runs"] == 10
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**9, 10**9)
+                           | st.floats(allow_nan=False) | st.text(max_size=5),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c,
+                                                                              max_size=3),
+                           max_leaves=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["requests", "requests.params", "requests.params.b", "requests.params.b.value",
+                        "requests.params.b.se", "requests.params.b.identified", "requests.tail",
+                        "requests.held", "requests.loo", "requests.loo.per_mib",
+                        "requests.loo.runs"]), json_values)
+@example("requests.held", [{}])
+@example("requests.params.b.value", -0.5)
+@example("requests.loo.runs", True)
+def test_a_damaged_requests_object_is_one_config_error(tmp_path_factory, where, value):
+    runs, feats = synth_runs(TRUE, np.random.default_rng(7))
+    dev = fit_device(runs, jackknife=False)
+    rm = fit_requests(runs, feats, dev, jackknife=False)
+    doc = json.loads(dev.to_json())
+    doc["requests"] = json.loads(json.dumps(rm.as_dict()))
+    doc["requests"]["loo"] = {"runs": 3, "per_mib": {"median_pct": 1.0, "worst_pct": 2.0},
+                              "requests": {"median_pct": 1.0, "worst_pct": 2.0}}
+    keys = where.split(".")
+    node = doc
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+    path = tmp_path_factory.mktemp("dev") / "d.json"
+    path.write_text(json.dumps(doc))
+    try:
+        load_device(str(path))
+    except ConfigError as exc:
+        assert str(path) in str(exc)
