@@ -33,7 +33,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.timing.fit import Holdout, Prediction, _identified, fit_device, huber_lstsq, predict_run
+from refsim.timing.fit import Prediction, _identified, fit_device, huber_lstsq, predict_run
 from refsim.timing.model import MAX_ABS_PARAM, MAX_TAIL, MIN_TAIL, DeviceModel, Param
 from refsim.timing.runs import RunData
 

@@ -2,7 +2,6 @@
 properties, and the shared runs' decompositions."""
 
 import csv
-import math
 
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """Lane assignment of one layer's batch (refsim.io.lanes): hand-worked and properties."""
 
-import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 

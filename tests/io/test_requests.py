@@ -2,7 +2,6 @@
 through the replay."""
 
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from refsim.cache import ExpertCache
