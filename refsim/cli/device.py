@@ -32,8 +32,11 @@ def add_device_args(p, positions: bool = True):
 
 def load_device_args(args):
     """``(device, name, model)`` from the parsed flags, or None without ``--device``: loaded and
-    checked before the command's work (:meth:`refsim.timing.device_options.DeviceOptions.load`)."""
-    return DeviceOptions.from_args(args).load()
+    checked before the command's work (:meth:`refsim.timing.device_options.DeviceOptions.load`).
+    ``--io-threads`` and ``--overlap`` without ``--device`` are refused unless ``--model``
+    (replay: the requests' lanes, docs/io.md) uses them."""
+    lanes_used = getattr(args, "io_model", None) is not None   # replay --model: requests, lanes
+    return DeviceOptions.from_args(args).load(lanes_used)
 
 
 def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,

@@ -55,6 +55,8 @@ class ReplayReport(Table):
         The first disagreeing rows (at most ``max_disagreements``).
     knobs : KnobSummary or None
         What ``--drop-cold-experts`` / ``--prefetch`` did; None when both are off.
+    io : refsim.io.requests.IoTally or None
+        The reads as the engine issues them (windows, requests, lanes), when asked for.
     """
 
     summary: CacheSummary
@@ -63,6 +65,7 @@ class ReplayReport(Table):
     residency_agree: int = 0
     disagreements: list[Disagreement] = field(default_factory=list)
     knobs: KnobSummary | None = None
+    io: object = None
 
     @property
     def records(self) -> list[EventRecord]:
@@ -117,7 +120,7 @@ def replay_events(events, cache: ExpertCache) -> list[EventRecord]:
 
 
 def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 10,
-                 knobs: StreamKnobs | None = None) -> ReplayReport:
+                 knobs: StreamKnobs | None = None, io=None) -> ReplayReport:
     """Replay ``trace`` through the engine's LRU at ``budget_bytes``.
 
     Parameters
@@ -130,6 +133,9 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
     knobs : StreamKnobs, optional
         ``--drop-cold-experts`` / ``--prefetch`` (default off). With F > 0 the policy decides
         every drop from the replayed cache state; a recorded ``dropped`` column is not used.
+    io : refsim.io.requests.IoTally, optional
+        Given, every event's reads are also accounted as the engine issues them (aligned
+        windows, requests, lanes: refsim.io); kept as the report's ``io``.
 
     Returns
     -------
@@ -145,12 +151,12 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
         raise ConfigError(f"{trace.path}: --predict-prefetch needs the stale-gate prediction, "
                           f"and the trace has no pred_expert/pred_weight columns (record one "
                           f"with refsim run --predict-prefetch --route-trace)")
-    return replay_turns(trace.header, [trace], budget_bytes, max_disagreements, knobs=knobs)
+    return replay_turns(trace.header, [trace], budget_bytes, max_disagreements, knobs=knobs, io=io)
 
 
 def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
                  on_record=None, knobs: StreamKnobs | None = None,
-                 keep_records: bool = True) -> ReplayReport:
+                 keep_records: bool = True, io=None) -> ReplayReport:
     """Replay the parts ``traces`` of one trace (e.g. :func:`refsim.trace.iter_trace_turns`'s
     turns) in order through one LRU; the same accounting as :func:`replay_trace` of the whole.
 
@@ -160,11 +166,12 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
 
     ``on_record(record)`` is called for each event's record; given it, or with
     ``keep_records=False``, the report keeps no records (``records`` is empty), so memory does
-    not grow with the trace. ``knobs`` as in :func:`replay_trace`.
+    not grow with the trace. ``knobs`` and ``io`` as in :func:`replay_trace` (``io`` takes each
+    part's records before ``on_record`` does).
     """
     h = header
     cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
-    report = ReplayReport(summary=None)
+    report = ReplayReport(summary=None, io=io)
     tokens = 0
     for trace in traces:
         require_weights(trace, knobs)
@@ -178,6 +185,8 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
             tokens += trace.block.confirmed_tokens()
             ours = records.residency
         _compare(trace, ours, report, max_disagreements)
+        if io is not None:
+            io.add_part(trace, records)
         if on_record is not None:
             for rec in records:
                 on_record(rec)

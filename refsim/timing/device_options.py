@@ -49,10 +49,12 @@ class DeviceOptions:
                    overlap=bool(getattr(args, "overlap", False)),
                    position_cost=getattr(args, "position_cost", DEFAULT_EPS))
 
-    def load(self):
+    def load(self, lanes_used: bool = False):
         """``(device, name, model)``: the :class:`~refsim.timing.model.DeviceModel` read from
         :attr:`device`, that path, and the compute floor's key; or None without a device. Loaded
-        and checked before a command's work (a bad device file costs nothing).
+        and checked before a command's work (a bad device file costs nothing). ``lanes_used``:
+        the command uses ``--io-threads``/``--overlap`` without a device too (``replay --model``
+        counts its requests' lanes, docs/io.md).
 
         Raises
         ------
@@ -66,8 +68,9 @@ class DeviceOptions:
         if self.device is None:
             from refsim.errors import UsageError
             for flag, given in (("--device-model", self.device_model is not None),
-                                ("--io-threads", self.io_threads != DEFAULT_IO_THREADS),
-                                ("--overlap", self.overlap),
+                                ("--io-threads",
+                                 self.io_threads != DEFAULT_IO_THREADS and not lanes_used),
+                                ("--overlap", self.overlap and not lanes_used),
                                 ("--position-cost", self.position_cost != DEFAULT_EPS)):
                 if given:
                     raise UsageError(f"{flag} without --device: it sets the device model's what-if")

@@ -105,6 +105,9 @@ class DeviceModel:
     serial_runs: int = 0
     overlap_runs: int = 0
     notes: tuple = field(default_factory=tuple)
+    requests: dict | None = None
+    """The serial flash term by requests and lanes (:mod:`refsim.timing.requests`, ``timing fit
+    --io-model requests``), as its JSON object; None: per MiB only (the file has no such key)."""
 
     def value(self, key: str) -> float:
         return self.params[key].value
@@ -177,6 +180,8 @@ class DeviceModel:
             "compute_ms": {m: p(c) for m, c in sorted(self.compute.items())},
             "notes": list(self.notes),
         }
+        if self.requests is not None:
+            doc["requests"] = self.requests
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
@@ -227,6 +232,7 @@ def load_device(path: str) -> DeviceModel:
                           f"(written by refsim timing fit)")
     need = {"format", "name", "trim", "fitted_on", "serial_runs", "overlap_runs", "units",
             "params", "compute_ms", "notes"}
+    need |= {"requests"} & set(doc)         # optional: the request term (timing fit --io-model)
     if set(doc) != need:
         extra, missing = sorted(set(doc) - need), sorted(need - set(doc))
         raise ConfigError(f"{path}: keys differ from a device file's (missing {missing}, "
@@ -260,6 +266,13 @@ def load_device(path: str) -> DeviceModel:
         if c.value <= 0:
             raise ConfigError(f"{path}: compute_ms[{m!r}].value: expected > 0, got {c.value!r}")
         compute[m] = c
-    return DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
-                       fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
-                       overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]))
+    dev = DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
+                      fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
+                      overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]))
+    if "requests" in doc:
+        from dataclasses import replace
+
+        from refsim.timing.requests import requests_from_json
+        requests_from_json(path, doc["requests"], dev)          # validated here, kept as read
+        dev = replace(dev, requests=doc["requests"])
+    return dev
