@@ -149,22 +149,24 @@ def _check(level: float, sigma: float) -> None:
 
 def _band(values_fn, device, replicates, eps: Term | None, sigma: float, level: float,
           transform, unit: str, notes: tuple) -> Band:
-    """``values_fn(device, eps) -> log-scale value``; ``transform`` maps back to the unit."""
+    """``values_fn(device) -> (eps -> log-scale value)``; ``transform`` maps back to the unit."""
     _check(level, sigma)
     e0 = None if eps is None else eps.value
-    point_log = values_fn(device, e0)
+    at = values_fn(device)
+    point_log = at(e0)
     point = transform(point_log)
     reps = list(replicates) or [device]
     grid = _grid(eps)
     z = sigma * _z()
-    logs = np.array([values_fn(d, e) for d in reps for e in grid], dtype=np.float64)
+    fns = [values_fn(d) for d in reps]
+    logs = np.array([f(e) for f in fns for e in grid], dtype=np.float64)
     if not np.isfinite(logs).all() or not math.isfinite(point_log):
         raise ConfigError("band: a prediction is not finite")
     allv = transform((logs[:, None] + z[None, :]).ravel())
     lo, hi = _quantiles(allv, level)
     parts = {
-        "params": _quantiles(transform(np.array([values_fn(d, e0) for d in reps])), level),
-        "eps": _quantiles(transform(np.array([values_fn(device, e) for e in grid])), level),
+        "params": _quantiles(transform(np.array([f(e0) for f in fns])), level),
+        "eps": _quantiles(transform(np.array([at(e) for e in grid])), level),
         "noise": _quantiles(transform(point_log + z), level),
     }
     if not replicates:
@@ -179,8 +181,10 @@ def tok_s_band(predict, device, replicates=(), eps: Term | None = None, sigma: f
 
     Parameters
     ----------
-    predict : callable ``(DeviceModel, eps) -> tok/s``
-        The prediction (``eps`` is None when no ``eps`` term is given).
+    predict : callable ``DeviceModel -> (eps -> tok/s)``
+        The prediction, staged: what depends on the device alone (a calibration) is done once
+        per replicate, then the returned function is evaluated at each ``eps`` (None when no
+        ``eps`` term is given).
     device : DeviceModel
         The full-data fit: the point estimate.
     replicates : sequence of DeviceModel
@@ -196,11 +200,15 @@ def tok_s_band(predict, device, replicates=(), eps: Term | None = None, sigma: f
     ConfigError
         ``level`` outside (0, 1), ``sigma`` < 0, a prediction <= 0 or not finite.
     """
-    def log_tok_s(d, e):
-        v = predict(d, e)
-        if not v > 0:
-            raise ConfigError(f"band: predicted tok/s {v!r}, expected > 0")
-        return math.log(v)
+    def log_tok_s(d):
+        at = predict(d)
+
+        def f(e):
+            v = at(e)
+            if not v > 0:
+                raise ConfigError(f"band: predicted tok/s {v!r}, expected > 0")
+            return math.log(v)
+        return f
     return _band(log_tok_s, device, replicates, eps, sigma, level, np.exp, "tok/s", tuple(notes))
 
 
@@ -208,15 +216,20 @@ def delta_band(predict_spec, predict_off, device, replicates=(), eps: Term | Non
                sigma: float = 0.0, level: float = DEFAULT_LEVEL, notes: tuple = ()) -> Band:
     """The band of a predicted change against ``off``, ``100 (spec / off - 1)`` %.
 
-    ``predict_spec`` and ``predict_off`` are ``(DeviceModel, eps) -> tok/s``; both are evaluated
-    on the same replicate (the parameters' errors largely cancel in the ratio), and the noise of
-    two runs is ``sigma sqrt(2)``. Raises as :func:`tok_s_band`.
+    ``predict_spec`` and ``predict_off`` are staged like :func:`tok_s_band`'s ``predict``
+    (``DeviceModel -> (eps -> tok/s)``); both are evaluated on the same replicate (the
+    parameters' errors largely cancel in the ratio), and the noise of two runs is ``sigma
+    sqrt(2)``. Raises as :func:`tok_s_band`.
     """
-    def log_ratio(d, e):
-        s, o = predict_spec(d, e), predict_off(d, e)
-        if not (s > 0 and o > 0):
-            raise ConfigError(f"band: predicted tok/s {s!r} and {o!r}, expected > 0")
-        return math.log(s / o)
+    def log_ratio(d):
+        at_s, at_o = predict_spec(d), predict_off(d)
+
+        def f(e):
+            s, o = at_s(e), at_o(e)
+            if not (s > 0 and o > 0):
+                raise ConfigError(f"band: predicted tok/s {s!r} and {o!r}, expected > 0")
+            return math.log(s / o)
+        return f
 
     def pct(x):
         return 100.0 * (np.exp(x) - 1.0)

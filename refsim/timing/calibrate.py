@@ -51,7 +51,8 @@ def solve_floor(device: DeviceModel, model: str, x, lanes: int, overlap: bool, c
     of tokens reading ``x`` MiB ((n,) float64) equals ``target_ms``.
 
     The mean wall is continuous and non-decreasing in ``C`` (slope ``tail`` where the stall is
-    inactive, ``tail (1 - h) >= 0`` where it is active), so it is bisected on ``(0, target_ms]``.
+    inactive, ``tail (1 - h) >= 0`` where it is active), so it is bisected on ``(0, target_ms]``
+    until ``lo`` and ``hi`` are adjacent floats (at most 200 halvings).
 
     Raises
     ------
@@ -71,6 +72,8 @@ def solve_floor(device: DeviceModel, model: str, x, lanes: int, overlap: bool, c
                           f"no compute floor fits")
     for _ in range(_BISECT_STEPS):
         mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:        # adjacent floats: further steps cannot move lo or hi
+            break
         lo, hi = (mid, hi) if wall(mid) < target_ms else (lo, mid)
     return 0.5 * (lo + hi)
 

@@ -14,8 +14,8 @@ speculation run is never an input), and returns a :class:`DeviceTerms`:
   bookkeeping term), at the requested compute threads (``threads``; default the most common),
   then more repeats;
 - with the model's tensor table (:class:`refsim.timing.work.PositionWork`), the tensor-size
-  reading ``eps_bytes`` at the verify width and ``eps`` carried to a verify decode
-  (:func:`refsim.timing.positions.verify_eps`);
+  reading ``eps_bytes`` at the verify width; and ``eps`` at that width
+  (:func:`refsim.timing.positions.width_eps`: the roofline of the two readings);
 - the shared runs' own repeats (refsim.timing.noise).
 
 :func:`calibrate_cells` calibrates a device on published tables' ``off`` cells, ignoring their
@@ -33,7 +33,7 @@ from refsim.timing.fit import fit_device
 from refsim.timing.model import DeviceModel
 from refsim.timing.noise import Repeat, shared_repeats
 from refsim.timing.plain import load_plain_runs, plain_cells
-from refsim.timing.positions import bytes_eps, prefill_eps, verify_eps
+from refsim.timing.positions import bytes_eps, prefill_eps, width_eps
 from refsim.timing.prefill import PrefillObs, prefill_figures, prefill_obs, prefill_union
 from refsim.timing.runs import split_spec
 from refsim.timing.terms import Term
@@ -59,7 +59,8 @@ class DeviceTerms:
     eps_bytes : dict of str -> Term
         Per model with a tensor table, the tensor-size reading at ``width``.
     eps : dict of str -> Term
-        Per model, ``eps`` carried to a verify decode.
+        Per model, ``eps`` at the verify width (the roofline of the prefill and tensor-size
+        readings).
     work_ratio : dict of str -> float
         Per model with a tensor table, verify/prefill multiplies per position.
     repeats : tuple of Repeat
@@ -226,9 +227,9 @@ def identify_device(specs: list[str], sizes: dict, work: dict | None = None, wid
             eb = bytes_eps(w, width)
             r = w.verify_elems(ctx) / w.prefill_elems(key[1])
             eps_b[model], ratio[model] = eb, r
-            eps[model] = verify_eps(group_terms[key], max(1.0, r), eb)
+            eps[model] = width_eps(group_terms[key], key[1], width, max(1.0, r), eb)
         else:
-            eps[model] = verify_eps(group_terms[key], 1.0)
+            eps[model] = width_eps(group_terms[key], key[1], width)
     reps = shared_repeats(runs, {r.label: metrics[r.label].config for r in runs},
                           dead_levers(device), name)
     return DeviceTerms(name=name or device.name, device=device, prefills=tuple(obs),

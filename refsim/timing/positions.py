@@ -36,12 +36,13 @@ three ways, each a :class:`~refsim.timing.terms.Term` with its interval:
    points; its interval is the mean of their ends widened by twice the standard error of the
    points (the repeats' spread is the prefill's run-to-run noise).
 
-   What differs from a verify decode, and how it is carried (:func:`verify_eps`): a prefill
-   computes the logits, the last layer's FFN and its experts for the **last** position only, and
-   attends over ``(P + 1)/2`` keys on average where a verify position attends over the whole
-   context; the work ratio ``r = verify_elems / prefill_elems`` (refsim.timing.work) scales the
-   prefill's per-position cost up for the compute-bound reading. The prefill batch is one ubatch
-   in every shared run (``P`` <= ``n_ctx`` = ``n_batch`` = ``n_ubatch``).
+   What differs from a verify decode (carried by item 4): a prefill computes the logits, the last
+   layer's FFN and its experts for the **last** position only, and attends over ``(P + 1)/2``
+   keys on average where a verify position attends over the whole context; the work ratio
+   ``r = verify_elems / prefill_elems`` (refsim.timing.work) scales the prefill's per-position
+   cost up for the compute-bound reading. And a prefill is much wider (19-42 positions) than a
+   verify decode (2-9). The prefill batch is one ubatch in every shared run (``P`` <= ``n_ctx``
+   = ``n_batch`` = ``n_ubatch``).
 
 2. **From tensor sizes** (:func:`bytes_eps`, kind ``derived``): the memory-bound reading. A
    w-position decode reads ``D + O + u(w) T`` against ``D + O + T`` for one position
@@ -52,6 +53,14 @@ three ways, each a :class:`~refsim.timing.terms.Term` with its interval:
 
 3. **Implied by a published speculation cell** (:func:`published_eps_checks`, kind ``check``):
    printed for comparison, never an input (the fit must not see speculation: issue 29).
+
+4. **At a verify width** (:func:`width_eps`): a decode takes the longer of moving its bytes
+   (item 2) and doing its multiplies, which the prefill measures at width ``P`` (item 1,
+   scaled by ``r``). With ``f`` the compute-bound cost of one position as a fraction of ``C``,
+   ``w f`` is the multiplies' time of ``w`` positions: while ``w f < 1 + (w - 1) eps_bytes`` the
+   decode is memory-bound and the extra positions cost only the experts they add; past it they
+   cost ``f`` each. So ``eps`` grows with the width, from the tensor-size reading toward the
+   prefill's.
 """
 
 from __future__ import annotations
@@ -175,27 +184,41 @@ def prefill_eps(device: DeviceModel, group: list[PrefillObs], name: str = "eps_p
                 f"points {', '.join(f'{p:.3f}' for p in pts)}; {how}")
 
 
-def verify_eps(prefill: Term, work_ratio: float, bytes_term: Term | None = None,
-               name: str = "eps") -> Term:
-    """The per-position cost carried to a verify decode: ``eps_P`` (the linear rule's point), its
-    upper end scaled by ``work_ratio`` (a verify position multiplies more than a prefill position:
-    logits on every row, the last layer, the context: refsim.timing.work), and the interval
-    widened to cover the memory-bound reading ``bytes_term`` when given.
+def width_eps(prefill: Term, n_prompt: int, width: int, work_ratio: float = 1.0,
+              bytes_term: Term | None = None, name: str = "") -> Term:
+    """``eps`` of a ``width``-position verify decode from the two readings (module docstring,
+    item 4): the compute-bound cost per position ``f = r (1 + (P - 1) eps_P) / P`` (a fraction
+    of ``C``) and the memory-bound ``eps_bytes(w)``, combined as a roofline: a decode takes the
+    longer of moving its bytes and doing its multiplies::
+
+        eps(w) = max(eps_bytes(w), (w f - 1) / (w - 1))
+
+    The value uses the points; the lower end ``eps_P``'s lower end with ``r = 1`` and
+    ``eps_bytes``'s lower end; the upper end both upper ends with ``r``. Without a tensor table
+    (``bytes_term`` None) the memory-bound side is 0.
 
     Raises
     ------
     ConfigError
-        ``work_ratio`` < 1 or not finite.
+        ``width`` or ``n_prompt`` < 2; ``work_ratio`` < 1 or not finite.
     """
+    if width < 2 or n_prompt < 2:
+        raise ConfigError(f"width eps: width {width}, prompt {n_prompt}; both must be >= 2")
     if not (work_ratio >= 1.0 and np.isfinite(work_ratio)):
-        raise ConfigError(f"verify eps: work ratio {work_ratio!r}, expected a finite number >= 1")
-    lo, hi = prefill.lo, prefill.hi * work_ratio
-    if bytes_term is not None:
-        lo, hi = min(lo, bytes_term.value), max(hi, bytes_term.value)
+        raise ConfigError(f"width eps: work ratio {work_ratio!r}, expected a finite number >= 1")
+
+    def compute_bound(e: float, r: float) -> float:
+        f = r * (1.0 + (n_prompt - 1) * e) / n_prompt
+        return (width * f - 1.0) / (width - 1)
+
+    b = (0.0, 0.0, 0.0) if bytes_term is None else (bytes_term.lo, bytes_term.value, bytes_term.hi)
+    lo = max(0.0, b[0], compute_bound(prefill.lo, 1.0))
+    value = max(0.0, b[1], compute_bound(prefill.value, work_ratio))
+    hi = max(b[2], compute_bound(prefill.hi, work_ratio))
     src = prefill.source + (f"; {bytes_term.name} {bytes_term.value:.3f}" if bytes_term else "")
-    return Term(name, prefill.value, lo, hi, EPS_UNIT, "fitted", src,
-                f"upper end x {work_ratio:.3f} (verify/prefill multiplies per position)"
-                + ("; interval covers the tensor-size reading" if bytes_term else ""))
+    return Term(name or f"eps(w={width})", value, min(lo, value), max(hi, value), EPS_UNIT, "fitted",
+                src, f"roofline of eps_P {prefill.value:.3f} at P = {n_prompt} (x {work_ratio:.3f} "
+                f"verify/prefill multiplies) and the tensor-size reading")
 
 
 def independent_union(n_expert: int, k: int, width: int) -> float:
