@@ -15,9 +15,10 @@ A prediction is uncertain three ways, and the band carries all three:
    ``z`` standard normal; a change against ``off`` compares two runs, ``sigma sqrt(2)``. ``z`` is
    taken at :data:`NOISE_POINTS` normal quantiles ``Phi^-1((j + 1/2)/Z)``.
 
-Every combination (replicate x eps point x noise point) is one prediction; the band is the
-``(1 - level)/2`` and ``(1 + level)/2`` quantiles (NumPy's linear interpolation) of them, extended
-to the point estimate if the point falls outside (a skewed bootstrap): a band always contains its
+Every combination (replicate x eps point x noise point) is one prediction, on the log scale
+(``ln tok/s``, or ``ln(spec/off)``); the band is their ``(1 - level)/2`` and ``(1 + level)/2``
+quantiles (NumPy's linear interpolation, on that scale) mapped back to tok/s or %, extended to
+the point estimate if the point falls outside (a skewed bootstrap): a band always contains its
 point. So the band is deterministic given the seed, and exact by hand in the simple cases (no
 replicate and no eps spread: ``point x exp(sigma q)``, ``q`` the quantile of the ``z`` grid).
 
@@ -162,13 +163,12 @@ def _band(values_fn, device, replicates, eps: Term | None, sigma: float, level: 
     logs = np.array([f(e) for f in fns for e in grid], dtype=np.float64)
     if not np.isfinite(logs).all() or not math.isfinite(point_log):
         raise ConfigError("band: a prediction is not finite")
-    allv = transform((logs[:, None] + z[None, :]).ravel())
-    lo, hi = _quantiles(allv, level)
-    parts = {
-        "params": _quantiles(transform(np.array([f(e0) for f in fns])), level),
-        "eps": _quantiles(transform(np.array([at(e) for e in grid])), level),
-        "noise": _quantiles(transform(point_log + z), level),
-    }
+    lo, hi = (float(v) for v in transform(np.array(_quantiles((logs[:, None] + z[None, :]).ravel(), level))))
+
+    def part(values) -> tuple:
+        return tuple(float(v) for v in transform(np.array(_quantiles(np.asarray(values), level))))
+    parts = {"params": part([f(e0) for f in fns]), "eps": part([at(e) for e in grid]),
+             "noise": part(point_log + z)}
     if not replicates:
         notes = notes + ("no bootstrap replicates: the parameters' spread is not estimated",)
     return Band(point=point, lo=min(lo, point), hi=max(hi, point), level=level, unit=unit,

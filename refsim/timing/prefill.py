@@ -17,9 +17,11 @@ them (``e``: one expert entry's bytes). With ``p`` its row's cumulative hit frac
     p = (l - m) / (L0 + l)      =>      L0 = (l - m) / p - l
 
 ``L0`` is the prefill's distinct (layer, expert) lookups, and its flash read is ``U = L0 x e``
-MiB. On the shared Qwen3-30B route trace this gives 2664 lookups against the 2662 the trace's
-prefill rows hold, and ``L0 x`` the mean entry size 7253 MiB against the 7275 MiB its prefill
-rows read (``tests/timing/test_prefill.py``). ``e`` differs between the layers of a mixed-quant
+MiB. On the shared Qwen3-30B route trace's own metrics file (k = 6, 28-token prompt) this gives
+2647 lookups against the 2662 distinct (layer, expert) pairs its prefill rows hold (2664 with the
+trace's exact first-row miss count instead of its bytes at the mean entry), and 7211 MiB against
+the 7275 MiB they read (``tests/timing/test_terms_positions.py``). ``e`` differs between the
+layers of a mixed-quant
 model: the first row's misses are converted at the smallest and at the largest entry for the
 interval of ``L0`` (with the hit percentage's rounding, two decimals); ``U`` is ``L0`` times the
 mean entry (a prefill's union is spread over every layer: on the trace the mean entry is 0.3 %
