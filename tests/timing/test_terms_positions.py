@@ -1,5 +1,5 @@
 """The per-position cost and the MTP head (issue 29, docs/whatif-terms.md): the Term record, the
-engine log reader, the prefill's flash read from the first decode row (checked against the route
+prefill's flash read from the first decode row (checked against the route
 trace), the prefill split, the tensor-size reading, the roofline per width, the head. Every rule
 hand-worked; the tensor table checked against gguf-py; the real runs' figures asserted."""
 
@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refsim import MIB
-from refsim.errors import ConfigError, MetricsFormatError
-from refsim.telemetry.log_reader import read_engine_log
+from refsim.errors import ConfigError
 from refsim.telemetry.metrics_reader import read_metrics
 from refsim.testing.metrics_files import V1_HEAD, v1_row
 from refsim.testing.shared import require_shared
@@ -47,57 +46,6 @@ def test_term_validates_and_prints():
             Term(**kw)
     e = envelope("eps", 0.3, [exact("a", 0.1, "f", "derived", "x"), t], "f", "fitted", "both")
     assert (e.lo, e.value, e.hi) == (0.1, 0.3, 1.0)
-
-
-# --- the engine's stdout log ----------------------------------------------------------------------
-
-def test_engine_log_reads_the_last_summary_lines(tmp_path):
-    p = tmp_path / "run.log"
-    p.write_bytes("\ufeffprefill: this line is answer text, not the summary\n"
-                  "generation: 256 tokens, 0.481 s/token (2.077 tok/s)\n"
-                  "prefill: 42 tokens, 9.248 s (4.5 tok/s) | model load 24.787 s | TTFT 34.035 s\n"
-                  "peak_rss_kb=6340060\n".encode("utf-8"))
-    log = read_engine_log(str(p))
-    assert (log.tokens, log.s_per_token, log.n_prompt, log.prefill_s, log.load_s, log.prefill_line) \
-        == (256, 0.481, 42, 9.248, 24.787, 3)
-
-
-@pytest.mark.parametrize("text, message", [
-    ("prefill: 42 tokens, 9.2 s\n", r"run.log:1: expected 'prefill: N tokens"),
-    ("x\ngeneration: many tokens\n", r"run.log:2: expected 'generation: N tokens"),
-    ("prefill: 0 tokens, 1.000 s (0.0 tok/s) | model load 1.000 s | TTFT 2.000 s\n", "expected >= 1"),
-])
-def test_engine_log_errors_name_file_and_line(tmp_path, text, message):
-    p = tmp_path / "run.log"
-    p.write_text(text)
-    with pytest.raises(MetricsFormatError, match=message):
-        read_engine_log(str(p))
-
-
-def test_engine_log_refuses_non_utf8_and_missing(tmp_path):
-    p = tmp_path / "run.log"
-    p.write_bytes(b"ok\n\xff\xfe\n")
-    with pytest.raises(MetricsFormatError, match=r"run.log:2: not UTF-8"):
-        read_engine_log(str(p))
-    with pytest.raises(MetricsFormatError, match="cannot read"):
-        read_engine_log(str(tmp_path / "none.log"))
-
-
-@given(st.binary(max_size=300))
-def test_engine_log_never_raises_anything_else(tmp_path_factory, data):
-    p = tmp_path_factory.mktemp("log") / "x.log"
-    p.write_bytes(data)
-    try:
-        log = read_engine_log(str(p))
-    except MetricsFormatError:
-        return
-    assert log.n_prompt is None or log.n_prompt >= 1
-
-
-def test_engine_log_of_a_real_run():
-    folder = require_shared("real-runs", "phone-2026-07-12-cache-lanes")
-    log = read_engine_log(str(folder / "qwen_stream.log"))
-    assert (log.tokens, log.n_prompt, log.prefill_s, log.load_s) == (256, 34, 5.351, 14.941)
 
 
 # --- the prefill's flash read ---------------------------------------------------------------------
