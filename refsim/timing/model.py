@@ -185,6 +185,16 @@ class DeviceModel:
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
+REQ_PARAMS = {
+    "i0": ("ms/token", "serial flash time per token, fixed part"),
+    "a": ("ms/MiB", "per window MiB, whatever the lane (the device's shared bandwidth)"),
+    "b": ("ms/MiB", "per MiB on the busiest lane of each layer batch (a lane's own bandwidth)"),
+    "c": ("ms/round", "per request round of a batch's busiest lane (a request's latency)"),
+    "d": ("ms/batch", "per layer batch with a read (publish, wake the lanes, wait for the drain)"),
+}
+"""The request term's parameters: (unit, meaning), in column order."""
+
+
 def _num(path: str, where: str, value, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
@@ -204,6 +214,58 @@ def _param(path: str, where: str, obj) -> Param:
     if se is not None and se < 0:
         raise ConfigError(f"{path}: {where}.se: expected >= 0, got {se!r}")
     return Param(_num(path, f"{where}.value", obj["value"]), se, obj["identified"])
+
+
+def read_requests_doc(path: str, doc) -> tuple:
+    """Validate a device file's optional ``requests`` object (the request/lane term of
+    :mod:`refsim.timing.requests`; untrusted input) and return ``(params, tail, held, loo)``:
+    ``params`` a dict of :data:`REQ_PARAMS` name -> :class:`Param`, ``tail`` a float, ``held`` a
+    tuple of names, ``loo`` a dict or None. The device file's format lives here, with the rest of
+    it; :func:`refsim.timing.requests.requests_from_json` builds the model from these.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the key.
+    """
+    if not isinstance(doc, dict) or set(doc) != {"params", "tail", "held", "loo"}:
+        raise ConfigError(f"{path}: requests: expected an object with keys params, tail, held, loo")
+    ps = doc["params"]
+    if not isinstance(ps, dict) or set(ps) != set(REQ_PARAMS):
+        raise ConfigError(f"{path}: requests.params: expected exactly the keys {', '.join(REQ_PARAMS)}")
+    params = {}
+    for k in REQ_PARAMS:
+        o = ps[k]
+        if not isinstance(o, dict) or set(o) != {"value", "se", "identified"} or \
+                not isinstance(o["identified"], bool):
+            raise ConfigError(f"{path}: requests.params.{k}: expected value, se, identified")
+        v = _num(path, f"requests.params.{k}.value", o["value"])
+        if v < 0:
+            raise ConfigError(f"{path}: requests.params.{k}.value: expected >= 0, got {v!r}")
+        se = _num(path, f"requests.params.{k}.se", o["se"], allow_none=True)
+        if se is not None and se < 0:
+            raise ConfigError(f"{path}: requests.params.{k}.se: expected >= 0, got {se!r}")
+        params[k] = Param(v, se, o["identified"])
+    tail = _num(path, "requests.tail", doc["tail"])
+    if not MIN_TAIL <= tail <= MAX_TAIL:
+        raise ConfigError(f"{path}: requests.tail: expected {MIN_TAIL:g}..{MAX_TAIL:g}, got {tail!r}")
+    held = doc["held"]
+    if not isinstance(held, list) or not all(isinstance(h, str) and h in REQ_PARAMS for h in held):
+        raise ConfigError(f"{path}: requests.held: expected a list of parameter names")
+    loo = doc["loo"]
+    if loo is not None:
+        ok = isinstance(loo, dict) and set(loo) == {"runs", "per_mib", "requests"} and \
+            isinstance(loo["runs"], int) and not isinstance(loo["runs"], bool) and all(
+                isinstance(loo[m], dict) and set(loo[m]) == {"median_pct", "worst_pct"}
+                for m in ("per_mib", "requests"))
+        if not ok:
+            raise ConfigError(f"{path}: requests.loo: expected null or an object with runs, "
+                              f"per_mib and requests ({{median_pct, worst_pct}})")
+        for m in ("per_mib", "requests"):
+            for key in ("median_pct", "worst_pct"):
+                if _num(path, f"requests.loo.{m}.{key}", loo[m][key]) < 0:
+                    raise ConfigError(f"{path}: requests.loo.{m}.{key}: expected >= 0")
+    return params, tail, tuple(held), loo
 
 
 def load_device(path: str) -> DeviceModel:
@@ -272,7 +334,6 @@ def load_device(path: str) -> DeviceModel:
     if "requests" in doc:
         from dataclasses import replace
 
-        from refsim.timing.requests import requests_from_json
-        requests_from_json(path, doc["requests"], dev)          # validated here, kept as read
+        read_requests_doc(path, doc["requests"])          # validated here, kept as read
         dev = replace(dev, requests=doc["requests"])
     return dev

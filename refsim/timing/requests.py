@@ -26,7 +26,6 @@ misses spread uniformly over the routed slots, ``x_lane = rounds * x / requests`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,17 +33,9 @@ import numpy as np
 from refsim import MIB
 from refsim.errors import ConfigError
 from refsim.timing.fit import Prediction, _identified, fit_device, huber_lstsq, predict_run
-from refsim.timing.model import MAX_ABS_PARAM, MAX_TAIL, MIN_TAIL, DeviceModel, Param
+from refsim.timing.model import REQ_PARAMS, DeviceModel, Param, read_requests_doc
 from refsim.timing.runs import RunData
 
-REQ_PARAMS = {
-    "i0": ("ms/token", "serial flash time per token, fixed part"),
-    "a": ("ms/MiB", "per window MiB, whatever the lane (the device's shared bandwidth)"),
-    "b": ("ms/MiB", "per MiB on the busiest lane of each layer batch (a lane's own bandwidth)"),
-    "c": ("ms/round", "per request round of a batch's busiest lane (a request's latency)"),
-    "d": ("ms/batch", "per layer batch with a read (publish, wake the lanes, wait for the drain)"),
-}
-"""The request term's parameters: (unit, meaning), in column order."""
 
 
 @dataclass(frozen=True)
@@ -283,16 +274,6 @@ def with_loo(rm: RequestModel, runs: list[RunData], feats: list[IoFeatures]) -> 
     return RequestModel(rm.base, rm.params, rm.tail, rm.held, loo_summary(leave_one_out_pair(runs, feats)))
 
 
-def _num(path: str, where: str, v, allow_none: bool = False):
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
-            abs(v) > MAX_ABS_PARAM:
-        raise ConfigError(f"{path}: {where}: expected a finite number of magnitude <= "
-                          f"{MAX_ABS_PARAM:g}, got {v!r}")
-    return float(v)
-
-
 def requests_from_json(path: str, doc, base: DeviceModel) -> RequestModel:
     """Read a device file's ``requests`` object (validated: untrusted input).
 
@@ -301,41 +282,4 @@ def requests_from_json(path: str, doc, base: DeviceModel) -> RequestModel:
     ConfigError
         Naming the file and the key.
     """
-    if not isinstance(doc, dict) or set(doc) != {"params", "tail", "held", "loo"}:
-        raise ConfigError(f"{path}: requests: expected an object with keys params, tail, held, loo")
-    ps = doc["params"]
-    if not isinstance(ps, dict) or set(ps) != set(REQ_PARAMS):
-        raise ConfigError(f"{path}: requests.params: expected exactly the keys {', '.join(REQ_PARAMS)}")
-    params = {}
-    for k in REQ_PARAMS:
-        o = ps[k]
-        if not isinstance(o, dict) or set(o) != {"value", "se", "identified"} or \
-                not isinstance(o["identified"], bool):
-            raise ConfigError(f"{path}: requests.params.{k}: expected value, se, identified")
-        v = _num(path, f"requests.params.{k}.value", o["value"])
-        if v < 0:
-            raise ConfigError(f"{path}: requests.params.{k}.value: expected >= 0, got {v!r}")
-        se = _num(path, f"requests.params.{k}.se", o["se"], allow_none=True)
-        if se is not None and se < 0:
-            raise ConfigError(f"{path}: requests.params.{k}.se: expected >= 0, got {se!r}")
-        params[k] = Param(v, se, o["identified"])
-    tail = _num(path, "requests.tail", doc["tail"])
-    if not MIN_TAIL <= tail <= MAX_TAIL:
-        raise ConfigError(f"{path}: requests.tail: expected {MIN_TAIL:g}..{MAX_TAIL:g}, got {tail!r}")
-    held = doc["held"]
-    if not isinstance(held, list) or not all(isinstance(h, str) and h in REQ_PARAMS for h in held):
-        raise ConfigError(f"{path}: requests.held: expected a list of parameter names")
-    loo = doc["loo"]
-    if loo is not None:
-        ok = isinstance(loo, dict) and set(loo) == {"runs", "per_mib", "requests"} and \
-            isinstance(loo["runs"], int) and not isinstance(loo["runs"], bool) and all(
-                isinstance(loo[m], dict) and set(loo[m]) == {"median_pct", "worst_pct"}
-                for m in ("per_mib", "requests"))
-        if not ok:
-            raise ConfigError(f"{path}: requests.loo: expected null or an object with runs, "
-                              f"per_mib and requests ({{median_pct, worst_pct}})")
-        for m in ("per_mib", "requests"):
-            for key in ("median_pct", "worst_pct"):
-                if _num(path, f"requests.loo.{m}.{key}", loo[m][key]) < 0:
-                    raise ConfigError(f"{path}: requests.loo.{m}.{key}: expected >= 0")
-    return RequestModel(base, params, tail, tuple(held), loo)
+    return RequestModel(base, *read_requests_doc(path, doc))
