@@ -96,7 +96,7 @@ def sweep(trace, cache_mb=None, policies=None, *, knobs=None):
         lru.
     """
     from refsim.cache.batches import BatchTrace
-    from refsim.cache.policy import parse_policy_list
+    from refsim.cache.policies import parse_policy_list
     from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, default_policies, parse_budgets_mib,
                                       sweep_budgets, sweep_knobs)
     t = _trace(trace, "sweep")
