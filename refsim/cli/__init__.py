@@ -15,9 +15,12 @@ one (the help listing, tools/make_cli_doc.py, the tests). Command modules import
 implementation's heavy parts (the forward pass, matplotlib, Numba kernels) where they use them.
 
 Ctrl-C (SIGINT) at any moment of ``main`` -- building the parser, parsing, running -- prints one
-line and returns 130 (128 + SIGINT, the shell's code for a command ended by Ctrl-C). This module
-imports only ``sys`` at the top, so the console script's ``from refsim.cli import main`` leaves
-no window of its own.
+line and returns 130 (128 + SIGINT, the shell's code for a command ended by Ctrl-C). A Ctrl-C
+that arrives inside an import is raised when the import has finished
+(:mod:`refsim.cli.interrupt`: numpy's and numba's extensions would turn it into an ImportError);
+with SIGINT ignored on entry (a background job) the command ignores it too. This module imports
+only ``sys`` at the top, so the console script's ``from refsim.cli import main`` leaves no window
+of its own.
 """
 
 from __future__ import annotations
@@ -117,44 +120,52 @@ def make_parser(only: str | None = None):
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (0 ok, 1 refsim error, 2 usage error,
     130 interrupted by Ctrl-C)."""
-    command = None
+    seen: dict = {}                     # the subcommand, once parsed (named by the Ctrl-C line)
     try:
-        from refsim.errors import RefsimError, UsageError
-        parser = make_parser(requested_command(sys.argv[1:] if argv is None else argv))
-        args = parser.parse_args(argv)
-        command = args.command
-        import logging
-        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                            format="refsim: %(levelname)s: %(message)s")
-        if not getattr(args, "func", None):
-            make_parser().print_help()          # the listing of every subcommand
-            return 2
-        from refsim import progress
-        progress.configure(not (getattr(args, "quiet", False) or getattr(args, "json", False)))
-        try:
-            code = int(args.func(args) or 0)
-            sys.stdout.flush()          # a full disk under `> file` fails here, not at exit
-            return code
-        except UsageError as exc:
-            args._parser.print_usage(sys.stderr)
-            print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
-            return 2
-        except RefsimError as exc:            # named by the innermost command ("refsim timing fit")
-            print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)
-            return 1
-        except BrokenPipeError:
-            return 0
-        except OSError as exc:
-            import errno
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise
-            # the report on stdout could not be written (files are refsim.fileio's, which
-            # names them); a full disk is not a bug to show a traceback for
-            print(f"{args._parser.prog}: error: standard output: write failed: {exc.strerror}",
-                  file=sys.stderr)
-            return 1
+        from refsim.cli.interrupt import DeferredInterrupt
+        with DeferredInterrupt(sys._getframe()):     # no Ctrl-C inside an import
+            return _run(argv, seen)
     except KeyboardInterrupt:
-        return interrupted(command)
+        return interrupted(seen.get("command"))
+
+
+def _run(argv: list[str] | None, seen: dict) -> int:
+    """:func:`main` under :class:`refsim.cli.interrupt.DeferredInterrupt`; puts the parsed
+    subcommand in ``seen["command"]``."""
+    from refsim.errors import RefsimError, UsageError
+    parser = make_parser(requested_command(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(argv)
+    seen["command"] = args.command
+    import logging
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="refsim: %(levelname)s: %(message)s")
+    if not getattr(args, "func", None):
+        make_parser().print_help()          # the listing of every subcommand
+        return 2
+    from refsim import progress
+    progress.configure(not (getattr(args, "quiet", False) or getattr(args, "json", False)))
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()          # a full disk under `> file` fails here, not at exit
+        return code
+    except UsageError as exc:
+        args._parser.print_usage(sys.stderr)
+        print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
+        return 2
+    except RefsimError as exc:            # named by the innermost command ("refsim timing fit")
+        print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        import errno
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        # the report on stdout could not be written (files are refsim.fileio's, which
+        # names them); a full disk is not a bug to show a traceback for
+        print(f"{args._parser.prog}: error: standard output: write failed: {exc.strerror}",
+              file=sys.stderr)
+        return 1
 
 
 def interrupted(command: str | None = None) -> int:
