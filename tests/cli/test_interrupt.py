@@ -90,9 +90,10 @@ ENTRIES = {
 }
 
 
-def run_held(tmp_path, entry, hold, argv, sigint=signal.SIG_DFL, send=True):
+def run_held(tmp_path, entry, hold, argv, sigint=signal.SIG_DFL, group=False):
     """Start ``refsim argv`` by ``entry`` with SIGINT disposition ``sigint``, wait until it
-    reaches ``hold``, send SIGINT (``send``), release it; returns (returncode, stdout, stderr)."""
+    reaches ``hold``, send SIGINT (with ``group``, to its new process group, as a terminal
+    does), release it; returns (returncode, stdout, stderr)."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(HOLD_SITECUSTOMIZE)
@@ -102,18 +103,21 @@ def run_held(tmp_path, entry, hold, argv, sigint=signal.SIG_DFL, send=True):
            "REFSIM_TEST_READY_FD": str(ready_w)}
     proc = subprocess.Popen([sys.executable, *ENTRIES[entry], *argv], env=env, cwd=tmp_path,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, pass_fds=(ready_w,),
+                            stderr=subprocess.PIPE, pass_fds=(ready_w,), start_new_session=group,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     os.close(ready_w)
     try:
         with os.fdopen(ready_r, "rb") as ready:
             said = ready.readline()          # b"" when the child ended without reaching it
-        if said == b"ready\n" and send:
-            proc.send_signal(signal.SIGINT)
+        if said == b"ready\n":
+            if group:
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(input=b"g", timeout=600)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
             proc.communicate()
     assert said == b"ready\n", f"the child never reached {hold}: {err.decode()[-2000:]}"
     return proc.returncode, out.decode(), err.decode()
@@ -219,3 +223,17 @@ def test_a_background_job_ignores_ctrl_c(tmp_path):
                               ["run", "-n", "3"], sigint=signal.SIG_IGN)
     assert (code, err) == (0, "")
     assert out.startswith("generation:") or "tokens" in out
+
+
+def test_ctrl_c_to_the_process_group_under_dask(tmp_path):
+    """A terminal's Ctrl-C goes to the whole process group, Dask's LocalCluster workers included:
+    they printed KeyboardInterrupt tracebacks (and the client could wait on dead workers); they
+    now never see it, and refsim prints its one line and closes the cluster (issue 26 C1)."""
+    pytest.importorskip("distributed")
+    demo = REPO / "traces" / "demo.route.csv"
+    code, out, err = run_held(tmp_path, "refsim", "call:distributed.LocalCluster",
+                              ["sweep", str(demo), "--dask-scheduler", "local", "--workers", "2",
+                               "--cache-mb", "100,200"], group=True)
+    assert code == 130, err
+    assert err == "refsim sweep: " + LINE
+    assert out == ""
