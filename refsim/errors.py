@@ -1,4 +1,5 @@
-"""The error hierarchy. Library code raises these; only the CLI turns them into exit codes."""
+"""The error hierarchy (and one warning category). Library code raises these; only the CLI turns them
+into exit codes."""
 
 
 class RefsimError(Exception):
@@ -28,6 +29,13 @@ class UsageError(ConfigError):
     argparse does for its own usage errors (docs/cli.md, "Conventions"); library callers can catch
     it as a :class:`ConfigError`. Value messages read ``argument FLAG: expected RANGE, got 'TEXT'``
     (:func:`value_message`), argparse's form."""
+
+
+class RefsimWarning(UserWarning):
+    """A figure the caller may not expect, from library code that does not print (a budget below
+    one token cycle, dropping on a narrow routing): :func:`refsim.session.simulate` issues it with
+    :func:`warnings.warn` unless given a ``warn`` callback; the CLI prints the same line on
+    stderr."""
 
 
 def value_message(flag: str, expected: str, got) -> str:

@@ -38,8 +38,10 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | flags | accepted |
 |---|---|
 | `-n`, `--ctx`, `-k`, `--prompt-len`, `--top`, `--io-threads`, `--workers` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
-| `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps` | an integer in 0..2147483647 |
+| `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps`, `replay --data-start` | an integer in 0..2147483647 |
 | `--resamples` | an integer in 1..100000 |
+| `replay --block-size` | an integer in 1..1048576 and a power of two |
+| `replay --o-direct` | an integer in 0..1 |
 | `--position-cost`, `--draft-ms` | a finite number >= 0 |
 | `--draft` | an integer in 1..8 (lists in `ngram-whatif`: each in 1..8) |
 | `--ngram-min-match`, `ngram --min-match` | an integer in 1..12 (`ngram`: 1..`--max-match`) |
@@ -65,7 +67,7 @@ MiB = 2^20 bytes everywhere.
 
 OUTPUTS = """## Outputs, `-`, numbers, Ctrl-C
 
-**Outputs** (`--csv`, `--route-trace`, `--md`, `--html`, `timing fit --out`, `--plot`,
+**Outputs** (`--csv`, `--route-trace`, `--md`, `--html`, `timing fit --out`, `--plot`, `--requests`,
 `synth --out`; `refsim.fileio`). Nothing at an output path is destroyed:
 
 - A regular file or a new path is written to a temporary file in the folder of the *resolved*

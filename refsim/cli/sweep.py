@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cache.policy import parse_policy_list
+from refsim.cache.policies import parse_policy_list
 from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args, report_stream,
                                warn_below_token_cycle)
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
@@ -14,9 +14,9 @@ from refsim.fmt import num
 from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
 from refsim.scale.grid import TraceRef, pool_sweep, prefixed, remember, sweep_grid
 from refsim.scale.inputs import expand_traces
-from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, SWEEP_CSV_COLUMNS, format_table,
-                                  known_policies, parse_budgets_mib, sweep_csv_rows,
-                                  write_sweep_csv)
+from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, SWEEP_CSV_COLUMNS, default_policies,
+                                  format_table, known_policies, parse_budgets_mib,
+                                  sweep_csv_rows, write_sweep_csv)
 from refsim.trace import read_trace
 
 
@@ -81,7 +81,7 @@ def run(args) -> int:
         facts.append((path, h, trace.n_prompt, n_target_decodes(trace)))
         del trace
     if knobs.any_on and args.policy is None:
-        policies = ["lru"]                    # the knobs exist for the engine's LRU only
+        policies = default_policies(knobs)    # the knobs exist for the engine's LRU only
     results = sweep_grid(refs, budgets, policies, knobs, spec)
     t_all = [h.token_cycle_bytes for _, h, _, _ in facts]
     warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], max(t_all))

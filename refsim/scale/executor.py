@@ -54,7 +54,7 @@ class ExecutorSpec:
 
 def add_executor_args(parser) -> None:
     """``--workers N`` and ``--dask-scheduler ADDRESS`` (docs/scale.md)."""
-    from refsim.cli.common import positive_int
+    from refsim.validators import positive_int
     g = parser.add_argument_group("executor (docs/scale.md; the output is the same for every one)")
     g.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="run the grid's cells on N local processes (default 1: in this process); "
