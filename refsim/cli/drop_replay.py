@@ -10,7 +10,7 @@ import os
 from refsim.cache import ExpertCache
 from refsim.cli.common import cache_mib, fraction, int_list
 from refsim.errors import ConfigError
-from refsim.studies.drop_replay import DEFAULT_FRACS, report_lines
+from refsim.studies.drop_replay import DEFAULT_FRACS, report_lines, require_study_weights
 from refsim.trace import read_trace
 
 
@@ -58,6 +58,7 @@ def run(args) -> int:
         if keeps is not None and not all(1 <= x < k for x in keeps):
             raise ConfigError(f"{path}: --n-expert-used: expected values in 1..{k - 1} (below the "
                               f"trace's top-k {k}), got {','.join(map(str, keeps))}")
+        require_study_weights(trace)
         traces.append((path, trace))
     for path, trace in traces:
         for line in report_lines(trace, os.path.basename(path), args.frac, keeps, budget):

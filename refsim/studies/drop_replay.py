@@ -232,6 +232,22 @@ def dynamic_rows(trace: RouteTrace, budget_bytes: int, fracs, keeps) -> list[Dyn
     return rows
 
 
+def require_study_weights(trace: RouteTrace) -> None:
+    """Refuse a trace whose decodes route a slot without its final weight, as ``replay
+    --drop-cold-experts`` does (:func:`refsim.studies.replay.require_weights`, the one rule): the
+    study weighs every decode routing against the threshold, and a trace whose weights are all
+    ``nan`` printed ``[DECODE] no rows`` with exit 0 (issue 26 C4).
+
+    Raises
+    ------
+    ConfigError
+        ``"<trace>: line N: weight 'nan' on a routed slot; --drop-cold-experts needs every
+        routed slot's final weight"``.
+    """
+    from refsim.studies.replay import require_weights
+    require_weights(trace, StreamKnobs(drop_frac=1.0))
+
+
 def report_lines(trace: RouteTrace, name: str, fracs=DEFAULT_FRACS, keeps=None,
                  budget_bytes: int | None = None) -> list[str]:
     """The report of one trace: route-drop-replay.py's text for the same thresholds and keeps
@@ -248,7 +264,13 @@ def report_lines(trace: RouteTrace, name: str, fracs=DEFAULT_FRACS, keeps=None,
         Static top-k baselines (default: k-1 down to 1, the script's).
     budget_bytes : int, optional
         Budget for the dynamic replay; no dynamic block when None.
+
+    Raises
+    ------
+    ConfigError
+        A routed decode slot without its weight (:func:`require_study_weights`).
     """
+    require_study_weights(trace)
     h = trace.header
     k = h.n_expert_used
     if keeps is None:
