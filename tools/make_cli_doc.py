@@ -58,7 +58,10 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `union --window`, `ngram-whatif --draft`, `--min-match`, `timing breakeven --draft`, `drop-replay --n-expert-used` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
 | `sweep --policy` | comma-separated names of known policies, no empty item (`lru,,arc` is refused); parameters as `NAME:KEY=VALUE` (`random:seed=` an integer >= 0) |
 
-Numbers are ASCII (`1_0`, `٣` and ` 3` are refused); a negative value may follow its flag with a
+Numbers are ASCII (`1_0`, `٣` and ` 3` are refused). An integer is `0` or digits without a
+leading zero, with `-` for a negative (`+3`, `03` and `-0` are refused, as the trace reader refuses
+them). Every integer list, token ids included, is items separated by one comma or one space, with no
+empty item (`1,5 77` is read; `1,,2`, `1, 2`, ` 3` and `3,` are refused). A negative value may follow its flag with a
 space (`--cache-mb -inf` is refused as -inf, like `--cache-mb -1`, not read as an unknown flag), and
 so may a list that starts with one (`sweep --cache-mb -5,100` names the item `-5` and the range).
 MiB = 2^20 bytes everywhere.
