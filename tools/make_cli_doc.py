@@ -24,6 +24,11 @@ Every command reports a mistake the same way; which way depends on what shows it
 | 1 | **the command line is well formed but an input refuses it**: a missing, damaged or unsupported file; a value past what *that* model or trace allows (`--ctx` above its `n_ctx_train`, `-k` above its `n_expert`, a `--prompt-tokens` id past its vocabulary, `--window` wider than its decode positions, `--numerics llamacpp` or `--cache-mb` for a model that has no such thing); an output that cannot be written | one line, `refsim CMD: error: ...`, naming the flag or the file (and line or byte offset) |
 | 130 | interrupted (Ctrl-C) | one line |
 
+An unknown flag is named by the command it follows, with that command's usage (`refsim timing
+fit: error: unrecognized arguments: --bogus`). A bare `refsim` prints the listing of every command
+on stdout (what it asks to see) and `refsim: error: the following arguments are required: COMMAND`
+on stderr, exit 2: nothing was run, so a script that calls refsim without a command fails.
+
 Why this split: exit 2 is what argparse already gives for an unknown flag, a bad `choices` value or
 two flags of one exclusive group, and what the engine's CLI gives for `--ngram` with `--mtp`; a bad
 number is the same kind of mistake, so it joins them rather than being exit 1 in one command and 2 in

@@ -17,7 +17,7 @@ implementation's heavy parts (the forward pass, matplotlib, Numba kernels) where
 Ctrl-C (SIGINT) at any moment of ``main`` -- building the parser, parsing, running -- prints one
 line and returns 130 (128 + SIGINT, the shell's code for a command ended by Ctrl-C). A Ctrl-C
 that arrives inside an import is raised when the import has finished
-(:mod:`refsim.cli.interrupt`: numpy's and numba's extensions would turn it into an ImportError);
+(:mod:`refsim.interrupt`: numpy's and numba's extensions would turn it into an ImportError);
 with SIGINT ignored on entry (a background job) the command ignores it too. This module imports
 only ``sys`` at the top, so the console script's ``from refsim.cli import main`` leaves no window
 of its own.
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     130 interrupted by Ctrl-C)."""
     seen: dict = {}                     # the subcommand, once parsed (named by the Ctrl-C line)
     try:
-        from refsim.cli.interrupt import DeferredInterrupt
+        from refsim.interrupt import DeferredInterrupt
         with DeferredInterrupt(sys._getframe()):     # no Ctrl-C inside an import
             return _run(argv, seen)
     except KeyboardInterrupt:
@@ -130,17 +130,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None, seen: dict) -> int:
-    """:func:`main` under :class:`refsim.cli.interrupt.DeferredInterrupt`; puts the parsed
+    """:func:`main` under :class:`refsim.interrupt.DeferredInterrupt`; puts the parsed
     subcommand in ``seen["command"]``."""
     from refsim.errors import RefsimError, UsageError
     parser = make_parser(requested_command(sys.argv[1:] if argv is None else argv))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:       # named by the innermost parser, with its usage ("refsim timing fit: error")
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     seen["command"] = args.command
     import logging
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="refsim: %(levelname)s: %(message)s")
     if not getattr(args, "func", None):
-        make_parser().print_help()          # the listing of every subcommand
+        # no command: the listing of every subcommand on stdout (what a bare `refsim` asks to
+        # see), argparse's line for a missing argument on stderr, exit 2 (nothing was run; a
+        # script that calls refsim without a command fails): docs/cli.md "Conventions"
+        make_parser().print_help()
+        print("refsim: error: the following arguments are required: COMMAND", file=sys.stderr)
         return 2
     from refsim import progress
     progress.configure(not (getattr(args, "quiet", False) or getattr(args, "json", False)))

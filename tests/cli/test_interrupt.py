@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from refsim.cli import main
-from refsim.cli.interrupt import DeferredInterrupt
+from refsim.interrupt import DeferredInterrupt
 
 REPO = Path(__file__).resolve().parents[2]
 LINE = "interrupted (outputs not completed were not written)\n"

@@ -1,4 +1,6 @@
-"""Ctrl-C that never lands inside an import (docs/cli.md, "Outputs, -, numbers, Ctrl-C").
+"""Ctrl-C that never lands inside an import (docs/cli.md, "Outputs, -, numbers, Ctrl-C"): the
+CLI's, kept outside ``refsim.cli`` so that ``refsim --version`` imports no ``refsim.cli.*`` module
+(tests/test_startup.py).
 
 Python turns SIGINT into a KeyboardInterrupt at the next bytecode, wherever that is. Inside an
 import that does harm a command cannot repair afterwards:
