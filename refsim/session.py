@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from refsim import MIB
 from refsim.cache.knobs import StreamKnobs
-from refsim.errors import ConfigError, RefsimError, RefsimWarning, UsageError
+from refsim.errors import ConfigError, RefsimError, RefsimWarning, UsageError, warning_line
 from refsim.fmt import budget_mib, num, ratio
 from refsim.frames import Table, dataclass_columns
 from refsim.spec.config import SpecConfig
@@ -451,7 +451,8 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
             budget = (ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB) if builtin
                       else sum(expert_bytes) * spec.n_expert // 2)
         knobs = config.knobs
-        warning(low_topk_warning(knobs, spec.n_expert_used))
+        narrow = low_topk_warning(knobs, spec.n_expert_used)
+        warning(warning_line("run", narrow) if narrow else None)
         cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
         ahead, probe = _wire_knobs(target, config, knobs, spec.arch)
     writer = contextlib.nullcontext()

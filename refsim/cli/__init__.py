@@ -139,8 +139,11 @@ def _run(argv: list[str] | None, seen: dict) -> int:
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     seen["command"] = args.command
     import logging
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="refsim: %(levelname)s: %(message)s")
+    root = logging.getLogger()      # this command's handler replaces an earlier main()'s
+    for h in [h for h in root.handlers if getattr(h, "refsim_cli", False)]:
+        root.removeHandler(h)
+    root.addHandler(_log_handler(getattr(args, "_parser", parser).prog))
+    root.setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     if not getattr(args, "func", None):
         # no command: the listing of every subcommand on stdout (what a bare `refsim` asks to
         # see), argparse's line for a missing argument on stderr, exit 2 (nothing was run; a
@@ -172,6 +175,22 @@ def _run(argv: list[str] | None, seen: dict) -> int:
         print(f"{args._parser.prog}: error: standard output: write failed: {exc.strerror}",
               file=sys.stderr)
         return 1
+
+
+def _log_handler(prog: str):
+    """The stderr handler of library log records, each as the command's own line: ``refsim
+    replay: warning: ...`` (:func:`refsim.errors.warning_line`'s form; the level in lower case,
+    as argparse's ``error``). ``logging`` is imported only when a command runs."""
+    import logging
+
+    def lower_level(record) -> bool:
+        record.level = record.levelname.lower()
+        return True
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(prog.replace("%", "%%") + ": %(level)s: %(message)s"))
+    handler.addFilter(lower_level)
+    handler.refsim_cli = True
+    return handler
 
 
 def interrupted(command: str | None = None) -> int:

@@ -16,7 +16,7 @@ from refsim import MIB
 from refsim.cli.common import draft_width, mib, nonneg_int, percent, positive_int, positive_mib
 from refsim.cli.device import add_device_args, load_device_args
 from refsim.errors import ConfigError, UsageError
-from refsim.fmt import budget_mib, num
+from refsim.fmt import num
 
 CTX_DEFAULT = 2048
 """``--ctx`` when not given (clamped to the model's ``n_ctx_train``)."""
@@ -93,7 +93,7 @@ def run(args) -> int:
         change = (f"speculation takes {num(diff / MIB, 1)} MiB from the expert cache" if diff >= 0 else
                   f"the budget grows by {num(-diff / MIB, 1)} MiB: the cap is the streamed set, and --mtp "
                   f"adds the head's experts to it")
-        print(f"cache-mb auto without speculation: {budget_mib(base_budget)} MiB; {change} "
+        print(f"cache-mb auto without speculation: {num(base_budget / MIB, 1)} MiB; {change} "
               f"(context items {num(led.speculation_bytes / MIB, 1)} MiB)")
     if device is not None:
         _device_lines(args, device, model, led, led_budget)
@@ -114,9 +114,9 @@ def _device_lines(args, loaded, model, led, budget) -> None:
         print(f"  {c.case + ':':<12} {num(c.mib_per_token, 1):>8} MiB/token -> "
               f"{w.predicted_s_per_token:.4f} s/token, {w.predicted_tok_s:.3f} tok/s")
     if budget is not None and budget >= led.total_expert_bytes:
-        print(f"  the auto budget ({budget_mib(budget)} MiB) holds the whole streamed set: a warm "
+        print(f"  the auto budget ({num(budget / MIB, 1)} MiB) holds the whole streamed set: a warm "
               f"cache reads 0 MiB/token, the all-hits line")
     else:
-        at = f" at {budget_mib(budget)} MiB" if budget is not None else ""
+        at = f" at {num(budget / MIB, 1)} MiB" if budget is not None else ""
         print(f"  the hit rate{at} is a trace's: refsim replay TRACE --cache-mb N --device {name} "
               f"predicts it; refsim timing breakeven prices speculation's wider verify decodes")

@@ -32,7 +32,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fmt import NA
+from refsim.fmt import NA, num
 
 DEFAULT_TRIM = 50
 """Warm-up tokens dropped before the per-token mean (phone-2026-07-22-drop-cold/findings.md:
@@ -336,7 +336,14 @@ def compare_runs(run_a, row_a: BenchRow, run_b, row_b: BenchRow, resamples: int 
 
 
 def _f(v, fmt: str, none: str = "—") -> str:
-    return none if v is None else format(v, fmt)
+    """A cell: ``fmt`` (``"d"``, or ``".Nf"``: N decimals, more for a small nonzero value so it
+    keeps two significant digits, :func:`refsim.fmt.num`: 0.18 MiB/token printed ``0`` at
+    ``.0f``), or ``none`` for an absent value."""
+    if v is None:
+        return none
+    if fmt.endswith("f"):
+        return num(v, int(fmt[1:-1]))
+    return format(v, fmt)
 
 
 def _timed_f(row: BenchRow, v, fmt: str) -> str:
