@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from refsim.cache import ExpertCache
-from refsim.cli.common import add_knob_args, cache_mib, int_list, knobs_from_args
+from refsim.cli.common import (add_knob_args, cache_mib, int_list, knobs_from_args,
+                               warn_below_token_cycle)
 from refsim.cli.device import add_device_args, device_figures, load_device_args
 from refsim.errors import UsageError
 from refsim.fmt import NA, budget_mib, num, ratio
@@ -54,6 +55,8 @@ def run(args) -> int:
         headers.append((trace.path, trace.header))
         del trace
     per_trace = union_grid(refs, args.window, budget, knobs, spec)
+    if budget is not None:      # as replay and sweep: T of the widest trace (docs/cache-studies.md)
+        warn_below_token_cycle("union", [budget], max(h.token_cycle_bytes for _, h in headers))
     knobs_on = knobs.any_on
     for tpath, h in headers:
         print(f"trace: {tpath} ({h.n_layer} layers, {h.n_expert} experts, "
