@@ -12,6 +12,9 @@ alone (:func:`refsim.timing.whatif.memory_whatif`): plain decoding at 0 MiB/toke
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from refsim import MIB
 from refsim.cli.common import draft_width, mib, nonneg_int, percent, positive_int, positive_mib
 from refsim.cli.device import add_device_args, load_device_args
@@ -46,6 +49,8 @@ def add_parser(subparsers) -> None:
                         "bmoe-engine.md §3.3-3.4)")
     p.add_argument("--cache-floor-mb", type=mib, default=1536.0, help="default 1536")
     p.add_argument("--cache-ceil-mb", type=mib, default=0.0, help="default 0 (no cap)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of text (keys: docs/hybrid.md)")
     g = add_device_args(p, positions=False)
     g.add_argument("--hit-pct", type=percent, default=None, metavar="P",
                    help="with --device: also predict plain decoding at this decode hit %% "
@@ -84,6 +89,10 @@ def run(args) -> int:
     base_budget, led_budget = base.budget_bytes, led.budget_bytes  # validates floor/ceil
     lines = led.lines()
     src = config.spec
+    if args.json:
+        print(json.dumps(_json(args, model, led, base_budget if ram_mb and spec_on else None,
+                               device)))
+        return 0
     print(f"# memory model={model.path} arch={model.spec.arch} n_ctx={args.ctx} spec={src} "
           f"draft_max={led.draft_max} n_rs_seq={led.n_rs_seq}")
     for line in lines:
@@ -98,6 +107,30 @@ def run(args) -> int:
     if device is not None:
         _device_lines(args, device, model, led, led_budget)
     return 0
+
+
+def _json(args, model, led, base_budget, device) -> dict:
+    """The ``--json`` object (docs/hybrid.md "refsim memory --json"): the run's words, every
+    ledger field (bytes, its ``lines()`` items; ``context_bytes``, ``speculation_bytes``,
+    ``avail_bytes`` added), the exact auto
+    budgets in bytes (null without ``--ram-mb``), and with ``--device`` its predicted cases."""
+    out = {"model": model.path, "arch": model.spec.arch, "n_ctx": args.ctx,
+           "spec": "mtp" if args.mtp else "ngram" if args.ngram else "off",
+           "ledger": {**dataclasses.asdict(led), "context_bytes": led.context_bytes,
+                      "speculation_bytes": led.speculation_bytes, "avail_bytes": led.avail_bytes},
+           "budget_bytes": led.budget_bytes,
+           "budget_without_speculation_bytes": base_budget}
+    if device is not None:
+        from refsim.timing.whatif import memory_whatif
+        dev, name, key = device
+        cases = memory_whatif(dev, name, key, model.t_bytes() / MIB, args.io_threads,
+                              args.overlap, args.hit_pct)
+        out["device"] = {"name": name, "model": key, "io_threads": args.io_threads,
+                         "overlap": bool(args.overlap),
+                         "cases": [{"case": c.case, "mib_per_token": c.mib_per_token,
+                                    "predicted_s_per_token": c.whatif.predicted_s_per_token,
+                                    "predicted_tok_s": c.whatif.predicted_tok_s} for c in cases]}
+    return out
 
 
 def _device_lines(args, loaded, model, led, budget) -> None:
