@@ -602,3 +602,72 @@ def _ids_text(model, ids, tokenizer=None) -> str:
 
 __all__ = ["RunConfig", "RunReport", "simulate", "check_run_flags", "NUMERICS", "DEFAULT_PROMPT",
            "STEP_COLUMNS"]
+
+
+@dataclass(frozen=True)
+class FlashSplit:
+    """An MTP run's decode flash bytes split three ways against the plain decode of the same
+    prompt (``refsim run --mtp --baseline-plain``; issue 26 C12). The engine's line ("...was the
+    head's own routing, ... the widened verify batch") counts as widening the bytes a plain run
+    reads anyway; this split does not.
+
+    Attributes (bytes; MiB = 2^20 bytes where printed)
+    ----------
+    streamed : int
+        The MTP run's decode reads, the head's included (its ``read_bytes``).
+    head : int
+        The MTP head's own routing (``draft_read_bytes``).
+    baseline : int
+        What the plain decode of the same prompt and ``-n`` read at the same budget.
+    widening : int
+        ``streamed - head - baseline``: what verifying batches of draft positions read beyond
+        the plain decode (negative when batching shared more than it added).
+    same_tokens : bool
+        The two runs emitted the same tokens (greedy: they must; False names a numerics tie).
+    """
+
+    streamed: int
+    head: int
+    baseline: int
+    widening: int
+    same_tokens: bool
+
+    def line(self) -> str:
+        """``mtp: baseline-plain: of X MiB streamed, Y MiB a plain decode of the same prompt
+        reads, W MiB the verify batches' widening, H MiB the head's own routing``."""
+        from refsim.fmt import num
+        m = lambda b: num(b / MIB, 1)  # noqa: E731
+        note = "" if self.same_tokens else " (the plain run emitted other tokens: a logit tie)"
+        return (f"mtp: baseline-plain: of {m(self.streamed)} MiB streamed, {m(self.baseline)} MiB "
+                f"a plain decode of the same prompt reads, {m(self.widening)} MiB the verify "
+                f"batches' widening, {m(self.head)} MiB the head's own routing{note}")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def baseline_plain(report: "RunReport", warn=None) -> FlashSplit:
+    """Run the plain decode of ``report``'s prompt (same model, numerics, ``-n``, knobs and the
+    MTP run's budget in bytes; no speculation, no output files) and split the MTP run's reads
+    (:class:`FlashSplit`). ``warn`` receives the plain run's warning lines (default: dropped,
+    the MTP run gave the same ones).
+
+    Raises
+    ------
+    ConfigError
+        ``report`` is not an MTP run, or has no expert cache (a dense model).
+    """
+    config = report.config
+    if config.spec.spec != "mtp" or report.dense:
+        raise ConfigError("--baseline-plain: with --mtp on an MoE model only (it splits the MTP "
+                          "run's flash bytes)")
+    plain_cfg = dataclasses.replace(
+        config, spec=SpecConfig(), route_trace=None, csv=None, predict_log=False,
+        prompt=None, prompt_tokens=tuple(int(t) for t in report.prompt),
+        cache_mb=float(budget_mib(report.budget_bytes)))
+    plain = simulate(plain_cfg, warn=warn if warn is not None else (lambda line: None))
+    s, p = report.stats, plain.stats
+    return FlashSplit(streamed=int(s.read_bytes), head=int(s.draft_read_bytes),
+                      baseline=int(p.read_bytes),
+                      widening=int(s.read_bytes - s.draft_read_bytes - p.read_bytes),
+                      same_tokens=report.result.tokens.tolist() == plain.result.tokens.tolist())
