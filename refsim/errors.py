@@ -38,6 +38,13 @@ class RefsimWarning(UserWarning):
     stderr."""
 
 
+def warning_line(cmd: str | None, text: str) -> str:
+    """The one form of a warning on stderr: ``refsim CMD: warning: TEXT`` (``refsim: warning:
+    TEXT`` before a command is known), as argparse's ``refsim CMD: error: ...`` (docs/cli.md
+    "Conventions"). ``cmd`` is the subcommand's words (``replay``, ``timing fit``)."""
+    return f"refsim {cmd}: warning: {text}" if cmd else f"refsim: warning: {text}"
+
+
 def value_message(flag: str, expected: str, got) -> str:
     """``"argument --draft: expected an integer in 1..8, got '0'"``: the one form of a bad flag
     value, whether argparse's ``type=`` validator or a later check reports it. ``got`` is quoted

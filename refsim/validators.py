@@ -25,17 +25,31 @@ INT_MAX = 2**31 - 1
 """Largest value of every integer flag: the engine's and llama.cpp's counts and ids are
 ``int32_t`` (``n_predict``, ``n_ctx``, ``n_ubatch``, ``llama_token``; include/llama.h)."""
 
-_INT = re.compile(r"[+-]?[0-9]+")
+_INT = re.compile(r"0|-?[1-9][0-9]*")
+"""The one integer form of every flag and list item: ``0`` or ASCII digits without a leading zero,
+``-`` for a negative (no ``+``, no space, no ``-0``): the form printf's ``%d`` writes and the trace
+reader requires (docs/trace-format.md), so ``+3``, ``03`` and `` 3`` are refused, not read as 3."""
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)",
                     re.IGNORECASE)
 
 
 def _strict_int(text: str) -> int:
-    """ASCII decimal digits with an optional sign (``int`` would also take ``1_0``, `` 3`` and
-    non-ASCII digits)."""
+    """An integer in the form :data:`_INT` (``int`` would also take ``1_0``, `` 3``, ``+3``,
+    ``03`` and non-ASCII digits)."""
     if not isinstance(text, str) or not _INT.fullmatch(text):
         raise ValueError(text)
     return int(text)
+
+
+_SEPARATOR = re.compile(r"[, ]")
+"""What separates two items of an integer list: one comma or one space (``1,5 77``)."""
+
+
+def _items(text: str) -> list[str]:
+    """The items of an integer list, split at each :data:`_SEPARATOR`: two separators in a row,
+    or one at either end, leave an empty item, which the item's own rule refuses (``1,,2``,
+    ``1, 2``, `` 3``)."""
+    return _SEPARATOR.split(text)
 
 
 def _strict_float(text: str) -> float:
@@ -125,11 +139,12 @@ def probability(text: str) -> float:
 
 
 def token_ids(text: str) -> list[int]:
-    """``type=`` validator: one or more token ids separated by commas and/or spaces, each
-    0..2147483647 (``--prompt-tokens``, ``--corpus``)."""
+    """``type=`` validator: one or more token ids, each 0..2147483647 (``--prompt-tokens``,
+    ``--corpus``); the list rule of every integer list (:func:`int_range`): items separated by
+    one comma or one space (:func:`_items`), no empty item, each in the form :data:`_INT`."""
     expected = f"token ids like 1,5,77, each an integer in 0..{TOKEN_ID_MAX}"
     try:
-        ids = [_strict_int(t) for t in text.replace(",", " ").split()]
+        ids = [_strict_int(t) for t in _items(text)]
     except ValueError:
         ids = []
     if not ids or not all(0 <= t <= TOKEN_ID_MAX for t in ids):
@@ -159,13 +174,14 @@ otherwise build a list of that length before any range check runs)."""
 
 def int_range(text: str, lo: int = -INT_MAX - 1, hi: int = INT_MAX) -> list[int]:
     """Parse ``"3"``, ``"1,2,5"`` or ``"1..8"`` into a list of ints (inclusive range), at most
-    :data:`INT_RANGE_MAX` values, each in ``lo..hi``."""
+    :data:`INT_RANGE_MAX` values, each in ``lo..hi``. Items are separated by one comma or one
+    space (:func:`_items`), no empty item, each integer in the form :data:`_INT` (the rule of
+    :func:`token_ids` too)."""
     out: list[int] = []
     each = f", each an integer in {lo}..{hi}"
     form = f"expected N, N,M,... or A..B with A <= B{each}, got {text!r}"
     try:
-        for part in text.split(","):
-            part = part.strip()
+        for part in _items(text):
             if ".." in part:
                 a_text, b_text = part.split("..", 1)
                 a, b = _strict_int(a_text), _strict_int(b_text)

@@ -170,7 +170,7 @@ def test_the_narrow_routing_warning_comes_once_the_model_is_known(builtin_cache,
     said = []
     simulate(RunConfig(n_predict=2, knobs=StreamKnobs(drop_frac=0.5)), warn=said.append)
     # the built-in model routes top-4: the engine's load-time warning for k <= 4
-    assert said == ["refsim: WARNING drop-cold-experts=0.5 with top-k 4 — the threshold is 12.5% "
+    assert said == ["refsim run: warning: drop-cold-experts=0.5 with top-k 4 — the threshold is 12.5% "
                     "of the routing here, against 6.2% at the top-k 8 this was measured on. Expect "
                     "it to discard much more, and check output quality on your own task."]
     assert main(["run", "-n", "2", "--drop-cold-experts", "0.5"]) == 0

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from refsim import MIB
 from refsim.cache.expert_cache import TARGET_DECODE_KINDS, CacheStats
+from refsim.errors import warning_line
 from refsim.events import DecodeKind
 from refsim.fmt import budget_mib, num, pct, ratio
 from refsim.frames import Table
@@ -103,7 +104,7 @@ def below_token_cycle_warning(cmd: str, budgets_bytes, t_bytes: int) -> str | No
         return None
     shown = ", ".join(budget_mib(b) for b in low[:5]) + (", ..." if len(low) > 5 else "")
     what = f"budget {shown} MiB is" if len(low) == 1 else f"budgets {shown} MiB are"
-    return (f"refsim {cmd}: warning: {what} below one token cycle "
+    return warning_line(cmd, f"{what} below one token cycle "
             f"T = {num(t_bytes / MIB, 1)} MiB: a global LRU evicts what the next layers need, and its "
             f"hit rate collapses toward 0 (exactly 0 once the budget is short of T by more than a "
             f"few entries; docs/cache-studies.md)")

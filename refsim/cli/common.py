@@ -173,5 +173,6 @@ def knobs_from_args(args, k: int, traced: bool = True, cmd: str = "replay"):
         raise UsageError(str(exc)) from None
     warning = low_topk_warning(knobs, k) if k is not None else None
     if warning:
-        print(warning, file=sys.stderr)
+        from refsim.errors import warning_line
+        print(warning_line(getattr(args, "command", None) or cmd, warning), file=sys.stderr)
     return knobs

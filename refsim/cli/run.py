@@ -28,7 +28,9 @@ def add_parser(sub) -> None:
         description="Greedy generation with refsim's reference forward pass; every decode is fed to "
                     "the engine's LRU expert cache. With no MODEL, a small synthetic qwen3moe is made "
                     "once (under $REFSIM_CACHE or ~/.cache/refsim) and used.")
-    p.add_argument("model", nargs="?", help="GGUF model (default: the built-in synthetic qwen3moe)")
+    p.add_argument("model", nargs="?", help="GGUF model, or gemma-3-270m: the real Gemma-3-270M "
+                                            "Q4_K_M from its installed package, assembled once "
+                                            "(default: the built-in synthetic qwen3moe)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
     g.add_argument("--prompt-tokens", metavar="IDS", type=token_ids, help="prompt token ids, e.g. 1,5,77")
@@ -56,6 +58,10 @@ def add_parser(sub) -> None:
     p.add_argument("--predict-log", action="store_true",
                    help="score the stale-gate, previous-token and control predictors per layer "
                         "(the engine's expert-prediction.md; qwen3moe, qwen35moe)")
+    p.add_argument("--baseline-plain", action="store_true",
+                   help="with --mtp: also run the plain decode of the same prompt and split the "
+                        "MTP run's flash bytes into baseline, verify widening and head "
+                        "(docs/speculation.md)")
     add_knob_args(p, route_ahead=True, predict=True)
     from refsim.cli.device import add_device_args
     add_device_args(p)
@@ -117,16 +123,27 @@ def run(args) -> int:
                          "prompt runs in this process)")
     from refsim.cli.common import report_stream
     from refsim.session import simulate
-    report = simulate(config_from_args(args), warn=_warn)
+    config = config_from_args(args)
+    if args.baseline_plain and config.spec.spec != "mtp":
+        raise UsageError("argument --baseline-plain: needs --mtp (it splits the MTP run's flash "
+                         "bytes)")
+    report = simulate(config, warn=_warn)
+    split = None
+    if args.baseline_plain:
+        from refsim.session import baseline_plain
+        split = baseline_plain(report)
     # the outputs are written: the report goes to stderr if one of them went to stdout
     with contextlib.redirect_stdout(report_stream({"--route-trace": args.route_trace,
                                                    "--csv": args.csv})):
         if args.json:
-            print(json.dumps(report.as_dict()))
+            doc = report.as_dict()
+            if split is not None:
+                doc["baseline_plain"] = split.as_dict()
+            print(json.dumps(doc))
         elif report.dense:
             _print_dense(report)
         else:
-            _print_text(report)
+            _print_text(report, split)
     if not args.json and not report.dense and args.route_trace is not None:
         _print_trace_note(report)
     return 0
@@ -157,7 +174,7 @@ def _print_dense(report) -> None:
           f"margin {report.min_margin:.4g}")
 
 
-def _print_text(report) -> None:
+def _print_text(report, split=None) -> None:
     """An MoE model's run: the model, memory, prompt and tokens, the engine's summary lines, the
     knobs' and predictors' lines, the cache and the simulator's speed."""
     from refsim.telemetry import summary_lines
@@ -177,6 +194,8 @@ def _print_text(report) -> None:
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)
+        if split is not None and line.startswith("mtp: of "):
+            print(split.line())             # after the engine's own flash-split line
     if report.knobs is not None:
         from refsim.telemetry.lines import knob_lines
         for line in knob_lines(report.knobs):

@@ -619,7 +619,7 @@ def convention_warning(trace, path: str | None = None) -> str | None:
 
 def warn_convention(trace, path: str | None = None) -> None:
     """Give :func:`convention_warning`'s warning, once per process, through the ``refsim.trace``
-    logger (the CLI shows it on stderr as ``refsim: WARNING: ...``)."""
+    logger (the CLI shows it on stderr as ``refsim CMD: warning: ...``)."""
     import logging
 
     text = convention_warning(trace, path)

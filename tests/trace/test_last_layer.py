@@ -166,7 +166,7 @@ def test_the_cli_shows_the_warning_once_on_stderr(tmp_path, stream):
     assert got.returncode == 0, got.stderr
     lines = got.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"refsim: WARNING: {path}:6: this prefill chunk routes the last layer 1 at every "
+        f"refsim replay: warning: {path}:6: this prefill chunk routes the last layer 1 at every "
         f"position, where llama.cpp's gpt-oss graph"), got.stderr
     assert "hit: 33.3% cumulative (prefill included), 75.0% decode-only" in got.stdout
 
