@@ -122,3 +122,20 @@ def test_dense_mode_term(drop, twin):
     assert round(ms, 1) == 391.1  # findings.md's mean ms/token of the drop-0 run
     published = 0.179 * ms
     assert t.contains(published) and published / t.value == pytest.approx(2.64, abs=0.01)
+
+
+def test_ledger_against_the_recorded_anonymous_memory(drop):
+    """The ledger's anonymous demand (cache 3000 MiB + KV 80 + one recurrent slot 62.8 =
+    3142.8 MiB) against what the process held: rss_anon + swap, median over the kept tokens, is
+    3377.7-3377.9 MiB in all four runs; 235 MiB is not in the ledger (llama.cpp's compute and
+    output buffers, the tokenizer)."""
+    import numpy as np
+    from refsim.telemetry.metrics_reader import read_metrics
+    runs, demands = drop[0], drop[1]
+    held = []
+    for r in runs:
+        d = read_metrics(r.label).data
+        held.append(float(np.median((d["rss_anon_mib"] + d["swap_mib"])[50:])))
+    assert [round(h, 1) for h in held] == [3377.9, 3377.9, 3377.8, 3377.7]
+    assert round(demands[0].anon_bytes / MIB, 1) == 3142.8
+    assert [round(h - demands[0].anon_bytes / MIB, 1) for h in held] == [235.1, 235.1, 235.0, 234.9]
