@@ -159,3 +159,33 @@ def test_run_pressure_refuses_files_without_memory_columns(tmp_path):
     desk = require_shared("real-runs", "desktop-2026-07-24-qwen36", "pc-A-io4.csv")
     with pytest.raises(ConfigError, match=r"pc-A-io4\.csv: majflt is 0 on every row"):
         run_pressure(read_metrics(desk), demand)
+
+
+# --- refsim memory --device --ram-mb ---------------------------------------------------------
+def test_cli_memory_prints_the_pressure_term(tmp_path, capsys):
+    """At R = 6000 MiB, ceil 3000: under mmap the dense set (2039.8 MiB) is page cache the auto
+    budget does not subtract, so D = 3000 + 80 + 62.8 + 2039.8 = 5182.7 MiB and E = D + H - R =
+    506.3 MiB; under ahwb the budget leaves the dense set out and nothing is evicted."""
+    from refsim.cli import main
+    from refsim.testing.twins import qwen36_twin
+    from tests.timing.test_device_outputs import device
+    model = qwen36_twin(tmp_path / "q36.gguf")
+    dev = tmp_path / "dev.json"
+    dev.write_text(device().to_json())
+    argv = ["memory", str(model), "--ctx", "4096", "--ram-mb", "6000", "--cache-ceil-mb", "3000",
+            "--device", str(dev), "--device-model", "m", "--hit-pct", "70"]
+    assert main(argv + ["--dense-weights", "mmap"]) == 0
+    out = capsys.readouterr().out
+    assert "resident:      5182.7 MiB  (pinned 0.0 + anon 3142.8 + page cache 2039.8" in out
+    # W = 0.7 x 581.25 hits + (2039.8 - 272.8 + 0.0011) dense + 4096 x 20480 B KV + 62.8 slot
+    w = 0.7 * 581.25 + (2138925568 - 286064640 + 1152 + 4096 * 20480 + 65863680) / MIB
+    m = predict_majflt(PHONE_FIT, 5434403328 / MIB, 6000, w)
+    t = m.value * PHONE_FIT.ms_per_fault.value
+    assert (f"evicted 506.3 MiB, touched {w:.1f} MiB/token at hit 70.0% -> {m.value:.1f} "
+            f"[{m.lo:.1f}, {m.hi:.1f}] major faults/token, +{t:.1f}") in out
+    assert main(argv + ["--dense-weights", "ahwb"]) == 0
+    out = capsys.readouterr().out
+    assert "pinned 2039.8" in out and "evicted 0.0 MiB" in out and "-> 0.0 [0.0, 0.0] major" in out
+    # without --ram-mb no pressure line (and every earlier line unchanged)
+    assert main(argv[:4] + argv[6:]) == 0
+    assert "memory pressure" not in capsys.readouterr().out
