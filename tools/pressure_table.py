@@ -101,7 +101,7 @@ def main() -> int:
           f"key and no majflt column")
     anon = model_demand(model, memory_ledger(model, n_ctx, 0, False, dense_weights="anon"),
                         base.expert_cache_bytes)
-    print("\n| run | hits MiB/tok | measured ms/tok | model anon - ahwb ms/tok | as % of the run | "
+    print("\n| run | hits + KV read MiB/tok | measured ms/tok | model anon - ahwb ms/tok | as % of the run | "
           "published anon -> ahwb |")
     print("|---|---|---|---|---|---|")
     for r, f in zip(runs, files):

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from refsim import MIB
 from refsim.timing.pressure import PressureFit, majflt_at_excess, predict_majflt
 from refsim.timing.terms import Term
@@ -197,7 +195,3 @@ def cell_rows(fit: PressureFit, ledger_for, pinned_mib: float, anon_base_mib: fl
                            (min(rec), max(rec))))
     return out
 
-
-def summary_majflt(run) -> float:
-    """A run's ``# summary`` ``majflt/tok`` (nan when absent)."""
-    return float(run.summary.get("majflt/tok", np.nan))
