@@ -33,8 +33,9 @@ ahwb``, so the evictable pool is the process's RSS and ``E`` is its ``swap_mib``
 - ``H`` = each run's median ``mem_available_mib``; the term's interval spans the runs.
 - ``g`` = Σ majflt / Σ (256 W q) over the kept tokens, with each token's measured
   ``q = swap / (rss + swap)``; pooled value, interval = the runs' own values. The runs do the same
-  work at the same demand and differ 58x in faults per token (10.8 to 631.7): the spread is device state at entry
-  (the authors' note, findings.md), which no configuration input carries; it stays in the interval.
+  work at the same demand and differ 58x in faults per token (10.8 to 631.7): the spread is device
+  state at entry (the authors' note, findings.md), which no configuration input carries; it stays
+  in the interval.
 - ``t_f`` = least squares of ``compute_ms + mgmt_ms`` on ``majflt`` with a per-run intercept and
   per-run slope on the flash read; interval = the leave-one-run-out refits.
 - ``E0`` (:attr:`PressureFit.evicted`) = the runs' median ``swap_mib``: the eviction this phone
