@@ -7,7 +7,10 @@ speculation takes from the expert cache. Logic: :mod:`refsim.cache.ledger`.
 
 With ``--device DEVICE.json`` it also prints what that device predicts from the model's bytes
 alone (:func:`refsim.timing.whatif.memory_whatif`): plain decoding at 0 MiB/token (all hits), at
-``--hit-pct P`` and at one token cycle T (all misses).
+``--hit-pct P`` and at one token cycle T (all misses). With ``--ram-mb`` as well it prints the
+resident demand by kind for the ``--dense-weights`` mode and the memory-pressure term
+(:mod:`refsim.timing.pressure`, the fault model fitted on the shared phone runs:
+docs/memory-pressure.md), beside and not inside the lines above.
 """
 
 from __future__ import annotations
@@ -146,6 +149,8 @@ def _device_lines(args, loaded, model, led, budget) -> None:
         w = c.whatif
         print(f"  {c.case + ':':<12} {num(c.mib_per_token, 1):>8} MiB/token -> "
               f"{w.predicted_s_per_token:.4f} s/token, {w.predicted_tok_s:.3f} tok/s")
+    if budget is not None:
+        _pressure_lines(args, name, model, led, budget, t_mib)
     if budget is not None and budget >= led.total_expert_bytes:
         print(f"  the auto budget ({num(budget / MIB, 1)} MiB) holds the whole streamed set: a warm "
               f"cache reads 0 MiB/token, the all-hits line")
@@ -153,3 +158,25 @@ def _device_lines(args, loaded, model, led, budget) -> None:
         at = f" at {num(budget / MIB, 1)} MiB" if budget is not None else ""
         print(f"  the hit rate{at} is a trace's: refsim replay TRACE --cache-mb N --device {name} "
               f"predicts it; refsim timing breakeven prices speculation's wider verify decodes")
+
+
+def _pressure_lines(args, name, model, led, budget, t_mib) -> None:
+    """``--device`` with ``--ram-mb``: resident demand and the memory-pressure term at the auto
+    budget, a full context (``--ctx`` positions attended) and the hit level of ``--hit-pct``
+    (default all hits: the most a token touches)."""
+    from refsim.cache.demand import model_demand
+    from refsim.timing.pressure import PHONE_FIT, fault_time, predict_majflt
+    d = model_demand(model, led, budget)
+    for line in d.lines():
+        print(f"  {line}")
+    if d.evictable_bytes == 0:
+        return
+    pct = 100.0 if args.hit_pct is None else args.hit_pct
+    w = d.touched_bytes(pct / 100.0 * t_mib * MIB, args.ctx) / MIB
+    m = predict_majflt(PHONE_FIT, d.total_bytes / MIB, args.ram_mb, w, d.evictable_bytes / MIB)
+    t = fault_time(PHONE_FIT, m)
+    e = max(0.0, d.total_bytes / MIB + PHONE_FIT.reserve.value - args.ram_mb)
+    print(f"  memory pressure (fault model of the 2026-07-22 phone runs, not {name}'s; "
+          f"docs/memory-pressure.md): evicted {num(e, 1)} MiB, touched {num(w, 1)} MiB/token at "
+          f"hit {num(pct, 1)}% -> {m.value:.1f} [{m.lo:.1f}, {m.hi:.1f}] major faults/token, "
+          f"+{t.value:.1f} [{t.lo:.1f}, {t.hi:.1f}] ms/token (not in the lines above)")
