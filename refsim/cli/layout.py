@@ -12,7 +12,7 @@ from refsim.errors import ConfigError, UsageError
 from refsim.io.window import ENGINE_BLOCK_BYTES
 
 COLUMNS = ("trace", "layout", "eval_decodes", "tokens", "slices_per_token", "requests_per_token",
-           "window_mib_per_token", "predicted_ms_per_token")
+           "window_mib_per_token", "predicted_ms_per_token", "time_model")
 
 
 def fraction(text: str) -> float:
@@ -103,6 +103,38 @@ def evaluate(trace, records, indices, layout, cfg):
     return IoSummary.from_tally(tally, tokens), tokens
 
 
+def predicted_ms(args, device, s, trace, indices, tokens):
+    """``(ms/token, time model)`` of an evaluation on ``--device``, or ``(None, None)``.
+
+    The request and lane term (:mod:`refsim.timing.requests`, ``timing fit --io-model
+    requests``) when the device file carries it and the reads are serial: it prices the
+    requests, rounds and layer batches the layout changes; otherwise the per-MiB term at the
+    window MiB (it sees the layout only through the window bytes). Features per target decode, as
+    ``replay --model --device`` forms them.
+    """
+    if device is None or not tokens or s.window_mib_per_token is None:
+        return None, None
+    from refsim import MIB
+    from refsim.events import DecodeKind
+    decodes = sum(trace.events[i].kind in (DecodeKind.PLAIN, DecodeKind.VERIFY) for i in indices)
+    tpd = max(1.0, tokens / decodes) if decodes else 1.0
+    dev, name, model = device
+    if dev.requests is None or args.overlap or not decodes:
+        whatif = device_figures(args, device, s.window_mib_per_token, tpd)
+        return 1000.0 * whatif.predicted_s_per_token, "per_mib"
+    import numpy as np
+
+    from refsim.timing.requests import IoFeatures, requests_from_json
+    from refsim.timing.whatif import request_whatif
+    rm = requests_from_json(name, dev.requests, dev)
+    f = IoFeatures(*(np.array([v / decodes]) for v in (
+        s.decode_window_read_bytes / MIB, (s.lane_bytes_per_token or 0.0) * tokens / MIB,
+        s.decode_rounds, s.decode_batches)))
+    whatif = request_whatif(rm, name, f, tpd, model, args.io_threads, args.overlap,
+                            args.position_cost)
+    return 1000.0 * whatif.predicted_s_per_token, "requests"
+
+
 def check_args(args) -> None:
     if (args.fit_turns is None) != (args.eval_turns is None):
         raise UsageError("--fit-turns and --eval-turns go together")
@@ -149,15 +181,12 @@ def run(args) -> int:
         records = replay_trace(trace, budget).records
         for name, lay in (("file", layout), ("co-activation", after)):
             s, tokens = evaluate(trace, records, ev, lay, cfg)
-            ms = None
-            if device is not None and s.window_mib_per_token is not None and tokens:
-                ms = 1000.0 * device_figures(args, device, s.window_mib_per_token,
-                                             max(1.0, tokens / len(ev))).predicted_s_per_token
+            ms, used = predicted_ms(args, device, s, trace, ev, tokens)
             rows.append({"trace": path, "layout": name, "eval_decodes": len(ev),
                          "tokens": tokens, "slices_per_token": s.slices_per_token,
                          "requests_per_token": s.requests_per_token,
                          "window_mib_per_token": s.window_mib_per_token,
-                         "predicted_ms_per_token": ms})
+                         "predicted_ms_per_token": ms, "time_model": used})
     if args.out is not None:
         doc = {"format": "refsim-layout v1", "model": args.model, "fit_decodes":
                len(fit_events), "method": "greedy chain on per-layer co-activation",

@@ -111,3 +111,30 @@ def test_trained_moe_table(tmp_path, capsys):
     assert before["requests_per_token"] == 43.875 and after["requests_per_token"] == 17.625
     assert np.isclose(before["window_mib_per_token"], 0.95849609375)
     assert np.isclose(after["window_mib_per_token"], 0.87890625)
+
+
+def test_shared_trace_device_by_requests(qwen_twin, tmp_path, capsys):
+    """--device with the phone's request term (docs/timing.md): the merged layout has fewer
+    requests but a busier lane, and the fitted term charges nothing per round (c held at 0)."""
+    trace = require_shared("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")
+    runs = require_shared("real-runs", "phone-2026-07-12-cache-lanes")
+    args = []
+    for f in sorted(runs.glob("*.csv")):
+        if "mmap" in f.name:
+            continue
+        model = f.name.split("_")[0]
+        args.append(f"{f}@model={model},io_threads={2 if '_l2' in f.name else 4}")
+    device = tmp_path / "phone.json"
+    assert main(["timing", "fit", *args, "--io-model", "requests", "--out", str(device),
+                 "--name", "phone"]) == 0
+    capsys.readouterr()
+    out = layout_json(capsys, [str(qwen_twin), str(trace), "--cache-mb", "2000", "--data-start",
+                               "38400", "--device", str(device), "--device-model", "qwen"])
+    before, after = out["rows"]
+    assert before["time_model"] == after["time_model"] == "requests"
+    assert round(before["predicted_ms_per_token"], 2) == 368.92
+    assert round(after["predicted_ms_per_token"], 2) == 370.99
+    over = layout_json(capsys, [str(qwen_twin), str(trace), "--cache-mb", "2000", "--data-start",
+                                "38400", "--device", str(device), "--device-model", "qwen",
+                                "--overlap"])
+    assert over["rows"][0]["time_model"] == "per_mib"
