@@ -34,9 +34,9 @@ def turn_list(text: str) -> list[int]:
         out = sorted({int(t) for t in text.split(",")})
     except ValueError:
         out = []
-    if not out or out[0] < 0:
-        raise argparse.ArgumentTypeError(f"expected turn numbers >= 0 separated by commas, "
-                                         f"got {text!r}")
+    if not out or out[0] < 0 or out[-1] > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"expected turn numbers like 0,2, each an integer in "
+                                         f"0..2147483647, got {text!r}")
     return out
 
 
