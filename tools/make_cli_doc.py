@@ -43,9 +43,9 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | flags | accepted |
 |---|---|
 | `-n`, `--ctx`, `-k`, `--prompt-len`, `--top`, `--io-threads`, `--workers` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
-| `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps`, `replay --data-start` | an integer in 0..2147483647 |
+| `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps`, `--data-start`, `--merge-gap` | an integer in 0..2147483647 |
 | `--resamples` | an integer in 1..100000 |
-| `replay --block-size` | an integer in 1..1048576 and a power of two |
+| `--block-size` | an integer in 1..1048576 and a power of two |
 | `replay --o-direct` | an integer in 0..1 |
 | `--position-cost`, `--draft-ms` | a finite number >= 0 |
 | `--draft` | an integer in 1..8 (lists in `ngram-whatif`: each in 1..8) |
@@ -59,6 +59,8 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--drop-cold-experts` | a number in [0, 1] (`drop-replay --frac`: fractions like 0.5,0.75,1.0, each a number in [0, 1]) |
 | `--prefetch`, `--route-ahead` | an integer in 0..8 (the engine's range) |
 | `--prompt-tokens`, `--corpus` | token ids like 1,5,77, each an integer in 0..2147483647 |
+| `layout --fit-fraction` | a number in (0, 1) |
+| `layout --fit-turns`, `--eval-turns` | turn numbers like 0,2, each an integer in 0..2147483647 |
 | `--seed` | an integer in 0..4294967295 (`synth`, `bench`) |
 | `union --window`, `ngram-whatif --draft`, `--min-match`, `timing breakeven --draft`, `drop-replay --n-expert-used` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
 | `sweep --policy` | comma-separated names of known policies, no empty item (`lru,,arc` is refused); parameters as `NAME:KEY=VALUE` (`random:seed=` an integer >= 0) |

@@ -20,7 +20,8 @@ def block_size(text: str) -> int:
 
 
 def add_io_args(p) -> None:
-    """Add ``--model``, ``--data-start``, ``--block-size``, ``--o-direct`` and ``--requests``."""
+    """Add ``--model``, ``--data-start``, ``--block-size``, ``--o-direct``, ``--merge-gap`` and
+    ``--requests``."""
     g = p.add_argument_group("reads as the engine issues them (aligned windows, requests, lanes; "
                              "docs/io.md)")
     g.add_argument("--model", dest="io_model", metavar="GGUF",
@@ -37,6 +38,11 @@ def add_io_args(p) -> None:
     g.add_argument("--o-direct", type=int_in(0, 1), default=1, metavar="0|1",
                    help="with --model: 1 = O_DIRECT windows (default, the engine's), 0 = buffered "
                         "reads (windows = slices)")
+    g.add_argument("--merge-gap", type=nonneg_int, metavar="BYTES",
+                   help="with --model: read adjacent slices of one decode and layer whose file "
+                        "gap is <= BYTES as one request (one contiguous pread, the gap's bytes "
+                        "read too); 0 merges touching slices. Default: off, one request per "
+                        "slice, as the engine reads")
     g.add_argument("--requests", metavar="OUT",
                    help="with --model: write every request (CSV: event, layer, order, expert, "
                         "projection, offset, bytes, window, lane) to OUT (- = stdout)")
@@ -54,7 +60,8 @@ def check_io_args(args) -> None:
         return
     for flag, given in (("--data-start", args.data_start is not None),
                         ("--block-size", args.block_size != ENGINE_BLOCK_BYTES),
-                        ("--o-direct", args.o_direct != 1), ("--requests", args.requests is not None)):
+                        ("--o-direct", args.o_direct != 1), ("--requests", args.requests is not None),
+                        ("--merge-gap", args.merge_gap is not None)):
         if given:
             raise UsageError(f"{flag} without --model: the windows need the model file's tensor "
                              f"offsets")
@@ -80,7 +87,8 @@ def io_tally(args, header, where: str, on_requests=None):
     layout = layout_from_model(open_model(args.io_model), args.block_size, args.o_direct == 1,
                                args.data_start)
     layout.check_trace(header, where)
-    return IoTally(layout, IoConfig(args.io_threads, args.overlap), on_requests=on_requests)
+    return IoTally(layout, IoConfig(args.io_threads, args.overlap, args.merge_gap),
+                   on_requests=on_requests)
 
 
 REQUEST_COLUMNS = ("event", "kind", "layer", "order", "expert", "projection", "offset", "bytes",

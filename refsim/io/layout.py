@@ -57,6 +57,10 @@ class SliceLayout:
         False: buffered reads, windows equal slices.
     data_start : int
         The data section's start the offsets assume, bytes.
+    slot_of : (n_layer, n_expert) int64 ndarray, optional
+        A permuted file layout (the ``refsim layout`` what-if): expert ``e`` of layer ``il`` lies
+        at slice position ``slot_of[il, e]`` of each of its tensors; None: at ``e`` (the file
+        as written).
     """
 
     source: str
@@ -68,6 +72,29 @@ class SliceLayout:
     block: int = ENGINE_BLOCK_BYTES
     o_direct: bool = True
     data_start: int = 0
+    slot_of: np.ndarray | None = None
+
+    def position(self, il: int, experts) -> np.ndarray:
+        """int64 array: the slice position of ``experts`` in layer ``il``'s tensors."""
+        e = np.asarray(experts, dtype=np.int64)
+        return e if self.slot_of is None else self.slot_of[il][e]
+
+    def permuted(self, slot_of) -> "SliceLayout":
+        """This layout with each layer's expert slices reordered: expert ``e`` of layer ``il`` at
+        position ``slot_of[il, e]`` (every row a permutation of ``0..n_expert-1``).
+
+        Raises
+        ------
+        ConfigError
+            The shape is not (n_layer, n_expert) or a row is not a permutation.
+        """
+        import dataclasses
+        p = np.asarray(slot_of, dtype=np.int64)
+        if p.shape != (self.n_layer, self.n_expert) or \
+                not (np.sort(p, axis=1) == np.arange(self.n_expert)).all():
+            raise ConfigError(f"a slice permutation must be {self.n_layer} rows, each a "
+                              f"permutation of 0..{self.n_expert - 1}")
+        return dataclasses.replace(self, slot_of=p)
 
     @property
     def n_layer(self) -> int:
@@ -80,7 +107,7 @@ class SliceLayout:
 
     def slice_offsets(self, il: int, experts) -> np.ndarray:
         """(n, 3) int64: file offset of each slice of ``experts`` in layer ``il`` (-1 absent)."""
-        e = np.asarray(experts, dtype=np.int64)[:, None]
+        e = self.position(il, experts)[:, None]
         off = self.offsets[il][None, :] + e * self.strides[il][None, :]
         return np.where(self.strides[il][None, :] > 0, off, -1)
 

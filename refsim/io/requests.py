@@ -14,7 +14,13 @@ the engine's C++ builds its ``IoJob`` list (expert_stream_source.cpp):
   same order;
 - one request per present projection slice (a fused layout has two), ``nb2`` bytes at
   ``file_off + e * nb2``; its window by :mod:`refsim.io.window`;
-- each layer's batch is one queue drained by the lanes (:mod:`refsim.io.lanes`).
+- each layer's batch is one queue drained by the lanes (:mod:`refsim.io.lanes`);
+- **merged reads** (``--merge-gap B``, refsim's what-if, off by default as in the engine, which
+  issues one ``pread`` per slice): within one layer batch, slices whose file gap (next slice's
+  offset minus the end of the run so far) is at most ``B`` bytes are read as one request, one
+  contiguous ``pread`` from the run's first byte to its last, so the gap's bytes *are* read; its
+  window is the run's span widened to the block. A merged request takes the queue place of its
+  first member; the lanes drain the merged queue.
 
 A decode's requests are its layers' batches in layer order. They partition the decode's missed
 slices: every (layer, expert, projection) of a miss is requested exactly once.
@@ -46,6 +52,8 @@ class IoConfig:
 
     io_threads: int = 4
     overlap: bool = False
+    merge_gap: int | None = None
+    """``--merge-gap`` bytes, or None: every slice its own request (the engine's reads)."""
 
     @property
     def lanes(self) -> int:
@@ -81,12 +89,14 @@ def batch_order(experts, present, overlap: bool) -> tuple[np.ndarray, np.ndarray
 class EventRequests:
     """One event's requests in issue order (layer by layer), each array (n,) int64.
 
-    ``offset``/``nbytes``: the slice; ``window``: the bytes read; ``lane``: the lane
+    ``offset``/``nbytes``: the slice (merged: the run's span, gaps included; ``expert``/``slot``
+    its first slice's); ``window``: the bytes read; ``lane``: the lane
     (:func:`refsim.io.lanes.assign_lanes`, cost = window bytes); ``lane_bytes``: per layer with
     requests, the busiest lane's window bytes, summed over layers (the batch's critical path on
     lanes of equal bandwidth), bytes; ``rounds``: per layer ``ceil(requests / lanes)`` (1 lane,
     or serially a batch of one: the requests one after another), summed; ``batches``: layers
-    with a request.
+    with a request; ``slices``/``slice_bytes``: the slices requested before merging (equal to
+    ``n`` and ``nbytes.sum()`` without ``--merge-gap``).
     """
 
     layer: np.ndarray
@@ -99,6 +109,13 @@ class EventRequests:
     lane_bytes: int
     batches: int
     rounds: int = 0
+    slices: int = -1
+    slice_bytes: int = -1
+
+    def __post_init__(self):
+        if self.slices < 0:       # unmerged: one request per slice
+            object.__setattr__(self, "slices", int(self.layer.size))
+            object.__setattr__(self, "slice_bytes", int(self.nbytes.sum()))
 
     @property
     def n(self) -> int:
@@ -115,6 +132,42 @@ def missed_in_order(routes: np.ndarray, charged: np.ndarray):
     return il.astype(np.int64), experts
 
 
+def merge_runs(offset: np.ndarray, nbytes: np.ndarray, gap: int):
+    """Merge one batch's slices whose file gap is at most ``gap`` bytes.
+
+    Parameters
+    ----------
+    offset, nbytes : (n,) int64 ndarrays
+        The batch's slices in queue order (distinct, non-overlapping), bytes.
+    gap : int
+        Bytes >= 0: a slice joins the run before it (in file order) when its offset minus the
+        run's end is <= ``gap``.
+
+    Returns
+    -------
+    first : (r,) int64 ndarray
+        Per merged request, the queue index of its first member in file order; requests ordered
+        by their earliest queue index (each run takes the queue place of its first-queued slice).
+    start, span, members : (r,) int64 ndarrays
+        The run's first byte, its length (gaps included) and its slice count.
+    """
+    order = np.argsort(offset, kind="stable")
+    off = offset[order]
+    end = off + nbytes[order]
+    run_end = np.maximum.accumulate(end)
+    new = np.ones(off.size, dtype=bool)
+    new[1:] = off[1:] - run_end[:-1] > gap
+    starts = np.flatnonzero(new)
+    stops = np.append(starts[1:], off.size)
+    run_id = np.cumsum(new) - 1
+    queue_first = np.full(starts.size, off.size, dtype=np.int64)
+    np.minimum.at(queue_first, run_id, order)
+    issue = np.argsort(queue_first, kind="stable")
+    start = off[starts]
+    span = run_end[stops - 1] - start
+    return (order[starts][issue], start[issue], span[issue], (stops - starts)[issue])
+
+
 def event_requests(routes: np.ndarray, charged: np.ndarray, layout, cfg: IoConfig) -> EventRequests:
     """The requests of one event (see the module docstring for the rules)."""
     il_all, e_all = missed_in_order(routes, charged)
@@ -122,6 +175,8 @@ def event_requests(routes: np.ndarray, charged: np.ndarray, layout, cfg: IoConfi
     lane_bytes = 0
     batches = 0
     rounds = 0
+    n_slices = 0
+    slice_bytes = 0
     bounds = np.flatnonzero(np.diff(il_all)) + 1
     for il_grp, e_grp in zip(np.split(il_all, bounds), np.split(e_all, bounds)):
         if il_grp.size == 0:
@@ -129,8 +184,13 @@ def event_requests(routes: np.ndarray, charged: np.ndarray, layout, cfg: IoConfi
         il = int(il_grp[0])
         present = layout.strides[il] > 0
         expert, slot = batch_order(e_grp, present, cfg.overlap)
-        offset = layout.offsets[il, slot] + expert * layout.strides[il, slot]
+        offset = layout.offsets[il, slot] + layout.position(il, expert) * layout.strides[il, slot]
         nbytes = layout.strides[il, slot]
+        n_slices += expert.size
+        slice_bytes += int(nbytes.sum())
+        if cfg.merge_gap is not None:
+            first, offset, nbytes, _ = merge_runs(offset, nbytes, cfg.merge_gap)
+            expert, slot = expert[first], slot[first]
         window = window_bytes(offset, nbytes, layout.block, layout.file_size, layout.o_direct)
         lane, load = assign_lanes(window, cfg.lanes, cfg.overlap)
         lane_bytes += int(load.max())
@@ -141,7 +201,8 @@ def event_requests(routes: np.ndarray, charged: np.ndarray, layout, cfg: IoConfi
                          ("window", window), ("lane", lane)):
             parts[key].append(val)
     arrays = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in parts.items()}
-    return EventRequests(lane_bytes=lane_bytes, batches=batches, rounds=rounds, **arrays)
+    return EventRequests(lane_bytes=lane_bytes, batches=batches, rounds=rounds, slices=n_slices,
+                         slice_bytes=slice_bytes, **arrays)
 
 
 @dataclass
@@ -152,8 +213,9 @@ class IoTally:
     ----------
     layout : SliceLayout
     cfg : IoConfig
-    requests, window_bytes, slice_bytes, lane_bytes, batches, rounds : (N_KINDS,) int64 ndarrays
-        Per kind: requests issued; bytes read (windows) and requested (slices); the summed
+    requests, window_bytes, slice_bytes, lane_bytes, batches, rounds, slices : (N_KINDS,) int64
+        ndarrays
+        Per kind: requests issued (after ``--merge-gap``; ``slices``: before); bytes read (windows) and requested (slices); the summed
         per-layer busiest-lane window bytes, layer batches with a read and lane rounds
         (:class:`EventRequests`).
     pending : deque of (window_bytes, requests)
@@ -172,6 +234,7 @@ class IoTally:
     lane_bytes: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     batches: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     rounds: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
+    slices: np.ndarray = field(default_factory=lambda: np.zeros(N_KINDS, np.int64))
     pending: deque = field(default_factory=deque)
     events: int = 0
 
@@ -182,7 +245,8 @@ class IoTally:
         w = int(req.window.sum())
         self.requests[k] += req.n
         self.window_bytes[k] += w
-        self.slice_bytes[k] += int(req.nbytes.sum())
+        self.slice_bytes[k] += req.slice_bytes
+        self.slices[k] += req.slices
         self.lane_bytes[k] += req.lane_bytes
         self.batches[k] += req.batches
         self.rounds[k] += req.rounds

@@ -23,7 +23,10 @@ class IoSummary:
     ``bytes_per_request`` is decode window bytes per decode request; ``lane_bytes_per_token``
     the busiest lane's window bytes summed over each decode's layer batches, per token (what the
     reads take on lanes of equal bandwidth); ``decode_batches`` the layer batches with a read,
-    ``decode_rounds`` their ``ceil(requests / lanes)`` summed. A ratio over zero is None.
+    ``decode_rounds`` their ``ceil(requests / lanes)`` summed. A ratio over zero is None. With
+    ``--merge-gap`` (``merge_gap`` not None) the requests are the merged ones and
+    ``decode_slices``/``slices_per_token`` count the slices before merging; without it these
+    three are None and absent from the JSON.
     """
 
     model: str
@@ -46,6 +49,9 @@ class IoSummary:
     requests_per_token: float | None
     bytes_per_request: float | None
     lane_bytes_per_token: float | None
+    merge_gap: int | None = None
+    decode_slices: int | None = None
+    slices_per_token: float | None = None
 
     @classmethod
     def from_tally(cls, tally, tokens: int) -> "IoSummary":
@@ -63,7 +69,16 @@ class IoSummary:
                    decode_rounds=tally.total("rounds", gen), tokens=int(tokens),
                    window_mib_per_token=ratio(dw / MIB, tokens),
                    requests_per_token=ratio(dr, tokens), bytes_per_request=ratio(dw, dr),
-                   lane_bytes_per_token=ratio(tally.total("lane_bytes", gen), tokens))
+                   lane_bytes_per_token=ratio(tally.total("lane_bytes", gen), tokens),
+                   **cls._merged(tally, tokens))
+
+    @staticmethod
+    def _merged(tally, tokens: int) -> dict:
+        if tally.cfg.merge_gap is None:
+            return {}
+        ds = tally.total("slices", GENERATION_KINDS)
+        return {"merge_gap": tally.cfg.merge_gap, "decode_slices": ds,
+                "slices_per_token": ratio(ds, tokens)}
 
     def json_keys(self) -> dict:
         """The ``--json`` additions: the totals beside the cache summary's, the rest under
@@ -72,6 +87,9 @@ class IoSummary:
         top = ("window_read_bytes", "decode_window_read_bytes", "window_mib_per_token",
                "requests", "decode_requests", "requests_per_token", "bytes_per_request")
         out = {k: d.pop(k) for k in top}
+        if self.merge_gap is None:
+            for k in ("merge_gap", "decode_slices", "slices_per_token"):
+                d.pop(k)
         out["io"] = d
         return out
 
@@ -87,4 +105,10 @@ class IoSummary:
                 f"MiB/token; {num(self.requests_per_token, 1)} requests/token of "
                 f"{num(kib, 1)} KiB; block {self.block_bytes} B, {mode}, {self.lanes} lanes "
                 f"{'--overlap' if self.overlap else 'serial'}: busiest lane "
-                f"{num(lane, 2)} MiB/token")
+                f"{num(lane, 2)} MiB/token" + self._merge_text())
+
+    def _merge_text(self) -> str:
+        if self.merge_gap is None:
+            return ""
+        return (f"; --merge-gap {self.merge_gap}: {num(self.slices_per_token, 1)} slices/token "
+                f"read as {num(self.requests_per_token, 1)} requests")
