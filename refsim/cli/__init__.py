@@ -29,7 +29,7 @@ INTERRUPTED_EXIT = 130
 
 # Workflow order; each name is a module in this package.
 COMMANDS = ["replay", "sweep", "union", "drop_replay", "analyze", "view", "bench", "timing", "inspect",
-            "synth", "run", "ngram", "ngram_whatif", "memory"]
+            "synth", "run", "ngram", "ngram_whatif", "memory", "whatif"]
 
 
 def _version() -> str:

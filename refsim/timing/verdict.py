@@ -12,7 +12,10 @@ decodes that carry drafts; the engine's ``drafted_steps / decodes``). MTP drafts
 (``--mtp-p-min 0``, the published cells: bmoe-engine.md §2), so ``c = 1`` there. Per decode:
 
 - positions ``w = 1 + c d`` (the compute is paid per *position*, rejected drafts included);
-- tokens ``tpd = 1 + c d alpha``.
+- tokens ``tpd = 1 + c d alpha``;
+
+with ``d`` the drafts per drafted decode (``--draft``, or the measured mean: an n-gram match may
+propose fewer).
 
 Reads come from a union replay (refsim.studies.union) at the cache budget: ``X_1`` and ``X_{d+1}``,
 the mean MiB one decode of that width reads (:class:`Reads`). A drafted decode and a plain one are
@@ -87,6 +90,10 @@ class SpecConfig:
     source : str
         Where acceptance and coverage came from: ``assumed`` (given by the user), or the token
         file / run that measured them.
+    mean_drafts : float or None
+        Drafts per drafted decode when measured (``drafted / drafted_steps``: an n-gram match
+        may propose fewer than ``d``, and the last decodes are cut at ``-n``); None: ``d``. The
+        reads stay those of a ``d + 1`` wide replay (an upper bound when it is below ``d``).
     """
 
     kind: str
@@ -95,6 +102,7 @@ class SpecConfig:
     acceptance: float | None = None
     coverage: float | None = None
     source: str = "assumed"
+    mean_drafts: float | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -109,6 +117,14 @@ class SpecConfig:
             v = getattr(self, what)
             if v is not None and not (0.0 <= v <= 1.0):
                 raise ConfigError(f"--spec {self.label}: {what} {v!r}, expected 0..1")
+        if self.mean_drafts is not None and not 0.0 <= self.mean_drafts <= self.draft:
+            raise ConfigError(f"--spec {self.label}: mean drafts {self.mean_drafts!r}, expected "
+                              f"0..{self.draft}")
+
+    @property
+    def drafts(self) -> float:
+        """Drafts per drafted decode: :attr:`mean_drafts`, or ``d``."""
+        return float(self.draft) if self.mean_drafts is None else self.mean_drafts
 
     @property
     def label(self) -> str:
@@ -143,13 +159,13 @@ class SpecConfig:
 
     @property
     def positions_per_decode(self) -> float:
-        """``1 + c d``."""
-        return 1.0 + self.drafted_fraction * self.draft
+        """``1 + c d`` (``d``: :attr:`drafts`)."""
+        return 1.0 + self.drafted_fraction * self.drafts
 
     @property
     def tokens_per_decode(self) -> float:
-        """``1 + c d alpha``."""
-        return 1.0 + self.drafted_fraction * self.draft * self._alpha()
+        """``1 + c d alpha`` (``d``: :attr:`drafts`)."""
+        return 1.0 + self.drafted_fraction * self.drafts * self._alpha()
 
 
 _ITEM = re.compile(r"^(off|ngram|mtp)((?::[a-z_]+=[^:,]+)*)$")
@@ -386,7 +402,7 @@ def _reads(reads: dict, width: int) -> Reads:
 
 
 def _decode_parts(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool, x: float,
-                  width: int, eps: float) -> dict:
+                  width: float, eps: float) -> dict:
     """One decode's in-decode terms, ms (tail applied), from the device's own rules."""
     p = dev.token_ms([x], model, lanes, overlap, cache)
     v, c, tail = dev.value, dev.compute_floor(model), dev.value("tail")
@@ -416,12 +432,12 @@ def _ms_terms(dv: Device, dev: DeviceModel, cfg: SpecConfig, reads: dict, eps: f
     """Per emitted token, ms, every term (module docstring)."""
     c, tpd = cfg.drafted_fraction, cfg.tokens_per_decode
     out = dict.fromkeys(TERM_NAMES, 0.0)
-    mixes = [(1.0 - c, 1)] + ([(c, cfg.width)] if c > 0 else [])
-    for share, w in mixes:
+    mixes = [(1.0 - c, 1, 1.0)] + ([(c, cfg.width, 1.0 + cfg.drafts)] if c > 0 else [])
+    for share, w, positions in mixes:
         if share == 0.0:
             continue
         parts = _decode_parts(dev, dv.floor_model, dv.lanes, dv.overlap, dv.cache,
-                              _reads(reads, w).mib_per_decode, w, eps)
+                              _reads(reads, w).mib_per_decode, positions, eps)
         for k, v in parts.items():
             out[k] += share * v / tpd
     out["head"] = _head_ms(dv, dev, cfg, eps, tpd)

@@ -1,0 +1,237 @@
+"""``refsim whatif TRACE --device D.json --cache-mb LIST --spec off,ngram:d=3:m=3,mtp:d=3``: does a
+speculation configuration pay on this device, at this budget? (issue 29)
+
+Per configuration and budget: positions and tokens per decode, MiB/token and hit % (the exact
+union replay of the trace at the configuration's width, knobs on), every time term, effective
+tok/s with a band, the change against ``off`` with a band, the verdict (gains / within noise /
+loses) and the break-even acceptance -- all from :func:`refsim.timing.verdict.price`.
+
+Acceptance and coverage come from the ``--spec`` items themselves (``acceptance=``, ``coverage=``:
+labelled *assumed* in every output) or, for n-gram items without them, from a token stream
+(``--tokens FILE --prompt-len P``: :func:`refsim.spec.whatif.ngram_whatif`, exact for greedy
+decoding).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from dataclasses import replace
+
+from refsim.cli.common import add_knob_args, knobs_from_args, nonneg_float, positive_int
+from refsim.cli.device import add_device_args, load_device_args
+from refsim.errors import UsageError
+from refsim.validators import cache_mib
+
+DEFAULT_EPS_INTERVAL = (0.0, 1.2)
+"""The interval ``eps`` is swept over unless ``--position-cost-interval`` says otherwise: what the
+shared devices' prefills allow at a verify width of 4 (docs/whatif-terms.md, "eps per verify
+width": desktop [0, 1.204], phone 07-12 [0.071, 0.999])."""
+
+COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", "delta_pct",
+           "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
+           "positions_per_decode", "tokens_per_decode", "mib_per_token", "hit_pct", "ms_per_token",
+           "breakeven_acceptance", "compute_ms", "extra_positions_ms", "bookkeeping_ms",
+           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms")
+
+
+def _budgets(text: str) -> list:
+    out = []
+    for part in text.split(","):
+        out.append(cache_mib(part.strip()))
+    return out
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "whatif", help="does a speculation configuration pay on a device? verdict with a band",
+        description="Price off / --ngram / --mtp configurations on a fitted device at each cache "
+                    "budget: every time term, effective tok/s and the change against off with "
+                    "bands, a verdict and the break-even acceptance (predictions, never "
+                    "measurements; docs/timing.md).")
+    p.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1): the reads")
+    p.add_argument("--cache-mb", required=True, type=_budgets, metavar="LIST",
+                   help="cache budgets in MiB, N or N,M,...")
+    p.add_argument("--spec", required=True, metavar="LIST",
+                   help="configurations: off,ngram:d=3:m=3[:acceptance=A:coverage=C],"
+                        "mtp:d=3[:acceptance=A] (off is always priced: the baseline)")
+    p.add_argument("--tokens", metavar="FILE",
+                   help="token ids (prompt then generated): the n-gram items' acceptance and "
+                        "coverage, exact (refsim ngram-whatif)")
+    p.add_argument("--prompt-len", type=positive_int, metavar="P", help="with --tokens")
+    p.add_argument("--head-ms", type=nonneg_float, metavar="MS",
+                   help="the MTP head's compute per emitted token, ms (assumed); or --gguf")
+    p.add_argument("--gguf", metavar="MODEL.gguf",
+                   help="the model's tensor table: the MTP head's share of a trunk position")
+    p.add_argument("--position-cost-interval", metavar="LO,HI", default=None,
+                   help=f"the interval eps is swept over in the band (default "
+                        f"{DEFAULT_EPS_INTERVAL[0]:g},{DEFAULT_EPS_INTERVAL[1]:g}: what the shared "
+                        f"prefills allow, docs/whatif-terms.md)")
+    p.add_argument("--noise-pct", type=nonneg_float, default=None, metavar="SD",
+                   help="run-to-run noise, sd of ln tok/s of one run in %% (default: the engine's "
+                        "published byte-identical repeats, refsim.timing.noise)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON object with a rows list")
+    out.add_argument("--csv", action="store_true", help="CSV rows")
+    out.add_argument("--explain", action="store_true",
+                     help="every term: value, unit, source, interval")
+    add_knob_args(p)
+    add_device_args(p)
+    p.set_defaults(func=run)
+
+
+def _eps(args):
+    from refsim.timing.terms import Term
+    lo, hi = DEFAULT_EPS_INTERVAL
+    if args.position_cost_interval is not None:
+        try:
+            lo, hi = (float(x) for x in args.position_cost_interval.split(","))
+        except ValueError:
+            raise UsageError(f"--position-cost-interval {args.position_cost_interval!r}: "
+                             f"expected LO,HI") from None
+    v = args.position_cost
+    if not (0.0 <= lo <= v <= hi and math.isfinite(hi)):
+        raise UsageError(f"--position-cost-interval {lo:g},{hi:g}: expected 0 <= LO <= "
+                         f"--position-cost ({v:g}) <= HI")
+    return Term("eps", v, lo, hi, "fraction of C per extra position", "assumed",
+                "--position-cost" + (" (default 0.38: bmoe-engine.md §7 host MTP d3, a speculation "
+                                     "cell)" if v == 0.38 else ""),
+                "interval: --position-cost-interval" if args.position_cost_interval else
+                "interval: the shared prefills' (docs/whatif-terms.md)")
+
+
+def _sigma(args) -> tuple:
+    if args.noise_pct is not None:
+        return args.noise_pct / 100.0, f"--noise-pct {args.noise_pct:g}"
+    from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma
+    t = log_sigma([r for r in PUBLISHED_REPEATS if r.same_reads])
+    return t.value, f"published byte-identical repeats: {t.source}"
+
+
+def _configs(args):
+    from refsim.timing.verdict import parse_spec_list
+    cfgs = parse_spec_list(args.spec)
+    if (args.tokens is None) != (args.prompt_len is None):
+        raise UsageError("--tokens and --prompt-len go together")
+    if args.tokens is None:
+        return cfgs
+    from refsim.spec.whatif import ngram_whatif, read_token_file
+    stream = read_token_file(args.tokens)
+    out = []
+    for c in cfgs:
+        if c.kind == "ngram" and c.acceptance is None and c.coverage is None:
+            cell = ngram_whatif(stream, args.prompt_len, [c.draft], [c.min_match])[0]
+            a = cell.accepted / cell.drafted if cell.drafted else 0.0
+            steps = cell.drafted_steps
+            c = replace(c, acceptance=a, coverage=steps / cell.decodes if cell.decodes else 0.0,
+                        mean_drafts=cell.drafted / steps if steps else None,
+                        source=f"measured: {args.tokens} (ngram-whatif)")
+        out.append(c)
+    return out
+
+
+def _head(args):
+    from refsim.timing.terms import exact
+    if args.gguf is not None:
+        from refsim.model import open_model
+        from refsim.timing.work import position_work
+        return position_work(open_model(args.gguf)), None
+    if args.head_ms is not None:
+        return None, exact("head_ms", args.head_ms, "ms/token", "assumed", "--head-ms")
+    return None, None
+
+
+def run(args) -> int:
+    from refsim.cache import ExpertCache
+    from refsim.studies.union import union_study
+    from refsim.timing.verdict import Device, price, reads_from_union
+    from refsim.trace import read_trace
+    loaded = load_device_args(args)
+    if loaded is None:
+        raise UsageError("--device is required: the verdict is a device's")
+    dev, name, model = loaded
+    eps = _eps(args)
+    sigma, sigma_src = _sigma(args)
+    cfgs = _configs(args)
+    work, head = _head(args)
+    dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head)
+    trace = read_trace(args.trace)
+    knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="whatif")
+    widths = sorted({1} | {c.width for c in cfgs})
+    prices = []
+    for mib in args.cache_mb:
+        rows = union_study(trace, widths, ExpertCache.mib_to_bytes(mib),
+                           knobs if knobs.any_on else None)
+        reads = reads_from_union(rows, knobs.any_on)
+        prices += [price(dv, c, reads, budget_mib=mib) for c in cfgs]
+    if args.json:
+        doc = {"trace": args.trace, "device": name, "device_model": model,
+               "overlap": args.overlap, "io_threads": args.io_threads,
+               "eps": eps.as_dict(), "noise_sd": sigma, "noise_source": sigma_src,
+               "predicted": True,
+               "rows": [p.row() | {"terms": [t.as_dict() for t in p.terms],
+                                   "notes": list(p.notes)} for p in prices]}
+        print(json.dumps(_finite(doc), indent=1, allow_nan=False))
+        return 0
+    if args.csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for p in prices:
+            r = p.row()
+            w.writerow(["" if r[k] is None else r[k] for k in COLUMNS])
+        return 0
+    print(f"trace: {args.trace}; device {name} (predicted, not measured), compute floor of "
+          f"{model}, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}"
+          + (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
+             if knobs.any_on else ""))
+    print(f"band {int(100 * dv.level)} %: eps {eps.value:g} [{eps.lo:g}, {eps.hi:g}], noise sd "
+          f"{100 * sigma:.2f} % ({sigma_src}); parameters' spread not estimated (no runs given)")
+    if any(c.kind != "off" and c.source == "assumed" for c in cfgs):
+        print("acceptance/coverage marked * are assumed (given in --spec)")
+    print(f"{'budget':>7}  {'config':<16} {'accept':>7} {'cover':>6} {'pos/dec':>7} {'tok/dec':>7} "
+          f"{'MiB/tok':>8} {'hit%':>6} {'eff_tok/s [band]':>22} {'delta% [band]':>24}  "
+          f"{'verdict':<12} {'break-even':>10}")
+    for p in prices:
+        print(_line(p))
+        if args.explain:
+            for t in p.terms:
+                print(f"         {t.line()}")
+    return 0
+
+
+def _finite(x):
+    """JSON has no nan: a break-even that never comes (nan) is written null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}"
+
+
+def _line(p) -> str:
+    c = p.config
+    mark = "*" if c.kind != "off" and c.source == "assumed" else ""
+    acc = "" if c.kind == "off" else _pct(c.acceptance) + mark
+    cov = "" if c.kind != "ngram" else _pct(c.coverage) + mark
+    b = p.eff_tok_s
+    band = f"{b.point:.3f} [{b.lo:.3f}, {b.hi:.3f}]"
+    if p.delta is None:
+        delta, verdict, be = "", "baseline", ""
+    else:
+        d = p.delta
+        delta = f"{d.point:+.1f} [{d.lo:+.1f}, {d.hi:+.1f}]"
+        verdict = p.verdict
+        be = ("never" if p.breakeven_acceptance is not None and math.isnan(p.breakeven_acceptance)
+              else f"{100 * p.breakeven_acceptance:.1f}%")
+    hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
+    return (f"{p.budget_mib:>7g}  {c.label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
+            f"{p.tokens_per_decode:>7.2f} {p.mib_per_token:>8.2f} {hit:>6} {band:>22} {delta:>24}  "
+            f"{verdict:<12} {be:>10}")

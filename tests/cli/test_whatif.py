@@ -1,0 +1,128 @@
+"""``refsim whatif`` (issue 29): its figures are refsim.timing.verdict.price's on the exact union
+replay, hand-checked against breakeven.decode_ms; the interface names of --json/--csv; --explain
+prints every term; acceptance from --spec is labelled assumed, from --tokens measured by
+ngram-whatif; one-line refusals."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from refsim import MIB
+from refsim.cli import main
+from refsim.timing import DeviceModel, Param
+
+DEMO = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
+VALUES = {"m0": 5.0, "m1": 0.2, "kappa": 0.1, "i0": 3.0, "a": 1.0, "b": 0.5, "s0": 2.0, "s1": 0.8,
+          "h": 0.1, "tail": 1.0}
+SPEC = "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.4,mtp:d=2:acceptance=0.8"
+ROW_KEYS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", "delta_pct",
+            "delta_lo_pct", "delta_hi_pct", "verdict")
+
+
+def device() -> DeviceModel:
+    return DeviceModel(params={k: Param(v) for k, v in VALUES.items()}, compute={"m": Param(100.0)},
+                       serial_runs=2, overlap_runs=2)
+
+
+@pytest.fixture
+def device_file(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text(device().to_json())
+    return str(path)
+
+
+def argv(device_file, *extra):
+    return ["whatif", DEMO, "--device", device_file, "--cache-mb", "64,256", "--spec", SPEC,
+            "--head-ms", "10", *extra]
+
+
+def test_json_rows_are_the_hand_worked_price(device_file, capsys):
+    from refsim.studies.union import union_study
+    from refsim.timing.breakeven import decode_ms
+    from refsim.trace import read_trace
+    assert main(argv(device_file, "--json", "--noise-pct", "0", "--position-cost-interval",
+                     "0.38,0.38")) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["rows"]
+    assert [(r["config"], r["budget_mib"]) for r in rows] == [
+        (c, b) for b in (64.0, 256.0) for c in ("off", "ngram:d=3:m=3", "mtp:d=2")]
+    assert all(set(ROW_KEYS) <= set(r) for r in rows)
+    trace = read_trace(DEMO)
+    for b in (64, 256):
+        u = {r.window: r.read_mib / r.decodes for r in union_study(trace, [1, 3, 4], b * MIB)}
+        t = {w: decode_ms(device(), u[w], w, "m", 4, False, True, 0.38) for w in u}
+        off, ng, mtp = [r for r in rows if r["budget_mib"] == b]
+        assert off["eff_tok_s"] == pytest.approx(1000 / t[1], rel=1e-12)
+        # n-gram: 40 % of decodes carry 3 drafts, half accepted: 1.6 tokens per decode
+        ng_ms = (0.6 * t[1] + 0.4 * t[4]) / 1.6
+        assert ng["eff_tok_s"] == pytest.approx(1000 / ng_ms, rel=1e-12)
+        assert ng["delta_pct"] == pytest.approx(100 * (t[1] / ng_ms - 1), rel=1e-9)
+        assert ng["breakeven_acceptance"] == pytest.approx((t[4] / t[1] - 1) / 3, abs=1e-8)
+        # MTP d2 at 0.8: 2.6 tokens per 3-position decode, plus the 10 ms/token head
+        mtp_ms = t[3] / 2.6 + 10.0
+        assert mtp["eff_tok_s"] == pytest.approx(1000 / mtp_ms, rel=1e-12)
+        for r in (ng, mtp):      # nothing uncertain: the bands are the points
+            assert r["delta_lo_pct"] == pytest.approx(r["delta_pct"]) == pytest.approx(r["delta_hi_pct"])
+            assert r["verdict"] == ("gains" if r["delta_pct"] > 0 else "loses")
+            assert r["acceptance_source"] == "assumed"
+        assert off["verdict"] == "baseline" and off["delta_pct"] == 0.0
+
+
+def test_csv_has_the_interface_columns(device_file, capsys):
+    assert main(argv(device_file, "--csv")) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 6 and set(ROW_KEYS) <= set(rows[0])
+    assert [r["verdict"] for r in rows if r["config"] == "off"] == ["baseline", "baseline"]
+    for r in rows:
+        assert float(r["eff_tok_s_lo"]) <= float(r["eff_tok_s"]) <= float(r["eff_tok_s_hi"])
+        assert float(r["delta_lo_pct"]) <= float(r["delta_pct"]) <= float(r["delta_hi_pct"])
+
+
+def test_table_and_explain(device_file, capsys):
+    assert main(argv(device_file, "--explain")) == 0
+    out = capsys.readouterr().out
+    assert "predicted, not measured" in out and "assumed" in out
+    for name in ("compute", "extra_positions", "bookkeeping", "contention", "flash", "stall",
+                 "head", "memory"):
+        assert out.count(f"         {name} = ") == 6
+    assert "head = 10 ms/token [10, 10] (assumed: --head-ms)" in out
+
+
+def test_acceptance_from_a_token_stream(device_file, tmp_path, capsys):
+    from refsim.spec.whatif import ngram_whatif, read_token_file
+    toks = tmp_path / "t.txt"
+    toks.write_text(" ".join(str(x) for x in ([1, 2, 3, 4, 5] * 12 + [9, 8, 7] * 6)))
+    assert main(["whatif", DEMO, "--device", device_file, "--cache-mb", "256", "--spec",
+                 "off,ngram:d=2:m=2", "--tokens", str(toks), "--prompt-len", "10", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][1]
+    cell = ngram_whatif(read_token_file(str(toks)), 10, [2], [2])[0]
+    assert row["acceptance"] == pytest.approx(cell.acceptance_pct / 100)
+    assert row["coverage"] == pytest.approx(cell.coverage_pct / 100)
+    assert row["acceptance_source"].startswith("measured")
+    assert row["tokens_per_decode"] == pytest.approx(1 + cell.accepted / cell.decodes, rel=1e-12)
+    assert row["positions_per_decode"] == pytest.approx(1 + cell.drafted / cell.decodes, rel=1e-12)
+    assert row["acceptance"] == cell.accepted / cell.drafted
+
+
+@pytest.mark.parametrize("extra, code, msg", [
+    (["--spec", "ngram:d=3"], 1, "m= is required"),
+    (["--spec", "mtp:d=2:acceptance=0.5"], 1, "tensor table"),
+    (["--spec", "ngram:d=3:m=3:coverage=0.2"], 1, "no acceptance"),
+    (["--spec", "ngram:d=3:m=3"], 1, "no coverage"),
+    (["--spec", "off", "--position-cost-interval", "0.5,0.1"], 2, "--position-cost-interval"),
+    (["--spec", "off", "--tokens", "x.txt"], 2, "--tokens and --prompt-len go together"),
+])
+def test_refusals_are_one_line(device_file, capsys, extra, code, msg):
+    assert main(["whatif", DEMO, "--device", device_file, "--cache-mb", "64", *extra]) == code
+    err = capsys.readouterr().err.splitlines()
+    assert msg in err[-1]
+    if code == 1:           # a usage error (2) prints the usage above its one line
+        assert len(err) == 1
+
+
+def test_device_is_required(capsys):
+    assert main(["whatif", DEMO, "--cache-mb", "64", "--spec", "off"]) == 2
+    assert "--device is required" in capsys.readouterr().err
