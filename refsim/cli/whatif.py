@@ -69,6 +69,9 @@ def add_parser(sub) -> None:
                    help=f"the interval eps is swept over in the band (default "
                         f"{DEFAULT_EPS_INTERVAL[0]:g},{DEFAULT_EPS_INTERVAL[1]:g}: what the shared "
                         f"prefills allow, docs/whatif-terms.md)")
+    p.add_argument("--baseline", metavar="RUN.csv[@k=v,...]",
+                   help="the same session's plain run (engine metrics CSV): re-fits the device's "
+                        "compute floor and nothing else, and says by how much")
     p.add_argument("--noise-pct", type=nonneg_float, default=None, metavar="SD",
                    help="run-to-run noise, sd of ln tok/s of one run in %% (default: the engine's "
                         "published byte-identical repeats, refsim.timing.noise)")
@@ -77,6 +80,9 @@ def add_parser(sub) -> None:
     out.add_argument("--csv", action="store_true", help="CSV rows")
     out.add_argument("--explain", action="store_true",
                      help="every term: value, unit, source, interval")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="bars of effective tok/s and of the change against off, with their bands "
+                        "(.png, .pdf or .svg; needs matplotlib)")
     add_knob_args(p)
     add_device_args(p)
     p.set_defaults(func=run)
@@ -143,6 +149,18 @@ def _head(args):
     return None, None
 
 
+def _calibrate(spec: str, dev, model: str):
+    """:func:`refsim.timing.calibrate.calibrate_floor` on the session's plain run ``spec``."""
+    from refsim.errors import ConfigError
+    from refsim.timing.calibrate import calibrate_floor
+    from refsim.timing.plain import load_plain_runs
+    runs, notes = load_plain_runs([spec], dev.trim)
+    if not runs:
+        raise ConfigError(f"--baseline {spec}: not a plain run ({'; '.join(notes) or 'nothing read'}"
+                          f"): the floor is calibrated on plain decoding only")
+    return calibrate_floor(dev, runs[0], model)
+
+
 def run(args) -> int:
     from refsim.cache import ExpertCache
     from refsim.studies.union import union_study
@@ -151,7 +169,17 @@ def run(args) -> int:
     loaded = load_device_args(args)
     if loaded is None:
         raise UsageError("--device is required: the verdict is a device's")
+    if args.plot is not None:
+        from refsim.fileio import check_outputs
+        from refsim.studies.plot import plot_format, require_matplotlib
+        check_outputs({"--plot": args.plot}, {"TRACE": args.trace, "--device": args.device})
+        plot_format(args.plot)          # the extension names a format we write, before any work
+        require_matplotlib()
     dev, name, model = loaded
+    cal = None
+    if args.baseline is not None:
+        cal = _calibrate(args.baseline, dev, model)
+        dev = cal.device
     eps = _eps(args)
     sigma, sigma_src = _sigma(args)
     cfgs = _configs(args)
@@ -166,10 +194,19 @@ def run(args) -> int:
                            knobs if knobs.any_on else None)
         reads = reads_from_union(rows, knobs.any_on)
         prices += [price(dv, c, reads, budget_mib=mib) for c in cfgs]
+    if args.plot is not None:
+        from refsim.timing.plot import plot_whatif
+        plot_whatif(prices, args.plot, f"refsim whatif: {args.trace} on {name}")
     if args.json:
         doc = {"trace": args.trace, "device": name, "device_model": model,
                "overlap": args.overlap, "io_threads": args.io_threads,
                "eps": eps.as_dict(), "noise_sd": sigma, "noise_source": sigma_src,
+               "calibration": None if cal is None else {
+                   "baseline": args.baseline, "before_ms": cal.before_ms,
+                   "floor": cal.floor.as_dict(), "moved_ms": cal.moved_ms,
+                   "moved_pct": cal.moved_pct, "measured_tok_s": cal.measured_tok_s,
+                   "predicted_before_tok_s": cal.predicted_before_tok_s,
+                   "predicted_after_tok_s": cal.predicted_after_tok_s},
                "predicted": True,
                "rows": [p.row() | {"terms": [t.as_dict() for t in p.terms],
                                    "notes": list(p.notes)} for p in prices]}
@@ -186,6 +223,8 @@ def run(args) -> int:
           f"{model}, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}"
           + (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
              if knobs.any_on else ""))
+    if cal is not None:
+        print(cal.line())
     print(f"band {int(100 * dv.level)} %: eps {eps.value:g} [{eps.lo:g}, {eps.hi:g}], noise sd "
           f"{100 * sigma:.2f} % ({sigma_src}); parameters' spread not estimated (no runs given)")
     if any(c.kind != "off" and c.source == "assumed" for c in cfgs):

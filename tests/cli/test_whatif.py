@@ -126,3 +126,53 @@ def test_refusals_are_one_line(device_file, capsys, extra, code, msg):
 def test_device_is_required(capsys):
     assert main(["whatif", DEMO, "--cache-mb", "64", "--spec", "off"]) == 2
     assert "--device is required" in capsys.readouterr().err
+
+
+def test_plot_shows_the_rows(device_file, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from refsim.timing.plot import plot_whatif
+    from refsim.timing.verdict import Device, Reads, SpecConfig, price
+    from refsim.timing.terms import Term
+    out = tmp_path / "w.png"
+    assert main(argv(device_file, "--json", "--plot", str(out))) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the figure's series are the rows' figures
+    eps = Term("eps", 0.38, 0.0, 1.2, "", "assumed", "t")
+    dv = Device(device(), "m", 4, False, eps, sigma=0.05)
+    reads = {1: Reads(1, 40.0), 4: Reads(4, 90.0)}
+    ps = [price(dv, c, reads, budget_mib=b) for b in (64.0, 256.0)
+          for c in (SpecConfig("off"), SpecConfig("ngram", 3, 3, 0.5, 0.4))]
+    shown = plot_whatif(ps, str(tmp_path / "p.svg"))
+    assert shown["configs"] == ["off", "ngram:d=3:m=3"] and shown["budgets"] == [64.0, 256.0]
+    assert shown["delta_pct"]["ngram:d=3:m=3"][0] == (ps[1].delta.point, ps[1].delta.lo, ps[1].delta.hi)
+    assert shown["eff_tok_s"]["off"][1][0] == ps[2].eff_tok_s.point
+    assert len(rows) == 6
+    assert main(argv(device_file, "--plot", str(tmp_path / "w.gif"))) == 1
+    assert "unsupported extension '.gif'" in capsys.readouterr().err
+
+
+def test_baseline_refits_the_floor_only(tmp_path, capsys):
+    """--baseline: calibrate_floor on the session's plain run; only C moves, and the off row is
+    the calibrated device's price (shared phone run, skipped when absent)."""
+    from refsim.testing.shared import require_shared
+    from refsim.timing.calibrate import calibrate_floor
+    from refsim.timing.plain import load_plain_runs
+    from refsim.timing.fit import fit_device
+    d = require_shared("real-runs", "phone-2026-07-12-cache-lanes")
+    specs = [f"{d}/qwen_c{c}_l{l}.csv@model=qwen,io_threads={l}" for c in (2000, 4000) for l in (2, 4)]
+    runs, _ = load_plain_runs(specs, 50)
+    dev = fit_device(runs)
+    path = tmp_path / "phone.json"
+    path.write_text(dev.to_json())
+    base = specs[2]
+    assert main(["whatif", DEMO, "--device", str(path), "--io-threads", "2", "--cache-mb", "256",
+                 "--spec", "off", "--baseline", base, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cal = calibrate_floor(dev, runs[2], "qwen")
+    assert doc["calibration"]["before_ms"] == dev.compute["qwen"].value
+    assert doc["calibration"]["floor"]["value"] == cal.floor.value
+    assert doc["calibration"]["moved_pct"] == pytest.approx(cal.moved_pct)
+    assert cal.device.params == dev.params
+    row = doc["rows"][0]
+    assert row["compute_ms"] == pytest.approx(dev.value("tail") * cal.floor.value, rel=1e-12)
