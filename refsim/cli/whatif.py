@@ -22,8 +22,9 @@ from dataclasses import replace
 
 from refsim.cli.common import add_knob_args, knobs_from_args, nonneg_float, positive_int
 from refsim.cli.device import add_device_args, load_device_args
+from refsim import MIB
 from refsim.errors import UsageError
-from refsim.validators import cache_mib
+from refsim.validators import cache_mib, positive_mib
 
 DEFAULT_EPS_INTERVAL = (0.0, 1.2)
 """The interval ``eps`` is swept over unless ``--position-cost-interval`` says otherwise: what the
@@ -37,11 +38,11 @@ COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", 
            "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms")
 
 
-def _budgets(text: str) -> list:
-    out = []
-    for part in text.split(","):
-        out.append(cache_mib(part.strip()))
-    return out
+def _budgets(text: str):
+    """``auto`` or a list of MiB budgets."""
+    if text.strip() == "auto":
+        return "auto"
+    return [cache_mib(part.strip()) for part in text.split(",")]
 
 
 def add_parser(sub) -> None:
@@ -53,7 +54,14 @@ def add_parser(sub) -> None:
                     "measurements; docs/timing.md).")
     p.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1): the reads")
     p.add_argument("--cache-mb", required=True, type=_budgets, metavar="LIST",
-                   help="cache budgets in MiB, N or N,M,...")
+                   help="cache budgets in MiB, N or N,M,...; or auto (with --ram-mb and --gguf: "
+                        "each configuration at its own --cache-mb auto budget, the speculative "
+                        "memory taken from the cache)")
+    p.add_argument("--ram-mb", type=positive_mib, metavar="R",
+                   help="MiB available before the contexts are created (with --gguf): the memory "
+                        "ledger (refsim memory) prices the speculative memory")
+    p.add_argument("--ctx", type=positive_int, default=None, metavar="N",
+                   help="context length for the ledger (default 2048, or n_ctx_train if smaller)")
     p.add_argument("--spec", required=True, metavar="LIST",
                    help="configurations: off,ngram:d=3:m=3[:acceptance=A:coverage=C],"
                         "mtp:d=3[:acceptance=A] (off is always priced: the baseline)")
@@ -138,15 +146,47 @@ def _configs(args):
     return out
 
 
-def _head(args):
+def _head(args, model):
     from refsim.timing.terms import exact
-    if args.gguf is not None:
-        from refsim.model import open_model
+    if model is not None and args.head_ms is None:
         from refsim.timing.work import position_work
-        return position_work(open_model(args.gguf)), None
+        work = position_work(model)
+        return (work, None) if work.has_head else (None, None)
     if args.head_ms is not None:
         return None, exact("head_ms", args.head_ms, "ms/token", "assumed", "--head-ms")
     return None, None
+
+
+class _Ledger:
+    """The memory ledger's figures per configuration (refsim.cache.ledger, ``refsim memory``'s
+    code): the ``--cache-mb auto`` budget, the speculative memory, and what RAM leaves beside a
+    plain run's contexts, dense weights and the engine's floor."""
+
+    def __init__(self, model, args):
+        from refsim.cli.memory import CTX_DEFAULT
+        n_train = model.spec.n_ctx_train
+        self.ctx = args.ctx or (min(CTX_DEFAULT, n_train) if n_train > 0 else CTX_DEFAULT)
+        self.model, self.ram = model, args.ram_mb
+
+    def ledger(self, cfg):
+        from refsim.cache.ledger import memory_ledger
+        return memory_ledger(self.model, self.ctx, cfg.draft, cfg.kind == "mtp",
+                             ram_mb=self.ram or 0.0)
+
+    def spec_mib(self, cfg) -> float:
+        return self.ledger(cfg).speculation_bytes / MIB if cfg.kind != "off" else 0.0
+
+    def auto_mib(self, cfg) -> float:
+        return self.ledger(cfg).budget_bytes / MIB
+
+    def headroom_mib(self, budget_mib: float) -> float | None:
+        """RAM left beside the plain run's resident demand at ``budget_mib`` of cache."""
+        if not self.ram:
+            return None
+        from refsim.cache.ledger import memory_ledger
+        led = memory_ledger(self.model, self.ctx, 0, False, ram_mb=self.ram)
+        dense = led.dense_bytes if led.dense_weights in ("anon", "ahwb") else 0
+        return (led.ram_bytes - led.context_bytes - dense) / MIB - led.floor_mb - budget_mib
 
 
 def _calibrate(spec: str, dev, model: str):
@@ -183,17 +223,40 @@ def run(args) -> int:
     eps = _eps(args)
     sigma, sigma_src = _sigma(args)
     cfgs = _configs(args)
-    work, head = _head(args)
+    model_file = None
+    if args.gguf is not None:
+        from refsim.model import open_model
+        model_file = open_model(args.gguf)
+    if (args.cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
+        raise UsageError("--cache-mb auto and --ram-mb need --gguf: the memory ledger is the model's")
+    if args.cache_mb == "auto" and args.ram_mb is None:
+        raise UsageError("--cache-mb auto needs --ram-mb R")
+    led = _Ledger(model_file, args) if model_file is not None else None
+    work, head = _head(args, model_file)
     dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head)
     trace = read_trace(args.trace)
     knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="whatif")
     widths = sorted({1} | {c.width for c in cfgs})
+    replays: dict = {}
+
+    def reads_at(mib: float) -> dict:
+        if mib not in replays:
+            rows = union_study(trace, widths, ExpertCache.mib_to_bytes(mib),
+                               knobs if knobs.any_on else None)
+            replays[mib] = reads_from_union(rows, knobs.any_on)
+        return replays[mib]
+
     prices = []
-    for mib in args.cache_mb:
-        rows = union_study(trace, widths, ExpertCache.mib_to_bytes(mib),
-                           knobs if knobs.any_on else None)
-        reads = reads_from_union(rows, knobs.any_on)
-        prices += [price(dv, c, reads, budget_mib=mib) for c in cfgs]
+    budgets = ([None] if args.cache_mb == "auto" else args.cache_mb)
+    for fixed in budgets:
+        at = {c.label: (led.auto_mib(c) if fixed is None else fixed) for c in cfgs}
+        off_mib = at["off"]
+        for c in cfgs:
+            mib = at[c.label]
+            prices.append(price(dv, c, reads_at(mib), budget_mib=mib,
+                                spec_mib=led.spec_mib(c) if led else 0.0,
+                                headroom_mib=led.headroom_mib(mib) if led else None,
+                                off_reads=reads_at(off_mib) if mib != off_mib else None))
     if args.plot is not None:
         from refsim.timing.plot import plot_whatif
         plot_whatif(prices, args.plot, f"refsim whatif: {args.trace} on {name}")

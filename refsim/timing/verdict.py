@@ -467,15 +467,17 @@ def verdict_of(delta: Band) -> str:
 
 
 def breakeven_acceptance(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float = 0.0,
-                         tol: float = 1e-9) -> float | None:
+                         tol: float = 1e-9, off_reads: dict | None = None) -> float | None:
     """The acceptance at which the point change against ``off`` is 0 (None for ``off``; 0.0 when
     no acceptance is needed; nan when every draft accepted still loses). Bisection on ``alpha`` in
-    [0, 1]."""
+    [0, 1]. ``off_reads``: the baseline's own replay when it runs at another budget (``--cache-mb
+    auto``: speculation's memory leaves the cache); default ``reads``."""
     if cfg.kind == "off":
         return None
     off = SpecConfig("off")
     e = dv.eps.value
-    t_off = sum(_ms_terms(dv, dv.model, off, reads, e, 0.0).values())
+    t_off = sum(_ms_terms(dv, dv.model, off, reads if off_reads is None else off_reads, e,
+                          0.0).values())
 
     def gap(a):
         s = replace(cfg, acceptance=a)
@@ -497,7 +499,8 @@ def breakeven_acceptance(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: fl
 
 
 def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = None,
-          spec_mib: float = 0.0, headroom_mib: float | None = None) -> Price:
+          spec_mib: float = 0.0, headroom_mib: float | None = None,
+          off_reads: dict | None = None) -> Price:
     """Price one configuration (module docstring).
 
     Parameters
@@ -511,6 +514,9 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
         Reported only.
     spec_mib, headroom_mib : float
         For :func:`memory_term` (speculative memory, MiB; RAM left beside the cache, MiB or None).
+    off_reads : dict of int -> Reads, optional
+        The baseline's replay when ``off`` runs at another budget than ``cfg`` (``--cache-mb
+        auto``: the speculative memory leaves the cache); default ``reads``.
 
     Raises
     ------
@@ -519,8 +525,9 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
         was not fitted on); an MTP config without the head's inputs.
     """
     off = SpecConfig("off")
+    base = reads if off_reads is None else off_reads
     e0 = dv.eps.value
-    plain = _ms_terms(dv, dv.model, off, reads, e0, 0.0)
+    plain = _ms_terms(dv, dv.model, off, base, e0, 0.0)
     plain_ms = sum(plain.values())
     mem = memory_term(spec_mib if cfg.kind != "off" else 0.0, headroom_mib, plain_ms)
     ms = _ms_terms(dv, dv.model, cfg, reads, e0, mem.value)
@@ -532,7 +539,7 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
                                  dv.sigma, dv.level) for m in mems])
     delta = verdict = None
     if cfg.kind != "off":
-        delta = _band_hull([delta_band(_tok_s_fn(dv, cfg, reads, m), _tok_s_fn(dv, off, reads, 0.0),
+        delta = _band_hull([delta_band(_tok_s_fn(dv, cfg, reads, m), _tok_s_fn(dv, off, base, 0.0),
                                        dv.model, dv.replicates, dv.eps, dv.sigma, dv.level)
                             for m in mems])
         verdict = verdict_of(delta)
@@ -547,7 +554,8 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
                  tokens_per_decode=cfg.tokens_per_decode,
                  mib_per_token=mib_decode / cfg.tokens_per_decode, hit_pct=hit, terms=terms,
                  ms_per_token=sum(ms.values()), eff_tok_s=tok, delta=delta, verdict=verdict,
-                 breakeven_acceptance=breakeven_acceptance(dv, cfg, reads, mem.value),
+                 breakeven_acceptance=breakeven_acceptance(dv, cfg, reads, mem.value,
+                                                           off_reads=off_reads),
                  notes=notes + tok.notes)
 
 

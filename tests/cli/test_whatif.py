@@ -176,3 +176,46 @@ def test_baseline_refits_the_floor_only(tmp_path, capsys):
     assert cal.device.params == dev.params
     row = doc["rows"][0]
     assert row["compute_ms"] == pytest.approx(dev.value("tail") * cal.floor.value, rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory):
+    from refsim.testing.twins import qwen36_twin
+    return qwen36_twin(str(tmp_path_factory.mktemp("twin") / "q36.gguf"))
+
+
+def test_ram_and_auto_budget_use_the_ledger(device_file, twin, capsys):
+    """--ram-mb: the speculative memory (ledger.speculation_bytes) against what RAM leaves beside
+    the plain run's contexts, dense weights, the engine's floor and the cache; --cache-mb auto: each
+    configuration at its own auto budget, off as the baseline at its own."""
+    from refsim.cache.ledger import memory_ledger
+    from refsim.model import open_model
+    m = open_model(twin)
+    spec = "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.3,mtp:d=3:acceptance=0.8"
+    base = ["whatif", DEMO, "--device", device_file, "--gguf", twin, "--spec", spec, "--json"]
+    plain = memory_ledger(m, 2048, 0, False, ram_mb=24000)
+    ng = memory_ledger(m, 2048, 3, False, ram_mb=24000)
+    mtp = memory_ledger(m, 2048, 3, True, ram_mb=24000)
+    left = (plain.ram_bytes - plain.context_bytes - plain.dense_bytes) / MIB - plain.floor_mb
+    assert main(base + ["--cache-mb", "auto", "--ram-mb", "24000"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["budget_mib"] for r in rows] == [plain.budget_bytes / MIB, ng.budget_bytes / MIB,
+                                              mtp.budget_bytes / MIB]
+    # a fixed budget that leaves less than the n-gram loop's memory: the fault cost is not
+    # modelled, its interval the measured storm
+    b = left - ng.speculation_bytes / MIB / 2
+    assert main(base + ["--cache-mb", f"{b:.6f}", "--ram-mb", "24000"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    memo = [t for t in rows[1]["terms"] if t["name"] == "memory"][0]
+    assert memo["kind"] == "not_modelled" and memo["value"] == 0.0
+    assert memo["hi"] == pytest.approx((4.43 / 3.14 - 1) * rows[0]["ms_per_token"], rel=1e-9)
+    assert f"exceeds the {left - b:.1f} MiB" in memo["source"]
+    assert rows[1]["delta_lo_pct"] < rows[1]["delta_pct"]
+
+
+def test_auto_needs_ram_and_gguf(device_file, twin, capsys):
+    assert main(["whatif", DEMO, "--device", device_file, "--spec", "off", "--cache-mb", "auto"]) == 2
+    assert "need --gguf" in capsys.readouterr().err
+    assert main(["whatif", DEMO, "--device", device_file, "--spec", "off", "--cache-mb", "auto",
+                 "--gguf", twin]) == 2
+    assert "--cache-mb auto needs --ram-mb" in capsys.readouterr().err
