@@ -219,3 +219,20 @@ def test_auto_needs_ram_and_gguf(device_file, twin, capsys):
     assert main(["whatif", DEMO, "--device", device_file, "--spec", "off", "--cache-mb", "auto",
                  "--gguf", twin]) == 2
     assert "--cache-mb auto needs --ram-mb" in capsys.readouterr().err
+
+
+def test_breakeven_and_whatif_price_a_width_alike(device_file, capsys):
+    """One configuration, one price: `timing breakeven`'s acceptance needed per draft width is
+    whatif's break-even acceptance of an n-gram configuration of that width (same replay, same
+    device, same eps), and its tokens needed the ratio of the two decodes' costs."""
+    assert main(["timing", "breakeven", DEMO, "--device", device_file, "--cache-mb", "256",
+                 "--draft", "1..3", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)["rows"]
+    spec = "off," + ",".join(f"ngram:d={d}:m=2:acceptance=0.5:coverage=1" for d in (1, 2, 3))
+    assert main(["whatif", DEMO, "--device", device_file, "--cache-mb", "256", "--spec", spec,
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"][1:]
+    for b, w in zip(table, rows):
+        assert 100 * w["breakeven_acceptance"] == pytest.approx(b["acceptance_needed_pct"], abs=1e-6)
+        # per emitted token at acceptance 0.5: verify_ms / (1 + d/2)
+        assert w["ms_per_token"] == pytest.approx(b["verify_ms"] / (1 + b["draft"] / 2), rel=1e-12)
