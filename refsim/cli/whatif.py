@@ -14,6 +14,7 @@ decoding).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -23,6 +24,7 @@ from dataclasses import replace
 from refsim.cli.common import add_knob_args, knobs_from_args, nonneg_float, positive_int
 from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
+from refsim.cache.expert_cache import CACHE_MB_RANGE
 from refsim.errors import UsageError
 from refsim.validators import cache_mib, positive_mib
 
@@ -39,10 +41,14 @@ COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", 
 
 
 def _budgets(text: str):
-    """``auto`` or a list of MiB budgets."""
+    """``type=`` of ``--cache-mb``: ``auto`` or a list of MiB budgets (each :func:`cache_mib`'s)."""
     if text.strip() == "auto":
         return "auto"
-    return [cache_mib(part.strip()) for part in text.split(",")]
+    try:
+        return [cache_mib(part.strip()) for part in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected N[,N,...] or auto, each {CACHE_MB_RANGE}, "
+                                         f"got {text!r}") from None
 
 
 def add_parser(sub) -> None:
