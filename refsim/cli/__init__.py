@@ -32,7 +32,7 @@ INTERRUPTED_EXIT = 130
 
 # Workflow order; each name is a module in this package.
 COMMANDS = ["replay", "sweep", "union", "drop_replay", "analyze", "view", "bench", "timing", "inspect",
-            "synth", "run", "ngram", "ngram_whatif", "memory", "layout"]
+            "synth", "run", "ngram", "ngram_whatif", "memory", "whatif", "layout"]
 
 
 def _version() -> str:

@@ -14,6 +14,8 @@ Kinds (:data:`KINDS`):
 - ``check``: a value implied by a published *speculation* cell. Printed next to the identified
   value for comparison; never an input of a fit or a default (the fit must not see speculation).
 - ``assumed``: given by the user.
+- ``not_modelled``: a cost this code does not model; its value is 0 and its interval the largest
+  cost measured for it (the band carries it), with the measurement in ``note``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 from refsim.errors import ConfigError
 
-KINDS = ("fitted", "derived", "published", "check", "assumed")
+KINDS = ("fitted", "derived", "published", "check", "assumed", "not_modelled")
 """What identified a term (see the module docstring)."""
 
 

@@ -24,6 +24,8 @@ DRAFT = "an integer in 1..8"
 IDS = "token ids like 1,5,77, each an integer in 0..2147483647"
 MIB0 = "a number of MiB from 0 to 2^40 (1 EiB)"
 
+WHATIF = ["whatif", "t.csv", "--device", "d.json", "--spec", "off"]
+
 # (argv before the flag, flag as argparse names it, the option to pass, expected text, values
 # the flag accepts among BAD)
 TABLE = [
@@ -127,6 +129,16 @@ TABLE = [
     (["run"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
     (["memory", "m.gguf"], "--io-threads", "--io-threads", INT1, ()),
     (["memory", "m.gguf"], "--hit-pct", "--hit-pct", "a percentage in [0, 100]", ("0",)),
+    (WHATIF, "--cache-mb", "--cache-mb", f"N[,N,...] or auto, each {CACHE_MB_RANGE}", ()),
+    (WHATIF + ["--cache-mb", "8"], "--ram-mb", "--ram-mb", "a number of MiB > 0 and at most 2^40 (1 EiB)", ()),
+    (WHATIF + ["--cache-mb", "8"], "--ctx", "--ctx", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "--prompt-len", "--prompt-len", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "--head-ms", "--head-ms", "a finite number >= 0", ("0", "99999999999999999999")),
+    (WHATIF + ["--cache-mb", "8"], "--noise-pct", "--noise-pct", "a finite number >= 0", ("0", "99999999999999999999")),
+    (WHATIF + ["--cache-mb", "8"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
+    (WHATIF + ["--cache-mb", "8"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
+    (WHATIF + ["--cache-mb", "8"], "--io-threads", "--io-threads", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
 ]
 
 
