@@ -177,6 +177,11 @@ def _print_text(report) -> None:
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
     for line in summary_lines(stats):
         print(line)
+    if config.spec.policy != "fixed":
+        s = result.steps
+        print(f"draft policy: {config.spec.policy} (lossless: it picks the width only); "
+              f"{sum(x.n_draft for x in s)} draft tokens verified in "
+              f"{sum(1 for x in s if x.n_draft)} verify decodes of {len(s)}")
     if report.knobs is not None:
         from refsim.telemetry.lines import knob_lines
         for line in knob_lines(report.knobs):
