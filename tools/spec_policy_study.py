@@ -28,7 +28,7 @@ CONFIGS = (("phone-like", 3000, PHONE_DROP), ("host-like", 8000, DESKTOP))
 # phone copy ngram 14.2 % drafted, 50.0 % accept; phone mtp d3 100 %, 52 %)
 STREAMS = (("copy ngram", 0.142, 0.50), ("mtp d3", 1.0, 0.52))
 POLICIES = ("fixed", "backoff", "backoff:patience=1,cooldown=16", "cost", "cost:mibs=3000",
-            "union", "union:mib=0")
+            "union", "union:mib=64")
 LOSSY = ("cap:12", "consensus:0.1")
 
 

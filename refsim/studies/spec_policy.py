@@ -10,10 +10,16 @@ only the width ``w``, and the step accepts ``min(a, w)`` (greedy: the target dec
 
 Each step is one event built from the trace's decode positions (``refsim.studies.union``'s
 convention: a verify decode of ``[tok, d1..dw]`` at positions ``p..p+w`` routes as the trace's
-positions do; rejected positions take the routes the trace has there), fed to one
+positions do), fed to one
 :class:`~refsim.cache.ExpertCache` with the given knobs. Predicted routes of the draft positions
 are the trace's own (``predictor='oracle'``: an upper bound on what a predictor gives) or the
 previous position's (``'previous'``).
+
+A rejected draft token is not the token the trace decoded at its position, so its routes are not
+the trace's there: with ``rejected='foreign'`` (the default) each rejected position takes the
+routes of the position half the trace away (``(p + j + n_dec // 2) mod n_dec``), a token of the
+same text that is not this one; ``'same'`` keeps the trace's (what ``refsim union`` assumes, a
+lower bound on the widening).
 
 Lossy verify routing (applied to verify decodes only; labelled lossy):
 
@@ -131,7 +137,8 @@ class PolicyRow:
 
 def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 3,
                   coverage: float = 1.0, accept: float = 0.5, seed: int = 0, knobs=None,
-                  verify: str | None = None, predictor: str = "oracle") -> PolicyRow:
+                  verify: str | None = None, predictor: str = "oracle",
+                  rejected: str = "foreign") -> PolicyRow:
     """Replay the trace's decode positions as the loop with ``policy`` would decode them.
 
     Parameters
@@ -151,6 +158,8 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
     verify : {'cap:U', 'consensus:T'} or None
         A lossy verify-routing variant (needs the trace's weights).
     predictor : {'oracle', 'previous'}
+    rejected : {'foreign', 'same'}
+        Routes of rejected draft positions (module docstring).
 
     Returns
     -------
@@ -163,6 +172,8 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
     """
     if predictor not in ("oracle", "previous"):
         raise ConfigError(f"predictor: expected oracle or previous, got {predictor!r}")
+    if rejected not in ("foreign", "same"):
+        raise ConfigError(f"rejected: expected foreign or same, got {rejected!r}")
     h = trace.header
     pos, routes, dropped, weights = decode_positions(trace.events, with_weights=True)
     if verify is not None:
@@ -193,8 +204,15 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
             w = int(pol.width(view))
         n_acc = int(min(run[step], w))
         sl = slice(p, p + w + 1)
-        r, wt = routes[sl].copy(), None if weights is None else weights[sl]
+        r, wt = routes[sl].copy(), None if weights is None else weights[sl].copy()
         dr = None if dropped is None else dropped[sl].copy()
+        if rejected == "foreign" and n_acc < w:
+            far = (p + np.arange(n_acc + 1, w + 1) + n_dec // 2) % n_dec
+            r[n_acc + 1:] = routes[far]
+            if wt is not None:
+                wt[n_acc + 1:] = weights[far]
+            if dr is not None:
+                dr[n_acc + 1:] = dropped[far]
         if wt is not None:
             total_w += float(np.nansum(wt[r >= 0]))
         if w and verify is not None:

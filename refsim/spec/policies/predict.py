@@ -4,8 +4,7 @@ The predictor here is the *previous occurrence* of each token: the routes the ta
 token id the last time it decoded it (prefill rows included). An n-gram draft copies tokens from
 the corpus, so every one of its tokens has such a row; an MTP token may not (its positions are
 then unknown, -1). It is the issue's "previous token" predictor taken per token id rather than per
-position, which is what a draft that repeats earlier text makes available (docs/speculation.md,
-"Draft policies").
+position, which is what a draft that repeats earlier text makes available (docs/spec-policies.md).
 """
 
 from __future__ import annotations
