@@ -42,7 +42,7 @@ import numpy as np
 from refsim.cache import CacheSummary, ExpertCache
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent, DecodeKind
-from refsim.spec.policies import AcceptStats, StepView, parse_spec_policy
+from refsim.spec.policies import StepView, parse_spec_policy
 from refsim.studies.union import decode_positions
 
 
