@@ -493,6 +493,7 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
         t1 = time.perf_counter()
         result = run_generation(target, source, prompt, n_predict, cache=cache,
                                 draft_max=spec_cfg.draft_max, keep_events=False,
+                                policy=spec_cfg.make_policy(),
                                 on_event=trace_out.write_record if trace_out is not None else None)
         wall_s = time.perf_counter() - t1
     stats = dataclasses.replace(RunStats.from_run(result), load_s=load_s)

@@ -224,6 +224,11 @@ class ExpertCache:
         return [(key // self.n_expert, key % self.n_expert)
                 for key in keys_newest_first(self._lru.links, 0)]
 
+    def resident_mask(self) -> np.ndarray:
+        """(n_layer, n_expert) bool: a copy of which entries are resident now (the draft
+        policies' view, :mod:`refsim.spec.policies`)."""
+        return self._lru.resident.reshape(self.n_layer, self.n_expert).copy()
+
     def apply(self, event: DecodeEvent) -> EventRecord:
         """Load one event's per-layer batches; returns what it did.
 

@@ -54,6 +54,9 @@ def add_spec_args(parser: argparse.ArgumentParser) -> None:
                    help=f"shortest suffix match that drafts, 1..{NGRAM_MAX_MATCH} (default 3)")
     g.add_argument("--mtp-p-min", type=probability, default=None, metavar="F",
                    help="MTP only: stop drafting below this top-1 probability, in [0, 1] (default 0)")
+    g.add_argument("--spec-policy", default=None, metavar="NAME[:K=V,...]",
+                   help="draft policy: how many draft tokens each step verifies (fixed, backoff, "
+                        "cost, union; docs/spec-policies.md; default fixed)")
 
 
 def check_output_path(path: str | None, flag: str, binary: bool = False) -> None:

@@ -196,6 +196,11 @@ def _print_text(report, split=None) -> None:
         print(line)
         if split is not None and line.startswith("mtp: of "):
             print(split.line())             # after the engine's own flash-split line
+    if config.spec.policy != "fixed":
+        s = result.steps
+        print(f"draft policy: {config.spec.policy} (lossless: it picks the width only); "
+              f"{sum(x.n_draft for x in s)} draft tokens verified in "
+              f"{sum(1 for x in s if x.n_draft)} verify decodes of {len(s)}")
     if report.knobs is not None:
         from refsim.telemetry.lines import knob_lines
         for line in knob_lines(report.knobs):
