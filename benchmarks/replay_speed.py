@@ -45,7 +45,7 @@ from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
 from refsim.cache.mrc import lru_curve
-from refsim.cache.policy import replay_policy
+from refsim.cache.replay import replay_policy
 from refsim.trace import read_trace
 
 HASHPOWER = 16
@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     if d:
         print(f"  (d1)/(a) libCacheSim get() vs refsim:   {t1 / ta:8.1f}x   (target >= 1)")
         print(f"  (d2)/(a) libCacheSim C loop vs refsim:  {t2 / ta:8.1f}x   (target >= 1)")
-    from refsim.cache.policy import POLICIES
+    from refsim.cache.policies import POLICIES
     lcs_t = libcachesim_policy_runs(bt, budget, args.repeat)
     print("(e) every policy, one budget; (f) libCacheSim's C loop, same policy "
           "(ratios to (a); target (e)/(a) <= 10):")
@@ -261,7 +261,7 @@ def main(argv=None) -> int:
     for name, cls in POLICIES.items():
         te, te_cpu, re_ = best_of_both(lambda n=name: replay_policy(bt, n, budget),
                                        args.policy_repeat)
-        path = "numba" if cls.kernel is not None or hasattr(cls, "fast_replay") else "python"
+        path = "numba" if cls.fast_replay is not None else "python"
         line = (f"  {name:10s} {path:6s} {te * 1e3:10.2f} ms  {te / ta:8.1f}x  "
                 f"cpu {te_cpu * 1e3:8.2f} ms {te_cpu / ta_cpu:6.1f}x  hits {int(re_.hits.sum())}")
         if name in lcs_t:

@@ -25,24 +25,14 @@ import numpy as np
 from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.ledger import memory_ledger
-from refsim.model import open_model, synth, write_synthetic
+from refsim.model import open_model, write_synthetic
 from refsim.spec import NgramDraft, SpecConfig, run_generation
 from refsim.spec.forward_target import ForwardTarget
 from refsim.spec.mtp import mtp_source_for
 from refsim.telemetry import RunStats
+from refsim.testing.twins import qwen36_twin as twin
 
 PROMPT = [1, 5, 77, 123, 42, 299, 7, 260, 33, 150, 1, 5, 77, 123, 42, 299, 7, 260]  # a repeat for n-gram
-
-
-def twin(path: str) -> str:
-    from gguf import GGMLQuantizationType as Q
-    dims = dict(synth.DEFAULT_DIMS, n_layer_35=40, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256,
-                n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, n_vocab=248320, n_ctx=262144,
-                ssm_conv=4, ssm_state=128, ssm_group=16, ssm_dt_rank=32, rope_dim=64,
-                rope_sections=(11, 11, 10, 0), rope_base=1e7)
-    tensors = [(n, s, Q.F32 if k != "w" else synth.mixed_type(n, 41)) for n, s, k in synth.tensor_plan("qwen35moe", dims, True)]
-    return synth.write_header_only(path, "qwen35moe", lambda w: synth._add_metadata(w, "qwen35moe", dims, True, vocab=False),
-                                   tensors)
 
 
 def cell(model, spec: str, draft: int, n_predict: int, frac: float):

@@ -1,4 +1,5 @@
-"""The error hierarchy. Library code raises these; only the CLI turns them into exit codes."""
+"""The error hierarchy (and one warning category). Library code raises these; only the CLI turns them
+into exit codes."""
 
 
 class RefsimError(Exception):
@@ -28,6 +29,20 @@ class UsageError(ConfigError):
     argparse does for its own usage errors (docs/cli.md, "Conventions"); library callers can catch
     it as a :class:`ConfigError`. Value messages read ``argument FLAG: expected RANGE, got 'TEXT'``
     (:func:`value_message`), argparse's form."""
+
+
+class RefsimWarning(UserWarning):
+    """A figure the caller may not expect, from library code that does not print (a budget below
+    one token cycle, dropping on a narrow routing): :func:`refsim.session.simulate` issues it with
+    :func:`warnings.warn` unless given a ``warn`` callback; the CLI prints the same line on
+    stderr."""
+
+
+def warning_line(cmd: str | None, text: str) -> str:
+    """The one form of a warning on stderr: ``refsim CMD: warning: TEXT`` (``refsim: warning:
+    TEXT`` before a command is known), as argparse's ``refsim CMD: error: ...`` (docs/cli.md
+    "Conventions"). ``cmd`` is the subcommand's words (``replay``, ``timing fit``)."""
+    return f"refsim {cmd}: warning: {text}" if cmd else f"refsim: warning: {text}"
 
 
 def value_message(flag: str, expected: str, got) -> str:

@@ -20,9 +20,12 @@ import numpy as np
 NOT_ROUTED = -1
 """Expert id used in ``routes`` for a (position, layer) the graph did not route.
 
-llama.cpp routes the last MoE layer only for positions that produce logits, so in a prefill
-event every position but the last carries ``NOT_ROUTED`` at the last layer
-(bmoe-engine.md §3.2, prefill quirk (a))."""
+Where a recording's llama.cpp graph routes the last MoE layer only for positions that produce
+logits (the FINAL last-layer convention, :mod:`refsim.trace.convention`; e.g. qwen3moe), a
+prefill event carries ``NOT_ROUTED`` at the last layer on every position but the last
+(bmoe-engine.md §3.2, prefill quirk (a)); under the EVERY convention (e.g. the engine's gemma4
+recording) every position is routed there. An ``--mtp`` trace's head layer is ``NOT_ROUTED``
+everywhere."""
 
 
 class DecodeKind(IntEnum):

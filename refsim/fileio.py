@@ -172,6 +172,49 @@ def check_writable(path: str | os.PathLike | None, what: str = "output", binary:
         resolve_output(path, what, binary)
 
 
+def check_outputs(outputs: dict, inputs: dict | None = None, binary: tuple = ("--plot",)) -> None:
+    """Fail before any work if an output cannot be written or would overwrite an input or another
+    output (the same file by real path), by the rules of this module (the CLI and
+    :func:`refsim.session.simulate` check their output flags with it).
+
+    Parameters
+    ----------
+    outputs : dict of flag -> path or None
+        Output flags as given (``None`` = not given; ``""`` is refused; ``-`` = standard output).
+    inputs : dict of name -> path, optional
+        Files the command reads (``TRACE``, ``MODEL``, ...).
+    binary : tuple of str
+        The flags whose output is binary (``-`` refused for them; default ``--plot``).
+
+    Raises
+    ------
+    ConfigError
+        From :func:`refsim.fileio.resolve_output`, or ``"--csv x: is also the TRACE input;
+        expected another file"`` / ``"--csv x and --route-trace x: the same file; expected two files"`` /
+        ``"--csv - and --route-trace -: both standard output; expected at most one -"``.
+    """
+    given = {flag: path for flag, path in outputs.items() if path is not None}
+    kinds = {flag: resolve_output(path, flag, flag in binary).kind for flag, path in given.items()}
+    to_stdout = [flag for flag, path in given.items() if path == STDOUT]
+    if len(to_stdout) > 1:
+        raise ConfigError(f"{' and '.join(f'{f} -' for f in to_stdout)}: both standard output; "
+                          f"expected at most one -")
+    seen: dict[str, str] = {}
+    for name, path in (inputs or {}).items():
+        if path:
+            seen.setdefault(os.path.realpath(path), name)
+    for flag, path in given.items():
+        if kinds[flag] is not OutputKind.REPLACE:
+            continue                    # stdout, a FIFO or a device: written in place, not replaced
+        real = os.path.realpath(path)
+        if real in seen:
+            other = seen[real]
+            if other.startswith("--"):
+                raise ConfigError(f"{other} {path} and {flag} {path}: the same file; expected two files")
+            raise ConfigError(f"{flag} {path}: is also the {other} input; expected another file")
+        seen[real] = flag
+
+
 def _write_failed(what: str, path: str, exc: OSError) -> ConfigError:
     reason = exc.strerror or str(exc)
     return ConfigError(f"{what} {path}: write failed: {reason}")

@@ -19,7 +19,8 @@ and an unchanged text (a checkout back and forth included) reuses its compiled c
 (A file whose time alone changed is recompiled by Numba's own check, in the same folder.)
 Child processes inherit the variable, and so the same folder. ``$REFSIM_CACHE`` (models) is not
 used, because tests point it at temporary folders. When the caller set ``NUMBA_CACHE_DIR``, or
-the folder cannot be created, nothing is changed (Numba's own rule applies, stale callees included).
+the folder cannot be created, nothing is changed (Numba's own rule applies, stale callees included, and
+the per-type int tables of ``refsim/kernels/registry.py`` that kernels in other files freeze).
 The folders are shared by every refsim tree on the machine; only the :data:`KEEP` newest are kept:
 making a new one removes older ones idle for :data:`IDLE_S` seconds.
 """
@@ -95,6 +96,24 @@ def _prune(base: str, keep: str) -> None:
     for t, path in entries[KEEP - 1:]:
         if t < now - IDLE_S:
             shutil.rmtree(path, ignore_errors=True)
+
+
+SPINCOUNT = "30000"
+"""``GOMP_SPINCOUNT`` :func:`configure_openmp` sets: how many times an idle OpenMP worker spins before it sleeps
+(a few hundred microseconds on this project's 2-core VM; libgomp's own default is 300000)."""
+
+
+def configure_openmp(environ=os.environ) -> None:
+    """OpenMP defaults for Numba's parallel kernels, unless the caller chose: ``OMP_WAIT_POLICY=PASSIVE`` (idle
+    workers sleep) and, when neither variable is set, ``GOMP_SPINCOUNT=`` :data:`SPINCOUNT` (they spin that long
+    first). libgomp reads them when Numba first starts its thread pool, so this must run before that
+    (``refsim/kernels/__init__.py`` calls it first). Why these values (a worker spinning for milliseconds takes
+    the core the main thread needs on a shared 2-core machine; one that sleeps at once costs ~100 us to wake
+    for the next of a decode's ~40 parallel regions): docs/forward.md, "OpenMP workers between parallel
+    regions"."""
+    if "OMP_WAIT_POLICY" not in environ and "GOMP_SPINCOUNT" not in environ:
+        environ["GOMP_SPINCOUNT"] = SPINCOUNT
+    environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def configure(root: str = _PACKAGE) -> str | None:

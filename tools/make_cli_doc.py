@@ -24,6 +24,11 @@ Every command reports a mistake the same way; which way depends on what shows it
 | 1 | **the command line is well formed but an input refuses it**: a missing, damaged or unsupported file; a value past what *that* model or trace allows (`--ctx` above its `n_ctx_train`, `-k` above its `n_expert`, a `--prompt-tokens` id past its vocabulary, `--window` wider than its decode positions, `--numerics llamacpp` or `--cache-mb` for a model that has no such thing); an output that cannot be written | one line, `refsim CMD: error: ...`, naming the flag or the file (and line or byte offset) |
 | 130 | interrupted (Ctrl-C) | one line |
 
+An unknown flag is named by the command it follows, with that command's usage (`refsim timing
+fit: error: unrecognized arguments: --bogus`). A bare `refsim` prints the listing of every command
+on stdout (what it asks to see) and `refsim: error: the following arguments are required: COMMAND`
+on stderr, exit 2: nothing was run, so a script that calls refsim without a command fails.
+
 Why this split: exit 2 is what argparse already gives for an unknown flag, a bad `choices` value or
 two flags of one exclusive group, and what the engine's CLI gives for `--ngram` with `--mtp`; a bad
 number is the same kind of mistake, so it joins them rather than being exit 1 in one command and 2 in
@@ -38,8 +43,10 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | flags | accepted |
 |---|---|
 | `-n`, `--ctx`, `-k`, `--prompt-len`, `--top`, `--io-threads`, `--workers` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
-| `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps` | an integer in 0..2147483647 |
+| `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps`, `--data-start`, `--merge-gap` | an integer in 0..2147483647 |
 | `--resamples` | an integer in 1..100000 |
+| `--block-size` | an integer in 1..1048576 and a power of two |
+| `replay --o-direct` | an integer in 0..1 |
 | `--position-cost`, `--draft-ms` | a finite number >= 0 |
 | `--draft` | an integer in 1..8 (lists in `ngram-whatif`: each in 1..8) |
 | `--ngram-min-match`, `ngram --min-match` | an integer in 1..12 (`ngram`: 1..`--max-match`) |
@@ -52,11 +59,16 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--drop-cold-experts` | a number in [0, 1] (`drop-replay --frac`: fractions like 0.5,0.75,1.0, each a number in [0, 1]) |
 | `--prefetch`, `--route-ahead` | an integer in 0..8 (the engine's range) |
 | `--prompt-tokens`, `--corpus` | token ids like 1,5,77, each an integer in 0..2147483647 |
+| `layout --fit-fraction` | a number in (0, 1) |
+| `layout --fit-turns`, `--eval-turns` | turn numbers like 0,2, each an integer in 0..2147483647 |
 | `--seed` | an integer in 0..4294967295 (`synth`, `bench`) |
 | `union --window`, `ngram-whatif --draft`, `--min-match`, `timing breakeven --draft`, `drop-replay --n-expert-used` | N, N,M,... or A..B with A <= B, each an integer in the flag's range (1..2147483647; 1..8; 1..12), at most 10000 values |
 | `sweep --policy` | comma-separated names of known policies, no empty item (`lru,,arc` is refused); parameters as `NAME:KEY=VALUE` (`random:seed=` an integer >= 0) |
 
-Numbers are ASCII (`1_0`, `٣` and ` 3` are refused); a negative value may follow its flag with a
+Numbers are ASCII (`1_0`, `٣` and ` 3` are refused). An integer is `0` or digits without a
+leading zero, with `-` for a negative (`+3`, `03` and `-0` are refused, as the trace reader refuses
+them). Every integer list, token ids included, is items separated by one comma or one space, with no
+empty item (`1,5 77` is read; `1,,2`, `1, 2`, ` 3` and `3,` are refused). A negative value may follow its flag with a
 space (`--cache-mb -inf` is refused as -inf, like `--cache-mb -1`, not read as an unknown flag), and
 so may a list that starts with one (`sweep --cache-mb -5,100` names the item `-5` and the range).
 MiB = 2^20 bytes everywhere.
@@ -65,7 +77,7 @@ MiB = 2^20 bytes everywhere.
 
 OUTPUTS = """## Outputs, `-`, numbers, Ctrl-C
 
-**Outputs** (`--csv`, `--route-trace`, `--md`, `--html`, `timing fit --out`, `--plot`,
+**Outputs** (`--csv`, `--route-trace`, `--md`, `--html`, `timing fit --out`, `--plot`, `--requests`,
 `synth --out`; `refsim.fileio`). Nothing at an output path is destroyed:
 
 - A regular file or a new path is written to a temporary file in the folder of the *resolved*

@@ -31,12 +31,89 @@ import numpy as np
 from refsim import MIB
 from refsim.analysis import views as V
 from refsim.analysis.frame import frame_trace
+from refsim.events import DecodeKind, confirmed_tokens
 from refsim.fileio import write_text_atomic
 from refsim.fmt import pct, ratio
 from refsim.studies.union import decode_positions, window_union_sizes
 from refsim.trace import RouteTrace
 
 UNION_WINDOWS = (1, 2, 3, 4)
+
+
+def same_run_mismatches(trace: RouteTrace, run) -> list[str]:
+    """What says a metrics CSV is not the trace's run: one ``"FIELD: trace X, metrics Y"`` per
+    disagreement, empty when every stated field agrees.
+
+    Compared where both files state them: the model file's name (the trace's ``model=`` path and
+    the metrics preamble's ``model=`` file name, by base name: the engine writes the path in the
+    trace and the name in the metrics), ``arch``, ``n_expert``, ``n_expert_used`` (the two
+    preambles' model lines, docs/trace-format.md and docs/telemetry.md; not ``n_layer``, which
+    the trace states as its streamed span and the metrics as the model's); the tokens (one
+    metrics row per emitted token, bmoe-engine.md "per-token metrics"; the trace's confirmed
+    tokens, :func:`refsim.events.confirmed_tokens`, a range when a turn's last verify decode
+    does not record how many drafts it accepted); and the prompt (the trace's turn-0 prefill positions against the
+    first ``# summary`` trailer's ``n_prompt``). A field one file lacks (a legacy metrics file
+    has no preamble; a run stopped before its trailer has no ``n_prompt``) is not compared.
+
+    Parameters
+    ----------
+    trace : RouteTrace
+    run : refsim.telemetry.metrics_reader.MetricsRun
+
+    Returns
+    -------
+    list of str
+    """
+    h = trace.header
+    out = []
+    stated = {"model": h.model, "arch": h.arch, "n_expert": str(h.n_expert),
+              "n_expert_used": str(h.n_expert_used)}
+    for key, ours in stated.items():
+        theirs = run.config.get(key)
+        if theirs is None:
+            continue
+        if key == "model":
+            same = os.path.basename(theirs) == os.path.basename(ours)
+        elif key == "arch":
+            same = theirs == ours
+        else:
+            same = float(theirs) == int(ours)
+        if not same:
+            out.append(f"{key}: trace {ours}, metrics {theirs}")
+    low = sum(confirmed_tokens(e) for e in trace.events)
+    high = low + sum(e.n_draft for e in trace.events
+                     if e.kind is DecodeKind.VERIFY and e.accepted is None)
+    rows = len(run.line_numbers)
+    if not low <= rows <= high:
+        said = str(low) if high == low else f"{low}..{high}"
+        out.append(f"tokens: trace {said}, metrics {rows} rows")
+    if run.summaries and "n_prompt" in run.summaries[0] and trace.n_prompt:
+        n_prompt = int(run.summaries[0]["n_prompt"])
+        if n_prompt != trace.n_prompt:
+            out.append(f"prompt tokens: trace {trace.n_prompt}, metrics {n_prompt}")
+    return out
+
+
+def metrics_of_trace(path: str, trace: RouteTrace) -> dict[str, list[float]]:
+    """:func:`metrics_columns` of the metrics CSV at ``path``, refused when it is not the run of
+    ``trace`` (:func:`same_run_mismatches`; issue 26 C2: another model's run was drawn beside
+    the trace with no word).
+
+    Raises
+    ------
+    ConfigError
+        ``"PATH: not the run of TRACE (model: trace A, metrics B; ...)"``.
+    MetricsFormatError
+        As :func:`metrics_columns`.
+    """
+    from refsim.errors import ConfigError
+    from refsim.telemetry.metrics_reader import read_metrics
+
+    run = read_metrics(path)
+    wrong = same_run_mismatches(trace, run)
+    if wrong:
+        raise ConfigError(f"{path}: not the run of {trace.path} ({'; '.join(wrong)})")
+    return _columns(run)
 
 
 def metrics_columns(path: str) -> dict[str, list[float]]:
@@ -55,7 +132,11 @@ def metrics_columns(path: str) -> dict[str, list[float]]:
     """
     from refsim.telemetry.metrics_reader import read_metrics
 
-    run = read_metrics(path)
+    return _columns(read_metrics(path))
+
+
+def _columns(run) -> dict[str, list[float]]:
+    """:func:`metrics_columns` of a read ``MetricsRun``."""
     timed = ("wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms")
 
     def label(name: str) -> str:

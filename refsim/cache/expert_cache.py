@@ -24,10 +24,11 @@ import numpy as np
 
 from refsim import MAX_CACHE_MIB, MIB
 from refsim.cache import lru as _lru
-from refsim.streaming.knobs import StreamKnobs
-from refsim.cache.lru import NIL, lru_apply_event
+from refsim.cache.linked import keys_newest_first
+from refsim.cache.lru import EventArrays, lru_apply_event_tuples
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.events import N_KINDS, DecodeEvent, DecodeKind, EventBlock
+from refsim.streaming.knobs import StreamKnobs
 
 
 @dataclass(frozen=True)
@@ -207,43 +208,26 @@ class ExpertCache:
         self.n_layer = int(eb.size)
         self.n_expert = int(n_expert)
         self.budget_bytes = int(budget_bytes)
-        n_keys = self.n_layer * self.n_expert
-        self._resident = np.zeros(n_keys, dtype=np.bool_)
-        self._ever_evicted = np.zeros(n_keys, dtype=np.bool_)
-        self._touched_gen = np.zeros(n_keys, dtype=np.int64)
-        self._first_res = np.zeros(n_keys, dtype=np.int8)
-        self._prev = np.full(n_keys, NIL, dtype=np.int64)
-        self._next = np.full(n_keys, NIL, dtype=np.int64)
-        self._head_tail = np.full(2, NIL, dtype=np.int64)
+        self._set_state(_lru.new_state(eb, self.n_expert, self.budget_bytes))
         self._gen = 0
         self.knobs = knobs if knobs is not None else StreamKnobs()
-        self._charged_gen = np.zeros(n_keys, dtype=np.int64)
-        self._spec = np.zeros(n_keys, dtype=np.bool_)
-        self._queued = np.zeros(n_keys, dtype=np.bool_)
-        self._queue = np.zeros(n_keys, dtype=np.int64)
-        self._prev_ids = None                  # (n_layer, k) int16, sized by the first event
-        self._has_prev = np.zeros(self.n_layer, dtype=np.bool_)
         self._learned = np.zeros(self.n_layer, dtype=np.bool_)   # terminal weight node known
-        self._hot = np.zeros(n_keys, dtype=np.bool_)
-        self._pend = np.zeros((self.n_layer, 2, 1), dtype=np.int16)     # predict-prefetch lists
-        self._pend_n = np.zeros((self.n_layer, 2), dtype=np.int64)
         self._decodes = 0                      # target decode graphs applied (route-ahead)
-        self._qstate = np.zeros(1, dtype=np.int64)
-        self._counters = np.zeros(_lru.N_COUNTERS, dtype=np.int64)
-        self.layer_lookups = np.zeros(self.n_layer, dtype=np.int64)
+        self.layer_lookups = self._lru.layer_lookups
         """(n_layer,) int64: lifetime lookups per layer."""
-        self.layer_hits = np.zeros(self.n_layer, dtype=np.int64)
+        self.layer_hits = self._lru.layer_hits
         """(n_layer,) int64: lifetime hits per layer."""
         self.stats = CacheStats()
 
     def resident_keys(self) -> list[tuple[int, int]]:
         """Resident (layer, expert) entries, most recent first."""
-        out = []
-        key = self._head_tail[0]
-        while key != NIL:
-            out.append((int(key // self.n_expert), int(key % self.n_expert)))
-            key = self._next[key]
-        return out
+        return [(key // self.n_expert, key % self.n_expert)
+                for key in keys_newest_first(self._lru.links, 0)]
+
+    def resident_mask(self) -> np.ndarray:
+        """(n_layer, n_expert) bool: a copy of which entries are resident now (the draft
+        policies' view, :mod:`refsim.spec.policies`)."""
+        return self._lru.resident.reshape(self.n_layer, self.n_expert).copy()
 
     def apply(self, event: DecodeEvent) -> EventRecord:
         """Load one event's per-layer batches; returns what it did.
@@ -273,9 +257,10 @@ class ExpertCache:
                 f"{int(event.positions[0])} has no stale-ranking weights for the drop-aware "
                 f"early-read filter (a trace needs the pred_weight column, which `refsim run "
                 f"--route-ahead N --drop-cold-experts F --route-trace` writes)")
-        if ctx.deferred.any():
-            look = (ctx.routes >= 0) & ctx.deferred[None, :, None]
-            if not np.isfinite(ctx.weights[look]).all():
+        a = ctx.arrays
+        if a.deferred.any():
+            look = (a.routes >= 0) & a.deferred[None, :, None]
+            if not np.isfinite(a.weights[look]).all():
                 raise ConfigError(
                     "--drop-cold-experts: the policy needs every routed slot's final weight, and "
                     f"an event at position {int(event.positions[0])} has none (weight 'nan')")
@@ -307,13 +292,13 @@ class ExpertCache:
         else:
             pr = np.ascontiguousarray(pred_routes, np.int16)
             pw = np.ascontiguousarray(pred_weights, np.float32)
+        arrays = EventArrays(routes=routes, weights=w, dropped_in=d, deferred=deferred,
+                             pred_routes=pr, pred_weights=pw,
+                             residency=np.full(routes.shape, -1, np.int8),
+                             charged=np.zeros(routes.shape, np.int64),
+                             dropped=np.zeros(routes.shape, np.bool_))
         return _EventCtx(kind=kind, positions=np.asarray(positions, np.int64), ahead=ahead,
-                         pred_routes=pr, pred_weights=pw,
-                         routes=routes, weights=w, dropped_in=d, armed=armed, deferred=deferred,
-                         residency=np.full(routes.shape, -1, np.int8),
-                         charged=np.zeros(routes.shape, np.int64),
-                         dropped_out=np.zeros(routes.shape, np.bool_),
-                         before=self._counters.copy())
+                         armed=armed, arrays=arrays, before=self._lru.counters.copy())
 
     def _fit(self, routes: np.ndarray) -> None:
         """Check that ``routes`` (n_pos, n_layer, k) fit this cache and size the per-slot state
@@ -331,12 +316,19 @@ class ExpertCache:
             raise ConfigError(
                 f"event routes expert {int(routes.max())}, the cache has n_expert={self.n_expert}")
         k = routes.shape[2]
-        if self._prev_ids is None or self._prev_ids.shape[1] != k:
-            self._prev_ids = np.full((self.n_layer, k), -1, np.int16)
-            self._has_prev[:] = False
-        if self._pend.shape[2] != k:
-            self._pend = np.zeros((self.n_layer, 2, k), dtype=np.int16)
-            self._pend_n[:] = 0
+        st = self._lru
+        if st.prev_ids.shape[1] != k:
+            st.has_prev[:] = False
+            st.pend_n[:] = 0
+            self._set_state(st._replace(prev_ids=np.full((self.n_layer, k), -1, np.int16),
+                                        pend=np.zeros((self.n_layer, 2, k), dtype=np.int16)))
+
+    def _set_state(self, st: "_lru.LruState") -> None:
+        """Keep the kernels' :class:`~refsim.cache.lru.LruState` (the LRU order, residency,
+        queues), and its fields as a plain tuple
+        (:func:`~refsim.cache.lru.lru_apply_event_tuples`)."""
+        self._lru = st
+        self._lru_fields = tuple(st)
 
     def apply_block(self, block: EventBlock) -> "BlockRecords":
         """Apply a block's events in order, as :meth:`apply` of each would, in one kernel call
@@ -366,16 +358,12 @@ class ExpertCache:
         residency = np.full(shape, -1, np.int8)
         charged = np.zeros(shape, np.int64)
         dropped_out = np.zeros(shape, np.bool_)
-        before = self._counters.copy()
+        before = self._lru.counters.copy()
         after = np.zeros((block.n_events, _lru.N_COUNTERS), np.int64)
-        self._gen = _lru.lru_apply_block(
-            np.ascontiguousarray(block.event_start, np.int64), routes, weights, dropped,
-            self._prev_ids, self._has_prev, self.expert_bytes, self.n_expert, self.budget_bytes,
-            self._resident, self._ever_evicted, self._touched_gen, self._first_res,
-            self._charged_gen, self._spec, self._queued, self._queue, self._qstate, self._prev,
-            self._next, self._head_tail, self._gen, self._counters, residency, charged,
-            dropped_out, self.layer_lookups, self.layer_hits, self._hot, self._pend,
-            self._pend_n, after)
+        arrays = EventArrays(routes, weights, dropped, np.zeros(self.n_layer, np.bool_), routes,
+                             weights, residency, charged, dropped_out)
+        self._gen = _lru.lru_apply_block(np.ascontiguousarray(block.event_start, np.int64),
+                                         arrays, self._lru, self._gen, after)
         delta = np.diff(np.vstack([before[None, :], after]), axis=0)
         kind = block.kind.astype(np.int64)
         st = self.stats
@@ -392,41 +380,38 @@ class ExpertCache:
                             dropped_out)
 
     def _absolute_stats(self) -> None:
-        st = self.stats
-        st.evictions = int(self._counters[_lru.C_EVICTIONS])
-        st.rereads = int(self._counters[_lru.C_REREADS])
-        st.resident_bytes = int(self._counters[_lru.C_RESIDENT])
+        st, counters = self.stats, self._lru.counters
+        st.evictions = int(counters[_lru.C_EVICTIONS])
+        st.rereads = int(counters[_lru.C_REREADS])
+        st.resident_bytes = int(counters[_lru.C_RESIDENT])
 
     def _run(self, ctx, l0: int, l1: int, classify: bool) -> None:
-        self._gen = lru_apply_event(
-            ctx.routes, ctx.weights, ctx.dropped_in, self.knobs.drop_threshold(ctx.routes.shape[2]),
-            ctx.deferred, classify, self.knobs.drop_on, self.knobs.prefetch, self._prev_ids,
-            self._has_prev, self.expert_bytes, self.n_expert, self.budget_bytes, self._resident,
-            self._ever_evicted, self._touched_gen, self._first_res, self._charged_gen, self._spec,
-            self._queued, self._queue, self._qstate, self._prev, self._next, self._head_tail,
-            self._gen, self._counters, ctx.residency, ctx.charged, ctx.dropped_out,
-            self.layer_lookups, self.layer_hits, l0, l1, ctx.ahead, self._hot, ctx.pred_routes,
-            ctx.pred_weights, self.knobs.spec_max, self._pend, self._pend_n)
+        kn = self.knobs
+        self._gen = lru_apply_event_tuples(
+            tuple(ctx.arrays), self._lru_fields, l0, l1, self._gen,
+            kn.drop_threshold(ctx.arrays.routes.shape[2]), classify, kn.drop_on, kn.prefetch,
+            ctx.ahead, kn.spec_max)
 
     def _finish(self, ctx) -> EventRecord:
         if self.knobs.traced or ctx.armed:           # this graph showed its weight chain
-            self._learned |= (ctx.routes >= 0).any(axis=(0, 2))
+            self._learned |= (ctx.arrays.routes >= 0).any(axis=(0, 2))
         self._decodes += ctx.kind in TARGET_DECODE_KINDS
-        delta = self._counters - ctx.before
+        delta = self._lru.counters - ctx.before
         kind = int(ctx.kind)
         st = self.stats
         for name, c in _STAT_COUNTERS:
             getattr(st, name)[kind] += delta[c]
         st.events[kind] += 1
         self._absolute_stats()
-        n_pos = ctx.routes.shape[0]
+        a = ctx.arrays
+        n_pos = a.routes.shape[0]
         return EventRecord(
             kind=ctx.kind, first_position=int(ctx.positions[0]) if n_pos else -1,
             n_pos=n_pos, lookups=int(delta[_lru.C_LOOKUPS]), hits=int(delta[_lru.C_HITS]),
             read_bytes=int(delta[_lru.C_READ]),
-            resident_bytes=int(self._counters[_lru.C_RESIDENT]),
-            residency=ctx.residency, charged_bytes=ctx.charged,
-            dropped=ctx.dropped_out if ctx.dropped_out.any() else None,
+            resident_bytes=int(self._lru.counters[_lru.C_RESIDENT]),
+            residency=a.residency, charged_bytes=a.charged,
+            dropped=a.dropped if a.dropped.any() else None,
             experts_dropped=int(delta[_lru.C_DROPPED]),
             spec_read_bytes=int(delta[_lru.C_SPEC_READ]))
 
@@ -454,23 +439,16 @@ class ExpertCache:
 
 @dataclass
 class _EventCtx:
-    """The arrays of one event being applied (internal to ExpertCache and LayerFeed)."""
+    """One event being applied (internal to ExpertCache and LayerFeed): its arrays as the
+    kernel takes them (written in place, layer by layer for a LayerFeed) and the counters
+    before it."""
 
     kind: DecodeKind
     positions: np.ndarray
     ahead: int
-    routes: np.ndarray
-    weights: np.ndarray
-    dropped_in: np.ndarray
     armed: bool
-    deferred: np.ndarray
-    residency: np.ndarray
-    charged: np.ndarray
-    dropped_out: np.ndarray
+    arrays: EventArrays
     before: np.ndarray
-    pred_routes: np.ndarray
-    pred_weights: np.ndarray
-
 
 class LayerFeed:
     """One event fed to the cache layer by layer by a live forward pass: the seam through which
@@ -489,7 +467,7 @@ class LayerFeed:
         self.cache = cache
         self.ctx = cache._begin(kind, positions, np.full(shape, -1, np.int16), None, None,
                                 np.full(shape, -1, np.int16), np.full(shape, np.nan, np.float32))
-        self.ctx.deferred[:] = cache._learned if self.ctx.armed else False
+        self.ctx.arrays.deferred[:] = cache._learned if self.ctx.armed else False
         self._next = 0
 
     @property
@@ -500,7 +478,8 @@ class LayerFeed:
     def drop_threshold(self, il: int):
         """``F / k`` (float32) when the drop rule applies at layer ``il`` of this event (armed
         for its phase and the layer's decision point known), else None."""
-        return self.cache.knobs.drop_threshold(self.ctx.routes.shape[2]) if self.ctx.deferred[il] else None
+        a = self.ctx.arrays
+        return self.cache.knobs.drop_threshold(a.routes.shape[2]) if a.deferred[il] else None
 
     def resident(self, il: int, ids: np.ndarray) -> np.ndarray:
         """Per id of layer ``il`` (any shape, -1 allowed): resident now or a prefetch that will
@@ -508,7 +487,8 @@ class LayerFeed:
         self._catch_up(il)
         ids = np.asarray(ids, np.int64)
         keys = il * self.cache.n_expert + np.maximum(ids, 0)
-        return (ids >= 0) & (self.cache._resident[keys] | self.cache._queued[keys])
+        st = self.cache._lru
+        return (ids >= 0) & (st.resident[keys] | st.queued[keys])
 
     def predicted(self, t: int, rows, ids, weights) -> None:
         """The pass ranked layer ``t``'s router on an earlier layer's gate input (the stale
@@ -517,15 +497,15 @@ class LayerFeed:
         Must come before the layer the cache acts on it at is fed (t-N, t-2)."""
         if t < self._next:
             raise ConfigError(f"layer {t}: predicted after it was fed (next is {self._next})")
-        self.ctx.pred_routes[rows, t] = ids
-        self.ctx.pred_weights[rows, t] = weights
+        self.ctx.arrays.pred_routes[rows, t] = ids
+        self.ctx.arrays.pred_weights[rows, t] = weights
 
     def routed(self, il: int, rows, ids, weights, dropped=None) -> None:
         """Layer ``il`` routed ``ids`` / ``weights`` ((n, k), the router's) for event positions
         ``rows``; ``dropped`` (n, k) bool = the slots the pass dropped. Loads the layer."""
         if il < self._next:
             raise ConfigError(f"layer {il} fed twice or out of order (next is {self._next})")
-        c = self.ctx
+        c = self.ctx.arrays
         c.routes[rows, il] = ids
         c.weights[rows, il] = weights
         if dropped is not None:
@@ -534,7 +514,7 @@ class LayerFeed:
 
     def _catch_up(self, il: int) -> None:
         if il > self._next:
-            c = self.ctx           # a layer that routed nothing loads as apply() would load it
+            c = self.ctx.arrays    # a layer that routed nothing loads as apply() would load it
             c.deferred[self._next:il] &= (c.routes[:, self._next:il] >= 0).any(axis=(0, 2))
             self.cache._run(self.ctx, self._next, il, classify=False)
             self._next = il
@@ -543,9 +523,9 @@ class LayerFeed:
         """Finish the event (layers never fed route nothing) and return its record; ``event``
         must carry the routes fed."""
         self._catch_up(self.cache.n_layer)
-        if not np.array_equal(event.routes, self.ctx.routes):
+        if not np.array_equal(event.routes, self.ctx.arrays.routes):
             raise ConfigError("LayerFeed.close: the event's routes differ from the layers fed")
         if event.pred_routes is not None and not np.array_equal(event.pred_routes,
-                                                                self.ctx.pred_routes):
+                                                                self.ctx.arrays.pred_routes):
             raise ConfigError("LayerFeed.close: the event's predictions differ from those fed")
         return self.cache._finish(self.ctx)

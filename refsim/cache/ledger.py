@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fmt import budget_mib, num
+from refsim.fmt import num
 
 CACHE_MIN_MB = 1500
 """``cache_min_mb``: the smallest auto (or explicit) budget without ``--force-cache`` (§3.2)."""
@@ -214,7 +214,7 @@ class MemoryLedger:
                 f"spec:      {m(self.speculation_bytes)}  (snapshots + draft context)"]
         if self.ram_bytes:
             out += [f"ram:       {m(self.ram_bytes)}  -> MemAvailable at cache init {m(self.avail_bytes).strip()}",
-                    f"cache-mb auto: {budget_mib(self.budget_bytes)} MiB (the preamble's cache_mb="
+                    f"cache-mb auto: {num(self.budget_bytes / MIB, 1)} MiB (the preamble's cache_mb="
                     f"{self.budget_bytes // MIB}; floor {self.floor_mb:g} MiB, ceil {self.ceil_mb:g} MiB)"]
         return out
 

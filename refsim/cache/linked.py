@@ -1,8 +1,11 @@
-"""Doubly linked lists in arrays for the Numba cache kernels (admit_kernel, policy_kernel).
+"""Doubly linked lists in arrays, for every list a cache kernel keeps: the engine's LRU
+(:mod:`refsim.cache.lru`) and the policies' queues (:mod:`refsim.cache.policies`).
 
 Several lists share one table ``L`` (:func:`new_lists`): ``L[key, 0]`` is the key's list (or
 ``NONE``), ``L[key, 1]`` points toward the tail (older) and ``L[key, 2]`` toward the head
-(newer); :func:`_head`/:func:`_tail` give a list's newest/oldest key. All O(1).
+(newer); :func:`head`/:func:`tail` give a list's newest/oldest key. A key is in at most one
+list of a table at a time. Every operation is O(1). The module sits below both users, so the
+engine's LRU (imported by every replay) does not import the policy registry.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from refsim.jit import njit
 import numpy as np
 
 NONE = -1
+"""No key (an empty list's head and tail, a key in no list, the end of a list)."""
 
 
 @njit(cache=True)
@@ -24,26 +28,20 @@ def new_lists(n_keys, n_lists):
 
 
 @njit(cache=True, inline="always")
-def _head(L, lst):
+def head(L, lst):
     """Newest key of list ``lst`` (or ``NONE``)."""
     return L[L.shape[0] - 1 - lst, 2]
 
 
 @njit(cache=True, inline="always")
-def _tail(L, lst):
+def tail(L, lst):
     """Oldest key of list ``lst`` (or ``NONE``)."""
     return L[L.shape[0] - 1 - lst, 1]
 
 
-@njit(cache=True)
-def new_batch_marks(n_keys, n_occ):
-    """``touched`` (the batch index that last looked a key up, -1 = none: compared with the
-    current batch, so it is never cleared) and ``pending`` (room for a batch's misses), int32."""
-    return np.full(n_keys, -1, np.int32), np.empty(max(1, n_occ), np.int32)
-
-
 @njit(cache=True, inline="always")
-def _push_head(L, lst, key):
+def push_head(L, lst, key):
+    """Link ``key`` (in no list) in as the newest of list ``lst``."""
     r = L.shape[0] - 1 - lst
     h = L[r, 2]
     L[key, 1] = h
@@ -57,7 +55,23 @@ def _push_head(L, lst, key):
 
 
 @njit(cache=True, inline="always")
-def _unlink(L, key):
+def push_tail(L, lst, key):
+    """Link ``key`` (in no list) in as the oldest of list ``lst``."""
+    r = L.shape[0] - 1 - lst
+    t = L[r, 1]
+    L[key, 2] = t
+    L[key, 1] = NONE
+    if t != NONE:
+        L[t, 1] = key
+    else:
+        L[r, 2] = key
+    L[r, 1] = key
+    L[key, 0] = lst
+
+
+@njit(cache=True, inline="always")
+def unlink(L, key):
+    """Take ``key`` out of its list (it must be in one)."""
     r = L.shape[0] - 1 - L[key, 0]
     o = L[key, 1]
     n = L[key, 2]
@@ -73,8 +87,20 @@ def _unlink(L, key):
 
 
 @njit(cache=True, inline="always")
-def _oldest_free(L, lst, touched, b):
+def oldest_free(L, lst, touched, b):
+    """Oldest key of list ``lst`` not touched by batch ``b`` (``touched[key] == b``), or
+    ``NONE``: the keys a batch touched are passed over in place."""
     k = L[L.shape[0] - 1 - lst, 1]
     while k != NONE and touched[k] == b:
         k = L[k, 2]
     return k
+
+
+def keys_newest_first(L, lst: int) -> list[int]:
+    """The keys of list ``lst``, newest first (plain Python, for inspection: no kernel call)."""
+    out = []
+    key = int(L[L.shape[0] - 1 - lst, 2])
+    while key != NONE:
+        out.append(key)
+        key = int(L[key, 1])
+    return out

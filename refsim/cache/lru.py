@@ -40,63 +40,145 @@ predicted weight >= F/k when F > 0), resident ids are *kept*, the first ``spec_m
 (retention: no lookup, no byte), then the speculated ones are queued as ``--prefetch`` queues
 them (skipped if resident or queued; cold end at the next settle).
 
-The state is a doubly linked list in arrays, and one Numba kernel applies a whole event
-(every layer) per call, so a live run and a trace replay run the same code.
+The cache is one :class:`LruState` (its sizes and state arrays; the LRU order is a doubly
+linked list of :mod:`refsim.cache.linked`), an event one :class:`EventArrays`, and one Numba
+kernel, :func:`lru_apply_event`, applies a whole event (every layer) per call, so a live run
+and a trace replay run the same code.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
+from refsim.cache.linked import NONE, push_head, push_tail, tail, unlink
 from refsim.jit import njit
 from refsim.streaming.drop import drop_row, row_best
 
-NIL = -1
-
-# counter slots of ``lru_apply_event``'s ``counters`` array
+# counter slots of :attr:`LruState.counters`
 C_LOOKUPS, C_HITS, C_READ, C_RESIDENT, C_EVICTIONS, C_REREADS = range(6)
 C_ROUTED, C_DROPPED, C_SPEC_READ, C_SPEC_EXPERTS, C_SPEC_USEFUL = range(6, 11)
 N_COUNTERS = 11
 
 
-@njit(cache=True)
-def _unlink(key, prev, next_, head_tail):
-    p = prev[key]
-    n = next_[key]
-    if p != NIL:
-        next_[p] = n
-    else:
-        head_tail[0] = n
-    if n != NIL:
-        prev[n] = p
-    else:
-        head_tail[1] = p
-    prev[key] = NIL
-    next_[key] = NIL
+class LruState(NamedTuple):
+    """The engine cache as the kernels take it: its sizes and every array of its state (one
+    argument; :func:`new_state` builds it, :class:`~refsim.cache.ExpertCache` keeps it). Keys
+    are ``layer * n_expert + expert``; ``n_keys = n_layer * n_expert``.
+
+    Attributes
+    ----------
+    expert_bytes : (n_layer,) int64 ndarray
+        Entry size per layer, bytes.
+    n_expert : int
+    budget_bytes : int
+        The cache budget, bytes.
+    resident, ever_evicted, spec, queued, hot : (n_keys,) bool ndarray
+        Per key: resident; evicted at least once (a later miss is a re-read); integrated by a
+        speculative read and not hit since; in the speculative-read queue; queued to be
+        integrated at the hot end (route-ahead) instead of the cold end (prefetch).
+    touched_gen, charged_gen : (n_keys,) int64 ndarray
+        Generation (layer batch count) of the batch that last touched / charged each key.
+    first_res : (n_keys,) int8 ndarray
+        Scratch: a key's residency at its first occurrence in the current batch.
+    links : (n_keys + 1, 3) int32 ndarray
+        The LRU order, one list of :mod:`refsim.cache.linked` (head = most recent).
+    queue : (n_keys,) int64 ndarray, queue_len : (1,) int64 ndarray
+        The speculative-read queue and its length (kept between calls).
+    prev_ids : (n_layer, k) int16 ndarray, has_prev : (n_layer,) bool ndarray
+        The previous graph's last routed position per layer (``--prefetch``'s hint).
+    pend : (n_layer, 2, k) int16 ndarray, pend_n : (n_layer, 2) int64 ndarray
+        ``--predict-prefetch``'s kept / speculated ids per target layer, between the snapshot
+        (layer t-2) and the issue (after layer t-1's load), and their counts.
+    counters : (N_COUNTERS,) int64 ndarray
+        Lifetime counters, slots ``C_*``: lookups, hits, read_bytes (demand + speculative),
+        resident_bytes (absolute), evictions, rereads, experts_routed, experts_dropped,
+        spec_read_bytes, spec_experts (integrated), spec_useful.
+    layer_lookups, layer_hits : (n_layer,) int64 ndarray
+        Lifetime lookups and hits per layer.
+    """
+
+    expert_bytes: np.ndarray
+    n_expert: int
+    budget_bytes: int
+    resident: np.ndarray
+    ever_evicted: np.ndarray
+    spec: np.ndarray
+    queued: np.ndarray
+    hot: np.ndarray
+    touched_gen: np.ndarray
+    charged_gen: np.ndarray
+    first_res: np.ndarray
+    links: np.ndarray
+    queue: np.ndarray
+    queue_len: np.ndarray
+    prev_ids: np.ndarray
+    has_prev: np.ndarray
+    pend: np.ndarray
+    pend_n: np.ndarray
+    counters: np.ndarray
+    layer_lookups: np.ndarray
+    layer_hits: np.ndarray
 
 
-@njit(cache=True)
-def _push_end(key, end, towards, away, head_tail):
-    """Link ``key`` in at one end of the list: ``end`` 0 = head (most recent; ``towards`` =
-    next_, ``away`` = prev) or 1 = tail (coldest; ``towards`` = prev, ``away`` = next_)."""
-    h = head_tail[end]
-    away[key] = NIL
-    towards[key] = h
-    if h != NIL:
-        away[h] = key
-    else:
-        head_tail[1 - end] = key
-    head_tail[end] = key
+def new_state(expert_bytes: np.ndarray, n_expert: int, budget_bytes: int) -> LruState:
+    """An empty cache's :class:`LruState` (``prev_ids`` and ``pend`` sized for k = 0:
+    :meth:`LruState._replace` them when an event's k is known)."""
+    n_layer = int(expert_bytes.size)
+    n_keys = n_layer * int(n_expert)
+    return LruState(
+        expert_bytes=expert_bytes, n_expert=int(n_expert), budget_bytes=int(budget_bytes),
+        resident=np.zeros(n_keys, np.bool_), ever_evicted=np.zeros(n_keys, np.bool_),
+        spec=np.zeros(n_keys, np.bool_), queued=np.zeros(n_keys, np.bool_),
+        hot=np.zeros(n_keys, np.bool_), touched_gen=np.zeros(n_keys, np.int64),
+        charged_gen=np.zeros(n_keys, np.int64), first_res=np.zeros(n_keys, np.int8),
+        links=np.full((n_keys + 1, 3), NONE, np.int32), queue=np.zeros(n_keys, np.int64),
+        queue_len=np.zeros(1, np.int64), prev_ids=np.full((n_layer, 0), -1, np.int16),
+        has_prev=np.zeros(n_layer, np.bool_), pend=np.zeros((n_layer, 2, 0), np.int16),
+        pend_n=np.zeros((n_layer, 2), np.int64), counters=np.zeros(N_COUNTERS, np.int64),
+        layer_lookups=np.zeros(n_layer, np.int64), layer_hits=np.zeros(n_layer, np.int64))
 
 
-@njit(cache=True)
-def _push_head(key, prev, next_, head_tail):
-    _push_end(key, 0, next_, prev, head_tail)
+class EventArrays(NamedTuple):
+    """One event's arrays as :func:`lru_apply_event` takes them (one argument). Shapes
+    (n_pos, n_layer, k) unless said.
 
+    Attributes
+    ----------
+    routes : int16 ndarray
+        Router-selected expert ids; negative = not routed.
+    weights : float32 ndarray
+        Final routing weights (NaN = unknown); read by the drop rule and the row's best slot.
+    dropped_in : bool ndarray
+        Recorded drops, honoured on layers that are not ``deferred`` (or when the caller
+        decided the drops: ``classify`` False).
+    deferred : (n_layer,) bool ndarray
+        Layers whose load is deferred to the drop decision point (armed and terminal node
+        known): their prefetch hint is issued before the load instead of after it.
+    pred_routes : int16 ndarray, pred_weights : float32 ndarray
+        The stale ranking per (position, layer), -1 / NaN where none: route-ahead's committed
+        ids and ``--predict-prefetch``'s prediction, with the softmax over the ranking's top-k
+        (the drop-aware filter reads it when F > 0). Route-ahead reads ``routes`` where the
+        caller has no ranking (pass ``routes`` itself).
+    residency : int8 ndarray
+        Written: residency before the batch (0 miss, 1 hit, 2 speculative hit), -1 where not
+        routed or dropped.
+    charged : int64 ndarray
+        Written: the layer's entry size on the first non-dropped occurrence of a missed id.
+    dropped : bool ndarray
+        Written: the slots dropped (recorded or decided here).
+    """
 
-@njit(cache=True)
-def _push_tail(key, prev, next_, head_tail):
-    _push_end(key, 1, prev, next_, head_tail)
+    routes: np.ndarray
+    weights: np.ndarray
+    dropped_in: np.ndarray
+    deferred: np.ndarray
+    pred_routes: np.ndarray
+    pred_weights: np.ndarray
+    residency: np.ndarray
+    charged: np.ndarray
+    dropped: np.ndarray
 
 
 @njit(cache=True)
@@ -119,33 +201,34 @@ def effective_routes(routes, weights, dropped):
 
 
 @njit(cache=True)
-def _queue_read(key, nbytes, queued, queue, qn, ever_evicted, counters):
+def _queue_read(st, key, nbytes, qn):
     """Queue one speculative read of ``nbytes`` (charged to read and speculative bytes; a
     re-read if the entry was ever evicted); returns the new queue length."""
-    queued[key] = True
-    queue[qn] = key
-    counters[C_READ] += nbytes
-    counters[C_SPEC_READ] += nbytes
-    if ever_evicted[key]:
-        counters[C_REREADS] += 1
+    st.queued[key] = True
+    st.queue[qn] = key
+    st.counters[C_READ] += nbytes
+    st.counters[C_SPEC_READ] += nbytes
+    if st.ever_evicted[key]:
+        st.counters[C_REREADS] += 1
     return qn + 1
 
 
 @njit(cache=True)
-def _issue_prefetch(il, depth, prev_ids, has_prev, expert_bytes, n_expert, resident, queued,
-                    queue, qn, ever_evicted, counters):
-    n_layer = expert_bytes.size
+def _issue_prefetch(st, il, depth, qn):
+    """``--prefetch K`` at layer il: queue the previous graph's last-position ids of layers
+    il+1..il+K unless resident or queued."""
+    n_layer = st.expert_bytes.size
     for t in range(il + 1, min(il + depth, n_layer - 1) + 1):
-        if not has_prev[t]:
+        if not st.has_prev[t]:
             continue
-        for s in range(prev_ids.shape[1]):
-            e = prev_ids[t, s]
+        for s in range(st.prev_ids.shape[1]):
+            e = st.prev_ids[t, s]
             if e < 0:
                 continue
-            key = t * n_expert + e
-            if resident[key] or queued[key]:
+            key = t * st.n_expert + e
+            if st.resident[key] or st.queued[key]:
                 continue                      # already resident or already queued
-            qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
+            qn = _queue_read(st, key, st.expert_bytes[t], qn)
     return qn
 
 
@@ -158,8 +241,7 @@ def _issue_filter(s, w, thr):
 
 
 @njit(cache=True)
-def _issue_committed(t, src, src_w, thr, expert_bytes, n_expert, resident, queued, hot, queue,
-                     qn, ever_evicted, prev, next_, head_tail, counters):
+def _issue_committed(st, t, src, src_w, thr, qn):
     """Route-ahead's early reads of layer t's committed experts (route-ahead.md, "The early
     reads"): of the committed ids ``src[:, t]`` that pass the drop-aware filter (predicted
     weights ``src_w``, threshold ``thr``), a resident one is retained (promoted, zero bytes), a
@@ -170,24 +252,25 @@ def _issue_committed(t, src, src_w, thr, expert_bytes, n_expert, resident, queue
             e = src[p, t, s]
             if e < 0 or not _issue_filter(s, src_w[p, t, s], thr):
                 continue
-            key = t * n_expert + e
-            if resident[key]:
-                _unlink(key, prev, next_, head_tail)
-                _push_head(key, prev, next_, head_tail)
+            key = t * st.n_expert + e
+            if st.resident[key]:
+                unlink(st.links, key)
+                push_head(st.links, 0, key)
                 continue
-            if queued[key]:
+            if st.queued[key]:
                 continue
-            hot[key] = True
-            qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
+            st.hot[key] = True
+            qn = _queue_read(st, key, st.expert_bytes[t], qn)
     return qn
 
 
 @njit(cache=True)
-def _predict_snapshot(t, pred_routes, pred_w, thr, spec_max, n_expert, resident, pend, pend_n):
+def _predict_snapshot(st, t, pred_routes, pred_w, thr, spec_max):
     """``--predict-prefetch`` at layer t-2's topk: split the last predicted position's ranking
     for layer t into kept (resident now) and speculated (the first ``spec_max`` others) ids,
     after the drop-aware filter; stored in ``pend[t, 0]`` / ``pend[t, 1]`` with counts
     ``pend_n[t, 0..1]``."""
+    pend, pend_n = st.pend, st.pend_n
     pend_n[t, 0] = 0
     pend_n[t, 1] = 0
     n_pos, _, k = pred_routes.shape
@@ -198,7 +281,7 @@ def _predict_snapshot(t, pred_routes, pred_w, thr, spec_max, n_expert, resident,
             e = pred_routes[p, t, s]
             if e < 0 or not _issue_filter(s, pred_w[p, t, s], thr):
                 continue
-            if resident[t * n_expert + e]:
+            if st.resident[t * st.n_expert + e]:
                 pend[t, 0, pend_n[t, 0]] = e
                 pend_n[t, 0] += 1
             elif pend_n[t, 1] < spec_max:
@@ -208,152 +291,110 @@ def _predict_snapshot(t, pred_routes, pred_w, thr, spec_max, n_expert, resident,
 
 
 @njit(cache=True)
-def _predict_issue(t, pend, pend_n, expert_bytes, n_expert, resident, queued, queue, qn,
-                   ever_evicted, prev, next_, head_tail, counters):
+def _predict_issue(st, t, qn):
     """``--predict-prefetch`` after layer t-1's load: retain the kept ids still resident
     (promoted to the hot end, no lookup), then queue the speculated ones (skipped if resident
     or queued) for the cold end."""
+    pend, pend_n = st.pend, st.pend_n
     for i in range(pend_n[t, 0]):
-        key = t * n_expert + pend[t, 0, i]
-        if resident[key]:
-            _unlink(key, prev, next_, head_tail)
-            _push_head(key, prev, next_, head_tail)
+        key = t * st.n_expert + pend[t, 0, i]
+        if st.resident[key]:
+            unlink(st.links, key)
+            push_head(st.links, 0, key)
     for i in range(pend_n[t, 1]):
-        key = t * n_expert + pend[t, 1, i]
-        if resident[key] or queued[key]:
+        key = t * st.n_expert + pend[t, 1, i]
+        if st.resident[key] or st.queued[key]:
             continue
-        qn = _queue_read(key, expert_bytes[t], queued, queue, qn, ever_evicted, counters)
+        qn = _queue_read(st, key, st.expert_bytes[t], qn)
     pend_n[t, 0] = 0
     pend_n[t, 1] = 0
     return qn
 
 
 @njit(cache=True)
-def _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
-            head_tail, counters):
+def _settle(st, qn):
+    """Integrate every queued read (before a layer's load or drop decision): at the hot end
+    if route-ahead queued it, else at the cold end; an entry resident meanwhile is skipped.
+    Returns the new queue length (0)."""
     for i in range(qn):
-        key = queue[i]
-        queued[key] = False
-        if resident[key]:
-            hot[key] = False
+        key = st.queue[i]
+        st.queued[key] = False
+        if st.resident[key]:
+            st.hot[key] = False
             continue
-        resident[key] = True
-        spec[key] = True
-        if hot[key]:                                 # route-ahead: adopted at the hot end
-            hot[key] = False
-            _push_head(key, prev, next_, head_tail)
+        st.resident[key] = True
+        st.spec[key] = True
+        if st.hot[key]:                              # route-ahead: adopted at the hot end
+            st.hot[key] = False
+            push_head(st.links, 0, key)
         else:
-            _push_tail(key, prev, next_, head_tail)  # prefetch: the cold end, first evicted
-        counters[C_RESIDENT] += expert_bytes[key // n_expert]
-        counters[C_SPEC_EXPERTS] += 1
+            push_tail(st.links, 0, key)              # prefetch: the cold end, first evicted
+        st.counters[C_RESIDENT] += st.expert_bytes[key // st.n_expert]
+        st.counters[C_SPEC_EXPERTS] += 1
     return 0
 
 
 @njit(cache=True)
-def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, count_routed,
-                    prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert, budget_bytes,
-                    resident, ever_evicted, touched_gen, first_res, charged_gen, spec, queued,
-                    queue, qstate, prev, next_, head_tail, gen, counters, residency_out,
-                    charged_out, dropped_out, layer_lookups, layer_hits, l0, l1, ahead, hot,
-                    pred_routes, pred_w, spec_max, pend, pend_n):
+def lru_apply_event(ev, st, l0, l1, gen, drop_thr, classify, count_routed, prefetch_depth, ahead,
+                    spec_max):
     """Apply an event's per-layer batches ``l0 <= il < l1`` to the LRU state (in place).
 
     Parameters
     ----------
-    routes : (n_pos, n_layer, k) int16 ndarray
-        Router-selected expert ids; negative = not routed.
-    weights : (n_pos, n_layer, k) float32 ndarray
-        Final routing weights (NaN = unknown); read by the drop rule and the row's best slot.
-    dropped_in : (n_pos, n_layer, k) bool ndarray
-        Recorded drops, honoured on layers where ``deferred`` is False.
+    ev : EventArrays
+        The event's routes and knob inputs; its ``residency``, ``charged`` and ``dropped`` are
+        written for the layers applied.
+    st : LruState
+        The cache, updated in place.
+    l0, l1 : int
+        The layer range applied (the whole event: 0, n_layer).
+    gen : int
+        Generation (layer batches applied) before this call.
     drop_thr : float32
         ``F / k`` of ``--drop-cold-experts`` (float32, as the engine computes it).
-    deferred : (n_layer,) bool ndarray
-        Layers whose load is deferred to the drop decision point (armed and terminal node
-        known): their prefetch hint is issued before the load instead of after it.
     classify : bool
         Decide the drops of deferred layers here (a replay); False when the caller decided them
-        (a live run's forward pass) and passes them in ``dropped_in``.
+        (a live run's forward pass) and passes them in ``ev.dropped_in``.
     count_routed : bool
         Count routed slots into ``experts_routed`` (the engine does so while F > 0).
     prefetch_depth : int
         ``--prefetch K`` (0 = off).
-    prev_ids : (n_layer, k) int16 ndarray, has_prev : (n_layer,) bool ndarray
-        The previous graph's last routed position per layer (updated in place).
-    expert_bytes : (n_layer,) int64 ndarray
-        Entry size per layer, bytes.
-    n_expert : int
-    budget_bytes : int
-    resident, ever_evicted, spec, queued : (n_layer * n_expert,) bool ndarray
-        Key ``layer * n_expert + expert``; ``spec`` = integrated by prefetch, not yet hit.
-    touched_gen, charged_gen : (n_keys,) int64 ndarray
-        Generation of the last batch that touched / charged each key.
-    first_res : (n_keys,) int8 ndarray
-        Scratch: residency of a key at its first occurrence in the current batch.
-    queue : (n_keys,) int64 ndarray, qstate : (1,) int64 ndarray
-        The prefetch queue and its length (kept between calls).
-    prev, next_ : (n_keys,) int64 ndarray
-        The LRU list (head = most recent).
-    head_tail : (2,) int64 ndarray
-        Head and tail keys (NIL = -1 when empty).
-    gen : int
-        Generation of the last batch applied before this event.
-    counters : (N_COUNTERS,) int64 ndarray
-        Accumulated in place, slots ``C_*``: lookups, hits, read_bytes (demand + speculative),
-        resident_bytes (absolute), evictions, rereads, experts_routed, experts_dropped,
-        spec_read_bytes, spec_experts (integrated), spec_useful.
-    residency_out : (n_pos, n_layer, k) int8 ndarray
-        Written: residency before the batch (0 miss, 1 hit, 2 speculative hit), -1 where not
-        routed or dropped.
-    charged_out : (n_pos, n_layer, k) int64 ndarray
-        Written: the layer's entry size on the first non-dropped occurrence of a missed id.
-    dropped_out : (n_pos, n_layer, k) bool ndarray
-        Written: the slots dropped (recorded or decided here).
-    layer_lookups, layer_hits : (n_layer,) int64 ndarray
-        Accumulated per layer.
-    l0, l1 : int
-        The layer range applied (the whole event: 0, n_layer).
     ahead : int
         ``--route-ahead N`` when this event commits (a decode graph after the first), else 0:
         after layer il's load, layer il+N's routed experts are read early
         (:func:`_issue_committed`).
-    hot : (n_keys,) bool ndarray
-        Queued entries to integrate at the hot end (route-ahead).
-    pred_routes : (n_pos, n_layer, k) int16 ndarray, pred_w : float32 ndarray
-        The stale ranking per (position, layer), -1 / NaN where none: route-ahead's committed
-        ids and ``--predict-prefetch``'s prediction, with the softmax over the ranking's top-k
-        (the drop-aware filter reads it when F > 0). Route-ahead reads ``routes`` where the
-        caller has no ranking (pass ``routes`` itself).
     spec_max : int
         ``--predict-spec-max`` when ``--predict-prefetch`` is on, else -1 (off).
-    pend : (n_layer, 2, k) int16 ndarray, pend_n : (n_layer, 2) int64 ndarray
-        ``--predict-prefetch``'s kept / speculated ids per target layer, between the snapshot
-        (layer t-2) and the issue (after layer t-1's load); kept between calls.
 
     Returns
     -------
     int
-        The generation after this event.
+        The generation after this call.
     """
+    routes, weights, deferred = ev.routes, ev.weights, ev.deferred
+    residency_out, charged_out, dropped_out = ev.residency, ev.charged, ev.dropped
+    resident, links, counters = st.resident, st.links, st.counters
+    touched_gen, first_res, n_expert = st.touched_gen, st.first_res, st.n_expert
+    spec, ever_evicted, charged_gen = st.spec, st.ever_evicted, st.charged_gen
+    layer_lookups, layer_hits, expert_bytes = st.layer_lookups, st.layer_hits, st.expert_bytes
+    budget_bytes = st.budget_bytes
     n_pos, n_layer, k = routes.shape
-    qn = qstate[0]
+    qn = st.queue_len[0]
     res_row = np.zeros(k, np.bool_)
     for il in range(l0, l1):
         gen += 1
         eb = expert_bytes[il]
         if spec_max >= 0 and il + 2 < n_layer:     # predict-prefetch: snapshot before the load
-            _predict_snapshot(il + 2, pred_routes, pred_w, drop_thr, spec_max, n_expert,
-                              resident, pend, pend_n)
+            _predict_snapshot(st, il + 2, ev.pred_routes, ev.pred_weights, drop_thr, spec_max)
         if count_routed:
             for p in range(n_pos):
                 for s in range(k):
                     if routes[p, il, s] >= 0:
                         counters[C_ROUTED] += 1
         if deferred[il] and prefetch_depth > 0:   # hinted at the topk, before the deferred load
-            qn = _issue_prefetch(il, prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert,
-                                 resident, queued, queue, qn, ever_evicted, counters)
-        qn = _settle(queue, qn, queued, hot, resident, spec, expert_bytes, n_expert, prev, next_,
-                     head_tail, counters)
+            qn = _issue_prefetch(st, il, prefetch_depth, qn)
+        if qn > 0:
+            qn = _settle(st, qn)
         # classify every slot of every row against the residency before the call, then load
         for p in range(n_pos):
             if deferred[il] and classify:
@@ -364,7 +405,7 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                                                 dropped_out[p, il])
             else:
                 for s in range(k):
-                    dropped_out[p, il, s] = routes[p, il, s] >= 0 and dropped_in[p, il, s]
+                    dropped_out[p, il, s] = routes[p, il, s] >= 0 and ev.dropped_in[p, il, s]
                     if deferred[il] and dropped_out[p, il, s]:
                         counters[C_DROPPED] += 1
         for p in range(n_pos):
@@ -396,7 +437,7 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                             counters[C_SPEC_USEFUL] += 1
                         else:
                             first_res[key] = 1
-                        _unlink(key, prev, next_, head_tail)
+                        unlink(links, key)
                     else:
                         first_res[key] = 0
                         resident[key] = True
@@ -405,8 +446,8 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                         if ever_evicted[key]:
                             counters[C_REREADS] += 1
                 else:
-                    _unlink(key, prev, next_, head_tail)
-                _push_head(key, prev, next_, head_tail)
+                    unlink(links, key)
+                push_head(links, 0, key)
                 if write:
                     residency_out[p, il, s] = first_res[key]
                     if first_res[key] == 0 and charged_gen[key] != gen:
@@ -416,44 +457,49 @@ def lru_apply_event(routes, weights, dropped_in, drop_thr, deferred, classify, c
                         charged_out[p, il, s] = 0
         # evict after the batch, never an entry this batch touched
         while counters[C_RESIDENT] > budget_bytes:
-            t = head_tail[1]
-            if t == NIL or touched_gen[t] == gen:
+            t = tail(links, 0)
+            if t == NONE or touched_gen[t] == gen:
                 break
-            _unlink(t, prev, next_, head_tail)
+            unlink(links, t)
             resident[t] = False
             spec[t] = False
             ever_evicted[t] = True
             counters[C_RESIDENT] -= expert_bytes[t // n_expert]
             counters[C_EVICTIONS] += 1
         if not deferred[il] and prefetch_depth > 0:   # hinted after the layer's load
-            qn = _issue_prefetch(il, prefetch_depth, prev_ids, has_prev, expert_bytes, n_expert,
-                                 resident, queued, queue, qn, ever_evicted, counters)
+            qn = _issue_prefetch(st, il, prefetch_depth, qn)
         if spec_max >= 0 and il + 1 < n_layer:      # predict-prefetch: layer il+1's prediction
-            qn = _predict_issue(il + 1, pend, pend_n, expert_bytes, n_expert, resident, queued,
-                                queue, qn, ever_evicted, prev, next_, head_tail, counters)
+            qn = _predict_issue(st, il + 1, qn)
         if ahead > 0 and il + ahead < n_layer:        # route-ahead: layer il+N's committed reads
-            qn = _issue_committed(il + ahead, pred_routes, pred_w, drop_thr, expert_bytes,
-                                  n_expert, resident, queued, hot, queue, qn, ever_evicted, prev,
-                                  next_, head_tail, counters)
+            qn = _issue_committed(st, il + ahead, ev.pred_routes, ev.pred_weights, drop_thr, qn)
         for p in range(n_pos - 1, -1, -1):            # the batch's last routed token
             routed = False
             for s in range(k):
                 routed = routed or routes[p, il, s] >= 0
             if routed:
                 for s in range(k):
-                    prev_ids[il, s] = routes[p, il, s]
-                has_prev[il] = True
+                    st.prev_ids[il, s] = routes[p, il, s]
+                st.has_prev[il] = True
                 break
-    qstate[0] = qn
+    st.queue_len[0] = qn
     return gen
 
 
 @njit(cache=True)
-def lru_apply_block(event_start, routes, weights, dropped_in, prev_ids, has_prev, expert_bytes,
-                    n_expert, budget_bytes, resident, ever_evicted, touched_gen, first_res,
-                    charged_gen, spec, queued, queue, qstate, prev, next_, head_tail, gen,
-                    counters, residency_out, charged_out, dropped_out, layer_lookups, layer_hits,
-                    hot, pend, pend_n, after):
+def lru_apply_event_tuples(ev, st, l0, l1, gen, drop_thr, classify, count_routed, prefetch_depth,
+                           ahead, spec_max):
+    """:func:`lru_apply_event` with ``ev`` and ``st`` given as plain tuples of the
+    :class:`EventArrays` / :class:`LruState` fields (``tuple(ev)``, ``tuple(st)``): the entry
+    called from Python. Numba types a namedtuple argument by its class and field names on every
+    call, about 1 us more per call than a plain tuple (measured: 1.6 against 0.5 us for the
+    fingerprint of an LruState), which a :class:`~refsim.cache.expert_cache.LayerFeed` pays once
+    per layer."""
+    return lru_apply_event(EventArrays(*ev), LruState(*st), l0, l1, gen, drop_thr, classify,
+                           count_routed, prefetch_depth, ahead, spec_max)
+
+
+@njit(cache=True)
+def lru_apply_block(event_start, block, st, gen, after):
     """:func:`lru_apply_event` of every event of a block in order, with every knob off (no drop
     policy, prefetch, route-ahead or prediction: a recorded ``dropped`` mask is honoured), in
     one call instead of one Python call per event.
@@ -462,26 +508,29 @@ def lru_apply_block(event_start, routes, weights, dropped_in, prev_ids, has_prev
     ----------
     event_start : (n_events + 1,) int64 ndarray
         Event ``e`` is positions ``event_start[e]:event_start[e + 1]`` of the (P, n_layer, k)
-        arrays ``routes``, ``weights``, ``dropped_in`` and the outputs.
+        arrays of ``block``.
+    block : EventArrays
+        The block's events laid end to end (``deferred`` all False, ``pred_routes`` /
+        ``pred_weights`` unused); outputs written as :func:`lru_apply_event` writes them.
+    st : LruState
+    gen : int
+        Generation before the block.
     after : (n_events, N_COUNTERS) int64 ndarray
         Written: ``counters`` after each event (its record is the difference with the row
         before).
 
-    The other arguments are :func:`lru_apply_event`'s. Returns the generation after the last
-    event.
+    Returns
+    -------
+    int
+        The generation after the last event.
     """
-    n_layer = routes.shape[1]
-    deferred = np.zeros(n_layer, np.bool_)
     for e in range(event_start.size - 1):
         a = event_start[e]
         b = event_start[e + 1]
-        r = routes[a:b]
-        gen = lru_apply_event(r, weights[a:b], dropped_in[a:b], np.float32(0.0), deferred, True,
-                              False, 0, prev_ids, has_prev, expert_bytes, n_expert,
-                              budget_bytes, resident, ever_evicted, touched_gen, first_res,
-                              charged_gen, spec, queued, queue, qstate, prev, next_, head_tail,
-                              gen, counters, residency_out[a:b], charged_out[a:b],
-                              dropped_out[a:b], layer_lookups, layer_hits, 0, n_layer, 0, hot, r,
-                              weights[a:b], -1, pend, pend_n)
-        after[e, :] = counters
+        r = block.routes[a:b]
+        ev = EventArrays(r, block.weights[a:b], block.dropped_in[a:b], block.deferred, r,
+                         block.weights[a:b], block.residency[a:b], block.charged[a:b],
+                         block.dropped[a:b])
+        gen = lru_apply_event(ev, st, 0, r.shape[1], gen, np.float32(0.0), True, False, 0, 0, -1)
+        after[e, :] = st.counters
     return gen

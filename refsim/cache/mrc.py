@@ -31,6 +31,7 @@ import numpy as np
 
 from refsim.jit import njit
 from refsim.cache.batches import NEVER, BatchTrace
+from refsim.cache.result import PolicyResult
 from refsim.errors import ConfigError
 from refsim.events import N_KINDS
 
@@ -179,7 +180,6 @@ def lru_curve(batches: BatchTrace, budgets_bytes) -> list[PolicyResult]:
     ConfigError
         If a budget is not a positive integer.
     """
-    from refsim.cache.policy import PolicyResult   # here: policy imports this module's users
     b = _budgets(budgets_bytes)
     order = np.argsort(b, kind="stable")
     sb = b[order]
@@ -239,7 +239,6 @@ class LruCurve:
 
     def at(self, budget_bytes: int) -> PolicyResult:
         """Counters at one budget (bytes > 0), exact."""
-        from refsim.cache.policy import PolicyResult
         b = int(_budgets([budget_bytes])[0])
         n_hit = int(np.searchsorted(self.dist, b, side="right"))
         lookups = np.bincount(self.kind, minlength=N_KINDS).astype(np.int64)[:N_KINDS]

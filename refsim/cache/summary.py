@@ -21,16 +21,19 @@ from dataclasses import asdict, dataclass
 
 from refsim import MIB
 from refsim.cache.expert_cache import TARGET_DECODE_KINDS, CacheStats
+from refsim.errors import warning_line
 from refsim.events import DecodeKind
-from refsim.fmt import pct, ratio
+from refsim.fmt import budget_mib, num, pct, ratio
+from refsim.frames import Table
 
 
 @dataclass(frozen=True)
-class CacheSummary:
+class CacheSummary(Table):
     """Headline counters of a run or replay (units in the names; MiB = 2**20 bytes).
 
     ``hit_pct_cum``, ``hit_pct_decode`` and ``mib_per_token`` are ``None`` when their
-    denominator (lookups, decode lookups, tokens) is 0."""
+    denominator (lookups, decode lookups, tokens) is 0. As a table (:meth:`to_pandas`): one row,
+    a column per field (docs/notebook.md)."""
 
     budget_bytes: int
     lookups: int
@@ -81,6 +84,30 @@ class CacheSummary:
     def as_dict(self) -> dict:
         """Plain dict (full precision) for JSON output (an undefined rate is ``None``: ``null``)."""
         return asdict(self)
+
+    def to_columns(self) -> dict:
+        """One row: a column per field, in order (an undefined rate is NaN)."""
+        from refsim.frames import dataclass_columns
+        return dataclass_columns([self], CacheSummary)
+
+
+def below_token_cycle_warning(cmd: str, budgets_bytes, t_bytes: int) -> str | None:
+    """The one warning line for budgets below one token cycle T (bytes), or None when none is.
+
+    Below T a global LRU evicts, within one token, entries the next layers need, so the hit rate
+    collapses toward 0 (docs/cache-studies.md): a number the user may not expect. ``cmd`` names
+    the subcommand in the message (``refsim CMD: warning: ...``); the CLI prints it on stderr,
+    :func:`refsim.session.simulate` hands it to its ``warn`` callback.
+    """
+    low = sorted({b for b in budgets_bytes if b < t_bytes})
+    if not low:
+        return None
+    shown = ", ".join(budget_mib(b) for b in low[:5]) + (", ..." if len(low) > 5 else "")
+    what = f"budget {shown} MiB is" if len(low) == 1 else f"budgets {shown} MiB are"
+    return warning_line(cmd, f"{what} below one token cycle "
+            f"T = {num(t_bytes / MIB, 1)} MiB: a global LRU evicts what the next layers need, and its "
+            f"hit rate collapses toward 0 (exactly 0 once the budget is short of T by more than a "
+            f"few entries; docs/cache-studies.md)")
 
 
 GENERATION_KINDS = TARGET_DECODE_KINDS + (DecodeKind.DRAFT,)

@@ -15,9 +15,12 @@ one (the help listing, tools/make_cli_doc.py, the tests). Command modules import
 implementation's heavy parts (the forward pass, matplotlib, Numba kernels) where they use them.
 
 Ctrl-C (SIGINT) at any moment of ``main`` -- building the parser, parsing, running -- prints one
-line and returns 130 (128 + SIGINT, the shell's code for a command ended by Ctrl-C). This module
-imports only ``sys`` at the top, so the console script's ``from refsim.cli import main`` leaves
-no window of its own.
+line and returns 130 (128 + SIGINT, the shell's code for a command ended by Ctrl-C). A Ctrl-C
+that arrives inside an import is raised when the import has finished
+(:mod:`refsim.interrupt`: numpy's and numba's extensions would turn it into an ImportError);
+with SIGINT ignored on entry (a background job) the command ignores it too. This module imports
+only ``sys`` at the top, so the console script's ``from refsim.cli import main`` leaves no window
+of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ INTERRUPTED_EXIT = 130
 
 # Workflow order; each name is a module in this package.
 COMMANDS = ["replay", "sweep", "union", "drop_replay", "analyze", "view", "bench", "timing", "inspect",
-            "synth", "run", "ngram", "ngram_whatif", "memory"]
+            "synth", "run", "ngram", "ngram_whatif", "memory", "whatif", "layout"]
 
 
 def _version() -> str:
@@ -117,44 +120,77 @@ def make_parser(only: str | None = None):
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (0 ok, 1 refsim error, 2 usage error,
     130 interrupted by Ctrl-C)."""
-    command = None
+    seen: dict = {}                     # the subcommand, once parsed (named by the Ctrl-C line)
     try:
-        from refsim.errors import RefsimError, UsageError
-        parser = make_parser(requested_command(sys.argv[1:] if argv is None else argv))
-        args = parser.parse_args(argv)
-        command = args.command
-        import logging
-        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                            format="refsim: %(levelname)s: %(message)s")
-        if not getattr(args, "func", None):
-            make_parser().print_help()          # the listing of every subcommand
-            return 2
-        from refsim import progress
-        progress.configure(not (getattr(args, "quiet", False) or getattr(args, "json", False)))
-        try:
-            code = int(args.func(args) or 0)
-            sys.stdout.flush()          # a full disk under `> file` fails here, not at exit
-            return code
-        except UsageError as exc:
-            args._parser.print_usage(sys.stderr)
-            print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
-            return 2
-        except RefsimError as exc:            # named by the innermost command ("refsim timing fit")
-            print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)
-            return 1
-        except BrokenPipeError:
-            return 0
-        except OSError as exc:
-            import errno
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise
-            # the report on stdout could not be written (files are refsim.fileio's, which
-            # names them); a full disk is not a bug to show a traceback for
-            print(f"{args._parser.prog}: error: standard output: write failed: {exc.strerror}",
-                  file=sys.stderr)
-            return 1
+        from refsim.interrupt import DeferredInterrupt
+        with DeferredInterrupt(sys._getframe()):     # no Ctrl-C inside an import
+            return _run(argv, seen)
     except KeyboardInterrupt:
-        return interrupted(command)
+        return interrupted(seen.get("command"))
+
+
+def _run(argv: list[str] | None, seen: dict) -> int:
+    """:func:`main` under :class:`refsim.interrupt.DeferredInterrupt`; puts the parsed
+    subcommand in ``seen["command"]``."""
+    from refsim.errors import RefsimError, UsageError
+    parser = make_parser(requested_command(sys.argv[1:] if argv is None else argv))
+    args, extra = parser.parse_known_args(argv)
+    if extra:       # named by the innermost parser, with its usage ("refsim timing fit: error")
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    seen["command"] = args.command
+    import logging
+    root = logging.getLogger()      # this command's handler replaces an earlier main()'s
+    for h in [h for h in root.handlers if getattr(h, "refsim_cli", False)]:
+        root.removeHandler(h)
+    root.addHandler(_log_handler(getattr(args, "_parser", parser).prog))
+    root.setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    if not getattr(args, "func", None):
+        # no command: the listing of every subcommand on stdout (what a bare `refsim` asks to
+        # see), argparse's line for a missing argument on stderr, exit 2 (nothing was run; a
+        # script that calls refsim without a command fails): docs/cli.md "Conventions"
+        make_parser().print_help()
+        print("refsim: error: the following arguments are required: COMMAND", file=sys.stderr)
+        return 2
+    from refsim import progress
+    progress.configure(not (getattr(args, "quiet", False) or getattr(args, "json", False)))
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()          # a full disk under `> file` fails here, not at exit
+        return code
+    except UsageError as exc:
+        args._parser.print_usage(sys.stderr)
+        print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)   # argparse's own form
+        return 2
+    except RefsimError as exc:            # named by the innermost command ("refsim timing fit")
+        print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        import errno
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        # the report on stdout could not be written (files are refsim.fileio's, which
+        # names them); a full disk is not a bug to show a traceback for
+        print(f"{args._parser.prog}: error: standard output: write failed: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+
+
+def _log_handler(prog: str):
+    """The stderr handler of library log records, each as the command's own line: ``refsim
+    replay: warning: ...`` (:func:`refsim.errors.warning_line`'s form; the level in lower case,
+    as argparse's ``error``). ``logging`` is imported only when a command runs."""
+    import logging
+
+    def lower_level(record) -> bool:
+        record.level = record.levelname.lower()
+        return True
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(prog.replace("%", "%%") + ": %(level)s: %(message)s"))
+    handler.addFilter(lower_level)
+    handler.refsim_cli = True
+    return handler
 
 
 def interrupted(command: str | None = None) -> int:

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
         description="Read the engine's per-token metrics CSVs (bmoe_metrics v2, v1 or the legacy "
                     "layout, with the .metrics sidecar when present) and print the tables of the "
                     "engine's bench-analyze.py (throughput, device pressure) plus the per-token "
-                    "mean after warm-up with its bootstrap 95%% CI, the compute / I/O / stall "
+                    "mean after warm-up with its bootstrap 95% CI, the compute / I/O / stall "
                     "split and the effective flash bandwidth. Definitions: docs/analysis.md.")
     p.add_argument("runs", nargs="+", metavar="RUN.csv", help="per-token metrics CSV(s)")
     p.add_argument("--md", metavar="OUT", help="also write the tables as Markdown to OUT (- = stdout)")
@@ -74,7 +74,10 @@ def run(args) -> int:
     comparison = (compare_runs(runs[0], rows[0], runs[1], rows[1], args.resamples, args.seed)
                   if args.compare else None)
     for r in rows:          # after the one refusal (--compare needs both means), before any output
-        if r.trimmed is None:
+        if r.untimed:
+            print(f"refsim bench: note: {r.label}: {r.untimed}: its tok/s, wall ms/token and "
+                  f"per-token mean and CI are n/a", file=sys.stderr)
+        elif r.trimmed is None:
             print(f"refsim bench: note: {r.label}: --trim {args.trim} leaves {max(r.tokens - args.trim, 0)} of "
                   f"its {r.tokens} tokens; the per-token mean and its CI need at least 2 (n/a in the "
                   f"table; lower --trim)", file=sys.stderr)

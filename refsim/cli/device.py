@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from refsim.cli.common import nonneg_float, positive_int
 from refsim.timing.defaults import DEFAULT_EPS, DEFAULT_IO_THREADS
+from refsim.timing.device_options import DeviceOptions
 
 
 def add_device_args(p, positions: bool = True):
@@ -31,32 +32,19 @@ def add_device_args(p, positions: bool = True):
 
 def load_device_args(args):
     """``(device, name, model)`` from the parsed flags, or None without ``--device``: loaded and
-    checked before the command's work (a bad device file costs nothing)."""
-    if getattr(args, "device", None) is None:
-        from refsim.errors import UsageError
-        for flag, given in (("--device-model", args.device_model is not None),
-                            ("--io-threads", args.io_threads != DEFAULT_IO_THREADS),
-                            ("--overlap", args.overlap),
-                            ("--position-cost",
-                             getattr(args, "position_cost", DEFAULT_EPS) != DEFAULT_EPS)):
-            if given:
-                raise UsageError(f"{flag} without --device: it sets the device model's what-if")
-        return None
-    from refsim.timing import load_device
-    from refsim.timing.whatif import resolve_model
-    dev = load_device(args.device)
-    return dev, args.device, resolve_model(dev, args.device_model)
+    checked before the command's work (:meth:`refsim.timing.device_options.DeviceOptions.load`).
+    ``--io-threads`` and ``--overlap`` without ``--device`` are refused unless ``--model``
+    (replay: the requests' lanes, docs/io.md) uses them."""
+    lanes_used = getattr(args, "io_model", None) is not None   # replay --model: requests, lanes
+    return DeviceOptions.from_args(args).load(lanes_used)
 
 
 def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,
                    draft_s_per_token: float = 0.0, cache: bool = True):
-    """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if, or None without ``--device``."""
-    if loaded is None:
-        return None
-    from refsim.timing.whatif import device_whatif
-    dev, name, model = loaded
-    return device_whatif(dev, name, mib_per_token, tokens_per_decode, model, args.io_threads,
-                         args.overlap, cache, args.position_cost, draft_s_per_token)
+    """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if, or None without ``--device``
+    (:meth:`~refsim.timing.device_options.DeviceOptions.figures`)."""
+    return DeviceOptions.from_args(args).figures(loaded, mib_per_token, tokens_per_decode,
+                                                 draft_s_per_token, cache)
 
 
 def n_target_decodes(trace) -> int:
@@ -72,16 +60,3 @@ def tokens_per_decode(trace, tokens: int) -> float:
     if decodes is None:
         decodes = n_target_decodes(trace)
     return max(1.0, tokens / decodes) if decodes else 1.0
-
-
-def run_times(args, loaded, result):
-    """``refsim run --device``: the run's per-decode predicted times for its metrics CSV
-    (:func:`refsim.timing.whatif.predicted_run_times`; the device named by its file's base name),
-    or None without ``--device``."""
-    if loaded is None:
-        return None
-    import os
-    from refsim.timing.whatif import predicted_run_times
-    dev, name, model = loaded
-    return predicted_run_times(dev, os.path.basename(name), result, model, args.io_threads,
-                               args.overlap, args.position_cost)

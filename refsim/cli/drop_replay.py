@@ -5,12 +5,14 @@ engine's static drop bound (route-drop-replay.py) and, with a budget, the dynami
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from refsim.cache import ExpertCache
 from refsim.cli.common import cache_mib, fraction, int_list
 from refsim.errors import ConfigError
-from refsim.studies.drop_replay import DEFAULT_FRACS, report_lines
+from refsim.studies.drop_replay import (DEFAULT_FRACS, report_json, report_lines,
+                                        require_study_weights)
 from refsim.trace import read_trace
 
 
@@ -45,6 +47,8 @@ def add_parser(sub) -> None:
                    help="static top-k baselines, e.g. 3,5 (default k-1 down to 1, the script's)")
     p.add_argument("--cache-mb", metavar="N", type=cache_mib,
                    help="budget in MiB for the dynamic replay (omit: the static bound only)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the report (keys: docs/streaming-knobs.md)")
     p.set_defaults(func=run)
 
 
@@ -58,7 +62,12 @@ def run(args) -> int:
         if keeps is not None and not all(1 <= x < k for x in keeps):
             raise ConfigError(f"{path}: --n-expert-used: expected values in 1..{k - 1} (below the "
                               f"trace's top-k {k}), got {','.join(map(str, keeps))}")
+        require_study_weights(trace)
         traces.append((path, trace))
+    if args.json:
+        print(json.dumps({"traces": [report_json(trace, os.path.basename(path), args.frac, keeps,
+                                                 budget) for path, trace in traces]}))
+        return 0
     for path, trace in traces:
         for line in report_lines(trace, os.path.basename(path), args.frac, keeps, budget):
             print(line)

@@ -7,16 +7,22 @@ speculation takes from the expert cache. Logic: :mod:`refsim.cache.ledger`.
 
 With ``--device DEVICE.json`` it also prints what that device predicts from the model's bytes
 alone (:func:`refsim.timing.whatif.memory_whatif`): plain decoding at 0 MiB/token (all hits), at
-``--hit-pct P`` and at one token cycle T (all misses).
+``--hit-pct P`` and at one token cycle T (all misses). With ``--ram-mb`` as well it prints the
+resident demand by kind for the ``--dense-weights`` mode and the memory-pressure term
+(:mod:`refsim.timing.pressure`, the fault model fitted on the shared phone runs:
+docs/memory-pressure.md), beside and not inside the lines above.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import json
 
 from refsim import MIB
 from refsim.cli.common import draft_width, mib, nonneg_int, percent, positive_int, positive_mib
 from refsim.cli.device import add_device_args, load_device_args
 from refsim.errors import ConfigError, UsageError
-from refsim.fmt import budget_mib, num
+from refsim.fmt import num
 
 CTX_DEFAULT = 2048
 """``--ctx`` when not given (clamped to the model's ``n_ctx_train``)."""
@@ -46,6 +52,8 @@ def add_parser(subparsers) -> None:
                         "bmoe-engine.md §3.3-3.4)")
     p.add_argument("--cache-floor-mb", type=mib, default=1536.0, help="default 1536")
     p.add_argument("--cache-ceil-mb", type=mib, default=0.0, help="default 0 (no cap)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of text (keys: docs/hybrid.md)")
     g = add_device_args(p, positions=False)
     g.add_argument("--hit-pct", type=percent, default=None, metavar="P",
                    help="with --device: also predict plain decoding at this decode hit %% "
@@ -84,6 +92,10 @@ def run(args) -> int:
     base_budget, led_budget = base.budget_bytes, led.budget_bytes  # validates floor/ceil
     lines = led.lines()
     src = config.spec
+    if args.json:
+        print(json.dumps(_json(args, model, led, base_budget if ram_mb and spec_on else None,
+                               device)))
+        return 0
     print(f"# memory model={model.path} arch={model.spec.arch} n_ctx={args.ctx} spec={src} "
           f"draft_max={led.draft_max} n_rs_seq={led.n_rs_seq}")
     for line in lines:
@@ -93,11 +105,35 @@ def run(args) -> int:
         change = (f"speculation takes {num(diff / MIB, 1)} MiB from the expert cache" if diff >= 0 else
                   f"the budget grows by {num(-diff / MIB, 1)} MiB: the cap is the streamed set, and --mtp "
                   f"adds the head's experts to it")
-        print(f"cache-mb auto without speculation: {budget_mib(base_budget)} MiB; {change} "
+        print(f"cache-mb auto without speculation: {num(base_budget / MIB, 1)} MiB; {change} "
               f"(context items {num(led.speculation_bytes / MIB, 1)} MiB)")
     if device is not None:
         _device_lines(args, device, model, led, led_budget)
     return 0
+
+
+def _json(args, model, led, base_budget, device) -> dict:
+    """The ``--json`` object (docs/hybrid.md "refsim memory --json"): the run's words, every
+    ledger field (bytes, its ``lines()`` items; ``context_bytes``, ``speculation_bytes``,
+    ``avail_bytes`` added), the exact auto
+    budgets in bytes (null without ``--ram-mb``), and with ``--device`` its predicted cases."""
+    out = {"model": model.path, "arch": model.spec.arch, "n_ctx": args.ctx,
+           "spec": "mtp" if args.mtp else "ngram" if args.ngram else "off",
+           "ledger": {**dataclasses.asdict(led), "context_bytes": led.context_bytes,
+                      "speculation_bytes": led.speculation_bytes, "avail_bytes": led.avail_bytes},
+           "budget_bytes": led.budget_bytes,
+           "budget_without_speculation_bytes": base_budget}
+    if device is not None:
+        from refsim.timing.whatif import memory_whatif
+        dev, name, key = device
+        cases = memory_whatif(dev, name, key, model.t_bytes() / MIB, args.io_threads,
+                              args.overlap, args.hit_pct)
+        out["device"] = {"name": name, "model": key, "io_threads": args.io_threads,
+                         "overlap": bool(args.overlap),
+                         "cases": [{"case": c.case, "mib_per_token": c.mib_per_token,
+                                    "predicted_s_per_token": c.whatif.predicted_s_per_token,
+                                    "predicted_tok_s": c.whatif.predicted_tok_s} for c in cases]}
+    return out
 
 
 def _device_lines(args, loaded, model, led, budget) -> None:
@@ -113,10 +149,34 @@ def _device_lines(args, loaded, model, led, budget) -> None:
         w = c.whatif
         print(f"  {c.case + ':':<12} {num(c.mib_per_token, 1):>8} MiB/token -> "
               f"{w.predicted_s_per_token:.4f} s/token, {w.predicted_tok_s:.3f} tok/s")
+    if budget is not None:
+        _pressure_lines(args, name, model, led, budget, t_mib)
     if budget is not None and budget >= led.total_expert_bytes:
-        print(f"  the auto budget ({budget_mib(budget)} MiB) holds the whole streamed set: a warm "
+        print(f"  the auto budget ({num(budget / MIB, 1)} MiB) holds the whole streamed set: a warm "
               f"cache reads 0 MiB/token, the all-hits line")
     else:
-        at = f" at {budget_mib(budget)} MiB" if budget is not None else ""
+        at = f" at {num(budget / MIB, 1)} MiB" if budget is not None else ""
         print(f"  the hit rate{at} is a trace's: refsim replay TRACE --cache-mb N --device {name} "
               f"predicts it; refsim timing breakeven prices speculation's wider verify decodes")
+
+
+def _pressure_lines(args, name, model, led, budget, t_mib) -> None:
+    """``--device`` with ``--ram-mb``: resident demand and the memory-pressure term at the auto
+    budget, a full context (``--ctx`` positions attended) and the hit level of ``--hit-pct``
+    (default all hits: the most a token touches)."""
+    from refsim.cache.demand import model_demand
+    from refsim.timing.pressure import PHONE_FIT, fault_time, predict_majflt
+    d = model_demand(model, led, budget)
+    for line in d.lines():
+        print(f"  {line}")
+    if d.evictable_bytes == 0:
+        return
+    pct = 100.0 if args.hit_pct is None else args.hit_pct
+    w = d.touched_bytes(pct / 100.0 * t_mib * MIB, args.ctx) / MIB
+    m = predict_majflt(PHONE_FIT, d.total_bytes / MIB, args.ram_mb, w, d.evictable_bytes / MIB)
+    t = fault_time(PHONE_FIT, m)
+    e = max(0.0, d.total_bytes / MIB + PHONE_FIT.reserve.value - args.ram_mb)
+    print(f"  memory pressure (fault model of the 2026-07-22 phone runs, not {name}'s; "
+          f"docs/memory-pressure.md): evicted {num(e, 1)} MiB, touched {num(w, 1)} MiB/token at "
+          f"hit {num(pct, 1)}% -> {m.value:.1f} [{m.lo:.1f}, {m.hi:.1f}] major faults/token, "
+          f"+{t.value:.1f} [{t.lo:.1f}, {t.hi:.1f}] ms/token (not in the lines above)")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from refsim import MIB
 from refsim.cache import ExpertCache
-from refsim.cache.policy import parse_policy_list
+from refsim.cache.policies import parse_policy_list
 from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args, report_stream,
                                warn_below_token_cycle)
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
@@ -14,9 +16,9 @@ from refsim.fmt import num
 from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
 from refsim.scale.grid import TraceRef, pool_sweep, prefixed, remember, sweep_grid
 from refsim.scale.inputs import expand_traces
-from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, SWEEP_CSV_COLUMNS, format_table,
-                                  known_policies, parse_budgets_mib, sweep_csv_rows,
-                                  write_sweep_csv)
+from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, SWEEP_CSV_COLUMNS, default_policies,
+                                  format_table, known_policies, parse_budgets_mib,
+                                  sweep_csv_rows, write_sweep_csv)
 from refsim.trace import read_trace
 
 
@@ -37,6 +39,8 @@ def add_parser(sub) -> None:
                    help="policies, comma-separated, each NAME or NAME:KEY=VALUE[,KEY=VALUE] "
                         "(e.g. lru,s3fifo:small=0.2,ghost=0.9,arc); a repeated one is dropped "
                         f"(first kept) (default: all: {','.join(known_policies())})")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the tables (keys: docs/cache-studies.md)")
     p.add_argument("--csv", metavar="OUT",
                    help="write budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib,over_budget "
                         "to OUT (- = stdout)")
@@ -81,11 +85,33 @@ def run(args) -> int:
         facts.append((path, h, trace.n_prompt, n_target_decodes(trace)))
         del trace
     if knobs.any_on and args.policy is None:
-        policies = ["lru"]                    # the knobs exist for the engine's LRU only
+        policies = default_policies(knobs)    # the knobs exist for the engine's LRU only
     results = sweep_grid(refs, budgets, policies, knobs, spec)
     t_all = [h.token_cycle_bytes for _, h, _, _ in facts]
     warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], max(t_all))
     out = report_stream({"--csv": args.csv})   # stderr when the CSV goes to stdout
+    if args.json:
+        tok_all = None
+        if device is not None:
+            tok_all = [[device_figures(args, device, r.summary.mib_per_token or 0.0,
+                                       tokens_per_decode(_Decodes(f[3]), res.tokens)).predicted_tok_s
+                        for r in res.rows] for f, res in zip(facts, results)]
+        doc = {"traces": [dict(_trace_json(path, h, n_prompt, res),
+                               rows=_rows_json(res, tok_all[i] if tok_all else None))
+                          for i, ((path, h, n_prompt, _), res) in enumerate(zip(facts, results))]}
+        if many:
+            pooled = pool_sweep(results)
+            ptok = None
+            if device is not None:
+                tpd = tokens_per_decode(_Decodes(sum(f[3] for f in facts)), pooled.tokens)
+                ptok = [device_figures(args, device, r.summary.mib_per_token or 0.0, tpd).predicted_tok_s
+                        for r in pooled.rows]
+            doc["pooled"] = {"n_batch": pooled.n_batch, "tokens": pooled.tokens,
+                             "rows": _rows_json(pooled, ptok)}
+        print(json.dumps(doc), file=out)
+        if args.csv is not None and not many:
+            write_sweep_csv(args.csv, results[0], tok_all[0] if tok_all else None)
+        return 0
     for (path, h, n_prompt, _), result in zip(facts, results):
         if many:
             print(f"trace: {path}", file=out)
@@ -162,3 +188,21 @@ def write_many_csv(path, paths, results, tok_s, pooled, pooled_tok_s) -> None:
         for i, (p, res) in enumerate(zip(paths, results)):
             w.writerows([p] + row for row in sweep_csv_rows(res, tok_s[i] if tok_s is not None else None))
         w.writerows([POOLED] + row for row in sweep_csv_rows(pooled, pooled_tok_s))
+
+
+def _trace_json(path, h, n_prompt, res) -> dict:
+    """One trace's identity in ``sweep --json`` (docs/cache-studies.md)."""
+    return {"path": path, "model": h.model, "arch": h.arch, "n_layer": h.n_layer,
+            "n_expert": h.n_expert, "n_expert_used": h.n_expert_used, "n_prompt": n_prompt,
+            "t_bytes": int(h.token_cycle_bytes), "n_batch": res.n_batch, "tokens": res.tokens}
+
+
+def _rows_json(res, tok_s) -> list[dict]:
+    """``sweep --json``'s points: budget and policy, every CacheSummary field at full precision,
+    ``over_budget``, the knob counters (null without a knob) and ``predicted_tok_s`` (null
+    without ``--device``)."""
+    return [{"budget_mib": r.budget_mib, "policy": r.policy, **r.summary.as_dict(),
+             "over_budget": r.over_budget,
+             "knobs": r.knobs.as_dict() if r.knobs is not None else None,
+             "predicted_tok_s": tok_s[i] if tok_s is not None else None}
+            for i, r in enumerate(res.rows)]

@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
     f.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
     f.add_argument("--out", required=True, metavar="DEVICE.json", help="the device file to write (- = stdout)")
     f.add_argument("--name", default="", help="a name stored in the device file")
+    _io_model(f)
     _common(f)
     f.set_defaults(func=run_fit)
 
@@ -93,8 +94,17 @@ def add_parser(sub) -> None:
                         description="For each run: fit on the others, predict it; print "
                                     "predicted vs measured tok/s, the error, its median and worst.")
     v.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
+    _io_model(v)
     _common(v)
     v.set_defaults(func=run_validate)
+
+
+def _io_model(p) -> None:
+    p.add_argument("--io-model", choices=("mib", "requests"), default="mib",
+                   help="serial flash time per MiB (default) or, also, by requests and lanes "
+                        "(refsim.timing.requests; the runs' models must be known to "
+                        "refsim.io.geometry): fit stores it in the device file with both models' "
+                        "leave-one-out errors, validate prints both")
 
 
 def _common(p) -> None:
@@ -127,12 +137,20 @@ def run_fit(args) -> int:
     runs = _runs(args, args.trim, 2, " to fit a device")
     dev = fit_device(runs, name=args.name)
     preds = [predict_run(dev, r) for r in runs]
+    rm = None
+    if args.io_model == "requests":
+        from dataclasses import replace
+
+        from refsim.timing.requests import fit_requests, run_features, with_loo
+        feats = [run_features(r) for r in runs]
+        rm = with_loo(fit_requests(runs, feats, dev), runs, feats)
+        dev = replace(dev, requests=rm.as_dict())
     write_text_atomic(args.out, dev.to_json(), what="--out")
     with contextlib.redirect_stdout(report_stream({"--out": args.out})):   # stderr if --out -
-        return _report_fit(args, dev, runs, preds)
+        return _report_fit(args, dev, runs, preds, rm)
 
 
-def _report_fit(args, dev, runs, preds) -> int:
+def _report_fit(args, dev, runs, preds, rm=None) -> int:
     """The ``timing fit`` report (JSON or text) on ``sys.stdout``."""
     if args.json:
         doc = json.loads(dev.to_json())
@@ -155,8 +173,30 @@ def _report_fit(args, dev, runs, preds) -> int:
     for p in preds:
         print(f"  {p.label}: predicted {p.predicted_tok_s:.3f}, measured {p.measured_tok_s:.3f}, "
               f"error {p.error_pct:+.1f}%")
+    if rm is not None:
+        _report_requests(rm)
     print(f"wrote {args.out}")
     return 0
+
+
+def _report_requests(rm) -> None:
+    """The request term's lines of ``timing fit --io-model requests``."""
+    from refsim.timing.requests import REQ_PARAMS
+    print("serial flash by requests and lanes: io = i0 + a x + b x_lane + c rounds + d batches "
+          "(each >= 0)")
+    for k, (unit, meaning) in REQ_PARAMS.items():
+        p = rm.params[k]
+        shown = (f"{_fmt(p.value)}  ({_fmt(p.se)})" if p.identified else
+                 "held at 0 (the fit drove it below 0)" if k in rm.held else "not identified (0)")
+        print(f"  {k}  {shown}  {unit}  {meaning}")
+    print(f"  tail  {_fmt(rm.tail)}")
+    if rm.loo:
+        lo = rm.loo
+        print(f"leave-one-run-out |error| over {lo['runs']} runs: per MiB median "
+              f"{lo['per_mib']['median_pct']:.1f}%, worst {lo['per_mib']['worst_pct']:.1f}%; by "
+              f"requests median {lo['requests']['median_pct']:.1f}%, worst "
+              f"{lo['requests']['worst_pct']:.1f}%: --device outputs use "
+              f"{'the request term' if rm.better else 'the per-MiB term'}")
 
 
 def run_predict(args) -> int:
@@ -175,6 +215,8 @@ def run_predict(args) -> int:
 
 def run_validate(args) -> int:
     runs = _runs(args, args.trim, 3, " (leaving one out, each fit needs 2)")
+    if args.io_model == "requests":
+        return _validate_pair(args, runs)
     held = leave_one_out(runs)
     errs = [abs(h.prediction.error_pct) for h in held if h.prediction is not None]
     summary = {"median_abs_error_pct": float(np.median(errs)) if errs else None,
@@ -196,6 +238,40 @@ def run_validate(args) -> int:
     med, worst = summary["median_abs_error_pct"], summary["worst_abs_error_pct"]
     print(f"|error|: median {_fmt(med, 1)}%, worst {_fmt(worst, 1)}% over {len(errs)} of "
           f"{len(held)} runs")
+    return 0
+
+
+def _validate_pair(args, runs) -> int:
+    """``timing validate --io-model requests``: both models left out run by run."""
+    from refsim.timing.requests import leave_one_out_pair, loo_summary, run_features
+    held = leave_one_out_pair(runs, [run_features(r) for r in runs])
+    summary = loo_summary(held)
+    if args.json:
+        rows = []
+        for h in held:
+            row = {"run": h.label, "reason": h.reason or None}
+            for key, p in (("per_mib", h.per_mib), ("requests", h.requests)):
+                row[key] = p.as_dict() if p is not None else None
+            rows.append(row)
+        print(json.dumps({"holdouts": rows, "summary": summary}))
+        return 0
+    print("leave-one-run-out, per MiB and by requests and lanes (mean decode tok/s)")
+    for h in held:
+        if h.per_mib is None:
+            print(f"  {h.label}: not predicted: {h.reason}")
+            continue
+        p, q = h.per_mib, h.requests
+        req = (f"by requests {q.predicted_tok_s:.3f} ({q.error_pct:+.1f}%)" if q is not None
+               else f"by requests not predicted: {h.reason}")
+        print(f"  {h.label}: measured {p.measured_tok_s:.3f}; per MiB {p.predicted_tok_s:.3f} "
+              f"({p.error_pct:+.1f}%); {req}")
+    if summary is None:
+        print("no run predicted by both models")
+    else:
+        print(f"|error| over {summary['runs']} runs: per MiB median "
+              f"{summary['per_mib']['median_pct']:.1f}%, worst {summary['per_mib']['worst_pct']:.1f}%; "
+              f"by requests median {summary['requests']['median_pct']:.1f}%, worst "
+              f"{summary['requests']['worst_pct']:.1f}%")
     return 0
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from refsim.cache import ExpertCache
-from refsim.cli.common import add_knob_args, cache_mib, int_list, knobs_from_args
+from refsim.cli.common import (add_knob_args, cache_mib, int_list, knobs_from_args,
+                               warn_below_token_cycle)
 from refsim.cli.device import add_device_args, device_figures, load_device_args
 from refsim.errors import UsageError
 from refsim.fmt import NA, budget_mib, num, ratio
@@ -27,6 +31,8 @@ def add_parser(sub) -> None:
                    help="window widths: N, N,M,... or A..B (default 1..8)")
     p.add_argument("--cache-mb", metavar="N", type=cache_mib,
                    help="cache budget in MiB for the replay (omit: union sizes only)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the table (keys: docs/cache-studies.md)")
     add_knob_args(p)
     add_device_args(p)
     add_executor_args(p)
@@ -54,7 +60,28 @@ def run(args) -> int:
         headers.append((trace.path, trace.header))
         del trace
     per_trace = union_grid(refs, args.window, budget, knobs, spec)
+    if budget is not None:      # as replay and sweep: T of the widest trace (docs/cache-studies.md)
+        warn_below_token_cycle("union", [budget], max(h.token_cycle_bytes for _, h in headers))
     knobs_on = knobs.any_on
+    if args.json:
+        def rows(pairs_or_rows):
+            out = []
+            for r in pairs_or_rows:
+                d = dataclasses.asdict(r)
+                if device is not None and budget is not None:
+                    d["predicted_tok_s"] = device_figures(args, device, r.mib_per_token or 0.0,
+                                                          float(r.window)).predicted_tok_s
+                out.append(d)
+            return out
+        doc = {"budget_bytes": budget,
+               "traces": [{"path": tpath, "n_layer": h.n_layer, "n_expert": h.n_expert,
+                           "n_expert_used": h.n_expert_used,
+                           "rows": rows([r for r, _ in pairs])}
+                          for (tpath, h), pairs in zip(headers, per_trace)]}
+        if len(paths) > 1:
+            doc["pooled"] = rows(pool_union(per_trace))
+        print(json.dumps(doc))
+        return 0
     for tpath, h in headers:
         print(f"trace: {tpath} ({h.n_layer} layers, {h.n_expert} experts, "
               f"top-{h.n_expert_used})")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refsim.analysis.viewer import metrics_columns, write_page
+from refsim.analysis.viewer import metrics_of_trace, write_page
 from refsim.cli.common import check_outputs, report_stream
 from refsim.errors import ConfigError
 from refsim.fmt import num
@@ -28,7 +28,7 @@ def run(args) -> int:
     trace = read_trace(args.trace)
     if trace.n_rows == 0:
         raise ConfigError(f"{args.trace}: the trace has a preamble but no rows (nothing to show)")
-    metrics = metrics_columns(args.metrics) if args.metrics is not None else None
+    metrics = metrics_of_trace(args.metrics, trace) if args.metrics is not None else None
     size = write_page(trace, args.html, metrics)
     print(f"wrote {args.html} ({num(size / 1024, 1)} KiB)", file=report_stream({"--html": args.html}))
     return 0

@@ -44,16 +44,16 @@ Rules (source: ggml/src/ggml-cpu/arch/x86/quants.c ``quantize_row_q8_0`` (AVX2 p
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGMLQuantizationType as Q
 
 from refsim.kernels.qdot import quantize_acts
+from refsim.kernels.registry import KERNELS
 
 ACT_NONE, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_K, ACT_Q8_1 = 0, 1, 2, 3, 4, 5
 
-# ggml type ids (gguf.GGMLQuantizationType values)
-_VEC_DOT = {0: ACT_NONE, 1: ACT_F16, 30: ACT_BF16, 2: ACT_Q8_0, 6: ACT_Q8_0, 8: ACT_Q8_0,
-            39: ACT_Q8_0, 12: ACT_Q8_K, 13: ACT_Q8_K, 14: ACT_Q8_K,
-            3: ACT_Q8_1, 7: ACT_Q8_1, 20: ACT_Q8_0, 10: ACT_Q8_K, 11: ACT_Q8_K, 23: ACT_Q8_K, 34: ACT_Q8_K,
-            35: ACT_Q8_K, 16: ACT_Q8_K, 17: ACT_Q8_K, 22: ACT_Q8_K, 18: ACT_Q8_K, 21: ACT_Q8_K, 19: ACT_Q8_K, 29: ACT_Q8_K}
+# ggml type id -> ACT_* of its vec_dot_type (the registry's QuantKernel.vec_dot_type)
+_ACT = {Q.F32: ACT_NONE, Q.F16: ACT_F16, Q.BF16: ACT_BF16, Q.Q8_0: ACT_Q8_0, Q.Q8_1: ACT_Q8_1, Q.Q8_K: ACT_Q8_K}
+_VEC_DOT = {k.kind: _ACT[k.vec_dot_type] for k in KERNELS.values()}
 
 
 def act_kind(qtype: int) -> int:

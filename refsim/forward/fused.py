@@ -34,9 +34,10 @@ from refsim.forward.layers import (ExpertWeights, Numerics, QWeight, _attention_
 from refsim.forward.layers import moe_ffn as moe_ffn_blocks
 from refsim.forward.routing import _route_kernel
 from refsim.kernels.atomic import fetch_add
+from refsim.kernels.ggml_matmul import CHUNK as QCHUNK, QDOT_ALL, act_block, qdot_rows as _qdot_rows
 from refsim.kernels.mxfp4 import KVALUES
-from refsim.kernels.qdot import CHUNK as QCHUNK, QDOT_ALL, _qdot_rows, act_block, quantize_acts_into
-from refsim.kernels.registry import F16_TO_F32
+from refsim.kernels.qdot import quantize_acts_into
+from refsim.kernels.registry import F16_TO_F32, F32
 from refsim.kernels import row_bytes
 
 JOB_ROWS = 256
@@ -185,7 +186,7 @@ def _attn_route_one_kernel(scale, okind, oraw, orawi, oblock, ffn_norm, eps, rki
     fd = np.empty((1, n_embd // rblock), dtype=np.float32)
     fs = np.empty((1, n_embd // 32), dtype=np.int32)
     f1 = np.empty((1, n_embd // 32), dtype=np.float32)
-    if rkind != 0:
+    if rkind != F32:
         quantize_acts_into(f, rblock, tie, fq, fd, fs, f1)
     n_ch = (n_expert + QCHUNK - 1) // QCHUNK
     for _ in prange(nt):
@@ -194,7 +195,7 @@ def _attn_route_one_kernel(scale, okind, oraw, orawi, oblock, ffn_norm, eps, rki
         while ch < n_ch:
             r0 = ch * QCHUNK
             r1 = min(n_expert, r0 + QCHUNK)
-            if rkind == 0:      # F32 router (ggml multiplies it unquantized): linear_kernel's rows
+            if rkind == F32:    # F32 router (ggml multiplies it unquantized): linear_kernel's rows
                 _linear_rows(0, rraw, n_embd, table, kvalues, f64, logits, r0, r1, w)
             else:
                 _qdot_rows(rkind, rraw, rrawi, n_embd, fq, fd, fs, table, logits, r0, r1, f1)
@@ -208,13 +209,13 @@ def attn_route_static(wo: QWeight, ffn_norm: np.ndarray, eps: float, router: QWe
     the fused one-position path does not apply (``exact`` mode, an output projection without an integer
     product, a router that is neither F32 nor has one, shapes that do not chain): see :func:`attn_route_one`."""
     if not (numerics.quantize_activations and wo.qtype in QDOT_ALL
-            and (router.qtype == 0 or router.qtype in QDOT_ALL)):
+            and (router.qtype == F32 or router.qtype in QDOT_ALL)):
         return None
     n_embd = wo.n_out
     if (wo.n_in != n_head * head_dim or ffn_norm.shape != (n_embd,) or router.n_in != n_embd
             or not 1 <= k <= router.n_out):
         return None
-    rblock = act_block(router.qtype) if router.qtype else 32
+    rblock = act_block(router.qtype) if router.qtype != F32 else 32
     return (np.float32(1.0 / np.sqrt(head_dim)), wo.qtype, wo._u8, wo._i8, act_block(wo.qtype), ffn_norm, np.float32(eps),
             router.qtype, router._u8, router._i8, rblock, k, numerics.tie_code, F16_TO_F32, KVALUES)
 

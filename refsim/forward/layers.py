@@ -50,8 +50,9 @@ from refsim.forward.actq import ACT_NONE, act_kind, quantize_activations
 from refsim.kernels import KERNELS, row_bytes
 from refsim.kernels.loops import decode_row
 from refsim.kernels.mxfp4 import KVALUES
-from refsim.kernels.qdot import QDOT_ALL, QDOT_TYPES, QActs, act_block, qdot_matmul, qdot_pairs, quantize_acts
-from refsim.kernels.registry import F16_TO_F32
+from refsim.kernels.ggml_matmul import QDOT_ALL, QDOT_TYPES, act_block, qdot_matmul, qdot_pairs
+from refsim.kernels.qdot import QActs, quantize_acts
+from refsim.kernels.registry import EXACT4_BLOCK, EXACT4_TYPES, F16_TO_F32, F32, Q4_0, Q8_0
 from refsim.kernels.simd import acc8_f32, acc8_q4_0, acc8_q8_0
 from refsim.kernels.simd_exact import exact_rows4
 
@@ -182,11 +183,10 @@ def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
     Q4_0 and Q8_0 blocks decoded in registers, other types row by row into ``w``."""
     n_vec = x64.shape[0]
     z = 0.0
-    if raw.strides[1] == 1 and (kind == 0 or kind == 2 or kind == 6 or kind == 8 or kind == 39 or kind == 12
-                                or kind == 13 or kind == 14):
+    if raw.strides[1] == 1 and kind in EXACT4_TYPES:
         # four contiguous rows at a time (simd_exact.exact_rows4: the same lanes, bit for bit); the rows left
         # over go one at a time below
-        nb = n_cols // 256 if (kind == 12 or kind == 13 or kind == 14) else n_cols // 32
+        nb = n_cols // EXACT4_BLOCK[kind]
         r = r0
         while r + 4 <= r1:
             for v in range(n_vec):
@@ -195,7 +195,7 @@ def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
                     out[v, r + i] = np.float32(s4[i])
             r += 4
         r0 = r
-    if kind == 2:      # Q4_0: d * (q - 8)
+    if kind == Q4_0:   # d * (q - 8)
         for r in range(r0, r1):
             row = raw[r]
             for v in range(n_vec):
@@ -206,7 +206,7 @@ def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
                     d = table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
                     acc = acc8_q4_0(acc, row, o + 2, d, xv, b * 32)
                 out[v, r] = np.float32(_sum8(acc))
-    elif kind == 8:    # Q8_0: d * q
+    elif kind == Q8_0:  # d * q
         rawi = raw.view(np.int8)
         for r in range(r0, r1):
             row = raw[r]
@@ -219,7 +219,7 @@ def _linear_rows(kind, raw, n_cols, table, kvalues, x64, out, r0, r1, w):
                     d = table[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
                     acc = acc8_q8_0(acc, rowi, o + 2, d, xv, b * 32)
                 out[v, r] = np.float32(_sum8(acc))
-    elif kind == 0:    # F32: the row's bytes are the weights
+    elif kind == F32:   # the row's bytes are the weights
         for r in range(r0, r1):
             wr = raw[r].view(np.float32)
             for v in range(n_vec):

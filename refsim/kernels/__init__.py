@@ -6,35 +6,29 @@ IQ4_XS, TQ1_0, TQ2_0, MXFP4. Dequantization is bit-exact against
 ``gguf.quants.dequantize``. Entry points take the raw rows (e.g. one expert's slice from
 ``Model.expert_raw``), never a whole tensor unless you pass one.
 
+Every per-type fact is the registry's (:mod:`refsim.kernels.registry`). The modules are layered, each
+importing only from those before it: :mod:`~refsim.kernels.simd` (block-dot primitives) and the dequantization
+families -> :mod:`~refsim.kernels.registry` -> one row at a time (:mod:`~refsim.kernels.loops`,
+:mod:`~refsim.kernels.qdot`, :mod:`~refsim.kernels.qdot_ext`) -> four rows at a time
+(:mod:`~refsim.kernels.rows4`, :mod:`~refsim.kernels.simd_ext`, :mod:`~refsim.kernels.simd_exact`) ->
+:mod:`~refsim.kernels.ggml_matmul` (the ``ggml`` numerics mode's products) and this module.
+
 The Numba loops themselves (:mod:`refsim.kernels.loops`) take arrays and ints only; set
 ``NUMBA_DISABLE_JIT=1`` to run them as plain Python.
 """
 
 from __future__ import annotations
 
-import os
+# Before any kernel is decorated or run: OpenMP's idle-worker defaults (read when Numba starts its thread
+# pool) and Numba's cache folder keyed by refsim's source (refsim.jitcache).
+from refsim import jitcache
 
-# Idle OpenMP workers (Numba's parallel kernels) sleep instead of spinning for long, unless the caller
-# chose otherwise: on a 2-core machine shared with other jobs a worker spinning for milliseconds takes
-# the core the main thread needs between two products (measured: a qwen3moe decode 248 ms with
-# libgomp's default spin, 61 ms passive, 77 ms on one thread). But a worker that sleeps at once has to
-# be woken for the next parallel region, ~100 us on this VM (a halted vCPU), against ~5-10 us when it
-# is still spinning, and a one-token decode runs ~40 regions a few tens of us apart. So when neither is
-# set, workers spin GOMP_SPINCOUNT = 30000 times (a few hundred us here) before they sleep:
-# docs/forward.md, "Issue 18". Read by libgomp when Numba first starts its thread pool.
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "30000"
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-# Numba's cache folder keyed by refsim's source (refsim.jitcache), before any kernel is decorated
-from refsim import jitcache  # noqa: E402
-
+jitcache.configure_openmp()
 jitcache.configure()
 
 import numpy as np
 
 from refsim.errors import ConfigError
-from refsim.kernels import floats, iq4, iq_grid, k_quants, legacy, mxfp4, ternary  # noqa: F401  (registers the types)
 from refsim.kernels.loops import dequantize_rows_kernel, matmul_kernel
 from refsim.kernels.mxfp4 import KVALUES
 from refsim.kernels.registry import F16_TO_F32, KERNELS, QuantKernel, kernel_for

@@ -8,13 +8,7 @@
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 from numba import njit
-
-from refsim.kernels.registry import register
-
-for _t in (Q.F32, Q.F16, Q.BF16):
-    register(_t, __name__)
 
 
 @njit(cache=True)

@@ -15,14 +15,10 @@ Each parenthesis and product is one float32 rounding, as gguf-py's NumPy express
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 from numba import njit
 
 from refsim.kernels.legacy import _half
-from refsim.kernels.registry import register
 
-for _t in (Q.IQ4_NL, Q.IQ4_XS):
-    register(_t, __name__)
 
 KVALUES_IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
 """The IQ4 value table (ggml-common.h ``kvalues_iq4nl``; gguf-py ``IQ4_NL.kvalues``)."""

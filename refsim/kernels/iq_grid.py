@@ -30,15 +30,10 @@ value = (db * grid) * sign, each product one float32 rounding (gguf-py's ``db * 
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 from gguf import quants as _gq
 from numba import njit
 
 from refsim.kernels.legacy import _half
-from refsim.kernels.registry import register
-
-for _t in (Q.IQ1_S, Q.IQ1_M, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S):
-    register(_t, __name__)
 
 
 def _grid(cls) -> np.ndarray:

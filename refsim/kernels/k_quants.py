@@ -22,13 +22,7 @@ Layouts (gguf-py ``quants.py``; ggml ``block_q4_K`` / ``block_q5_K`` / ``block_q
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 from numba import njit
-
-from refsim.kernels.registry import register
-
-for _t in (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K):
-    register(_t, __name__)
 
 
 @njit(cache=True)

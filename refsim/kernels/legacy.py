@@ -18,13 +18,7 @@ then add ``m`` in a second float32 rounding (no fused multiply-add, as gguf-py's
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 from numba import njit
-
-from refsim.kernels.registry import register
-
-for _t in (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0):
-    register(_t, __name__)
 
 
 @njit(cache=True)

@@ -1,8 +1,9 @@
 """The row loops shared by every type: dequantize rows, and multiply rows by vectors.
 
-Each loop decodes one row at a time (``decode_row``, dispatching on the ggml type id ``kind``)
-into a float32 buffer, so only the bytes of the rows passed in are read: pass an expert's slice
-(``Model.expert_raw``) and nothing else of the tensor is touched.
+Each loop decodes one row at a time (``decode_row``, dispatching on the ggml type id ``kind`` to the
+decoder :data:`refsim.kernels.registry.KERNELS` names for it) into a float32 buffer, so only the bytes
+of the rows passed in are read: pass an expert's slice (``Model.expert_raw``) and nothing else of the
+tensor is touched.
 
 Accumulation (``matmul``): every product ``w * x`` is formed in float64 (exact, since both are
 float32) and summed in float64 in column order; the sum is rounded once to float32.
@@ -21,12 +22,10 @@ from refsim.kernels.k_quants import (decode_row_q2_k, decode_row_q3_k, decode_ro
                                      decode_row_q6_k)
 from refsim.kernels.legacy import decode_row_q4_0, decode_row_q4_1, decode_row_q5_0, decode_row_q5_1, decode_row_q8_0
 from refsim.kernels.mxfp4 import decode_row_mxfp4
+from refsim.kernels.registry import (BF16, F16, F32, IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL,
+                                     IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, TQ1_0,
+                                     TQ2_0)
 from refsim.kernels.ternary import decode_row_tq1_0, decode_row_tq2_0
-
-# ggml type ids (gguf.GGMLQuantizationType values), fixed on disk
-F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16, MXFP4 = 0, 1, 2, 6, 8, 12, 13, 14, 30, 39
-Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 = 3, 7, 10, 11, 20, 23, 34, 35
-IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M = 16, 17, 18, 19, 21, 22, 29
 
 
 @njit(cache=True)

@@ -13,12 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 from numba import njit
-
-from refsim.kernels.registry import register
-
-register(Q.MXFP4, __name__)
 
 KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
 

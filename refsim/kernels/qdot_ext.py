@@ -1,8 +1,10 @@
 """Integer block products for the further weight types (the ``ggml`` mode's products for Q4_1, Q5_1,
 IQ4_NL, Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).
 
-Same contract as :mod:`refsim.kernels.qdot` (which dispatches here from :func:`~refsim.kernels.qdot.qdot_matmul`
-and :func:`~refsim.kernels.qdot.qdot_pairs`): the activation row is quantized to the weight type's
+The one-row references of the types whose registry ``dot`` is :data:`refsim.kernels.registry.QDOT_EXT`, with
+the same contract as :mod:`refsim.kernels.qdot` (both are reached through :mod:`refsim.kernels.ggml_matmul`'s
+:func:`~refsim.kernels.ggml_matmul.qdot_matmul` and :func:`~refsim.kernels.ggml_matmul.qdot_pairs`): the
+activation row is quantized to the weight type's
 ``vec_dot_type`` (ggml/src/ggml-cpu/ggml-cpu.c ``type_traits_cpu``: Q8_1 for Q4_1/Q5_1, Q8_0 for
 IQ4_NL, Q8_K for the others), each block's integer sum is exact, and the block terms of
 ggml/src/ggml-cpu/quants.c ``ggml_vec_dot_*_generic`` are formed and summed in float64 in block order,
@@ -31,50 +33,26 @@ Q8_1 is Q8_0 (the same ``q`` and f16 ``d_x``; arch/x86/quants.c ``quantize_row_q
 (:attr:`refsim.kernels.qdot.QActs.s`). So Q4_1/Q5_1's ``m`` term uses llama.cpp's rounded block sum,
 not ``f16(d_x) * sum q``.
 
-Batch invariance: ``out[v, r]`` is computed by one thread from row ``r`` and vector ``v`` only, in
-a fixed order (rows split over threads in chunks of :data:`refsim.kernels.qdot.CHUNK`). Contiguous rows of
-Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, TQ1_0 and TQ2_0 go four at a time (:mod:`refsim.kernels.simd_ext`,
-equal to :func:`ext_row` bit for bit).
+Contiguous rows of Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, TQ1_0 and TQ2_0 (the registry's ``rows4``) go four
+at a time in :mod:`refsim.kernels.simd_ext`, equal to :func:`ext_row` bit for bit.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from refsim.kernels.iq4 import KVALUES_IQ4, iq4_xs_scale
 from refsim.kernels.iq_grid import GRID_IQ1_S, GRID_IQ2_S, GRID_IQ2_XS, GRID_IQ2_XXS, GRID_IQ3_S, GRID_IQ3_XXS, KSIGNS
 from refsim.kernels.k_quants import q3_k_quant, q3_k_scale, two_bit
-from refsim.kernels.simd_ext import ext_rows4
+from refsim.kernels.registry import (IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_1,
+                                     Q5_1, TQ1_0, TQ2_0, TYPE_SIZE)
 from refsim.kernels.ternary import tq1_0_code
-
-# ggml type ids (gguf.GGMLQuantizationType values)
-Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 = 3, 7, 10, 11, 20, 23, 34, 35
-IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S = 16, 17, 18, 19, 21, 22
-Q8_1_WEIGHTS = (Q4_1, Q5_1)
-"""Weight types whose ``vec_dot_type`` is Q8_1 (activation blocks of 32 with the block sum ``s``)."""
-Q8_0_WEIGHTS = (IQ4_NL,)
-"""Further weight types whose ``vec_dot_type`` is Q8_0."""
-Q8_K_WEIGHTS = (Q2_K, Q3_K, IQ4_XS, TQ1_0, TQ2_0, IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
-"""Further weight types whose ``vec_dot_type`` is Q8_K."""
-EXT_TYPES = Q8_1_WEIGHTS + Q8_0_WEIGHTS + Q8_K_WEIGHTS
-"""Every weight type this module multiplies."""
-
-BLOCK_BYTES = {Q4_1: (32, 20), Q5_1: (32, 24), IQ4_NL: (32, 18), Q2_K: (256, 84), Q3_K: (256, 110),
-               IQ4_XS: (256, 136), TQ1_0: (256, 54), TQ2_0: (256, 66), IQ2_XXS: (256, 66), IQ2_XS: (256, 74),
-               IQ2_S: (256, 82), IQ3_XXS: (256, 98), IQ3_S: (256, 110), IQ1_S: (256, 50)}
-"""ggml type id -> (elements, bytes) per block (``gguf.GGML_QUANT_SIZES``; tests/kernels check they agree)."""
-
-CHUNK = 16
-"""Rows per parallel work item (the value of :data:`refsim.kernels.qdot.CHUNK`; a test checks they agree)."""
 
 _KV = KVALUES_IQ4.astype(np.int64)
 _G2XXS, _G2XS, _G2S = (g.astype(np.int64) for g in (GRID_IQ2_XXS, GRID_IQ2_XS, GRID_IQ2_S))
 _G3XXS, _G3S, _G1S = (g.astype(np.int64) for g in (GRID_IQ3_XXS, GRID_IQ3_S, GRID_IQ1_S))
 _KS = KSIGNS.astype(np.int64)
-BLOCK_BYTES_IQ = np.array([66, 74, 98, 50, 0, 110, 82], dtype=np.int64)
-"""Bytes per super-block of IQ2_XXS (16), IQ2_XS (17), IQ3_XXS (18), IQ1_S (19), -, IQ3_S (21), IQ2_S (22),
-by ``id - 16``."""
 
 
 @njit(cache=True)
@@ -159,7 +137,7 @@ def ext_row(kind, row, n_cols, xq, xd, xs, table):
     Parameters
     ----------
     kind : int
-        ggml type id in :data:`EXT_TYPES`.
+        ggml type id in :data:`refsim.kernels.registry.EXT_TYPES`.
     row : (row_bytes,) uint8 ndarray
     n_cols : int
     xq : (n_cols,) int8 ndarray
@@ -254,7 +232,7 @@ def ext_row(kind, row, n_cols, xq, xd, xs, table):
                 isum += (tq1_0_code(row, o, e) - 1) * np.int64(xq[b * 256 + e])
             s += (_half(row, o + 52, table) * np.float64(xd[b])) * np.float64(isum)
     elif kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S or kind == IQ3_XXS or kind == IQ3_S or kind == IQ1_S:
-        size = BLOCK_BYTES_IQ[kind - IQ2_XXS]
+        size = TYPE_SIZE[kind]
         for b in range(n_cols // 256):
             acc = _iq_superblock(kind, row, b * size, xq, b * 256)
             s += (_half(row, b * size, table) * np.float64(xd[b])) * np.float64(acc)
@@ -265,59 +243,4 @@ def ext_row(kind, row, n_cols, xq, xd, xs, table):
     return s
 
 
-@njit(cache=True)
-def _rows(kind, raw, n_cols, xq, xd, xs, table, out, r0, r1):
-    """``out[v, r] = float32(ext_row(raw[r], x[v]))`` for rows ``r0..r1-1``: contiguous rows of the types of
-    :mod:`refsim.kernels.simd_ext` four at a time (the same float64 sums, bit for bit), the rest one by one."""
-    n_vec = xq.shape[0]
-    r = r0
-    if raw.strides[1] == 1 and (kind == Q4_1 or kind == Q5_1 or kind == IQ4_NL or kind == IQ4_XS or kind == Q2_K
-                                or kind == Q3_K or kind == TQ1_0 or kind == TQ2_0):
-        nb = n_cols // 32 if (kind == Q4_1 or kind == Q5_1 or kind == IQ4_NL) else n_cols // 256
-        while r + 4 <= r1:
-            for v in range(n_vec):
-                s4 = ext_rows4(kind, raw, r, nb, xq[v], xd[v], xs[v], table)
-                for i in range(4):
-                    out[v, r + i] = np.float32(s4[i])
-            r += 4
-    for rr in range(r, r1):
-        for v in range(n_vec):
-            out[v, rr] = np.float32(ext_row(kind, raw[rr], n_cols, xq[v], xd[v], xs[v], table))
-
-
-@njit(cache=True)
-def ext_kernel(kind, raw, n_cols, xq, xd, xs, table, out):
-    """``out[v, r] = float32(ext_row(raw[r], x[v]))`` on one thread; ``out`` (n_vec, n_rows) float32."""
-    _rows(kind, raw, n_cols, xq, xd, xs, table, out, 0, raw.shape[0])
-
-
-@njit(cache=True, parallel=True)
-def ext_kernel_parallel(kind, raw, n_cols, xq, xd, xs, table, out):
-    """:func:`ext_kernel` with rows split over threads in chunks of :data:`CHUNK` (same bits)."""
-    n_rows = raw.shape[0]
-    for ch in prange((n_rows + CHUNK - 1) // CHUNK):
-        _rows(kind, raw, n_cols, xq, xd, xs, table, out, ch * CHUNK, min(n_rows, (ch + 1) * CHUNK))
-
-
-@njit(cache=True)
-def ext_pairs_kernel(kind, raw3, n_cols, ids, xq, xd, xs, table, out):
-    """``out[i, r] = float32(ext_row(raw3[ids[i], r], x[i]))`` on one thread."""
-    for i in range(ids.shape[0]):
-        _rows(kind, raw3[ids[i]], n_cols, xq[i:i + 1], xd[i:i + 1], xs[i:i + 1], table, out[i:i + 1],
-              0, raw3.shape[1])
-
-
-@njit(cache=True, parallel=True)
-def ext_pairs_kernel_parallel(kind, raw3, n_cols, ids, xq, xd, xs, table, out):
-    """:func:`ext_pairs_kernel` with the rows of all pairs split over threads in chunks (same bits)."""
-    n_rows = raw3.shape[1]
-    per = (n_rows + CHUNK - 1) // CHUNK
-    for job in prange(ids.shape[0] * per):
-        i = job // per
-        ch = job - i * per
-        _rows(kind, raw3[ids[i]], n_cols, xq[i:i + 1], xd[i:i + 1], xs[i:i + 1], table, out[i:i + 1],
-              ch * CHUNK, min(n_rows, (ch + 1) * CHUNK))
-
-
-__all__ = ["BLOCK_BYTES", "CHUNK", "EXT_TYPES", "Q8_0_WEIGHTS", "Q8_1_WEIGHTS", "Q8_K_WEIGHTS", "ext_kernel",
-           "ext_kernel_parallel", "ext_pairs_kernel", "ext_pairs_kernel_parallel", "ext_row"]
+__all__ = ["ext_row"]

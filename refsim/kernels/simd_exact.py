@@ -10,7 +10,7 @@ four rows at once: the four rows' 8-lane accumulators are independent chains (4 
 lanes still take the same products in the same order, and the four rows share every load of ``x``. The block
 is decoded in registers with the decoder's float32 operations (no fused multiply-add: LLVM contracts only
 under fast-math flags, which these instructions do not carry), so every lane holds the bits the one-row loop
-holds. The next four rows are prefetched as in :mod:`refsim.kernels.simd`.
+holds. The next four rows are prefetched as in :mod:`refsim.kernels.rows4`.
 
 =======  =================================================================  =================================
 kind     float32 weight (the decoder's operations, each rounded to float32)  source
@@ -38,12 +38,21 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
-from refsim.kernels.simd import (_I8, _I32, _c, _mxfp4_u, _nibbles32, _prefetch_next4, _q5_high, _scales_mins8, _splat,
-                                 _switch_codegen, _vload)
+from refsim.kernels.loops import decode_row
+from refsim.kernels.mxfp4 import KVALUES
+from refsim.kernels.registry import EXACT4_BLOCK, EXACT4_TYPES, KERNELS
+from refsim.kernels.rows4 import (_c, _mxfp4_u, _nibbles32, _prefetch_next4, _q5_high, _scales_mins8, _switch_codegen,
+                                  _vload)
+from refsim.kernels.simd import _I8, _I32, _splat
 
-EXACT_ROWS4 = {"f32": (0, 32, 128), "q4_0": (2, 32, 18), "q5_0": (6, 32, 22), "q8_0": (8, 32, 34),
-               "mxfp4": (39, 32, 17), "q4_k": (12, 256, 144), "q5_k": (13, 256, 176), "q6_k": (14, 256, 210)}
-"""Kind -> (ggml type id, elements, bytes) per block (F32: blocks of 32 floats)."""
+EXACT_ROWS4 = {KERNELS[t].qtype.name.lower(): (t, int(EXACT4_BLOCK[t]), KERNELS[t].row_bytes(int(EXACT4_BLOCK[t])))
+               for t in EXACT4_TYPES}
+"""Kind -> (ggml type id, elements, bytes) per block step, for the types the registry marks ``exact4``
+(:data:`refsim.kernels.registry.EXACT4_TYPES`; the elements are
+:data:`~refsim.kernels.registry.EXACT4_BLOCK`'s, F32 steps of 32 floats); :func:`_decode` decodes a block of each."""
+DECODED = ("f32", "q4_0", "q5_0", "q8_0", "mxfp4", "q4_k", "q5_k", "q6_k")
+"""The kinds :func:`_decode` decodes in registers: the types this module can walk (the registry's ``exact4`` marks
+which it does; tests/kernels/test_registry_paths.py checks they are the same)."""
 EXACT_QTYPES = tuple(v[0] for v in EXACT_ROWS4.values())
 """The ggml type ids :func:`exact_rows4` handles."""
 
@@ -118,7 +127,8 @@ def _decode(builder, kind, pa, pt, off):
             w = builder.fmul(builder.shuffle_vector(dj, dj, pick), builder.uitofp(q, _F32))
             out.append(builder.fsub(w, builder.shuffle_vector(mj, mj, pick)))
         return out
-    # q6_k
+    if kind != "q6_k":
+        raise NotImplementedError(f"simd_exact: no block decode for {kind} (decoded: {DECODED})")
     d = _half_f32(builder, pa, pt, builder.add(off, _c(off, 208)))
     scb = _vload(builder, pa, builder.add(off, _c(off, 192)), 16)                   # 16 int8 scales
     ds = builder.fmul(_splat(builder, d, _F, 16), builder.sitofp(scb, ir.VectorType(_F, 16)))   # float32 d * sc_g
@@ -195,8 +205,6 @@ def exact_rows4_python(qtype, a, r, nb, x, table):
 
 
 def _rows_python(qtype, a, r, n_cols, x, table, w, out):
-    from refsim.kernels.loops import decode_row
-    from refsim.kernels.mxfp4 import KVALUES
     for i in range(4):
         decode_row(qtype, a[r + i], n_cols, table, KVALUES, w)
         lanes = [0.0] * 8
@@ -232,4 +240,4 @@ def _ov_exact_rows4(qtype, a, r, nb, x, table):
     return lambda qtype, a, r, nb, x, table: _exact_rows4(qtype, a, r, nb, x, table)
 
 
-__all__ = ["EXACT_QTYPES", "EXACT_ROWS4", "exact_rows4", "exact_rows4_python"]
+__all__ = ["DECODED", "EXACT_QTYPES", "EXACT_ROWS4", "exact_rows4", "exact_rows4_python"]

@@ -4,7 +4,7 @@ Q3_K, TQ1_0 and TQ2_0 as LLVM vector code (issue 18).
 Each ``<type>_rows4(a, r, nb, xq, xd, xs, table)`` returns the float64 dots of the rows ``a[r:r+4]`` (``nb``
 blocks each) with one quantized activation, element ``i`` equal bit for bit to
 :func:`refsim.kernels.qdot_ext.ext_row` of row ``r + i`` (the one-row reference; tests/kernels/test_rows4_ext.py
-checks every path). The walk is :mod:`refsim.kernels.simd`'s (:func:`~refsim.kernels.simd._rows4_codegen`:
+checks every path). The walk is :mod:`refsim.kernels.rows4`'s (:func:`~refsim.kernels.rows4._rows4_codegen`:
 lane ``i`` of a ``<4 x double>`` accumulator is row ``i``'s sum with ``ext_row``'s float64 operations in its
 block order, the next four rows prefetched); per block the integer sums are exact int32 (bounds in the
 comments), so the order in which lanes are added cannot change them:
@@ -26,7 +26,7 @@ TQ1_0       the same with the base-3 digits ``((c 3^p mod 256) 3) >> 8`` compute
 
 ``xs`` is read only by Q4_1 / Q5_1 (a float32 array of the activation's Q8_1 block sums); the other types take
 any float32 array there. ``table`` is the half -> float32 table (the scales are halves, converted as
-:func:`refsim.kernels.simd._halves4` does).
+:func:`refsim.kernels.rows4._halves4` does).
 """
 
 from __future__ import annotations
@@ -39,14 +39,17 @@ from numba.extending import intrinsic, overload
 
 from refsim.kernels import simd
 from refsim.kernels.iq4 import KVALUES_IQ4
-from refsim.kernels.simd import (_I8, _I32, _c, _halves4, _lanes4, _maddubs, _maddwd, _nibbles32, _q5_high, _reduce,
-                                 _rows4_codegen, _splat, _u_dot32, _vload)
+from refsim.kernels.qdot_ext import ext_row
+from refsim.kernels.registry import KERNELS, ROWS4_EXT_TYPES
+from refsim.kernels.rows4 import (_c, _halves4, _lanes4, _maddubs, _maddwd, _nibbles32, _q5_high, _reduce,
+                                  _rows4_codegen, _switch_codegen, _u_dot32, _vload)
+from refsim.kernels.simd import _I8, _I32, _splat
 
-ROWS4_EXT = {"q4_1": (32, 20), "q5_1": (32, 24), "iq4_nl": (32, 18), "iq4_xs": (256, 136), "q2_k": (256, 84),
-             "q3_k": (256, 110), "tq1_0": (256, 54), "tq2_0": (256, 66)}
-"""Kind -> (elements, bytes) per block."""
-ROWS4_EXT_QTYPE = {"q4_1": 3, "q5_1": 7, "iq4_nl": 20, "iq4_xs": 23, "q2_k": 10, "q3_k": 11, "tq1_0": 34, "tq2_0": 35}
-"""Kind -> ggml type id."""
+ROWS4_EXT_QTYPE = {KERNELS[t].qtype.name.lower(): t for t in ROWS4_EXT_TYPES}
+"""Kind (``"q4_1"`` ...) -> ggml type id: the further types the registry marks ``rows4``
+(:data:`refsim.kernels.registry.ROWS4_EXT_TYPES`); :data:`BLOCK_TERMS` has a block term for each."""
+ROWS4_EXT = {kind: (KERNELS[t].block_size, KERNELS[t].type_size) for kind, t in ROWS4_EXT_QTYPE.items()}
+"""Kind -> (elements, bytes) per block (the registry's)."""
 
 _V16 = ir.VectorType(ir.IntType(16), 16)
 _D4 = ir.VectorType(ir.DoubleType(), 4)
@@ -331,20 +334,19 @@ def _term_tq(builder, blk, kind):
     return _scaled(builder, blk, 64 if kind == "tq2_0" else 52, isum)
 
 
-def _block_term(kind):
-    def term(builder, blk):
-        if kind in ("q4_1", "q5_1"):
-            return _term_q45_1(builder, blk, kind)
-        if kind == "iq4_nl":
-            return _term_iq4_nl(builder, blk)
-        if kind == "iq4_xs":
-            return _term_iq4_xs(builder, blk)
-        if kind == "q2_k":
-            return _term_q2_k(builder, blk)
-        if kind == "q3_k":
-            return _term_q3_k(builder, blk)
-        return _term_tq(builder, blk, kind)
-    return term
+BLOCK_TERMS = {
+    "q4_1": lambda builder, blk: _term_q45_1(builder, blk, "q4_1"),
+    "q5_1": lambda builder, blk: _term_q45_1(builder, blk, "q5_1"),
+    "iq4_nl": _term_iq4_nl,
+    "iq4_xs": _term_iq4_xs,
+    "q2_k": _term_q2_k,
+    "q3_k": _term_q3_k,
+    "tq1_0": lambda builder, blk: _term_tq(builder, blk, "tq1_0"),
+    "tq2_0": lambda builder, blk: _term_tq(builder, blk, "tq2_0"),
+}
+"""Kind -> the block term this module writes for it (``term(builder, Block) -> <4 x double>``): the types it can
+walk. The registry's ``rows4`` marks which it does walk (tests/kernels/test_registry_paths.py checks they are
+the same)."""
 
 
 def _check_args(kind, a, xq, xd, xs, table):
@@ -358,7 +360,6 @@ def _check_args(kind, a, xq, xd, xs, table):
 
 def ext_rows4_python(qtype, a, r, nb, xq, xd, xs, table):
     """The reference: :func:`refsim.kernels.qdot_ext.ext_row` of rows ``r..r+3`` (a 4-tuple of floats)."""
-    from refsim.kernels.qdot_ext import ext_row   # qdot_ext imports this module
     n_cols = nb * ROWS4_EXT[_KIND[qtype]][0]
     return tuple(float(ext_row(qtype, a[r + i], n_cols, xq, xd, xs, table)) for i in range(4))
 
@@ -379,8 +380,8 @@ _KIND = {v: k for k, v in ROWS4_EXT_QTYPE.items()}
 def _ext_rows4(typingctx, qtype, a, r, nb, xq, xd, xs, table):
     _check_args("ext", a, xq, xd, xs, table)
     ret = types.UniTuple(types.float64, 4)
-    cases = {q: _rows4_codegen(*ROWS4_EXT[k], _block_term(k)) for q, k in _KIND.items()}
-    return ret(types.intp, a, types.intp, types.intp, xq, xd, xs, table), simd._switch_codegen(cases, ret)
+    cases = {q: _rows4_codegen(*ROWS4_EXT[k], BLOCK_TERMS[k]) for q, k in _KIND.items()}
+    return ret(types.intp, a, types.intp, types.intp, xq, xd, xs, table), _switch_codegen(cases, ret)
 
 
 @overload(ext_rows4, inline="always")
@@ -388,4 +389,4 @@ def _ov_ext_rows4(qtype, a, r, nb, xq, xd, xs, table):
     return lambda qtype, a, r, nb, xq, xd, xs, table: _ext_rows4(qtype, a, r, nb, xq, xd, xs, table)
 
 
-__all__ = ["ROWS4_EXT", "ROWS4_EXT_QTYPE", "ext_rows4", "ext_rows4_python"]
+__all__ = ["BLOCK_TERMS", "ROWS4_EXT", "ROWS4_EXT_QTYPE", "ext_rows4", "ext_rows4_python"]

@@ -15,15 +15,10 @@ Layouts (gguf-py ``quants.py`` ``TQ1_0`` / ``TQ2_0``; ggml ``block_tq1_0`` / ``b
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 from numba import njit
 
 from refsim.kernels.k_quants import two_bit
 from refsim.kernels.legacy import _half
-from refsim.kernels.registry import register
-
-for _t in (Q.TQ1_0, Q.TQ2_0):
-    register(_t, __name__)
 
 
 @njit(cache=True)

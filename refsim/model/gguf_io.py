@@ -29,7 +29,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -257,6 +256,20 @@ class _Cursor:
         return [self.string(f"{what}[{i}]") for i in range(count)], etype
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    """A warning about a file, once per process, through the ``refsim.model`` logger (library
+    code never prints): every command that reads the file -- ``inspect``, ``memory``, ``run`` --
+    shows it on stderr as ``refsim CMD: warning: ...`` (the CLI's handler); a library caller sees
+    it through ``logging`` (issue 26 C13: ``inspect`` printed it itself, as ``refsim: warning``)."""
+    import logging
+    if text not in _WARNED:
+        _WARNED.add(text)
+        logging.getLogger("refsim.model").warning(text)
+
+
 def read_header(path: str | os.PathLike) -> GGUFHeader:
     """Parse and validate a GGUF header (metadata and tensor infos); never reads weights.
 
@@ -396,10 +409,10 @@ def _parse(mm, size: int, path: str) -> GGUFHeader:
     described = data_start + expected          # the padded data section the tensor table describes
     if tensors and not header_only and size > described:
         # llama.cpp ignores bytes past the last tensor; but a tensor whose type or shape was changed
-        # to a smaller one leaves exactly such bytes, so they are named (once, on stderr)
-        print(f"refsim: warning: {path}: {size - described} bytes after byte {described} (the end "
-              f"of the last tensor's padded data) are not described by the tensor table; a "
-              f"tensor's type or shape may have been changed", file=sys.stderr)
+        # to a smaller one leaves exactly such bytes, so they are named (once per process)
+        _warn_once(f"{path}: {size - described} bytes after byte {described} (the end of the last "
+                   f"tensor's padded data) are not described by the tensor table; a tensor's type "
+                   f"or shape may have been changed")
     return GGUFHeader(path, version, metadata, vtypes, tensors, alignment, data_start, size, not header_only, atypes)
 
 

@@ -420,6 +420,22 @@ def write_header_only(path: str | os.PathLike, arch: str, metadata: Callable[[gg
     return _atomic_write(path, arch, fill, data=False)
 
 
+def qwen36_35b_a3b_twin(path: str | os.PathLike) -> str:
+    """Header-only Qwen3.6-35B-A3B-like file at ``path``: real widths (llama-cpp-notes.md §3, slime
+    numbers), 40 trunk layers + the nextn block, Q4_K_M-like types (``mixed_type``). Its
+    trunk token cycle is T = 581.25 MiB, the real Q4_K_M file's ``token_demand_MiB`` 581.2
+    (shared/real-runs desktop summaries). Returns the path."""
+    from gguf import GGMLQuantizationType as Q
+    dims = dict(DEFAULT_DIMS, n_layer_35=40, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256,
+                n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, n_vocab=248320, n_ctx=262144,
+                ssm_conv=4, ssm_state=128, ssm_group=16, ssm_dt_rank=32, rope_dim=64,
+                rope_sections=(11, 11, 10, 0), rope_base=1e7)
+    tensors = [(n, s, Q.F32 if k != "w" else mixed_type(n, 41))
+               for n, s, k in tensor_plan("qwen35moe", dims, True)]
+    return write_header_only(path, "qwen35moe",
+                             lambda w: _add_metadata(w, "qwen35moe", dims, True, vocab=False), tensors)
+
+
 def qwen3_30b_a3b_q4_k_m_twin(path: str | os.PathLike) -> str:
     """Header-only twin of Qwen3-30B-A3B-Q4_K_M: its metadata, tensor names, shapes and types.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from refsim.errors import ConfigError
@@ -53,7 +54,7 @@ class ExecutorSpec:
 
 def add_executor_args(parser) -> None:
     """``--workers N`` and ``--dask-scheduler ADDRESS`` (docs/scale.md)."""
-    from refsim.cli.common import positive_int
+    from refsim.validators import positive_int
     g = parser.add_argument_group("executor (docs/scale.md; the output is the same for every one)")
     g.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="run the grid's cells on N local processes (default 1: in this process); "
@@ -73,7 +74,8 @@ def require_dask():
         :data:`DASK_INSTALL_HINT`.
     """
     try:
-        import distributed
+        with _sigint_blocked():         # distributed starts a thread at import: see there
+            import distributed
     except ImportError:
         raise ConfigError(DASK_INSTALL_HINT) from None
     return distributed
@@ -141,6 +143,52 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@contextmanager
+def _sigint_blocked():
+    """SIGINT blocked in this thread while ``distributed`` is imported (it starts a thread then)
+    and while a LocalCluster starts: the threads started meanwhile, the threads they start and
+    the worker processes those spawn inherit the mask (kept across ``exec``), so a terminal's
+    Ctrl-C, which goes to the whole process group, reaches refsim's main thread alone -- workers
+    that saw it printed KeyboardInterrupt tracebacks and died under a client waiting on them. A
+    Ctrl-C meanwhile is delivered when the mask is restored (after the cluster is bound to its
+    name, so the caller closes it).
+
+    multiprocessing's resource tracker is started first, outside the mask: the first process a
+    thread starts launches it, and its launch *unblocks* SIGINT in that thread after (CPython's
+    ``multiprocessing/resource_tracker.py``, bpo-33613) -- started by the cluster's loop thread,
+    it left that thread, and every worker it spawned, open to the terminal's Ctrl-C."""
+    import signal
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+WORKER_LOG_ENV = {"DASK_LOGGING__DISTRIBUTED": "critical", "DASK_LOGGING__TORNADO": "critical"}
+"""Set while a LocalCluster spawns its workers (dask reads it at import in each worker): a worker
+logs on the terminal's stderr, e.g. "Scheduler was unaware of this worker" or a connection reset
+when the command ends it at Ctrl-C; a cell's error reaches the command through its future."""
+
+
+@contextmanager
+def _quiet_worker_logs():
+    """:data:`WORKER_LOG_ENV` in ``os.environ`` while the block runs (the workers spawned then
+    inherit it); the previous values restored after."""
+    previous = {k: os.environ.get(k) for k in WORKER_LOG_ENV}
+    os.environ.update(WORKER_LOG_ENV)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 CONNECT_TIMEOUT_S = 30.0
 """Seconds ``--dask-scheduler ADDRESS`` waits for a scheduler's handshake before giving up."""
 
@@ -196,8 +244,12 @@ def _run_dask(fn: Callable, cells: list, spec: ExecutorSpec) -> list:
     try:
         if spec.dask == LOCAL:
             n = spec.workers if spec.workers > 1 else (os.cpu_count() or 1)
-            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                               dashboard_address=None)
+            with _sigint_blocked(), _quiet_worker_logs():
+                cluster = distributed.LocalCluster(
+                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                    # the scheduler's HTTP server (which it starts even without a dashboard) on a
+                    # free local port: on 8787 taken it warned "Port 8787 is already in use"
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
             client = distributed.Client(cluster)
         else:
             client = _connect(distributed, spec.dask)

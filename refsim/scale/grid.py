@@ -150,7 +150,7 @@ def sweep_grid(refs: list[TraceRef], budgets_mib, policies, knobs, spec,
     list of SweepResult
         One per trace, in ``refs`` order; rows budget-major then policy, as for one trace.
     """
-    from refsim.cache.policy import get_policy
+    from refsim.cache.policies import get_policy
     from refsim.scale.executor import run_cells
     from refsim.studies.sweep import SweepResult, check_knob_policies
     budgets = tuple(dict.fromkeys(float(b) for b in budgets_mib))

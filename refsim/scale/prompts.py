@@ -13,9 +13,9 @@ sums.
 
 from __future__ import annotations
 
-import argparse
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 
 from refsim import MIB
 from refsim.errors import ConfigError, UsageError
@@ -77,12 +77,14 @@ def read_prompts(path: str) -> list[str]:
 
 @dataclass(frozen=True)
 class PromptCell:
-    """One task: prompt ``index`` (its ``text``) with the command's other flags (``flags``: the
-    parsed namespace's picklable values); ``route_trace`` False for a dense model (no routes)."""
+    """One task: prompt ``index`` (its ``text``) run with ``config`` (the command's
+    :class:`~refsim.session.RunConfig`; its prompt and outputs are set per prompt), writing into
+    ``out_dir``; ``route_trace`` False for a dense model (no routes)."""
 
     index: int
     text: str
-    flags: tuple
+    config: object
+    out_dir: str
     route_trace: bool = True
 
 
@@ -93,17 +95,15 @@ def output_paths(out_dir: str, index: int) -> tuple[str, str]:
 
 
 def prompt_cell(cell: PromptCell) -> dict:
-    """Run one prompt (``refsim run`` with ``--prompt TEXT``, its two outputs in ``--out-dir``)
-    and return its summary: counts and cache figures (:func:`_summary`)."""
-    import contextlib
-    from refsim.cli.run import _run
-    args = argparse.Namespace(**dict(cell.flags))
-    trace, metrics = output_paths(args.out_dir, cell.index)
-    args.prompt, args.prompt_tokens, args.json = cell.text, None, False
-    args.csv, args.route_trace = metrics, trace if cell.route_trace else None
-    with contextlib.ExitStack() as report:
-        out = _run(args, report, quiet=True)
-    return _summary(cell.index, out)
+    """Run one prompt (:func:`refsim.session.simulate` of the command's config with ``prompt`` =
+    its text and its two outputs in ``out_dir``) and return its summary: counts and cache figures
+    (:func:`_summary`). A warning the run gives is printed on this worker's stderr."""
+    from refsim.session import simulate
+    trace, metrics = output_paths(cell.out_dir, cell.index)
+    config = replace(cell.config, prompt=cell.text, prompt_tokens=None, csv=metrics,
+                     route_trace=trace if cell.route_trace else None)
+    report = simulate(config, warn=lambda line: print(line, file=sys.stderr))
+    return _summary(cell.index, report.as_dict())
 
 
 def _summary(index: int, out: dict) -> dict:
@@ -160,9 +160,13 @@ def prepare_out_dir(path: str) -> None:
     check_writable(os.path.join(path, PROMPT_STEM.format(0) + ".csv"), "--out-dir")
 
 
-def run_prompts(args) -> int:
+def run_prompts(args, build_config) -> int:
     """``refsim run --prompts FILE --out-dir DIR``: every prompt on the executor, then the
-    summary table on standard output."""
+    summary table on standard output.
+
+    ``build_config()`` returns the run's :class:`~refsim.session.RunConfig` (the command's flags;
+    ``refsim.cli.run.config_from_args``); it is called once the prompts file, ``--out-dir`` and
+    the model are checked, so their refusals come first."""
     from refsim.scale.executor import ExecutorSpec, require_dask, run_cells
     check_prompt_flags(args)
     spec = ExecutorSpec.from_args(args)
@@ -179,9 +183,9 @@ def run_prompts(args) -> int:
         path = args.model
     from refsim.model import open_model
     dense = not open_model(path).spec.n_expert     # a dense model writes no route trace
-    flags = tuple((k, v) for k, v in sorted(vars(args).items()) if k not in ("func", "_parser"))
-    rows = run_cells(prompt_cell, [PromptCell(i, t, flags, not dense) for i, t in enumerate(prompts)],
-                     spec, desc="prompts")
+    config = build_config()
+    rows = run_cells(prompt_cell, [PromptCell(i, t, config, args.out_dir, not dense)
+                                   for i, t in enumerate(prompts)], spec, desc="prompts")
     print(f"prompts: {args.prompts}, {len(rows)} prompts; outputs in {args.out_dir}: "
           f"{PROMPT_STEM.format(0)}.csv (metrics)"
           + ("" if dense else f" and {PROMPT_STEM.format(0)}.route.csv (route trace)")

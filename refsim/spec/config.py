@@ -36,6 +36,9 @@ class SpecConfig:
         ``--mtp-p-min F``: in [0, 1] with mtp; must be 0 with ngram.
     temp : float, default 0.0
         Sampling temperature; speculation requires greedy (0).
+    policy : str, default 'fixed'
+        ``--spec-policy NAME[:key=value,...]``: the draft policy
+        (:mod:`refsim.spec.policies`); checked by :func:`refsim.spec.policies.parse_spec_policy`.
 
     Raises
     ------
@@ -49,6 +52,7 @@ class SpecConfig:
     ngram_max_match: int = NGRAM_MAX_MATCH
     mtp_p_min: float = 0.0
     temp: float = 0.0
+    policy: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.spec not in (SPEC_OFF, SPEC_NGRAM, SPEC_MTP):
@@ -69,6 +73,7 @@ class SpecConfig:
         if self.spec == SPEC_NGRAM and self.mtp_p_min != 0.0:
             raise UsageError(f"--mtp-p-min {self.mtp_p_min}: an MTP-only knob; with --ngram "
                               f"it must be 0")
+        self.make_policy()                     # refuses an unknown name, key or value
         if self.spec != SPEC_OFF and self.temp > 0.0:
             raise UsageError(f"--temp {self.temp}: speculation requires greedy sampling "
                               f"(temp 0)")
@@ -78,6 +83,19 @@ class SpecConfig:
         """True when a draft source is configured (the engine's ``spec_on``)."""
         return self.spec != SPEC_OFF
 
+    def make_policy(self):
+        """A fresh :class:`refsim.spec.policies.DraftPolicy` for one generation, or None for the
+        default ``fixed`` (the loop then runs today's path unchanged, which ``fixed`` equals).
+
+        Raises
+        ------
+        UsageError
+            The messages of :func:`refsim.spec.policies.parse_spec_policy`.
+        """
+        from refsim.spec.policies import parse_spec_policy
+        pol = parse_spec_policy(self.policy)
+        return None if pol.name == "fixed" else pol
+
     @property
     def preamble_draft_max(self) -> int:
         """``spec_draft_max=`` of the metrics preamble: 0 when speculation is off."""
@@ -86,7 +104,8 @@ class SpecConfig:
     @classmethod
     def from_flags(cls, *, ngram: bool = False, mtp: bool = False,
                    draft: int | None = None, ngram_min_match: int | None = None,
-                   mtp_p_min: float | None = None, temp: float = 0.0) -> "SpecConfig":
+                   mtp_p_min: float | None = None, temp: float = 0.0,
+                   spec_policy: str | None = None) -> "SpecConfig":
         """Build from the engine's flags (``--ngram``, ``--mtp``, ``--draft``, ...).
 
         ``None`` means the flag was not given (its default applies: ``--draft 3``,
@@ -97,7 +116,7 @@ class SpecConfig:
         UsageError
             ``--ngram`` with ``--mtp`` ("two draft sources for the same verify loop"); a
             speculation knob given without a draft source (``--draft`` or
-            ``--ngram-min-match`` without ``--ngram``/``--mtp``, ``--mtp-p-min`` without
+            ``--ngram-min-match`` or ``--spec-policy`` without ``--ngram``/``--mtp``, ``--mtp-p-min`` without
             ``--mtp``: the run would silently decode without speculating, a number the user
             did not ask for); and every rejection of the constructor.
         """
@@ -106,7 +125,8 @@ class SpecConfig:
                               "loop; choose one")
         if not (ngram or mtp):
             given = [f for f, v in (("--draft", draft), ("--ngram-min-match", ngram_min_match),
-                                    ("--mtp-p-min", mtp_p_min)) if v is not None]
+                                    ("--mtp-p-min", mtp_p_min), ("--spec-policy", spec_policy))
+                     if v is not None]
             if given:
                 raise UsageError(f"{', '.join(given)} without a draft source: add --ngram or "
                                   f"--mtp (without one the run does not speculate)")
@@ -115,11 +135,13 @@ class SpecConfig:
                    draft_max=DRAFT_MAX_DEFAULT if draft is None else draft,
                    ngram_min_match=(NGRAM_MIN_MATCH_DEFAULT if ngram_min_match is None
                                     else ngram_min_match),
-                   mtp_p_min=0.0 if mtp_p_min is None else mtp_p_min, temp=temp)
+                   mtp_p_min=0.0 if mtp_p_min is None else mtp_p_min, temp=temp,
+                   policy="fixed" if spec_policy is None else spec_policy)
 
     @classmethod
     def from_args(cls, args) -> "SpecConfig":
         """Build from an ``argparse.Namespace`` filled by ``refsim.cli.common.add_spec_args``."""
         return cls.from_flags(ngram=args.ngram, mtp=args.mtp, draft=args.draft,
                               ngram_min_match=args.ngram_min_match, mtp_p_min=args.mtp_p_min,
-                              temp=getattr(args, "temp", 0.0) or 0.0)
+                              temp=getattr(args, "temp", 0.0) or 0.0,
+                              spec_policy=getattr(args, "spec_policy", None))

@@ -245,6 +245,9 @@ class SpeculativeLoop:
     keep_events : bool, default True
         Keep every event and record in the result; False keeps only the first and last event
         and a count (what the telemetry needs), so memory does not grow with the events.
+    policy : refsim.spec.policies.DraftPolicy, optional
+        ``--spec-policy``: how many of each candidate's tokens to verify; None verifies them all
+        (today's engine, what ``fixed`` also does).
 
     Raises
     ------
@@ -257,7 +260,7 @@ class SpeculativeLoop:
                  draft_max: int = DRAFT_MAX_DEFAULT, n_predict: int = 128,
                  cache: ExpertCache | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 on_event: Callable | None = None, keep_events: bool = True):
+                 on_event: Callable | None = None, keep_events: bool = True, policy=None):
         if not 1 <= int(draft_max) <= DRAFT_MAX_LIMIT:
             raise ConfigError(f"--draft: expected 1..{DRAFT_MAX_LIMIT}, got {draft_max}")
         if int(n_predict) < 1:
@@ -275,6 +278,8 @@ class SpeculativeLoop:
         self.keep_events = bool(keep_events)
         self._first = self._last = None
         self._n_events = 0
+        self.policy = policy
+        self.driver = None
 
     @property
     def spec_on(self) -> bool:
@@ -298,6 +303,8 @@ class SpeculativeLoop:
             self._first = event
         self._last = event
         self._n_events += 1
+        if self.driver is not None:
+            self.driver.seen(event)
         if self.on_event is not None:
             self.on_event(event, rec)
         return rec
@@ -359,6 +366,9 @@ class SpeculativeLoop:
         steps: list[StepRecord] = []
         self._first = self._last = None
         self._n_events = 0
+        if self.policy is not None:
+            from refsim.spec.policies.driver import PolicyDriver
+            self.driver = PolicyDriver(self.policy, n_layer, k, self.cache)
         n_prompt = prompt.size
         corpus = np.empty(n_prompt + self.n_predict, dtype=np.int64)
         corpus[:n_prompt] = prompt
@@ -403,6 +413,8 @@ class SpeculativeLoop:
                 drafts = np.asarray(proposal.tokens, dtype=np.int64)[:room]
                 draft_events = tuple(proposal.events)
                 draft_s = clock() - d0
+                if self.driver is not None and drafts.size:     # the policy picks the width
+                    drafts = drafts[:self.driver.choose(drafts, tok, self.draft_max)]
             n = int(drafts.size)
             fed = np.concatenate(([tok], drafts)).astype(np.int32)
             positions = n_past + np.arange(n + 1, dtype=np.int64)
@@ -414,6 +426,8 @@ class SpeculativeLoop:
                 raise ConfigError(f"target.decode returned {out.n_rows} rows for {n + 1} "
                                   f"positions")
             res = greedy_accept(drafts, out.argmax(), eos)
+            if self.driver is not None:
+                self.driver.observe(n, res.n_acc)
             if res.n_acc < n:
                 tgt.trim(n_past + 1 + res.n_acc)
             kind = DecodeKind.VERIFY if n else DecodeKind.PLAIN
@@ -465,7 +479,8 @@ class SpeculativeLoop:
 def run_generation(target: Target, draft_source: DraftSource | None, prompt, n_predict: int,
                    cache: ExpertCache | None = None, draft_max: int = DRAFT_MAX_DEFAULT,
                    clock: Callable[[], float] = time.perf_counter,
-                   on_event: Callable | None = None, keep_events: bool = True) -> RunResult:
+                   on_event: Callable | None = None, keep_events: bool = True,
+                   policy=None) -> RunResult:
     """One-call form of :class:`SpeculativeLoop` (what ``refsim run`` calls).
 
     Parameters
@@ -480,6 +495,7 @@ def run_generation(target: Target, draft_source: DraftSource | None, prompt, n_p
     clock : callable, default time.perf_counter
     on_event : callable, optional
     keep_events : bool, default True
+    policy : refsim.spec.policies.DraftPolicy, optional
         As :class:`SpeculativeLoop`'s.
 
     Returns
@@ -492,7 +508,8 @@ def run_generation(target: Target, draft_source: DraftSource | None, prompt, n_p
     refsim.spec.config.SpecConfig : flag validation and :func:`draft_source_for`.
     """
     loop = SpeculativeLoop(target, draft_source, draft_max=draft_max, n_predict=n_predict,
-                           cache=cache, clock=clock, on_event=on_event, keep_events=keep_events)
+                           cache=cache, clock=clock, on_event=on_event, keep_events=keep_events,
+                           policy=policy)
     return loop.run(prompt)
 
 

@@ -124,10 +124,11 @@ class StreamKnobs:
 
 def low_topk_warning(knobs: StreamKnobs, k: int) -> str | None:
     """The engine's load-time warning when dropping is armed on a routing of k <= 4 experts
-    (expert-dropping.md, "Narrow routings"), or None."""
+    (expert-dropping.md, "Narrow routings"), or None; the text alone (the caller adds ``refsim
+    CMD: warning:``, :func:`refsim.errors.warning_line`)."""
     if not knobs.drop_on or k > DROP_LOW_TOPK_WARN:
         return None
-    return (f"refsim: WARNING drop-cold-experts={knobs.drop_frac:g} with top-k {k} — the threshold "
+    return (f"drop-cold-experts={knobs.drop_frac:g} with top-k {k} — the threshold "
             f"is {100 * knobs.drop_frac / k:.1f}% of the routing here, against "
             f"{100 * knobs.drop_frac / 8:.1f}% at the top-k 8 this was measured on. Expect it to "
             f"discard much more, and check output quality on your own task.")

@@ -32,7 +32,7 @@ import numpy as np
 
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fmt import NA
+from refsim.fmt import NA, num
 
 DEFAULT_TRIM = 50
 """Warm-up tokens dropped before the per-token mean (phone-2026-07-22-drop-cold/findings.md:
@@ -121,7 +121,12 @@ def trimmed_mean(token_ms: np.ndarray, trim: int = DEFAULT_TRIM,
 
 @dataclass(frozen=True)
 class BenchRow:
-    """One run's figures (units in the names; None = not in the file / unmeasured)."""
+    """One run's figures (units in the names; None = not in the file / unmeasured).
+
+    ``untimed`` is the reason the decode times are n/a (every row's ``wall_ms`` is 0: nothing was
+    timed), else None; then every tok/s, the wall per token and the trimmed mean are None, not
+    0.00 tok/s and a CI of [0.0, 0.0] (issue 26 C6).
+    """
 
     label: str
     path: str
@@ -131,19 +136,19 @@ class BenchRow:
     complete: bool
     overlap: bool | None
     decode_s: float
-    tok_s_mean: float
-    tok_s_min: float
-    tok_s_max: float
-    tok_s_median: float
-    tok_s_p5: float
-    tok_s_p95: float
+    tok_s_mean: float | None
+    tok_s_min: float | None
+    tok_s_max: float | None
+    tok_s_median: float | None
+    tok_s_p5: float | None
+    tok_s_p95: float | None
     prefill_tps: float | None
     load_s: float | None
     prefill_s: float | None
     ttft_s: float | None
     cache_hit_pct: float | None
     read_mib_per_token: float
-    wall_ms_per_token: float
+    wall_ms_per_token: float | None
     compute_ms_per_token: float | None
     io_ms_per_token: float | None
     stall_ms_per_token: float | None
@@ -162,6 +167,7 @@ class BenchRow:
     spec_read_mib_per_token: float | None
     spec_useful_pct: float | None
     trimmed: TrimmedMean | None
+    untimed: str | None = None
 
     @property
     def flash_wait_ms_per_token(self) -> float | None:
@@ -186,6 +192,10 @@ def _side(run, key: str, scale: float) -> float | None:
     return run.sidecar[key] / scale
 
 
+UNTIMED = "wall_ms is 0 in every row (no decode time was measured)"
+"""Why a run's decode tok/s and per-token mean are n/a (:attr:`BenchRow.untimed`)."""
+
+
 def bench_run(run, label: str | None = None, trim: int = DEFAULT_TRIM,
               resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> BenchRow:
     """The figures of one :class:`~refsim.telemetry.metrics_reader.MetricsRun` (definitions in the
@@ -202,6 +212,10 @@ def bench_run(run, label: str | None = None, trim: int = DEFAULT_TRIM,
     token_ms = run.token_wall_ms()
     decode_s = float(run.data["wall_ms"].sum()) / 1000.0
     rates = np.sort(1000.0 / token_ms[token_ms > 0])
+    untimed = None if decode_s > 0 else UNTIMED
+
+    def timed(value):
+        return None if untimed else value
     summ = run.summaries
     first = summ[0] if summ else {}
     last = summ[-1] if summ else {}
@@ -229,14 +243,15 @@ def bench_run(run, label: str | None = None, trim: int = DEFAULT_TRIM,
     return BenchRow(
         label=label if label is not None else run.path, path=run.path, layout=run.layout,
         tokens=n, turns=run.n_turns, complete=run.complete, overlap=run.overlap,
-        decode_s=decode_s, tok_s_mean=n / decode_s if decode_s > 0 else 0.0,
-        tok_s_min=float(rates[0]) if rates.size else 0.0,
-        tok_s_max=float(rates[-1]) if rates.size else 0.0,
-        tok_s_median=float(np.median(rates)) if rates.size else 0.0,
-        tok_s_p5=percentile_linear(rates, 0.05), tok_s_p95=percentile_linear(rates, 0.95),
+        decode_s=decode_s, tok_s_mean=timed(n / decode_s if decode_s > 0 else 0.0),
+        tok_s_min=timed(float(rates[0]) if rates.size else 0.0),
+        tok_s_max=timed(float(rates[-1]) if rates.size else 0.0),
+        tok_s_median=timed(float(np.median(rates)) if rates.size else 0.0),
+        tok_s_p5=timed(percentile_linear(rates, 0.05)),
+        tok_s_p95=timed(percentile_linear(rates, 0.95)),
         prefill_tps=prefill_tps, load_s=load_s, prefill_s=prefill_s, ttft_s=ttft,
         cache_hit_pct=None if hit == -1 else hit,
-        read_mib_per_token=read_mib / n, wall_ms_per_token=float(token_ms.sum()) / n,
+        read_mib_per_token=read_mib / n, wall_ms_per_token=timed(float(token_ms.sum()) / n),
         compute_ms_per_token=_per_token(run, "compute_ms"), io_ms_per_token=_per_token(run, "io_ms"),
         stall_ms_per_token=_per_token(run, "stall_ms"), mgmt_ms_per_token=_per_token(run, "mgmt_ms"),
         flash_mib_s=read_mib / io_s if io_s > 0 else None,
@@ -253,7 +268,7 @@ def bench_run(run, label: str | None = None, trim: int = DEFAULT_TRIM,
         spec_read_mib_per_token=spec_read / n if spec_read > 0 else None,
         spec_useful_pct=100.0 * spec_useful / spec_experts if spec_read > 0 and spec_experts
         else None,
-        trimmed=trimmed_mean(token_ms, trim, resamples, seed))
+        trimmed=timed(trimmed_mean(token_ms, trim, resamples, seed)), untimed=untimed)
 
 
 @dataclass(frozen=True)
@@ -292,6 +307,8 @@ def compare_runs(run_a, row_a: BenchRow, run_b, row_b: BenchRow, resamples: int 
     ta, tb = row_a.trimmed, row_b.trimmed
     if ta is None or tb is None:
         short = row_a if ta is None else row_b
+        if short.untimed:
+            raise ConfigError(f"--compare: {short.label}: {short.untimed}; nothing to compare")
         raise ConfigError(f"--compare: {short.label} has fewer than 2 tokens after --trim; "
                           f"lower --trim")
     xa = run_a.token_wall_ms()[ta.trim:]
@@ -319,7 +336,19 @@ def compare_runs(run_a, row_a: BenchRow, run_b, row_b: BenchRow, resamples: int 
 
 
 def _f(v, fmt: str, none: str = "—") -> str:
-    return none if v is None else format(v, fmt)
+    """A cell: ``fmt`` (``"d"``, or ``".Nf"``: N decimals, more for a small nonzero value so it
+    keeps two significant digits, :func:`refsim.fmt.num`: 0.18 MiB/token printed ``0`` at
+    ``.0f``), or ``none`` for an absent value."""
+    if v is None:
+        return none
+    if fmt.endswith("f"):
+        return num(v, int(fmt[1:-1]))
+    return format(v, fmt)
+
+
+def _timed_f(row: BenchRow, v, fmt: str) -> str:
+    """:func:`_f`, with ``n/a`` for a time of an untimed run (:attr:`BenchRow.untimed`)."""
+    return NA if v is None and row.untimed else _f(v, fmt)
 
 
 THROUGHPUT = (("tokens", "tokens", "d"), ("mean", "tok_s_mean", ".2f"), ("min", "tok_s_min", ".2f"),
@@ -344,7 +373,7 @@ CACHE = (("cache budget MiB", "cache_budget_mib", ".0f"), ("resident MiB", "cach
 
 
 def _cells(row: BenchRow, spec) -> list[str]:
-    return [_f(getattr(row, attr), fmt) for _, attr, fmt in spec]
+    return [_timed_f(row, getattr(row, attr), fmt) for _, attr, fmt in spec]
 
 
 def _trim_cells(row: BenchRow) -> list[str]:
@@ -374,7 +403,8 @@ def tables(rows: list[BenchRow]) -> list[tuple[str, list[str], list[list[str]]]]
         ("Time split (ms/token = column sum / tokens; flash wait = io serial, stall under "
          "overlap; flash MiB/s = read MiB / io seconds)", ["run", "overlap"] + [h for h, _, _ in SPLIT],
          [[r.label, "?" if r.overlap is None else ("yes" if r.overlap else "no")]
-          + [_f(getattr(r, a), f) for _, a, f in SPLIT] for r in rows]),
+          + [(_timed_f(r, r.wall_ms_per_token, f) if a == "wall_ms_per_token"
+              else _f(getattr(r, a), f)) for _, a, f in SPLIT] for r in rows]),
     ] + _cache_table(rows)
 
 

@@ -46,8 +46,9 @@ def plot_bench(runs, rows, path: str) -> int:
         x = np.arange(1, ms.size + 1)
         rate = np.where(ms > 0, 1000.0 / np.where(ms > 0, ms, 1.0), np.nan)
         ax_t.plot(x, rate, lw=0.7, color="C0", label="per token")
-        ax_t.axhline(row.tok_s_mean, color="k", lw=0.8, ls=":",
-                     label=f"tokens / decode s = {row.tok_s_mean:.2f}")
+        if row.tok_s_mean is not None:          # None: no decode time measured (row.untimed)
+            ax_t.axhline(row.tok_s_mean, color="k", lw=0.8, ls=":",
+                         label=f"tokens / decode s = {row.tok_s_mean:.2f}")
         t = row.trimmed
         if t is not None:
             ax_t.axvspan(0.5, t.trim + 0.5, color="0.85", lw=0, label=f"first {t.trim} trimmed")

@@ -232,6 +232,22 @@ def dynamic_rows(trace: RouteTrace, budget_bytes: int, fracs, keeps) -> list[Dyn
     return rows
 
 
+def require_study_weights(trace: RouteTrace) -> None:
+    """Refuse a trace whose decodes route a slot without its final weight, as ``replay
+    --drop-cold-experts`` does (:func:`refsim.studies.replay.require_weights`, the one rule): the
+    study weighs every decode routing against the threshold, and a trace whose weights are all
+    ``nan`` printed ``[DECODE] no rows`` with exit 0 (issue 26 C4).
+
+    Raises
+    ------
+    ConfigError
+        ``"<trace>: line N: weight 'nan' on a routed slot; --drop-cold-experts needs every
+        routed slot's final weight"``.
+    """
+    from refsim.studies.replay import require_weights
+    require_weights(trace, StreamKnobs(drop_frac=1.0))
+
+
 def report_lines(trace: RouteTrace, name: str, fracs=DEFAULT_FRACS, keeps=None,
                  budget_bytes: int | None = None) -> list[str]:
     """The report of one trace: route-drop-replay.py's text for the same thresholds and keeps
@@ -248,7 +264,13 @@ def report_lines(trace: RouteTrace, name: str, fracs=DEFAULT_FRACS, keeps=None,
         Static top-k baselines (default: k-1 down to 1, the script's).
     budget_bytes : int, optional
         Budget for the dynamic replay; no dynamic block when None.
+
+    Raises
+    ------
+    ConfigError
+        A routed decode slot without its weight (:func:`require_study_weights`).
     """
+    require_study_weights(trace)
     h = trace.header
     k = h.n_expert_used
     if keeps is None:
@@ -300,4 +322,47 @@ def dynamic_lines(rows: list[DynamicRow], budget_bytes: int) -> list[str]:
         drop = f"{r.dropped}/{r.routed}" if r.label == "frac" else "-"
         out.append(f"  {name:>9}  {r.io_saved_pct:8.1f}%  {r.mass_lost_pct:9.2f}%  {drop:>15}  "
                    f"{r.hit_pct_decode:8.2f}  {r.mib_per_token:9.2f}")
+    return out
+
+
+def report_json(trace: RouteTrace, name: str, fracs=DEFAULT_FRACS, keeps=None,
+                budget_bytes: int | None = None) -> dict:
+    """``refsim drop-replay --json``: the numbers of :func:`report_lines` at full precision
+    (docs/streaming-knobs.md "refsim drop-replay --json"). Per phase (``decode``, ``prefill``;
+    null when the phase has no weighed rows): ``cells``, ``routed``, ``miss_pct``,
+    ``recorded_dropped``, ``thresholds`` (:class:`ThresholdRow` fields per frac, the survivor
+    histogram keyed by count), ``static_k`` (:class:`StaticKRow` per keep) and, for the decode
+    phase with ``budget_bytes``, ``dynamic`` (:class:`DynamicRow` per point).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`report_lines` (:func:`require_study_weights`).
+    """
+    import dataclasses
+    require_study_weights(trace)
+    h = trace.header
+    k = h.n_expert_used
+    if keeps is None:
+        keeps = list(range(k - 1, 0, -1))
+    out = {"trace": name, "arch": h.arch, "n_expert": h.n_expert, "k": k,
+           "budget_bytes": budget_bytes}
+
+    def row(r) -> dict:
+        d = dataclasses.asdict(r)
+        return {key: ({str(a): b for a, b in v.items()} if isinstance(v, dict) else v)
+                for key, v in d.items()}
+    for phase, label in ((1, "decode"), (0, "prefill")):
+        c = trace_cells(trace, phase)
+        if not c.n_cells:
+            out[label] = None
+            continue
+        part = {"cells": c.n_cells, "routed": c.n_rows,
+                "miss_pct": _pct(int((c.residency == MISS).sum()), c.n_rows),
+                "recorded_dropped": int(c.dropped.sum()),
+                "thresholds": [dict(row(static_threshold(c, f, k)), frac=f) for f in fracs],
+                "static_k": [row(static_keep(c, keep)) for keep in keeps]}
+        if phase == 1 and budget_bytes is not None:
+            part["dynamic"] = [row(r) for r in dynamic_rows(trace, budget_bytes, fracs, keeps)]
+        out[label] = part
     return out

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from refsim.cache.batches import BatchTrace
 from refsim.cache.expert_cache import ExpertCache
-from refsim.cache.layer_opt import fit_then_replay
-from refsim.cache.policy import replay_policy
+from refsim.cache.policies.layer_opt import (FixedShares, layer_curves, optimal_shares,
+                                             slice_events)
+from refsim.cache.replay import replay_policy
 from refsim.events import DecodeKind
 
 
@@ -22,6 +23,23 @@ def _decode_pct(r) -> float:
     dec = [int(k) for k in DecodeKind if k != DecodeKind.PREFILL]
     look = int(r.lookups[dec].sum())
     return 100.0 * int(r.hits[dec].sum()) / look if look else 0.0
+
+
+def fit_then_replay(batches: BatchTrace, budget_bytes: int, split: float = 0.5):
+    """Fit layer-opt's shares on the events before ``split`` (a fraction) and replay both
+    uniform ``layer`` and those shares on the events after it.
+
+    Returns
+    -------
+    (uniform, fitted) : tuple of PolicyResult
+        Counters over the held-out part only (decode kinds as in the trace).
+    """
+    n_ev = batches.n_batch // batches.n_layer
+    k = int(round(n_ev * split))
+    head, tail = slice_events(batches, 0, k), slice_events(batches, k, n_ev)
+    counts, _ = optimal_shares(layer_curves(head), batches.expert_bytes, budget_bytes)
+    pol = FixedShares([c * int(e) for c, e in zip(counts, batches.expert_bytes)])
+    return replay_policy(tail, "layer", budget_bytes), replay_policy(tail, pol, budget_bytes)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,14 @@ from refsim.streaming.knobs import StreamKnobs
 from refsim.cache.summary import KnobSummary
 from refsim.errors import ConfigError
 from refsim.events import confirmed_tokens
+from refsim.frames import Table
 from refsim.trace import RouteTrace
+
+DECODE_COLUMNS = ("event", "kind", "step", "n_pos", "lookups", "hits", "read_bytes",
+                  "resident_bytes")
+"""The per-decode table of a replay (``refsim replay --csv``; :meth:`ReplayReport.to_columns`):
+the event's index, its kind (``prefill``, ``plain``, ``verify``), first position, positions, unique
+(layer, expert) lookups and hits, flash bytes read, resident bytes after it."""
 
 
 @dataclass(frozen=True)
@@ -28,8 +35,11 @@ class Disagreement:
 
 
 @dataclass
-class ReplayReport:
+class ReplayReport(Table):
     """Result of :func:`replay_trace`.
+
+    As a table (:meth:`to_pandas`): one row per event, the columns of ``refsim replay --csv``
+    (:data:`DECODE_COLUMNS`); the counters are :attr:`summary` (``summary.to_pandas()``: one row).
 
     Attributes
     ----------
@@ -45,6 +55,8 @@ class ReplayReport:
         The first disagreeing rows (at most ``max_disagreements``).
     knobs : KnobSummary or None
         What ``--drop-cold-experts`` / ``--prefetch`` did; None when both are off.
+    io : refsim.io.requests.IoTally or None
+        The reads as the engine issues them (windows, requests, lanes), when asked for.
     """
 
     summary: CacheSummary
@@ -53,6 +65,7 @@ class ReplayReport:
     residency_agree: int = 0
     disagreements: list[Disagreement] = field(default_factory=list)
     knobs: KnobSummary | None = None
+    io: object = None
 
     @property
     def records(self) -> list[EventRecord]:
@@ -63,6 +76,21 @@ class ReplayReport:
     @records.setter
     def records(self, value) -> None:
         self.parts = [list(value)]
+
+    def to_columns(self) -> dict:
+        """One row per event (:data:`DECODE_COLUMNS`), the values ``refsim replay --csv`` writes."""
+        recs = self.records
+        n = len(recs)
+
+        def ints(get):
+            return np.fromiter((get(r) for r in recs), np.int64, count=n)
+        from refsim.frames import texts
+        return {"event": np.arange(n, dtype=np.int64),
+                "kind": texts([r.kind.name.lower() for r in recs]),
+                "step": ints(lambda r: r.first_position), "n_pos": ints(lambda r: r.n_pos),
+                "lookups": ints(lambda r: r.lookups), "hits": ints(lambda r: r.hits),
+                "read_bytes": ints(lambda r: r.read_bytes),
+                "resident_bytes": ints(lambda r: r.resident_bytes)}
 
 
 def require_weights(trace: RouteTrace, knobs: StreamKnobs | None) -> None:
@@ -92,7 +120,7 @@ def replay_events(events, cache: ExpertCache) -> list[EventRecord]:
 
 
 def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 10,
-                 knobs: StreamKnobs | None = None) -> ReplayReport:
+                 knobs: StreamKnobs | None = None, io=None) -> ReplayReport:
     """Replay ``trace`` through the engine's LRU at ``budget_bytes``.
 
     Parameters
@@ -105,6 +133,9 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
     knobs : StreamKnobs, optional
         ``--drop-cold-experts`` / ``--prefetch`` (default off). With F > 0 the policy decides
         every drop from the replayed cache state; a recorded ``dropped`` column is not used.
+    io : refsim.io.requests.IoTally, optional
+        Given, every event's reads are also accounted as the engine issues them (aligned
+        windows, requests, lanes: refsim.io); kept as the report's ``io``.
 
     Returns
     -------
@@ -113,14 +144,19 @@ def replay_trace(trace: RouteTrace, budget_bytes: int, max_disagreements: int = 
     Raises
     ------
     ConfigError
-        If the budget is not positive, or dropping needs weights the trace lacks.
+        If the budget is not positive, dropping needs weights the trace lacks, or
+        ``--predict-prefetch`` needs the prediction columns the trace lacks.
     """
-    return replay_turns(trace.header, [trace], budget_bytes, max_disagreements, knobs=knobs)
+    if knobs is not None and knobs.predict_prefetch and not trace.has_pred_columns:
+        raise ConfigError(f"{trace.path}: --predict-prefetch needs the stale-gate prediction, "
+                          f"and the trace has no pred_expert/pred_weight columns (record one "
+                          f"with refsim run --predict-prefetch --route-trace)")
+    return replay_turns(trace.header, [trace], budget_bytes, max_disagreements, knobs=knobs, io=io)
 
 
 def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
                  on_record=None, knobs: StreamKnobs | None = None,
-                 keep_records: bool = True) -> ReplayReport:
+                 keep_records: bool = True, io=None) -> ReplayReport:
     """Replay the parts ``traces`` of one trace (e.g. :func:`refsim.trace.iter_trace_turns`'s
     turns) in order through one LRU; the same accounting as :func:`replay_trace` of the whole.
 
@@ -130,11 +166,12 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
 
     ``on_record(record)`` is called for each event's record; given it, or with
     ``keep_records=False``, the report keeps no records (``records`` is empty), so memory does
-    not grow with the trace. ``knobs`` as in :func:`replay_trace`.
+    not grow with the trace. ``knobs`` and ``io`` as in :func:`replay_trace` (``io`` takes each
+    part's records before ``on_record`` does).
     """
     h = header
     cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
-    report = ReplayReport(summary=None)
+    report = ReplayReport(summary=None, io=io)
     tokens = 0
     for trace in traces:
         require_weights(trace, knobs)
@@ -148,6 +185,8 @@ def replay_turns(header, traces, budget_bytes: int, max_disagreements: int = 10,
             tokens += trace.block.confirmed_tokens()
             ours = records.residency
         _compare(trace, ours, report, max_disagreements)
+        if io is not None:
+            io.add_part(trace, records)
         if on_record is not None:
             for rec in records:
                 on_record(rec)

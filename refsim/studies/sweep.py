@@ -3,7 +3,7 @@
 ``sweep_budgets`` answers "what would this trace have read at budget B under policy P" for a
 list of budgets and policies. The ``lru`` column comes from the one-pass exact curve
 (:func:`refsim.cache.mrc.lru_curve`); every other policy is one replay per budget on its Numba
-fast path (:func:`refsim.cache.policy.replay_policy`). The CSV matches the engine's
+fast path (:func:`refsim.cache.replay.replay_policy`). The CSV matches the engine's
 ``route-replay.py --csv`` (bmoe-engine.md §5): columns ``budget_mib,policy,hit_pct_cum,
 hit_pct_decode,read_mib`` formatted ``%s,%s,%.3f,%.3f,%.1f``, where ``read_mib`` includes
 prefill reads (CacheSummary.read_mib) and the budget is printed as given (:func:`format_budget`;
@@ -25,11 +25,13 @@ from refsim import MIB, progress
 from refsim.cache.batches import BatchTrace
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.cache.mrc import lru_curve
-from refsim.cache.policy import POLICIES, get_policy, replay_policy
+from refsim.cache.policies import POLICIES, get_policy
+from refsim.cache.replay import replay_policy
 from refsim.cache.summary import CacheSummary, KnobSummary
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import csv_num, num
+from refsim.frames import Table
 
 CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
 """The engine's replay-curve columns (route-replay.py ``--csv``)."""
@@ -152,8 +154,15 @@ class SweepRow:
 
 
 @dataclass(frozen=True)
-class SweepResult:
-    """Rows budget-major, then policy in the requested order; ``t_bytes`` = one token cycle."""
+class SweepResult(Table):
+    """Rows budget-major, then policy in the requested order; ``t_bytes`` = one token cycle.
+
+    As a table (:meth:`to_pandas`, :meth:`to_columns`): one row per (budget, policy) point, in
+    this order: ``budget_mib`` (as given), ``policy`` (its label), every
+    :class:`~refsim.cache.CacheSummary` field (``hit_pct_cum``, ``hit_pct_decode``, ``read_mib``,
+    ``mib_per_token``, ... ; ``resident_bytes``, ``evictions``, ``rereads`` are -1 where the
+    replay does not track them: the one-pass ``lru`` curve), ``over_budget``, and with a knob on
+    every :class:`~refsim.cache.summary.KnobSummary` field (docs/notebook.md)."""
 
     rows: list[SweepRow]
     policies: list[str]
@@ -161,6 +170,20 @@ class SweepResult:
     t_bytes: int
     n_batch: int
     tokens: int
+
+    def to_columns(self) -> dict:
+        """The points as columns (class docstring); values exactly the rows' (the CSV rounds them)."""
+        import numpy as np
+
+        from refsim.frames import dataclass_columns, texts
+        rows = self.rows
+        cols = {"budget_mib": np.array([r.budget_mib for r in rows], np.float64).reshape(len(rows)),
+                "policy": texts([r.policy for r in rows]),
+                **dataclass_columns([r.summary for r in rows], CacheSummary),
+                "over_budget": np.array([r.over_budget for r in rows], bool).reshape(len(rows))}
+        if rows and all(r.knobs is not None for r in rows):
+            cols.update(dataclass_columns([r.knobs for r in rows], KnobSummary))
+        return cols
 
     def row(self, budget_mib: float, policy: str) -> SweepRow:
         """The row of one point (KeyError if absent)."""
@@ -182,8 +205,8 @@ def sweep_budgets(batches: BatchTrace, budgets_mib, policies, t_bytes: int) -> S
         ``--cache-mb`` does (``ExpertCache.mib_to_bytes``). A repeated value is dropped (the
         first occurrence keeps its place), so every row is a distinct point.
     policies : sequence of str or Policy
-        Registered policy names (:data:`refsim.cache.policy.POLICIES`, default parameters) or
-        instances (:func:`refsim.cache.policy.parse_policy_list`); a row's ``policy`` is the
+        Registered policy names (:data:`refsim.cache.policies.POLICIES`, default parameters) or
+        instances (:func:`refsim.cache.policies.parse_policy_list`); a row's ``policy`` is the
         instance's ``label`` (``name`` or ``name:key=value,...``); repeated labels are dropped
         the same way.
     t_bytes : int
@@ -343,12 +366,19 @@ def format_table(result: SweepResult, tok_s: list | None = None) -> list[str]:
 
 def known_policies() -> list[str]:
     """Registered policy names in registration order."""
-    import refsim.cache.policies  # noqa: F401
-
     return list(POLICIES)
+
+
+def default_policies(knobs=None) -> list[str]:
+    """The policies a sweep runs when none is named: every registered one, or ``lru`` alone with a
+    streaming knob on (the engine implements the knobs for its LRU only)."""
+    if knobs is not None and knobs.any_on:
+        return ["lru"]
+    return known_policies()
 
 
 __all__ = ["sweep_budgets", "sweep_knobs", "check_knob_policies", "sweep_csv_rows", "SweepResult", "SweepRow", "parse_budgets_mib",
            "write_sweep_csv", "SWEEP_CSV_COLUMNS",
            "format_budget",
-           "format_table", "known_policies", "CSV_COLUMNS", "DEFAULT_BUDGETS_MIB", "MIB"]
+           "format_table", "known_policies", "default_policies", "CSV_COLUMNS",
+           "DEFAULT_BUDGETS_MIB", "MIB"]

@@ -31,6 +31,7 @@ from refsim.cache import CacheSummary, ExpertCache
 from refsim.cache.summary import KnobSummary
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent, DecodeKind
+from refsim.frames import Table
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,25 @@ class UnionParts:
     knob_decode_read_bytes: int = 0
     knob_dropped: int = 0
     knob_routed: int = 0
+
+
+@dataclass(frozen=True)
+class UnionResult(Table):
+    """The rows of one :func:`union_study` (one per window width, in the order asked) and the
+    budget they were replayed at (bytes; None: union sizes only).
+
+    As a table (:meth:`to_pandas`): one row per window width, a column per :class:`UnionRow`
+    field (``window``, ``n_windows``, ``union_mean``, ``union_p50``, ``union_p90``,
+    ``union_mib_mean``, then the replay's and the knobs' columns, NaN where not computed;
+    docs/notebook.md)."""
+
+    rows: list
+    budget_bytes: int | None = None
+
+    def to_columns(self) -> dict:
+        """The rows as columns (class docstring)."""
+        from refsim.frames import dataclass_columns
+        return dataclass_columns(self.rows, UnionRow)
 
 
 def decode_positions(events, with_weights: bool = False) -> tuple:

@@ -164,7 +164,9 @@ def metric_rows(result, times=None) -> list[str]:
             else (0.0 if cache is not None else -1.0)
         if times is None:
             wall, io, compute, stall, mgmt = s.wall_s * 1e3, 0.0, s.wall_s * 1e3, 0.0, 0.0
-            loop, draft = s.loop_overhead_s * 1e3, s.draft_s * 1e3
+            # mtp_draft_ms: the MTP head's time only, as RunStats.draft_s (an n-gram lookup is
+            # not timed by the engine: 0)
+            loop, draft = s.loop_overhead_s * 1e3, (s.draft_s * 1e3 if result.spec == "mtp" else 0.0)
         else:
             wall, io, compute = times.wall_ms[i], times.io_ms[i], times.compute_ms[i]
             stall, mgmt, loop, draft = times.stall_ms[i], times.mgmt_ms[i], 0.0, 0.0

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from refsim.errors import MetricsFormatError
+from refsim.frames import Table
 from refsim.telemetry.constants import METRICS_COLUMNS, SUMMARY_KEYS
 from refsim.telemetry.metrics_csv import MetricsPreamble
 
@@ -66,8 +67,11 @@ _PREAMBLE_TYPES = {f.name: f.type for f in fields(MetricsPreamble)}
 
 
 @dataclass(frozen=True)
-class MetricsRun:
+class MetricsRun(Table):
     """One metrics CSV, read: the preamble, the per-token columns, the trailers and the sidecar.
+
+    As a table (:meth:`to_pandas`): one row per row of the file (every turn), the file's columns
+    in its order, as :attr:`data` holds them (int64 or float64; docs/notebook.md).
 
     Attributes
     ----------
@@ -133,6 +137,10 @@ class MetricsRun:
     def summary(self) -> dict:
         """The last ``# summary`` trailer (a one-shot run has one), or {} when there is none."""
         return self.summaries[-1] if self.summaries else {}
+
+    def to_columns(self) -> dict:
+        """The rows as columns: :attr:`columns` in file order, each :attr:`data`'s array."""
+        return {name: self.data[name] for name in self.columns}
 
     def has(self, name: str) -> bool:
         """Whether the file has column ``name``."""

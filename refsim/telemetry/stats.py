@@ -11,6 +11,11 @@ Definitions (docs/telemetry.md; bmoe-engine.md §2, §3.7, §4.1):
 - ``decode_s``: Σ measured wall of the target decodes; ``s_per_tok = decode_s / tokens``;
   ``tok_s = tokens / decode_s``; ``draft_s_per_tok = draft_s / tokens``; effective tok/s =
   ``1 / (s_per_tok + draft_s_per_tok)``. Seconds are the simulator's own, not a device's.
+  ``draft_s`` is the MTP head's drafting time only (the engine's ``mtp_draft_s``): the engine
+  times no n-gram lookup, so an n-gram run's drafting cost is 0 and its effective tok/s equals the
+  reported one (bmoe-engine.md §4.2, the docs/ngram.md example ``drafting costs 0.0000 s/token
+  ... 5.24 tok/s effective (vs 5.24 reported)``); refsim's own Python lookup time is not a cost
+  the engine has (issue 26 C11).
 - ``read_bytes``: flash bytes of the generation's decodes (prefill excluded, draft-source
   decodes included), the Σ of the CSV rows' ``read_bytes``; MiB = 2**20 bytes;
   ``mib_per_token = read_bytes / MiB / tokens``.
@@ -114,7 +119,7 @@ class RunStats:
             drafted=sum(s.n_draft for s in steps), accepted=sum(s.n_acc for s in steps),
             drafted_steps=sum(1 for s in steps if s.n_draft > 0),
             prefill_s=result.prefill_s, decode_s=sum(s.wall_s for s in steps),
-            draft_s=sum(s.draft_s for s in steps),
+            draft_s=sum(s.draft_s for s in steps) if result.spec == "mtp" else 0.0,
             loop_overhead_s=sum(s.loop_overhead_s for s in steps) + result.tail_s,
             has_cache=cache is not None,
             lookups=st.total("lookups") if st else 0, hits=st.total("hits") if st else 0,

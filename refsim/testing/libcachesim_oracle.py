@@ -2,7 +2,7 @@
 
 On a trace whose every layer batch holds exactly one lookup (one MoE layer, top-1), the batch
 rules reduce to the classic per-request setting, where libCacheSim's ``cache.get(request)``
-and :func:`refsim.cache.policy.reference_replay` must count the same hits.
+and :func:`refsim.cache.replay.reference_replay` must count the same hits.
 
 Mapping (one request per lookup): ``obj_id = key + 1`` (libCacheSim reserves nothing, the +1
 keeps ids positive), ``obj_size`` = the layer's entry bytes, ``cache_size`` = the budget in
@@ -31,7 +31,7 @@ LIBCACHESIM = {
 """refsim policy name -> (libcachesim class, {refsim parameter: libcachesim keyword}). slru's
 ``segments`` has no keyword in the Python binding (its default, 4, is libCacheSim's);
 tinylfu compares on unit sizes only (:func:`comparable`). lirs is not here: libCacheSim's LIRS
-is not a cache of its budget (refsim.cache.admit_policies.LIRS)."""
+is not a cache of its budget (refsim.cache.policies.lirs.LIRS)."""
 
 
 def one_lookup_batches(ids, size: int, n_expert: int | None = None) -> BatchTrace:

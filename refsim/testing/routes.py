@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
+from refsim.trace.convention import EVERY, FINAL
 
 
 def synthetic_routes(n_pos: int, n_layer: int, n_expert: int, k: int, seed: int = 0,
@@ -43,9 +44,16 @@ def synthetic_routes(n_pos: int, n_layer: int, n_expert: int, k: int, seed: int 
 
 
 def synthetic_run_events(n_prompt: int, n_decode: int, n_layer: int, n_expert: int, k: int,
-                         seed: int = 0, reuse: float = 0.4) -> list[DecodeEvent]:
-    """A prefill event (last layer routed on the final prompt position only, as llama.cpp
-    does) followed by ``n_decode`` plain decodes, with routing weights that sum to 1."""
+                         seed: int = 0, reuse: float = 0.4,
+                         last_layer: str = FINAL) -> list[DecodeEvent]:
+    """A prefill event followed by ``n_decode`` plain decodes, with routing weights that sum to 1.
+
+    ``last_layer`` is the prefill's last-layer convention (:mod:`refsim.trace.convention`):
+    :data:`~refsim.trace.convention.FINAL` (default) routes the last layer on the final prompt
+    position only, as llama.cpp's qwen3moe graph does; :data:`~refsim.trace.convention.EVERY` on
+    every position. The routes and weights are the same either way."""
+    if last_layer not in (FINAL, EVERY):
+        raise ValueError(f"last_layer={last_layer!r}; expected {FINAL!r} or {EVERY!r}")
     routes = synthetic_routes(n_prompt + n_decode, n_layer, n_expert, k, seed, reuse)
     rng = np.random.default_rng(seed + 1)
     w = rng.dirichlet(np.ones(k), size=routes.shape[:2]).astype(np.float32)
@@ -55,8 +63,9 @@ def synthetic_run_events(n_prompt: int, n_decode: int, n_layer: int, n_expert: i
     if n_prompt:
         pre = routes[:n_prompt].copy()
         pw = w[:n_prompt].copy()
-        pre[:-1, n_layer - 1] = NOT_ROUTED
-        pw[:-1, n_layer - 1] = np.nan
+        if last_layer == FINAL:
+            pre[:-1, n_layer - 1] = NOT_ROUTED
+            pw[:-1, n_layer - 1] = np.nan
         events.append(DecodeEvent(DecodeKind.PREFILL, np.arange(n_prompt, dtype=np.int64), pre,
                                   weights=pw))
     for i in range(n_decode):

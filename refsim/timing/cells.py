@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from refsim.errors import ConfigError
+from refsim.timing.calibrate import solve_floor
 from refsim.timing.model import DeviceModel, Param
 
 
@@ -39,7 +39,8 @@ class Cell:
 
 
 def calibrated(device: DeviceModel, off: Cell, model: str, lanes: int, overlap: bool) -> DeviceModel:
-    """``device`` with ``C[model]`` solved so that it predicts the off cell exactly.
+    """``device`` with ``C[model]`` solved so that it predicts the off cell exactly
+    (:func:`refsim.timing.calibrate.solve_floor` at the cell's one read level).
 
     Raises
     ------
@@ -47,22 +48,9 @@ def calibrated(device: DeviceModel, off: Cell, model: str, lanes: int, overlap: 
         If no positive compute floor reproduces the off cell (the off cell is faster than the
         device's flash and bookkeeping alone allow).
     """
-    target = 1000.0 / off.tok_s
-
-    def wall(c: float) -> float:
-        dev = replace(device, compute={**device.compute, model: Param(c)})
-        return float(dev.token_ms([off.mib_per_token], model, lanes, overlap, True)["wall"][0])
-
-    # wall(C) is continuous and non-decreasing in C (slope tail * (1 - h) >= 0 where the stall is
-    # active, tail elsewhere): bisect
-    lo, hi = 1e-9, target
-    if wall(lo) >= target:
-        raise ConfigError(f"{off.name}: {off.tok_s} tok/s at {off.mib_per_token} MiB/token is faster "
-                          f"than this device's flash and bookkeeping alone; no compute floor fits")
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if wall(mid) < target else (lo, mid)
-    return replace(device, compute={**device.compute, model: Param(0.5 * (lo + hi))})
+    c = solve_floor(device, model, [off.mib_per_token], lanes, overlap, True, 1000.0 / off.tok_s,
+                    where=off.name)
+    return replace(device, compute={**device.compute, model: Param(c)})
 
 
 def predict_cell(device: DeviceModel, cell: Cell, model: str, lanes: int, overlap: bool,

@@ -105,6 +105,9 @@ class DeviceModel:
     serial_runs: int = 0
     overlap_runs: int = 0
     notes: tuple = field(default_factory=tuple)
+    requests: dict | None = None
+    """The serial flash term by requests and lanes (:mod:`refsim.timing.requests`, ``timing fit
+    --io-model requests``), as its JSON object; None: per MiB only (the file has no such key)."""
 
     def value(self, key: str) -> float:
         return self.params[key].value
@@ -177,7 +180,19 @@ class DeviceModel:
             "compute_ms": {m: p(c) for m, c in sorted(self.compute.items())},
             "notes": list(self.notes),
         }
+        if self.requests is not None:
+            doc["requests"] = self.requests
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+REQ_PARAMS = {
+    "i0": ("ms/token", "serial flash time per token, fixed part"),
+    "a": ("ms/MiB", "per window MiB, whatever the lane (the device's shared bandwidth)"),
+    "b": ("ms/MiB", "per MiB on the busiest lane of each layer batch (a lane's own bandwidth)"),
+    "c": ("ms/round", "per request round of a batch's busiest lane (a request's latency)"),
+    "d": ("ms/batch", "per layer batch with a read (publish, wake the lanes, wait for the drain)"),
+}
+"""The request term's parameters: (unit, meaning), in column order."""
 
 
 def _num(path: str, where: str, value, allow_none: bool = False) -> float | None:
@@ -199,6 +214,58 @@ def _param(path: str, where: str, obj) -> Param:
     if se is not None and se < 0:
         raise ConfigError(f"{path}: {where}.se: expected >= 0, got {se!r}")
     return Param(_num(path, f"{where}.value", obj["value"]), se, obj["identified"])
+
+
+def read_requests_doc(path: str, doc) -> tuple:
+    """Validate a device file's optional ``requests`` object (the request/lane term of
+    :mod:`refsim.timing.requests`; untrusted input) and return ``(params, tail, held, loo)``:
+    ``params`` a dict of :data:`REQ_PARAMS` name -> :class:`Param`, ``tail`` a float, ``held`` a
+    tuple of names, ``loo`` a dict or None. The device file's format lives here, with the rest of
+    it; :func:`refsim.timing.requests.requests_from_json` builds the model from these.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the key.
+    """
+    if not isinstance(doc, dict) or set(doc) != {"params", "tail", "held", "loo"}:
+        raise ConfigError(f"{path}: requests: expected an object with keys params, tail, held, loo")
+    ps = doc["params"]
+    if not isinstance(ps, dict) or set(ps) != set(REQ_PARAMS):
+        raise ConfigError(f"{path}: requests.params: expected exactly the keys {', '.join(REQ_PARAMS)}")
+    params = {}
+    for k in REQ_PARAMS:
+        o = ps[k]
+        if not isinstance(o, dict) or set(o) != {"value", "se", "identified"} or \
+                not isinstance(o["identified"], bool):
+            raise ConfigError(f"{path}: requests.params.{k}: expected value, se, identified")
+        v = _num(path, f"requests.params.{k}.value", o["value"])
+        if v < 0:
+            raise ConfigError(f"{path}: requests.params.{k}.value: expected >= 0, got {v!r}")
+        se = _num(path, f"requests.params.{k}.se", o["se"], allow_none=True)
+        if se is not None and se < 0:
+            raise ConfigError(f"{path}: requests.params.{k}.se: expected >= 0, got {se!r}")
+        params[k] = Param(v, se, o["identified"])
+    tail = _num(path, "requests.tail", doc["tail"])
+    if not MIN_TAIL <= tail <= MAX_TAIL:
+        raise ConfigError(f"{path}: requests.tail: expected {MIN_TAIL:g}..{MAX_TAIL:g}, got {tail!r}")
+    held = doc["held"]
+    if not isinstance(held, list) or not all(isinstance(h, str) and h in REQ_PARAMS for h in held):
+        raise ConfigError(f"{path}: requests.held: expected a list of parameter names")
+    loo = doc["loo"]
+    if loo is not None:
+        ok = isinstance(loo, dict) and set(loo) == {"runs", "per_mib", "requests"} and \
+            isinstance(loo["runs"], int) and not isinstance(loo["runs"], bool) and all(
+                isinstance(loo[m], dict) and set(loo[m]) == {"median_pct", "worst_pct"}
+                for m in ("per_mib", "requests"))
+        if not ok:
+            raise ConfigError(f"{path}: requests.loo: expected null or an object with runs, "
+                              f"per_mib and requests ({{median_pct, worst_pct}})")
+        for m in ("per_mib", "requests"):
+            for key in ("median_pct", "worst_pct"):
+                if _num(path, f"requests.loo.{m}.{key}", loo[m][key]) < 0:
+                    raise ConfigError(f"{path}: requests.loo.{m}.{key}: expected >= 0")
+    return params, tail, tuple(held), loo
 
 
 def load_device(path: str) -> DeviceModel:
@@ -227,6 +294,7 @@ def load_device(path: str) -> DeviceModel:
                           f"(written by refsim timing fit)")
     need = {"format", "name", "trim", "fitted_on", "serial_runs", "overlap_runs", "units",
             "params", "compute_ms", "notes"}
+    need |= {"requests"} & set(doc)         # optional: the request term (timing fit --io-model)
     if set(doc) != need:
         extra, missing = sorted(set(doc) - need), sorted(need - set(doc))
         raise ConfigError(f"{path}: keys differ from a device file's (missing {missing}, "
@@ -260,6 +328,12 @@ def load_device(path: str) -> DeviceModel:
         if c.value <= 0:
             raise ConfigError(f"{path}: compute_ms[{m!r}].value: expected > 0, got {c.value!r}")
         compute[m] = c
-    return DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
-                       fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
-                       overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]))
+    dev = DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
+                      fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
+                      overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]))
+    if "requests" in doc:
+        from dataclasses import replace
+
+        read_requests_doc(path, doc["requests"])          # validated here, kept as read
+        dev = replace(dev, requests=doc["requests"])
+    return dev

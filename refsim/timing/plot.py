@@ -128,3 +128,60 @@ def plot_breakeven_budgets(table: dict, path: str, bands: dict | None = None, ba
     ax_a.legend(fontsize=8)
     finish_figure(plt, fig, path, title)
     return {"budget_mib": budgets, "acceptance_needed_pct": alpha, "plain_tok_s": plain}
+
+
+def plot_whatif(prices, path: str, title: str = "") -> dict:
+    """``refsim whatif --plot``: per budget, a bar per configuration with its band.
+
+    Left: effective tok/s (``off`` included), the band as an error bar. Right: the change against
+    ``off`` in % with its band, 0 marked (a bar whose band crosses 0 is *within noise*).
+
+    Parameters
+    ----------
+    prices : list of refsim.timing.verdict.Price
+        In the command's order (budget, then configuration).
+    path : str
+        Output (``.png``, ``.pdf`` or ``.svg``).
+
+    Returns
+    -------
+    dict
+        ``budgets``, ``configs`` and per config ``eff_tok_s`` / ``delta_pct`` lists over budgets
+        (point, lo, hi triples): the plotted series.
+
+    Raises
+    ------
+    ConfigError
+        matplotlib missing; the path cannot be written.
+    """
+    plt = pyplot()
+    budgets = sorted({p.budget_mib for p in prices})
+    configs = list(dict.fromkeys(p.config.label for p in prices))
+    at = {(p.budget_mib, p.config.label): p for p in prices}
+    fig, (ax_t, ax_d) = plt.subplots(1, 2, figsize=(11, 4.4))
+    n = len(configs)
+    width = 0.8 / n
+    eff, delta = {}, {}
+    for k, c in enumerate(configs):
+        xs = [i + (k - (n - 1) / 2) * width for i in range(len(budgets))]
+        ps = [at[(b, c)] for b in budgets]
+        eff[c] = [(p.eff_tok_s.point, p.eff_tok_s.lo, p.eff_tok_s.hi) for p in ps]
+        ax_t.bar(xs, [e[0] for e in eff[c]], width,
+                 yerr=[[e[0] - e[1] for e in eff[c]], [e[2] - e[0] for e in eff[c]]],
+                 capsize=3, color=f"C{k % 10}", label=c)
+        if c != "off":
+            delta[c] = [(p.delta.point, p.delta.lo, p.delta.hi) for p in ps]
+            ax_d.bar(xs, [d[0] for d in delta[c]], width,
+                     yerr=[[d[0] - d[1] for d in delta[c]], [d[2] - d[0] for d in delta[c]]],
+                     capsize=3, color=f"C{k % 10}", label=c)
+    ax_d.axhline(0.0, color="k", lw=0.8)
+    for ax in (ax_t, ax_d):
+        ax.set_xticks(range(len(budgets)))
+        ax.set_xticklabels([f"{b:g}" for b in budgets])
+        ax.set_xlabel("cache budget (MiB)")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    ax_t.set_ylabel("effective tok/s (predicted, band)")
+    ax_d.set_ylabel("change against off, % (predicted, band)")
+    finish_figure(plt, fig, path, title)
+    return {"budgets": budgets, "configs": configs, "eff_tok_s": eff, "delta_pct": delta}

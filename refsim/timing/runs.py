@@ -7,8 +7,9 @@ configuration values the model depends on: the model file (``model=``), the I/O 
 (``io_threads=``), ``--overlap`` (``overlap=``) and whether an expert cache was on (``cache_mb=``
 > 0). v1/v2 files carry all four in their preamble (bmoe-engine.md §4.1, engine-docs/telemetry.md);
 the legacy header-less layout carries none, so the user states them after the path:
-``RUN.csv@model=qwen3-30b,io_threads=2,overlap=1,cache_mb=2000``. A value given after ``@``
-overrides the preamble's. Without ``overlap=``, a run with some ``stall_ms`` > 0 is taken as an
+``RUN.csv@model=qwen3-30b,io_threads=2,overlap=1,cache_mb=2000``. Only what the file lacks may be
+given after ``@``: a value the preamble states differently is refused (one model's runs split
+into two compute floors by a stray ``@model=``, issue 26 C3); the same value is accepted. Without ``overlap=``, a run with some ``stall_ms`` > 0 is taken as an
 overlap run (``stall_ms`` is 0 in serial mode, telemetry.md); without ``cache_mb=``, a run whose
 ``cache_hit_pct`` is -1 throughout (the engine's "no cache") has no cache.
 
@@ -144,6 +145,18 @@ def _float_value(where: str, key: str, value: str) -> float:
     return v
 
 
+def _same_value(key: str, stated: str, given: str) -> bool:
+    """Whether ``key=given`` (after ``@``) says what the preamble's ``key=stated`` says: the
+    model by its file name (the engine writes the base name), numbers by value (``2`` and
+    ``2.0``), anything unreadable by its text."""
+    if key == "model":
+        return os.path.basename(stated) == os.path.basename(given)
+    try:
+        return float(stated) == float(given)
+    except ValueError:
+        return stated == given
+
+
 def run_data(run, overrides: dict | None = None, trim: int = 50, label: str | None = None) -> RunData:
     """Build the model's view of ``run`` (a ``MetricsRun``), keeping tokens ``trim:``.
 
@@ -151,13 +164,19 @@ def run_data(run, overrides: dict | None = None, trim: int = 50, label: str | No
     ------
     ConfigError
         ``model``/``io_threads`` neither in the preamble nor given after ``@`` (the message says
-        how to give them); fewer than 2 tokens after the trim.
+        how to give them); a value after ``@`` that contradicts the preamble; fewer than 2 tokens
+        after the trim.
     UnmodelledRun
         A run without flash streaming.
     """
     label = label or run.path
-    cfg = dict(run.config)
-    cfg.update(overrides or {})
+    cfg = {k: v for k, v in run.config.items() if v != ""}
+    for key, value in (overrides or {}).items():
+        if key in cfg and not _same_value(key, cfg[key], value):
+            raise ConfigError(f"{label}: {key}={value} after '@' contradicts the file's preamble "
+                              f"({key}={cfg[key]}); give after '@' only what the file does not "
+                              f"say")
+        cfg.setdefault(key, value)          # the same value: the file's words kept
     if cfg.get("moe_stream") == "0":
         raise UnmodelledRun(f"{label}: moe_stream=0 (no flash streaming): not described by the "
                             f"device model")

@@ -87,6 +87,32 @@ def device_whatif(device: DeviceModel, name: str, mib_per_token: float, tokens_p
                         predicted_effective_tok_s=1.0 / (s_tok + draft_s_per_token))
 
 
+def request_whatif(rm, name: str, feats, tokens_per_decode: float, model: str, io_threads: int,
+                   overlap: bool, eps: float = DEFAULT_EPS,
+                   draft_s_per_token: float = 0.0) -> DeviceWhatIf:
+    """:func:`device_whatif` with the serial flash term by requests and lanes
+    (:class:`refsim.timing.requests.RequestModel`); ``feats`` are one decode's
+    (:class:`refsim.timing.requests.IoFeatures`, one row: window MiB, busiest-lane MiB, rounds and
+    batches per decode). Under ``--overlap`` the stall is the per-MiB model's, so only ``tail``
+    differs from :func:`device_whatif`.
+
+    Raises
+    ------
+    ConfigError
+        ``tokens_per_decode`` < 1; the device's refusals.
+    """
+    if not tokens_per_decode >= 1.0:
+        raise ConfigError(f"tokens per decode {tokens_per_decode!r}: expected >= 1")
+    parts = rm.token_ms(feats, model, io_threads, overlap, True, where=f"--device {name}")
+    extra = rm.base.compute_floor(model) * eps * (tokens_per_decode - 1)
+    t = float(parts["wall"][0]) + rm.tail * extra
+    s_tok = t / tokens_per_decode / 1000.0
+    return DeviceWhatIf(device=name, model=model, io_threads=io_threads, overlap=overlap,
+                        position_cost=eps, ms_per_decode=t, predicted_s_per_token=s_tok,
+                        predicted_tok_s=1.0 / s_tok,
+                        predicted_effective_tok_s=1.0 / (s_tok + draft_s_per_token))
+
+
 @dataclass(frozen=True)
 class MemoryCase:
     """One read level of ``refsim memory --device``: a plain decode reading ``mib_per_token``."""

@@ -5,12 +5,13 @@ decodes in one Numba pass, then scattered into one :class:`~refsim.events.EventB
 rules of docs/trace-format.md ("Validation") leave: the rows of a decode are its layers in order
 (0, 1, ... the last routed layer), each layer holds the same consecutive steps, each step holds
 ``n_expert_used`` rows with slots 0..k-1 (distinct experts, weights all ``nan`` or none, not every
-slot dropped), a prefill chunk of an arch that cuts the last layer routes it at its final step
-only and only when the chunk ends its turn's prefill, the residency and ``expert_bytes`` rules
-hold per layer batch, and consecutive decodes follow the positions rule. It never diagnoses: on
-anything else (or a trace routing a single layer, whose framing differs) it returns a failure and
-the reader's per-line path (:func:`refsim.trace.reader._build`, the readable reference) reads the
-file and gives the ``file:line`` message. So what this path accepts, the per-line path accepts
+slot dropped), under the FINAL last-layer convention a prefill chunk routes the last layer at its
+final step only and only when the chunk ends its turn's prefill (under EVERY at every step,
+:mod:`refsim.trace.convention`; the reader tries both unless the arch fixes one), the residency
+and ``expert_bytes`` rules hold per layer batch, and consecutive decodes follow the positions
+rule. It never diagnoses: on anything else (or a trace routing a single layer, whose framing
+differs) it returns a failure and the reader's per-line path (:func:`refsim.trace.reader._build`,
+the readable reference) reads the file and gives the ``file:line`` message. So what this path accepts, the per-line path accepts
 with the same events (tests/trace/test_fast_equals_slow.py checks it on every mutation of the
 mutation campaign's seeds and on hypothesis-made traces).
 """
@@ -211,8 +212,8 @@ def frame_rows(cols: dict, lines: np.ndarray, n_layer: int, k: int, n_expert: in
     lines : (n_rows,) int32 ndarray
         1-based line of each row.
     cut_last : bool
-        The arch routes a prefill's last layer at the output positions only
-        (:func:`refsim.trace.reader.cuts_last_layer`).
+        Check the :data:`~refsim.trace.convention.FINAL` convention (a prefill routes its last
+        layer at the output position only); False: :data:`~refsim.trace.convention.EVERY`.
     expert_bytes : (n_layer,) int64 ndarray
 
     Returns

@@ -21,12 +21,14 @@ from refsim import MAX_CACHE_MIB, progress
 from refsim.errors import TraceFormatError
 from refsim.jit import in_reference
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind, EventBlock
+from refsim.frames import Table
+from refsim.trace.convention import EVERY, FINAL, arch_graph, block_convention, chunk_shape
 from refsim.trace.format import (F32_FINITE_LIMIT, MAX_ENTRY_BYTES, MAX_EXPERT_USED, MAX_EXPERTS,
                                  MAX_LAYERS, MAX_POSITION, OPTIONAL_COLUMNS, PRED_COLUMNS,
                                  REQUIRED_COLUMNS, TRACE_MAGIC, TraceHeader)
 
 
-class RouteTrace:
+class RouteTrace(Table):
     """A route trace read from disk: the header, the decode events and the engine's records.
 
     The reader's fast path builds the events as one :class:`~refsim.events.EventBlock` (with the
@@ -152,6 +154,21 @@ class RouteTrace:
     def decode_events(self) -> list[DecodeEvent]:
         """The phase-1 events."""
         return [e for e in self.events if e.phase == 1]
+
+    def to_columns(self) -> dict:
+        """The file's rows as columns, in file order (:func:`refsim.trace.table.trace_columns`):
+        ``turn, phase, step, layer, slot, expert, weight, residency, expert_bytes`` [, ``dropped``]
+        [, ``pred_expert, pred_weight``]; :meth:`to_pandas` / :meth:`to_arrow` give the same as a
+        frame (docs/notebook.md)."""
+        from refsim.trace.table import trace_columns
+        return trace_columns(self)
+
+    @property
+    def last_layer(self) -> str | None:
+        """The trace's last-layer convention (:data:`~refsim.trace.convention.FINAL` or
+        :data:`~refsim.trace.convention.EVERY`), None when no prefill chunk tells them apart
+        (no prefill, or only one-position chunks that end their turn's prefill)."""
+        return block_convention(self.block)[0]
 
     @property
     def unrouted_layers(self) -> list[int]:
@@ -536,6 +553,10 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     Returns
     -------
     RouteTrace
+        Its ``last_layer`` is the recording's last-layer convention. A convention the arch's
+        llama.cpp graph contradicts where no recording confirms the graph (qwen2moe, gpt-oss,
+        lfm2moe routing every position) is read with one warning through the ``refsim.trace``
+        logger (:func:`warn_convention`).
 
     Raises
     ------
@@ -548,8 +569,9 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
         the wrong field count (including a truncated last line), a field that is not an ASCII
         number (a preamble integer with a leading zero included), a value out of range (a
         negative or infinite weight), a ``nan`` weight among a position's known weights, a row
-        repeating the previous row's key, rows missing from a decode, positions out of order, an
-        ``expert_bytes`` cell that disagrees with the preamble, or a duplicate
+        repeating the previous row's key, rows missing from a decode, prefill chunks of two
+        last-layer conventions (:mod:`refsim.trace.convention`; qwen3moe: any but FINAL),
+        positions out of order, an ``expert_bytes`` cell that disagrees with the preamble, or a duplicate
         ``(turn, phase, step, layer, slot)`` in a trace without speculative decodes.
     """
     path = os.fspath(path)
@@ -558,7 +580,52 @@ def read_trace(path: str | os.PathLike) -> RouteTrace:
     trace = None if in_reference() else _read_fast(path, rule_messages=True)
     if trace is None:
         trace = _read_slow(path)
+    warn_convention(trace)
     return trace
+
+
+_WARNED: set[str] = set()
+"""Warnings already given in this process (each is given once)."""
+
+
+def convention_warning(trace, path: str | None = None) -> str | None:
+    """The warning for a trace whose last-layer convention is not the one its arch's llama.cpp
+    graph has in the sources read (:class:`~refsim.trace.convention.ArchGraph` with ``strict``
+    False: no recording confirms the graph's rule, so it is not a refusal), naming the file and
+    the line of the first prefill chunk that shows the convention; None otherwise.
+
+    Parameters
+    ----------
+    trace : RouteTrace
+        A trace (or one turn of one) that has been read.
+    path : str, optional
+        The name to give (default ``trace.path``).
+    """
+    graph = arch_graph(trace.header.arch)
+    if graph.convention is None or graph.strict:
+        return None
+    conv, e = block_convention(trace.block)
+    if conv is None or conv == graph.convention:
+        return None
+    st = trace.block.event_start
+    lines = trace.recorded[2][int(st[e]):int(st[e + 1])]
+    line = int(lines[lines > 0].min())
+    last = int(np.flatnonzero(_routed_layers(trace.block))[-1])
+    return (f"{path or trace.path}:{line}: this prefill chunk routes the last layer {last} "
+            f"{_shape_words(conv, False)}, where llama.cpp's {trace.header.arch} graph routes it "
+            f"{_shape_words(graph.convention, False)} ({graph.source}); read as recorded (no "
+            f"recording confirms that graph's rule)")
+
+
+def warn_convention(trace, path: str | None = None) -> None:
+    """Give :func:`convention_warning`'s warning, once per process, through the ``refsim.trace``
+    logger (the CLI shows it on stderr as ``refsim CMD: warning: ...``)."""
+    import logging
+
+    text = convention_warning(trace, path)
+    if text is not None and text not in _WARNED:
+        _WARNED.add(text)
+        logging.getLogger("refsim.trace").warning(text)
 
 
 def _read_slow(path: str) -> RouteTrace:
@@ -830,8 +897,13 @@ def _build_fast(path: str, pre: _Preamble, cols: dict[str, np.ndarray],
     from refsim.trace.fastbuild import frame_rows
 
     h = pre.header
-    got = frame_rows(cols, lines_of, h.n_layer, h.n_expert_used, h.n_expert,
-                     cuts_last_layer(h.arch), h.expert_bytes)
+    graph = arch_graph(h.arch)
+    got = None
+    for cut in ((graph.convention == FINAL,) if graph.strict else (True, False)):
+        got = frame_rows(cols, lines_of, h.n_layer, h.n_expert_used, h.n_expert, cut,
+                         h.expert_bytes)
+        if got is not None:
+            break
     if got is None:
         raise _FastRefused(f"{path}: refused by the fast path")
     block, res, chg, lns = got
@@ -862,12 +934,6 @@ def _routed_layers(block: EventBlock) -> np.ndarray:
     return (block.routes >= 0).any(axis=(0, 2))
 
 
-NO_LAST_LAYER_CUT = frozenset({"qwen35moe"})
-"""Architectures whose prefill routes the last layer at every position (llama.cpp gathers the
-output rows after ``output_norm``, not before the last layer: refsim/forward/qwen35moe.py, "No
-last-layer cut")."""
-
-
 def _sorted_unique(x: np.ndarray) -> np.ndarray:
     """``np.unique(x)`` of a 1-D array: its distinct values, sorted. Written out because plain
     ``np.unique`` calls ``np.ma.is_masked``, whose import (numpy.ma, ~20 ms) was a tenth of a
@@ -881,10 +947,64 @@ def _sorted_unique(x: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
-def cuts_last_layer(arch: str) -> bool:
-    """Whether a prefill of ``arch`` routes its last layer for the output positions only (the
-    last-layer rule of docs/trace-format.md); False for :data:`NO_LAST_LAYER_CUT`."""
-    return arch not in NO_LAST_LAYER_CUT
+def _shape_words(shape: str, more: bool) -> str:
+    """How a prefill chunk of ``shape`` routes the last layer, for messages."""
+    if shape == EVERY:
+        return "at every position"
+    return "nowhere (a chunk before the end of its turn's prefill)" if more else \
+        "at its final position only"
+
+
+def _last_layer_convention(path: str, arch: str, last: int, lines_of: np.ndarray, g0: np.ndarray,
+                           g_ev: np.ndarray, g_step: np.ndarray, is_last: np.ndarray,
+                           ev_phase: np.ndarray, ev_final: np.ndarray, more: np.ndarray,
+                           n_pos: np.ndarray) -> np.ndarray:
+    """The last-layer convention of the rows (:mod:`refsim.trace.convention`): the arch's when
+    its graph and a recording fix it (:class:`~refsim.trace.convention.ArchGraph` ``strict``),
+    else the one the first prefill chunk that tells the two apart shows.
+
+    Returns
+    -------
+    (n_ev,) bool ndarray
+        The decodes whose last layer is checked by the :data:`FINAL` rule (the prefill chunks,
+        when the convention is FINAL or none is shown).
+
+    Raises
+    ------
+    TraceFormatError
+        A prefill chunk shows the other convention than an earlier one (a trace mixing them),
+        naming the chunk's first row at the last layer (or its first row) and the earlier one.
+    """
+    graph = arch_graph(arch)
+    conv = graph.convention if graph.strict else None
+    if conv is None:
+        pre = np.flatnonzero(ev_phase == 0)
+        last_g = np.flatnonzero(is_last & (ev_phase[g_ev] == 0))
+        lo = np.searchsorted(g_ev[last_g], pre, "left")
+        hi = np.searchsorted(g_ev[last_g], pre, "right")
+
+        def line_of(i: int) -> int:
+            e = int(pre[i])
+            g = last_g[lo[i]] if hi[i] > lo[i] else int(np.searchsorted(g_ev, e, "left"))
+            return int(lines_of[g0[g]])
+
+        first = -1
+        for i, e in enumerate(pre.tolist()):
+            shape = chunk_shape(int(n_pos[e]), g_step[last_g[lo[i]:hi[i]]], int(ev_final[e]),
+                                bool(more[e]))
+            if shape is None:
+                continue
+            if conv is None:
+                conv, first = shape, i
+            elif shape != conv:
+                e0 = int(pre[first])
+                raise TraceFormatError(
+                    f"{path}:{line_of(i)}: a prefill chunk routes the last layer {last} "
+                    f"{_shape_words(shape, bool(more[e]))}, where the prefill chunk on line "
+                    f"{line_of(first)} routes it {_shape_words(conv, bool(more[e0]))}; expected one "
+                    f"last-layer convention per trace (one llama.cpp graph made the recording; "
+                    f"two recordings joined?)")
+    return (ev_phase == 0) & (conv != EVERY)
 
 
 def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, int],
@@ -901,11 +1021,13 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
     it is an ``--mtp`` head (the engine does not record its draft routings); ``L`` is the set of
     layers the rows route. Every position of a decode is routed in every layer of ``L``. A
     prefill chunk routes every layer of ``L`` but the last at each position; the last layer is
-    routed for positions that produce logits only (for the archs that cut it, :func:`cuts_last_layer`;
-    llama.cpp gathers them before the last layer,
-    router_hook.cpp ``flush_pending``), which in the engine's prefill is the prompt's final token
-    (bmoe-engine.md §2, "logits on the last token only"): the chunk that ends a turn's prefill
-    routes it at its final position, an earlier chunk of the same turn routes it nowhere.
+    routed for positions that produce logits only when the recording's graph cuts it (the
+    :data:`~refsim.trace.convention.FINAL` convention, :func:`_last_layer_convention`; llama.cpp
+    gathers them before the last layer, router_hook.cpp ``flush_pending``), which in the
+    engine's prefill is the prompt's final token (bmoe-engine.md §2, "logits on the last token
+    only"): the chunk that ends a turn's prefill routes it at its final position, an earlier
+    chunk of the same turn routes it nowhere. Under :data:`~refsim.trace.convention.EVERY` a
+    prefill routes it at every position, as a decode does.
 
     ``new`` marks the first row of each decode (the framing); within a decode the rows strictly
     increase in ``(layer, step, slot)``, so each (decode, layer, step) is a run of rows.
@@ -959,14 +1081,16 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
     n_ev = ev_first.size
     ev_phase, ev_turn = phase[ev_first], turn[ev_first]
     ev_final = np.maximum.reduceat(step, ev_first)              # each decode's last position
-    # qwen35moe does not cut the last layer to the output rows (llama.cpp gathers them only with
-    # embeddings_nextn_masked; refsim/forward/qwen35moe.py): its prefill routes every position
-    # in every layer, as a decode does
-    prefill_g = (ev_phase[g_ev] == 0) & cuts_last_layer(header.arch)
     is_last = g_layer == last
     # a turn's prefill chunk is followed by another chunk of that turn, or it ends the prefill
     more = np.zeros(n_ev, dtype=bool)
     more[:-1] = (ev_phase[1:] == 0) & (ev_phase[:-1] == 0) & (ev_turn[1:] == ev_turn[:-1])
+    pos_key = g_ev.astype(np.int64) * (MAX_POSITION + 1) + g_step
+    keys, inv = np.unique(pos_key, return_inverse=True)
+    p_ev = keys // (MAX_POSITION + 1)
+    cut_ev = _last_layer_convention(path, header.arch, last, lines_of, g0, g_ev, g_step, is_last,
+                                    ev_phase, ev_final, more, np.bincount(p_ev, minlength=n_ev))
+    prefill_g = cut_ev[g_ev]
     wrong = np.flatnonzero(prefill_g & is_last & ((g_step != ev_final[g_ev]) | more[g_ev]))
     if wrong.size:
         g = int(wrong[0])
@@ -979,15 +1103,12 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
             f"{int(g_step[g])}; expected the last-layer rule: {why} (swapped or damaged turn/phase "
             f"columns?)")
     need = ~(prefill_g & is_last)
-    pos_key = g_ev.astype(np.int64) * (MAX_POSITION + 1) + g_step
-    keys, inv = np.unique(pos_key, return_inverse=True)
     have_n = np.bincount(inv[need], minlength=keys.size)
-    p_ev = keys // (MAX_POSITION + 1)
-    want_n = np.where((ev_phase[p_ev] == 0) & cuts_last_layer(header.arch), L.size - 1, L.size)
+    want_n = np.where(cut_ev[p_ev], L.size - 1, L.size)
     short = np.flatnonzero(have_n != want_n)
     last_done = np.zeros(n_ev, dtype=bool)
     last_done[g_ev[prefill_g & is_last]] = True
-    ends_prefill = (ev_phase == 0) & ~more & ~last_done & cuts_last_layer(header.arch)
+    ends_prefill = cut_ev & ~more & ~last_done
     if short.size or ends_prefill.any():
         e_short = int(p_ev[short[0]]) if short.size else n_ev
         e_end = int(np.argmax(ends_prefill)) if ends_prefill.any() else n_ev
@@ -996,7 +1117,7 @@ def _check_rows_complete(path: str, header: TraceHeader, layer_lines: dict[int, 
         if e == e_short:
             s = int(keys[short[0]] % (MAX_POSITION + 1))
             got = set(g_layer[(g_ev == e) & (g_step == s) & need].tolist())
-            want = L if ev_phase[e] == 1 or not cuts_last_layer(header.arch) else L[L != last]
+            want = L[L != last] if cut_ev[e] else L
             il = int(next(x for x in want.tolist() if x not in got))
             raise TraceFormatError(
                 f"{path}:{first}: the {'decode' if ev_phase[e] == 1 else 'prefill'} starting here "

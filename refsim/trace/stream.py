@@ -18,7 +18,7 @@ from refsim.trace.fastparse import (KNOWN, PAD, column_bounds, column_dtypes, co
 from refsim.trace.format import MAX_POSITION, PRED_COLUMNS, TRACE_MAGIC, TraceHeader
 from refsim.trace.reader import (MAX_LINES, RouteTrace, _build_parsed, _check_bytes, _checked_chunks,
                                  _parse_preamble, _parse_rows, _Preamble, _routed_layers,
-                                 _truncated, read_trace, valid_weights)
+                                 _truncated, read_trace, valid_weights, warn_convention)
 
 STREAM_BLOCK = 1 << 24
 """Bytes of rows :func:`iter_trace_turns` parses at a time (16 MiB)."""
@@ -36,6 +36,7 @@ class TraceStream:
     n_events: int = 0
     n_prompt: int = 0
     routed: np.ndarray | None = None        # (n_layer,) bool, the layers the rows route
+    last_layer: str | None = None           # the last-layer convention of the turns so far
 
     require_rows = RouteTrace.require_rows
 
@@ -58,7 +59,8 @@ def iter_trace_turns(path: str | os.PathLike, block: int = STREAM_BLOCK):
     Each turn is validated as :func:`read_trace` validates a whole trace, plus what ties turns
     together: turns increase, and every turn routes the same layers (a trace valid as a whole
     does: every decode routes every layer the trace routes, and a turn's prefill ends at its last
-    layer). So a valid file yields exactly :func:`read_trace`'s events. A damaged file raises
+    layer), and every turn has one last-layer convention (:mod:`refsim.trace.convention`). So a
+    valid file yields exactly :func:`read_trace`'s events. A damaged file raises
     the same ``TraceFormatError`` as :func:`read_trace`: damage in the bytes or a row's text (a
     NUL, not UTF-8, a run killed mid-row, a field that is not a number) is found in bounded
     memory (:func:`_rescue`); rows that parse but break a rule are diagnosed on the whole file
@@ -240,7 +242,7 @@ def _whole(path: str):
     tr = read_trace(path)
     stream = TraceStream(header=tr.header, path=path, column_line=tr.column_line,
                          n_rows=tr.n_rows, n_events=tr.n_events, n_prompt=tr.n_prompt,
-                         routed=_routed_layers(tr.block))
+                         routed=_routed_layers(tr.block), last_layer=tr.last_layer)
     return stream, iter([tr])
 
 
@@ -341,6 +343,13 @@ def _stream_turn(path: str, pre: _Preamble, cols: dict[str, np.ndarray], stream:
         stream.routed = seen
     elif not np.array_equal(seen, stream.routed):
         _stream_failed(path)
+    conv = tr.last_layer                   # every turn has the convention of the first that shows one
+    if conv is not None:
+        if stream.last_layer is None:
+            stream.last_layer = conv
+            warn_convention(tr, stream.path)
+        elif conv != stream.last_layer:
+            _stream_failed(path)
     stream.n_rows += tr.n_rows
     stream.n_events += tr.n_events
     stream.n_prompt += tr.n_prompt

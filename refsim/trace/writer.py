@@ -16,8 +16,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from refsim.events import DecodeEvent
+from refsim.events import DecodeEvent, DecodeKind
 from refsim.fileio import open_output
+from refsim.trace.convention import CONVENTIONS, chunk_shape
 from refsim.trace.format import PRED_COLUMNS, TRACE_MAGIC, WRITE_COLUMNS, TraceHeader
 
 
@@ -116,6 +117,55 @@ def format_event_rows(event: DecodeEvent, residency: np.ndarray, charged_bytes: 
     return "\n".join(rows) + "\n" if rows else ""
 
 
+class _LastLayerCheck:
+    """The last-layer convention of the events written (:mod:`refsim.trace.convention`), checked
+    when the trace is complete: one convention, and ``want``'s when it is given. Keeps one
+    (n_pos, n_layer) bool array per prefill chunk, nothing per decode."""
+
+    def __init__(self, want: str | None, n_layer: int):
+        if want is not None and want not in CONVENTIONS:
+            raise ValueError(f"last_layer={want!r}; expected one of {CONVENTIONS} or None")
+        self.want = want
+        self.routed = np.zeros(n_layer, dtype=bool)
+        self.chunks: list = []          # (turn, positions, routed (n_pos, n_layer)) or (turn,)
+
+    def add(self, event: DecodeEvent) -> None:
+        r = (event.routes >= 0).any(axis=2)
+        self.routed |= r.any(axis=0)
+        self.chunks.append((event.turn, event.positions, r) if event.kind is DecodeKind.PREFILL
+                           else (event.turn,))
+
+    def check(self) -> str | None:
+        """The convention written (None when no chunk tells them apart).
+
+        Raises
+        ------
+        ValueError
+            The chunks mix the two conventions, or show the other one than ``want``.
+        """
+        if not self.routed.any():
+            return None
+        last = int(np.flatnonzero(self.routed)[-1])
+        conv = None
+        for i, c in enumerate(self.chunks):
+            if len(c) == 1:
+                continue
+            turn, positions, r = c
+            nxt = self.chunks[i + 1] if i + 1 < len(self.chunks) else None
+            more = nxt is not None and len(nxt) == 3 and nxt[0] == turn
+            shape = chunk_shape(len(positions), positions[r[:, last]], int(positions[-1]), more)
+            if shape is None:
+                continue
+            if shape != (conv or self.want or shape):
+                raise ValueError(
+                    f"the prefill chunk at steps {int(positions[0])}..{int(positions[-1])} routes "
+                    f"the last layer {last} as the {shape!r} convention, where the trace is "
+                    f"{conv or self.want!r}; a trace has one last-layer convention "
+                    f"(docs/trace-format.md)")
+            conv = shape
+        return conv
+
+
 class TraceWriter:
     """A route trace written as its events arrive (``refsim run --route-trace``): the header at
     open, each event's rows at :meth:`write`, nothing kept but a count, so memory does not grow
@@ -132,18 +182,31 @@ class TraceWriter:
     pred : bool
         Write the prediction columns (``pred_expert``, ``pred_weight``; docs/trace-format.md,
         "Prediction columns"), for runs with a predictor or ``--route-ahead``.
+    last_layer : str, optional
+        The last-layer convention the events must follow (:data:`~refsim.trace.convention.FINAL`
+        or :data:`~refsim.trace.convention.EVERY`); None (default): the one the events route,
+        which must be one (``refsim run`` writes what its arch's forward pass routes: qwen3moe
+        FINAL, qwen35moe EVERY). Rows are written as the events route them either way: an event
+        of the other convention is refused, never rewritten.
 
     Raises
     ------
     ConfigError
         If the destination cannot be written or a write fails (names ``what`` and the path).
+    ValueError
+        ``last_layer`` not a convention; at the end, the events mix the two conventions or show
+        the other one than ``last_layer`` (the file is then not written: a regular file's
+        temporary is removed).
     """
 
     def __init__(self, path: str | os.PathLike, header: TraceHeader, what: str = "--route-trace",
-                 pred: bool = False):
+                 pred: bool = False, last_layer: str | None = None):
         self.path, self.header, self.what, self.pred = path, header, what, pred
         self.events = 0
         """Events written (draft-context events are skipped and not counted)."""
+        self._check = _LastLayerCheck(last_layer, header.n_layer)
+        self.last_layer: str | None = None
+        """The convention written, set when the trace is complete (None: no chunk shows one)."""
         self._ctx = self._fh = None
 
     def __enter__(self) -> "TraceWriter":
@@ -163,6 +226,7 @@ class TraceWriter:
             return
         try:
             self._fh.write(format_event_rows(event, residency, charged_bytes, self.pred))
+            self._check.add(event)
         except BaseException:
             self._close(*sys.exc_info())
             raise
@@ -181,13 +245,19 @@ class TraceWriter:
         return ctx.__exit__(*exc)
 
     def __exit__(self, *exc):
+        if exc[0] is None:
+            try:
+                self.last_layer = self._check.check()
+            except ValueError:
+                self._close(*sys.exc_info())
+                raise
         return self._close(*exc)
 
 
 def write_trace(path: str | os.PathLike, header: TraceHeader,
                 events: Iterable[DecodeEvent], residency: Sequence[np.ndarray],
                 charged_bytes: Sequence[np.ndarray], what: str = "--route-trace",
-                pred: bool = False) -> None:
+                pred: bool = False, last_layer: str | None = None) -> None:
     """Write a route trace by :func:`refsim.fileio.open_output`'s rules: a regular file is
     replaced atomically (temp file beside it + rename), ``-`` is standard output, a FIFO or device
     is streamed in place.
@@ -206,12 +276,17 @@ def write_trace(path: str | os.PathLike, header: TraceHeader,
         One per event, as recorded by the cache model.
     pred : bool
         Write the prediction columns (:data:`~refsim.trace.format.PRED_COLUMNS`).
+    last_layer : str, optional
+        The last-layer convention the events must follow (:class:`TraceWriter`).
 
     Raises
     ------
     ConfigError
         If the destination cannot be written or a write fails (names ``what`` and the path).
+    ValueError
+        The events mix the two last-layer conventions, or show the other one than
+        ``last_layer`` (nothing is written over ``path``).
     """
-    with TraceWriter(path, header, what, pred) as w:
+    with TraceWriter(path, header, what, pred, last_layer) as w:
         for ev, res, chg in zip(events, residency, charged_bytes, strict=True):
             w.write(ev, res, chg)

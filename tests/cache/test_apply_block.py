@@ -42,7 +42,8 @@ def _same_state(a: ExpertCache, b: ExpertCache):
     assert np.array_equal(a.layer_lookups, b.layer_lookups)
     assert np.array_equal(a.layer_hits, b.layer_hits)
     assert np.array_equal(a._learned, b._learned) and a._decodes == b._decodes
-    assert np.array_equal(a._prev_ids, b._prev_ids) and np.array_equal(a._has_prev, b._has_prev)
+    assert np.array_equal(a._lru.prev_ids, b._lru.prev_ids)
+    assert np.array_equal(a._lru.has_prev, b._lru.has_prev)
 
 
 def _with_drops(events, seed):

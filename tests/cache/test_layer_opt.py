@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.cache.batches import BatchTrace
-from refsim.cache.layer_opt import (FixedShares, _group_dp, group_tables, layer_curves,
-                                    optimal_shares, slice_events)
-from refsim.cache.policy import get_policy, reference_replay, replay_policy
+from refsim.cache.policies import get_policy
+from refsim.cache.policies.layer_opt import (FixedShares, _group_dp, group_tables, layer_curves,
+                                             optimal_shares, slice_events)
+from refsim.cache.replay import reference_replay, replay_policy
 from refsim.testing.cache_streams import cache_budgets, cache_streams
 
 

@@ -8,7 +8,7 @@ from refsim import MIB
 from refsim.cache import ExpertCache
 from refsim.cache.batches import NEVER, BatchTrace
 from refsim.cache.mrc import LruCurve, lru_curve, stack_distances
-from refsim.cache.policy import replay_policy
+from refsim.cache.replay import replay_policy
 from refsim.events import DecodeEvent, DecodeKind
 from refsim.testing.cache_streams import cache_streams
 

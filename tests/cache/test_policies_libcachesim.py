@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.cache.batches import BatchTrace
-from refsim.cache.policy import get_policy, reference_replay, replay_policy
+from refsim.cache.policies import get_policy
+from refsim.cache.replay import reference_replay, replay_policy
 from refsim.testing.libcachesim_oracle import (LIBCACHESIM, comparable, libcachesim_hits,
                                                lookup_stream, one_lookup_batches)
 

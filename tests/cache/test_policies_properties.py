@@ -8,12 +8,11 @@ from hypothesis import strategies as st
 
 from refsim.cache import ExpertCache
 from refsim.cache.batches import BatchTrace
-from refsim.cache.policy import POLICIES, get_policy, reference_replay, replay_policy
+from refsim.cache.policies import POLICIES, get_policy
+from refsim.cache.replay import reference_replay, replay_policy
 from refsim.testing.cache_streams import cache_budgets, cache_streams
 
-get_policy("lru")  # register the built-ins
-BUILTIN = [name for name, cls in POLICIES.items()
-           if cls.kernel is not None or hasattr(cls, "fast_replay")]   # a Numba fast path
+BUILTIN = [name for name, cls in POLICIES.items() if cls.fast_replay is not None]  # Numba path
 ALL = list(POLICIES)   # every registered policy, the admit-protocol ones included
 
 

@@ -7,8 +7,9 @@ import pytest
 
 from refsim.cache import ExpertCache
 from refsim.cache.batches import NEVER, BatchTrace
-from refsim.cache.policy import (POLICIES, Policy, PolicyResult, get_policy, reference_replay,
-                                 replay_policy)
+from refsim.cache.policies import POLICIES, Policy, get_policy
+from refsim.cache.replay import reference_replay, replay_policy
+from refsim.cache.result import PolicyResult
 from refsim.errors import ConfigError, UsageError
 from refsim.events import DecodeEvent, DecodeKind
 
@@ -164,7 +165,7 @@ def test_a_user_policy_is_one_class_and_runs_on_the_reference_path():
         del POLICIES["test-mru"]
 
 
-# ---- the admit-protocol policies (refsim.cache.admit_policies): one hand-worked case each,
+# ---- the admit-protocol policies (refsim.cache.policies.fifo ... tinylfu): one hand-worked case each,
 # one layer, unit sizes, one lookup per batch (the per-request setting); letters are keys.
 
 def replay_one(name, ids, budget, **params):
@@ -257,7 +258,7 @@ def test_an_admit_policy_never_evicts_the_batch_own_entries():
 
 
 def test_policy_lists_parse_parameters_in_one_place():
-    from refsim.cache.policy import parse_policy_list
+    from refsim.cache.policies import parse_policy_list
     pols = parse_policy_list("lru, s3fifo:small=0.2,ghost=0.8 ,arc,2q:kin=0.3,clock:bits=2")
     assert [p.label for p in pols] == ["lru", "s3fifo:small=0.2,ghost=0.8", "arc", "2q:kin=0.3",
                                        "clock:bits=2"]

@@ -24,6 +24,8 @@ DRAFT = "an integer in 1..8"
 IDS = "token ids like 1,5,77, each an integer in 0..2147483647"
 MIB0 = "a number of MiB from 0 to 2^40 (1 EiB)"
 
+WHATIF = ["whatif", "t.csv", "--device", "d.json", "--spec", "off"]
+
 # (argv before the flag, flag as argparse names it, the option to pass, expected text, values
 # the flag accepts among BAD)
 TABLE = [
@@ -97,6 +99,24 @@ TABLE = [
      "N, N,M,... or A..B with A <= B, each an integer in 1..2147483647", ()),
     (["drop-replay", "t.csv"], "--cache-mb", "--cache-mb", CACHE_MB_RANGE, ()),
     (["replay", "t.csv"], "--io-threads", "--io-threads", INT1, ()),
+    (["replay", "t.csv"], "--data-start", "--data-start", INT0, ("0",)),
+    (["replay", "t.csv"], "--block-size", "--block-size",
+     "an integer in 1..1048576 and a power of two", ()),
+    (["replay", "t.csv"], "--o-direct", "--o-direct", "an integer in 0..1", ("0",)),
+    (["replay", "t.csv"], "--merge-gap", "--merge-gap", INT0, ("0",)),
+    (["layout", "m.gguf", "t.csv"], "--cache-mb", "--cache-mb", CACHE_MB_RANGE, ()),
+    (["layout", "m.gguf", "t.csv"], "--fit-fraction", "--fit-fraction", "a number in (0, 1)", ()),
+    (["layout", "m.gguf", "t.csv"], "--fit-turns", "--fit-turns",
+     "turn numbers like 0,2, each an integer in 0..2147483647", ("0",)),
+    (["layout", "m.gguf", "t.csv"], "--eval-turns", "--eval-turns",
+     "turn numbers like 0,2, each an integer in 0..2147483647", ("0",)),
+    (["layout", "m.gguf", "t.csv"], "--merge-gap", "--merge-gap", INT0, ("0",)),
+    (["layout", "m.gguf", "t.csv"], "--data-start", "--data-start", INT0, ("0",)),
+    (["layout", "m.gguf", "t.csv"], "--block-size", "--block-size",
+     "an integer in 1..1048576 and a power of two", ()),
+    (["layout", "m.gguf", "t.csv"], "--io-threads", "--io-threads", INT1, ()),
+    (["layout", "m.gguf", "t.csv"], "--position-cost", "--position-cost", "a finite number >= 0",
+     ("0", "99999999999999999999")),
     (["replay", "t.csv"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
     (["sweep", "t.csv"], "--io-threads", "--io-threads", INT1, ()),
     (["sweep", "t.csv"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
@@ -109,6 +129,16 @@ TABLE = [
     (["run"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
     (["memory", "m.gguf"], "--io-threads", "--io-threads", INT1, ()),
     (["memory", "m.gguf"], "--hit-pct", "--hit-pct", "a percentage in [0, 100]", ("0",)),
+    (WHATIF, "--cache-mb", "--cache-mb", f"N[,N,...] or auto, each {CACHE_MB_RANGE}", ()),
+    (WHATIF + ["--cache-mb", "8"], "--ram-mb", "--ram-mb", "a number of MiB > 0 and at most 2^40 (1 EiB)", ()),
+    (WHATIF + ["--cache-mb", "8"], "--ctx", "--ctx", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "--prompt-len", "--prompt-len", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "--head-ms", "--head-ms", "a finite number >= 0", ("0", "99999999999999999999")),
+    (WHATIF + ["--cache-mb", "8"], "--noise-pct", "--noise-pct", "a finite number >= 0", ("0", "99999999999999999999")),
+    (WHATIF + ["--cache-mb", "8"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
+    (WHATIF + ["--cache-mb", "8"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
+    (WHATIF + ["--cache-mb", "8"], "--io-threads", "--io-threads", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "--position-cost", "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Integer block products (refsim/kernels/qdot.py, simd.py): hand-worked blocks per weight type, the
+"""Integer block products (refsim/kernels/qdot.py, simd.py, ggml_matmul.py): hand-worked blocks per weight type, the
 vector block dots against their plain-Python twins, and properties (equal to the float64 product of
 gguf-py's dequantization and the round-tripped activation; batch- and thread-invariant)."""
 
@@ -13,17 +13,16 @@ from numba import njit
 
 from refsim.errors import ConfigError
 from refsim.forward.actq import act_kind, quantize_activations
-from refsim.kernels import simd
-from refsim.kernels.qdot import (
+from refsim.kernels import rows4, simd
+from refsim.kernels.ggml_matmul import (
     QDOT_TYPES,
     act_block,
     qdot_kernel,
     qdot_kernel_parallel,
     qdot_matmul,
     qdot_pairs,
-    quantize_acts,
-    round_tie,
 )
+from refsim.kernels.qdot import quantize_acts, round_tie
 from refsim.kernels.registry import F16_TO_F32
 from refsim.testing.strategies import quantized_weight_rows
 
@@ -254,12 +253,16 @@ def test_bad_inputs_raise_config_errors():
 
 
 def test_block_table_agrees_with_gguf():
+    # the (elements, bytes) per block the dispatch checks rows against (the registry's) are gguf's: a row of
+    # two blocks of gguf's size is accepted, one byte more or less is not
     from gguf import GGML_QUANT_SIZES
-
-    from refsim.kernels.qdot import _BLOCK_BYTES
-    assert set(_BLOCK_BYTES) == set(QDOT_TYPES)
-    for t, bs in _BLOCK_BYTES.items():
-        assert GGML_QUANT_SIZES[Q(t)] == bs
+    for t in QDOT_TYPES:
+        block, size = GGML_QUANT_SIZES[Q(t)]
+        acts = quantize_acts(np.zeros((1, 2 * block), np.float32), act_block(t))
+        assert qdot_matmul(np.zeros((3, 2 * size), np.uint8), t, 2 * block, acts).shape == (1, 3)
+        for bad in (2 * size - 1, 2 * size + 1):
+            with pytest.raises(ConfigError, match=f"last axis {2 * size}"):
+                qdot_matmul(np.zeros((3, bad), np.uint8), t, 2 * block, acts)
 
 
 def test_unsigned_nibble_dot_same_on_the_avx2_and_generic_paths(monkeypatch):
@@ -314,7 +317,7 @@ def _rows4_case(kind: str, n_rows: int, n_cols: int, seed: int):
     """Rows of ``kind`` ('q4_0' | 'q8_0') with random bytes (int8 -128 included), finite half scales
     (subnormal, zero and negative included), and one Q8_0 activation with a 127 in every block."""
     rng = np.random.default_rng(seed)
-    bsize = simd._ROWS4[kind]
+    bsize = rows4._ROWS4[kind]
     raw = rng.integers(0, 256, (n_rows, n_cols // 32 * bsize), dtype=np.uint8)
     halves = np.array([0.5, -0.25, 6.1e-5, 3e-7, 0.0, -1.5e3, 0.0137], np.float16)
     for b in range(n_cols // 32):
@@ -326,12 +329,12 @@ def _rows4_case(kind: str, n_rows: int, n_cols: int, seed: int):
 
 @pytest.mark.parametrize("kind", ["q4_0", "q8_0"])
 def test_four_row_dots_equal_the_one_row_functions(kind, monkeypatch):
-    # simd.q4_0_rows4 / q8_0_rows4 (four rows per pass, used by qdot for Q4_0/Q8_0 rows) give every row
+    # rows4.q4_0_rows4 / q8_0_rows4 (four rows per pass, used by qdot for Q4_0/Q8_0 rows) give every row
     # the same float64 sum, bit for bit, as the one-row functions: checked against the plain-Python twin,
     # against qdot on one-row matrices (the one-row path), on the AVX2 and generic paths, with and without F16C
     qtype = int(Q.Q4_0) if kind == "q4_0" else int(Q.Q8_0)
     raw, acts = _rows4_case(kind, 8, 96, seed=5)
-    py = simd.q4_0_rows4 if kind == "q4_0" else simd.q8_0_rows4
+    py = rows4.q4_0_rows4 if kind == "q4_0" else rows4.q8_0_rows4
     want = np.array(py(raw, 4, 3, acts.q[0], acts.d[0], acts.bsum[0], F16_TO_F32))
     one_row = np.array([qdot_matmul(raw[r:r + 1], qtype, 96, acts)[0, 0] for r in range(4, 8)])
     assert np.array_equal(want.astype(np.float32), one_row)
@@ -358,5 +361,5 @@ def test_four_row_q4_0_dot_by_hand():
     x[0, 0], x[0, 16] = 127, 1
     acts = quantize_acts(x, 32)
     want = [2.0 ** -r * r * 128 for r in range(4)]
-    assert list(simd.q4_0_rows4(raw, 0, 1, acts.q[0], acts.d[0], acts.bsum[0], F16_TO_F32)) == want
+    assert list(rows4.q4_0_rows4(raw, 0, 1, acts.q[0], acts.d[0], acts.bsum[0], F16_TO_F32)) == want
     assert qdot_matmul(raw, int(Q.Q4_0), 32, acts)[0].tolist() == want

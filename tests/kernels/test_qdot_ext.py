@@ -10,14 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.errors import ConfigError
-from refsim.kernels import KERNELS, qdot_ext
-from refsim.kernels.qdot import CHUNK, QActs, QDOT_ALL, act_block, qdot_matmul, qdot_pairs, quantize_acts
+from refsim.kernels import KERNELS, ggml_matmul
+from refsim.kernels.ggml_matmul import EXT_TYPES, QDOT_ALL, act_block, qdot_matmul, qdot_pairs
+from refsim.kernels.qdot import QActs, quantize_acts
 from refsim.kernels.registry import F16_TO_F32
 from refsim.testing.strategies import QUANT_SCALE_FIELDS, quantized_weight_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
-EXT = list(qdot_ext.EXT_TYPES)
+EXT = list(EXT_TYPES)
 
 
 def _h(v) -> bytes:
@@ -25,10 +26,9 @@ def _h(v) -> bytes:
 
 
 def test_tables_agree_with_gguf_and_qdot():
-    assert qdot_ext.CHUNK == CHUNK
-    for t, bs in qdot_ext.BLOCK_BYTES.items():
-        assert GGML_QUANT_SIZES[Q(t)] == bs
-    assert set(qdot_ext.BLOCK_BYTES) == set(EXT)
+    # the block table of these types is the registry's (one CHUNK: the dispatch's)
+    for t in EXT:
+        assert GGML_QUANT_SIZES[Q(t)] == (KERNELS[Q(t)].block_size, KERNELS[Q(t)].type_size)
     # every registered quantized type has an integer product
     assert {int(t) for t in KERNELS} - set(QDOT_ALL) == {int(Q.F32), int(Q.F16), int(Q.BF16), int(Q.IQ1_M)}
 
@@ -109,8 +109,8 @@ def test_batch_thread_and_pair_invariance(prod):
     s = acts.s if acts.s is not None else np.zeros((x.shape[0], 1), np.float32)
     one = np.empty((x.shape[0], raw.shape[0]), np.float32)
     par = np.empty_like(one)
-    qdot_ext.ext_kernel(qtype, raw, n_cols, acts.q, acts.d, s, F16_TO_F32, one)
-    qdot_ext.ext_kernel_parallel(qtype, raw, n_cols, acts.q, acts.d, s, F16_TO_F32, par)
+    ggml_matmul.ext_kernel(qtype, raw, n_cols, acts.q, acts.d, s, F16_TO_F32, one)
+    ggml_matmul.ext_kernel_parallel(qtype, raw, n_cols, acts.q, acts.d, s, F16_TO_F32, par)
     assert np.array_equal(one, par)
     for v in range(x.shape[0]):
         alone = qdot_matmul(raw, qtype, n_cols, quantize_acts(x[v:v + 1], act_block(qtype)))

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refsim.kernels import qdot_ext, simd_ext
-from refsim.kernels.qdot import qdot_matmul, quantize_acts
+from refsim.kernels.ggml_matmul import qdot_matmul
+from refsim.kernels.qdot import quantize_acts
 from refsim.kernels.registry import F16_TO_F32
 from refsim.testing.rows4 import EXTREME_HALVES, code_paths, compile_on_path, float_bits, random_rows
 

@@ -387,3 +387,42 @@ def test_cli_plot_without_matplotlib_is_a_one_line_error(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert "matplotlib is not installed" in err and err.count("\n") == 1
     assert not (tmp_path / "p.png").exists()
+
+
+def test_cli_a_run_with_no_decode_time_prints_na_with_the_reason(tmp_path, capsys):
+    """wall_ms 0 in every row: tok/s printed 0.00 and the CI [0.0, 0.0] (issue 26 C6); now n/a,
+    with the reason on stderr, null in the JSON, and --compare refuses it."""
+    text = RUN4.replace("100.000,60", "0.000,60").replace("200.000,150", "0.000,150") \
+               .replace("400.000,300", "0.000,300").replace("500.000,400", "0.000,400")
+    a = write(tmp_path, "z.csv", text)
+    row = bench_run(read_metrics(a), trim=1, resamples=20)
+    assert row.untimed == "wall_ms is 0 in every row (no decode time was measured)"
+    assert (row.tok_s_mean, row.tok_s_min, row.tok_s_p95, row.wall_ms_per_token,
+            row.trimmed) == (None, None, None, None, None)
+    assert row.compute_ms_per_token == pytest.approx(286 / 4)     # what was measured stays
+    assert main(["bench", a, "--trim", "1", "--resamples", "20"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ("refsim bench: note: z.csv: wall_ms is 0 in every row (no decode time was "
+                   "measured): its tok/s, wall ms/token and per-token mean and CI are n/a\n")
+    lines = out.splitlines()
+    thr = lines[lines.index(next(ln for ln in lines if ln.startswith("Throughput"))) + 2].split()
+    assert thr[:8] == ["z.csv", "4", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]
+    row_t = lines[lines.index(next(ln for ln in lines if ln.startswith("Per-token decode"))) + 2]
+    assert row_t.split() == ["z.csv", "n/a", "n/a", "n/a", "n/a"]
+    split = lines[lines.index(next(ln for ln in lines if ln.startswith("Time split"))) + 2].split()
+    assert split[:4] == ["z.csv", "no", "n/a", "71.5"]
+    assert "0.00" not in " ".join(thr) and "[0.0, 0.0]" not in out
+    assert main(["bench", a, "--json", "--trim", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)["runs"][0]
+    assert doc["tok_s_mean"] is None and doc["untimed"] == row.untimed
+    b = write(tmp_path, "b.csv", RUN4)
+    assert main(["bench", b, a, "--compare", "--trim", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "z.csv: wall_ms is 0 in every row" in err
+
+
+def test_bench_help_says_95_percent(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = capsys.readouterr().out
+    assert "95% CI" in " ".join(out.split()) and "%%" not in out

@@ -125,3 +125,38 @@ def test_bad_flags(qwen_trace_path, capsys):
     assert "--n-expert-used: expected values in 1..5" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["drop-replay", str(qwen_trace_path), "--frac", "1.5"])
+
+
+def nan_weight_trace(tmp_path):
+    """The tiny trace with every weight ``nan`` (a graph with no weight node), written as the
+    engine writes it: rows at file lines 5..8 (after the 3 preamble lines and the column line)."""
+    h = TraceHeader(model="m", arch="qwen3moe", n_layer=1, n_expert=4, n_expert_used=2,
+                    expert_bytes=np.array([10]), dense_bytes=np.array([0]))
+    nan = np.full((1, 1, 2), np.nan, np.float32)
+    evs = [DecodeEvent(DecodeKind.PLAIN, np.array([5]), np.array([[[1, 2]]], np.int16), weights=nan),
+           DecodeEvent(DecodeKind.PLAIN, np.array([6]), np.array([[[1, 3]]], np.int16), weights=nan)]
+    res = [np.array([[[0, 0]]], np.int8), np.array([[[1, 0]]], np.int8)]
+    chg = [np.array([[[10, 10]]]), np.array([[[0, 10]]])]
+    path = tmp_path / "nan.route.csv"
+    write_trace(path, h, evs, res, chg)
+    return path
+
+
+def test_all_nan_weights_are_refused_as_replay_refuses_them(tmp_path, capsys):
+    """drop-replay printed ``[DECODE] no rows`` with exit 0 on such a trace, where ``replay
+    --drop-cold-experts`` refuses it: one rule (studies.replay.require_weights), one message
+    (issue 26 C4)."""
+    path = nan_weight_trace(tmp_path)
+    first = next(i for i, ln in enumerate(path.read_text().splitlines(), 1)
+                 if not ln.startswith("#") and ln[0].isdigit())
+    want = (f"{path}: line {first}: weight 'nan' on a routed slot; --drop-cold-experts needs "
+            f"every routed slot's final weight")
+    assert main(["replay", str(path), "--cache-mb", "1", "--drop-cold-experts", "0.5"]) == 1
+    replay_err = capsys.readouterr().err
+    assert replay_err.endswith(want + "\n")
+    good = tiny_trace(tmp_path)
+    assert main(["drop-replay", str(good), str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""                        # refused before the first trace's report
+    assert err == "refsim drop-replay: error: " + want + "\n"
+    assert err.partition(": error: ")[2] == replay_err.partition(": error: ")[2]

@@ -94,7 +94,7 @@ def test_low_topk_warning_on_stderr(tmp_path, capsys):
     path = tiny_trace(tmp_path)
     err = out_of(capsys, ["replay", str(path), "--cache-mb", "1", "--drop-cold-experts",
                           "0.75"]).err
-    assert "WARNING drop-cold-experts=0.75 with top-k 2" in err and "37.5%" in err
+    assert "refsim replay: warning: drop-cold-experts=0.75 with top-k 2" in err and "37.5%" in err
 
 
 def test_a_trace_without_weights_is_a_one_line_error(tmp_path, capsys):

@@ -154,7 +154,8 @@ def test_cli_policy_parameters_label_the_rows_and_replay_takes_one_policy(tmp_pa
     import json
 
     from refsim.cache.batches import BatchTrace
-    from refsim.cache.policy import get_policy, replay_policy
+    from refsim.cache.policies import get_policy
+    from refsim.cache.replay import replay_policy
     from refsim.trace import read_trace
 
     trace = write_demo_trace(tmp_path)

@@ -42,9 +42,10 @@ def test_counters(run):
     s = RunStats.from_run(run)
     assert (s.tokens, s.decodes, s.verify_decodes, s.drafted, s.accepted, s.drafted_steps) == \
         (6, 5, 2, 5, 1, 2)
-    assert (s.decode_s, s.draft_s, s.prefill_s) == (0.625, 0.5, 0.125)
+    # the engine times no n-gram lookup: drafting costs 0 (issue 26 C11; was 0.5, the fake clock's)
+    assert (s.decode_s, s.draft_s, s.prefill_s) == (0.625, 0.0, 0.125)
     assert s.acceptance_pct == 20.0 and s.tokens_per_decode == 1.2 and s.coverage_pct == 40.0
-    assert s.effective_tok_s == pytest.approx(1 / (0.625 / 6 + 0.5 / 6))
+    assert s.effective_tok_s == pytest.approx(1 / (0.625 / 6)) == s.tok_s
     assert s.n_past == 6 + 6
 
 
@@ -52,7 +53,7 @@ def test_ngram_lines_byte_for_byte(run):
     assert spec_lines(RunStats.from_run(run)) == [
         "ngram: 1/5 drafts accepted (20.0%), 1.20 tokens per verify decode "
         "(5 decodes for 6 tokens)",
-        "ngram: drafting costs 0.0833 s/token on top of decode \u2192 5.33 tok/s effective "
+        "ngram: drafting costs 0.0000 s/token on top of decode \u2192 9.60 tok/s effective "
         "(vs 9.60 reported)",
         "ngram: drafted on 2 of 5 steps (40.0%); the rest decoded plainly",
     ]
@@ -120,7 +121,7 @@ def test_metrics_csv(run, tmp_path):
     assert [r[col["mtp_batch"]] for r in rows] == ["1", "1", "1", "2", "2", "1"]
     # group of decode 4 (verify, 2 tokens): cost on row 4, zeros on row 5
     assert rows[3][col["wall_ms"]] == "125.000" and rows[4][col["wall_ms"]] == "0.000"
-    assert rows[3][col["mtp_draft_ms"]] == "125.000" and rows[4][col["mtp_draft_ms"]] == "0.000"
+    assert rows[3][col["mtp_draft_ms"]] == "0.000" and rows[4][col["mtp_draft_ms"]] == "0.000"
     assert rows[3][col["loop_overhead_ms"]] == "375.000"
     assert rows[4][col["read_bytes"]] == "0"
     # the last decode had no room to draft: no drafting time, overhead = one clock step
@@ -140,7 +141,7 @@ def test_metrics_csv(run, tmp_path):
     kv = dict(x.split("=") for x in trailer[len("# summary "):].split(" "))
     assert (kv["mtp_drafted"], kv["mtp_accepted"], kv["mtp_decodes"], kv["drafted_steps"]) == \
         ("5", "1", "5", "2")
-    assert kv["mtp_draft_s/tok"] == "0.0833" and kv["n_prompt"] == "6"
+    assert kv["mtp_draft_s/tok"] == "0.0000" and kv["n_prompt"] == "6"
     assert kv["evictions"] == str(st.evictions)
     path = tmp_path / "m.csv"
     write_metrics_csv(path, run, preamble=pre)
@@ -166,7 +167,7 @@ def test_done_line(run):
     assert line.startswith('BMOE_DONE {"id":"t1","cancelled":false,"tokens":6,"tok_s":9.600,'
                            '"prefill_s":0.125,"prefill_tps":48.000,"load_s":0.000,')
     assert '"n_prompt":6,"n_past":12,' in line
-    assert '"mtp_drafted":5,"mtp_accepted":1,"mtp_decodes":5,"mtp_draft_s_tok":0.0833,' \
+    assert '"mtp_drafted":5,"mtp_accepted":1,"mtp_decodes":5,"mtp_draft_s_tok":0.0000,' \
            '"drafted_steps":2,' in line
     assert line.endswith('"reasoning":"","text":"a\\"b"}')
     import json

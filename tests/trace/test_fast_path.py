@@ -21,21 +21,29 @@ from refsim.trace.fastbuild import frame_rows
 from refsim.trace.reader import _read_fast, _read_slow, read_trace
 
 
-def _write(path, stream, n_turns, drop_seed, record_budget, chunks=1):
+def _write(path, stream, n_turns, drop_seed, record_budget, chunks=1, every=False):
     """The stream's events as turns 0..n_turns-1 (its prefill cut into ``chunks`` chunks),
     recorded by the engine's LRU at ``record_budget`` with ``--drop-cold-experts`` at F = 0.5 x
-    ``drop_seed`` (so the ``dropped`` column holds what the drop rule decided)."""
+    ``drop_seed`` (so the ``dropped`` column holds what the drop rule decided). ``every``: the
+    EVERY last-layer convention (refsim.trace.convention; a gemma4 trace): the prefill routes the
+    last layer at every position (layer 0's ids there, distinct per position), every chunk too."""
     h = stream.header
+    if every:
+        h = dataclasses.replace(h, arch="gemma4")
     events = []
     for t in range(n_turns):
         for e in stream.events:
+            if every and e.kind is DecodeKind.PREFILL:
+                r = e.routes.copy()
+                r[:, h.n_layer - 1] = r[:, 0]
+                e = dataclasses.replace(e, routes=r, weights=np.full(r.shape, np.float32(0.5)))
             # (with two layers a chunk's rows and the next chunk's are one run of increasing keys,
             # which the format reads as one prefill: chunks need three layers or more)
             if e.kind is DecodeKind.PREFILL and chunks > 1 and e.n_pos >= chunks and h.n_layer > 2:
                 cut = np.linspace(0, e.n_pos, chunks + 1).astype(int)
                 for c in range(chunks):
                     r = e.routes[cut[c]:cut[c + 1]].copy()
-                    if c < chunks - 1:
+                    if c < chunks - 1 and not every:
                         r[:, h.n_layer - 1] = -1          # only the last chunk routes the last layer
                     events.append(DecodeEvent(DecodeKind.PREFILL, e.positions[cut[c]:cut[c + 1]],
                                               r, weights=np.where(r >= 0, np.float32(0.5),
@@ -52,16 +60,20 @@ def _write(path, stream, n_turns, drop_seed, record_budget, chunks=1):
 
 @settings(max_examples=60, deadline=None)
 @given(stream=event_streams(), n_turns=st.integers(1, 3), drop_seed=st.integers(0, 3),
-       record_budget=st.integers(1, 60), chunks=st.integers(1, 3))
+       record_budget=st.integers(1, 60), chunks=st.integers(1, 3), every=st.booleans())
 def test_fast_path_reads_every_valid_trace_as_the_per_line_path(tmp_path_factory, stream,
                                                                 n_turns, drop_seed,
-                                                                record_budget, chunks):
+                                                                record_budget, chunks, every):
     path = tmp_path_factory.mktemp("fp") / "t.route.csv"
-    _write(path, stream, n_turns, drop_seed, record_budget, chunks)
+    _write(path, stream, n_turns, drop_seed, record_budget, chunks, every)
     slow = _read_slow(str(path))
     fast = _read_fast(str(path))
     assert fast is not None, "the fast path refused a valid trace routing two or more layers"
     assert trace_difference(fast, slow) is None, trace_difference(fast, slow)
+    assert fast.last_layer == slow.last_layer
+    pre = [e for e in slow.events if e.kind is DecodeKind.PREFILL]
+    if every and pre and slow.header.n_layer > 1:
+        assert all((e.routes[:, -1] >= 0).all() for e in pre)   # every position, last layer too
     # and the block's own view of the events agrees with the lists the per-line path built
     block = fast.block
     assert block.n_events == len(slow.events)

@@ -34,12 +34,13 @@ MAGIC = "# route_trace v1"
 
 # --- seeds: traces written by refsim's own writer ----------------------------------------------------
 
-def _event(rng, kind, positions, n_layer, n_expert, k, unrouted=(), prefill_last=True):
+def _event(rng, kind, positions, n_layer, n_expert, k, unrouted=(), prefill_last=True,
+           every=False):
     routes = np.stack([np.stack([rng.permutation(n_expert)[:k] for _ in range(n_layer)])
                        for _ in positions]).astype(np.int16)
     for il in unrouted:
         routes[:, il] = NOT_ROUTED
-    if kind is DecodeKind.PREFILL:
+    if kind is DecodeKind.PREFILL and not every:    # FINAL: the last layer at the final position
         last = max(il for il in range(n_layer) if il not in unrouted)
         routes[:-1, last] = NOT_ROUTED
         if not prefill_last:
@@ -51,10 +52,10 @@ def _event(rng, kind, positions, n_layer, n_expert, k, unrouted=(), prefill_last
 
 
 def _seed(tmp, name, n_layer, n_expert, k, n_prompt, widths, seed, budget, unrouted=(),
-          drop=False, chunks=1, cache_mb=None):
+          drop=False, chunks=1, cache_mb=None, every=False):
     rng = np.random.default_rng(seed)
     extra = (("cache_mb", cache_mb),) if cache_mb else ()
-    h = TraceHeader("m.gguf", "qwen3moe", n_layer, n_expert, k,
+    h = TraceHeader("m.gguf", "gemma4" if every else "qwen3moe", n_layer, n_expert, k,
                     rng.choice(np.array([3, 4, 8, 1000]), n_layer), rng.integers(0, 50, n_layer),
                     extra=extra)
     events, pos = [], 0
@@ -62,7 +63,7 @@ def _seed(tmp, name, n_layer, n_expert, k, n_prompt, widths, seed, budget, unrou
     for c in range(chunks):
         span = list(range(bounds[c], bounds[c + 1]))
         events.append(_event(rng, DecodeKind.PREFILL, span, n_layer, n_expert, k, unrouted,
-                             prefill_last=c == chunks - 1))
+                             prefill_last=c == chunks - 1, every=every))
     pos = n_prompt
     for w in widths:
         kind = DecodeKind.PLAIN if w == 1 else DecodeKind.VERIFY
@@ -92,6 +93,10 @@ def seeds(tmp_path_factory):
         _seed(tmp, "mtp", 4, 5, 2, 2, [1, 1], 4, 1000, unrouted=(3,), cache_mb="0.5"),
         _seed(tmp, "one-layer", 1, 4, 2, 3, [1, 1, 1], 5, 8),
         _seed(tmp, "chunks", 3, 4, 1, 4, [1, 1], 6, 9, chunks=2),
+        # the EVERY last-layer convention (a gemma4 recording): every prefill position routes
+        # the last layer, in each chunk; a mutation can make it mixed or FINAL-looking
+        _seed(tmp, "every", 3, 5, 2, 3, [1, 2, 1], 7, 12, every=True),
+        _seed(tmp, "every-chunks", 3, 4, 1, 4, [1, 1], 8, 9, chunks=2, every=True),
     ]
     warm = tmp / "warm.route.csv"        # the kernels compiled (or loaded) outside the guards
     for s in out:

@@ -37,17 +37,29 @@ def same_replay(path, budget, block):
     assert (stream.n_rows, stream.n_events, stream.n_prompt) == (tr.n_rows, len(tr.events),
                                                                  tr.n_prompt)
     assert stream.unrouted_layers == tr.unrouted_layers
+    assert stream.last_layer == tr.last_layer
 
 
 @settings(max_examples=40, deadline=None)
 @given(stream=event_streams(), n_turns=st.integers(1, 4), budget=st.integers(1, 60),
-       block=st.integers(1, 400), record_budget=st.integers(1, 60))
+       block=st.integers(1, 400), record_budget=st.integers(1, 60), every=st.booleans())
 def test_streamed_replay_equals_the_whole_replay(tmp_path_factory, stream, n_turns, budget,
-                                                 block, record_budget):
+                                                 block, record_budget, every):
     # the stream's events repeated as turns 0..n_turns-1, residency recorded at another budget
-    # (so disagreements are compared too); blocks as small as one byte cut rows and turns
+    # (so disagreements are compared too); blocks as small as one byte cut rows and turns.
+    # every: the EVERY last-layer convention (a gemma4 trace; layer 0's ids at the last layer)
     h = stream.header
-    events = [dataclasses.replace(e, turn=t) for t in range(n_turns) for e in stream.events]
+    src = stream.events
+    if every:
+        h = dataclasses.replace(h, arch="gemma4")
+        src = []
+        for e in stream.events:
+            if e.kind.name == "PREFILL":
+                r = e.routes.copy()
+                r[:, h.n_layer - 1] = r[:, 0]
+                e = dataclasses.replace(e, routes=r, weights=np.full(r.shape, np.float32(0.5)))
+            src.append(e)
+    events = [dataclasses.replace(e, turn=t) for t in range(n_turns) for e in src]
     cache = ExpertCache(h.expert_bytes, h.n_expert, record_budget)
     recs = [cache.apply(e) for e in events]
     path = tmp_path_factory.mktemp("st") / "t.route.csv"

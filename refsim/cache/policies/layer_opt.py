@@ -1,4 +1,4 @@
-"""Optimal per-layer budget shares for per-layer LRU (``--policy layer-opt``).
+"""``layer-opt``: per-layer LRU with the optimal per-layer budget shares (``--policy layer-opt``).
 
 Per-layer LRU (``layer``) gives every layer the same share ``budget // n_layer``. A layer's
 partition is an independent LRU over that layer's own batches (a batch evicts only from its
@@ -34,7 +34,7 @@ traces (tests/cache/test_layer_opt.py).
 The objective is hits of all lookups (prefill included: the engine's ``cache_hit_pct``).
 Fitted on the trace it then replays, the allocation is an oracle bound (it knows the future);
 ``fit=F`` fits it on the first ``F`` of the trace's events instead, and
-:func:`refsim.cache.layer_opt.fit_then_replay` replays a held-out part.
+:func:`refsim.studies.layer_alloc.fit_then_replay` replays a held-out part.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import numpy as np
 from refsim.jit import njit
 from refsim.cache.batches import BatchTrace, layer_subtraces
 from refsim.cache.mrc import stack_distances
-from refsim.cache.policies import LayerLRU
+from refsim.cache.policies.layer import LayerLRU
 from refsim.errors import ConfigError
 
 
@@ -248,7 +248,8 @@ lives (neither depends on the budget; a budget costs only the frontier merge).""
 class LayerOpt(LayerLRU, name="layer-opt"):
     """Per-layer LRU with the hit-maximising shares of :func:`optimal_shares` instead of the
     uniform ``budget // n_layer``: fitted on the first ``fit`` of the replayed trace's events
-    (default 1.0, the whole trace: an oracle bound). A hit promotes as in LRU."""
+    (default 1.0, the whole trace: an oracle bound). A hit promotes as in LRU; the fast path is
+    LRU's (one :func:`~refsim.cache.policies.lru.lru_kernel` run per layer at its share)."""
 
     params = {"fit": 1.0}
 
@@ -266,25 +267,6 @@ class LayerOpt(LayerLRU, name="layer-opt"):
         curves, tables = got
         counts, _ = optimal_shares(curves, batches.expert_bytes, budget_bytes, tables)
         return [c * int(e) for c, e in zip(counts, batches.expert_bytes)]
-
-
-def fit_then_replay(batches: BatchTrace, budget_bytes: int, split: float = 0.5):
-    """Fit layer-opt's shares on the events before ``split`` (a fraction) and replay both
-    uniform ``layer`` and those shares on the events after it.
-
-    Returns
-    -------
-    (uniform, fitted) : tuple of PolicyResult
-        Counters over the held-out part only (decode kinds as in the trace).
-    """
-    from refsim.cache.policy import replay_policy
-
-    n_ev = batches.n_batch // batches.n_layer
-    k = int(round(n_ev * split))
-    head, tail = slice_events(batches, 0, k), slice_events(batches, k, n_ev)
-    counts, _ = optimal_shares(layer_curves(head), batches.expert_bytes, budget_bytes)
-    pol = FixedShares([c * int(e) for c, e in zip(counts, batches.expert_bytes)])
-    return replay_policy(tail, "layer", budget_bytes), replay_policy(tail, pol, budget_bytes)
 
 
 class FixedShares(LayerLRU):

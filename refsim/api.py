@@ -1,0 +1,241 @@
+"""The notebook face's studies: one call each, from a trace path (or a read trace) and budgets in
+MiB, to a result that is also a table (``.to_pandas()``; docs/notebook.md).
+
+These are thin wrappers: each calls the one implementation the command line calls
+(``refsim replay`` -> :func:`refsim.studies.replay.replay_trace`, ``refsim sweep`` ->
+:func:`refsim.studies.sweep.sweep_budgets` / :func:`~refsim.studies.sweep.sweep_knobs`,
+``refsim union`` -> :func:`refsim.studies.union.union_study`, ``refsim timing fit/predict`` ->
+:func:`refsim.timing.fit.fit_device` / :func:`~refsim.timing.fit.predict_run`), so a number here is
+the number the command prints. ``import refsim`` exposes them lazily (``refsim.sweep(...)``).
+MiB = 2^20 bytes throughout.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_WINDOWS = tuple(range(1, 9))
+"""``refsim union``'s default window widths: 1..8 (a verify batch of 1 token + up to 7 drafts)."""
+
+
+def _trace(trace, purpose: str):
+    """A :class:`~refsim.trace.RouteTrace` from a path or a trace already read; a file must have
+    rows (as the command requires: nothing to ``purpose`` otherwise)."""
+    from refsim.trace import RouteTrace, read_trace
+    t = trace if isinstance(trace, RouteTrace) else read_trace(trace)
+    if t.path:                           # read from a file (a trace built in memory has no path)
+        t.require_rows(purpose)
+    return t
+
+
+def replay(trace, cache_mb: float, *, knobs=None, max_disagreements: int = 10):
+    """Replay a route trace through the engine's LRU expert cache at one budget (``refsim replay``).
+
+    Parameters
+    ----------
+    trace : str, path-like or RouteTrace
+        A ``route_trace v1`` file, or a trace :func:`refsim.read_trace` returned.
+    cache_mb : float
+        Budget in MiB (2^20 bytes), 2^-20..2^40; ``int(cache_mb * 2**20)`` bytes.
+    knobs : StreamKnobs, optional
+        The streaming knobs (``--drop-cold-experts``, ``--prefetch``, ``--route-ahead``,
+        ``--predict-prefetch``); default off.
+    max_disagreements : int
+        Disagreeing rows kept in the report.
+
+    Returns
+    -------
+    refsim.studies.replay.ReplayReport
+        ``.summary`` (a :class:`~refsim.cache.CacheSummary`: hit %, MiB, MiB/token, ...;
+        ``.summary.to_pandas()`` one row), the residency comparison, and ``.to_pandas()``: one row
+        per event, the columns of ``refsim replay --csv``.
+
+    Raises
+    ------
+    TraceFormatError
+        The file is malformed, or has no rows.
+    ConfigError
+        A budget outside 2^-20..2^40 MiB (:class:`~refsim.errors.UsageError`, the CLI's message);
+        knobs the trace cannot replay (weights missing for dropping, no prediction columns for
+        ``predict_prefetch``).
+    """
+    from refsim.cache.expert_cache import ExpertCache
+    from refsim.studies.replay import replay_trace
+    t = _trace(trace, "replay")
+    return replay_trace(t, ExpertCache.mib_to_bytes(cache_mb), max_disagreements, knobs=knobs)
+
+
+def sweep(trace, cache_mb=None, policies=None, *, knobs=None):
+    """Hit % and flash MiB at many budgets under many policies (``refsim sweep``, one trace).
+
+    Parameters
+    ----------
+    trace : str, path-like or RouteTrace
+    cache_mb : sequence of float, float or str, optional
+        Budgets in MiB: numbers, or the command's text (``"250,500"``, ``"250:8000:250"``);
+        default route-replay.py's nine (250 .. 6000). A repeated budget is dropped (first kept).
+    policies : sequence of str or Policy, or str, optional
+        Names (``"lru"``, ``"s3fifo:small=0.2"``, ...), or the command's comma-separated text;
+        default every registered policy, or ``lru`` alone with a knob on.
+    knobs : StreamKnobs, optional
+        With a knob on: one :class:`~refsim.cache.ExpertCache` replay per budget (lru only).
+
+    Returns
+    -------
+    refsim.studies.sweep.SweepResult
+        ``.rows`` budget-major then policy; ``.to_pandas()``: one row per (budget, policy) with
+        ``budget_mib``, ``policy``, ``hit_pct_cum``, ``hit_pct_decode``, ``read_mib``,
+        ``mib_per_token``, every counter and ``over_budget`` (docs/notebook.md).
+
+    Raises
+    ------
+    TraceFormatError
+        The file is malformed, or has no rows.
+    ConfigError
+        A budget or policy the command refuses (same messages), a knob with a policy other than
+        lru.
+    """
+    from refsim.cache.batches import BatchTrace
+    from refsim.cache.policies import parse_policy_list
+    from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, default_policies, parse_budgets_mib,
+                                      sweep_budgets, sweep_knobs)
+    t = _trace(trace, "sweep")
+    if cache_mb is None:
+        budgets = list(DEFAULT_BUDGETS_MIB)
+    elif isinstance(cache_mb, str):
+        budgets = parse_budgets_mib(cache_mb)
+    else:
+        budgets = [cache_mb] if isinstance(cache_mb, (int, float)) else list(cache_mb)
+    if policies is None:
+        policies = default_policies(knobs)
+    elif isinstance(policies, str):
+        policies = parse_policy_list(policies)
+    if knobs is not None and knobs.any_on:
+        return sweep_knobs(t, budgets, knobs, policies)
+    h = t.header
+    batches = BatchTrace.from_block(t.block, h.expert_bytes, h.n_expert)
+    return sweep_budgets(batches, budgets, policies, h.token_cycle_bytes)
+
+
+def union(trace, windows=DEFAULT_WINDOWS, cache_mb: float | None = None, *, knobs=None):
+    """Verify-batch widening (``refsim union``): per window width w, the per-layer union of w
+    consecutive decode positions' experts and, with a budget, what verify batches of width w read.
+
+    Parameters
+    ----------
+    trace : str, path-like or RouteTrace
+    windows : sequence of int
+        Window widths, each 1..the trace's decode positions; default 1..8.
+    cache_mb : float, optional
+        Budget in MiB for the replay; None: union sizes only.
+    knobs : StreamKnobs, optional
+        With a budget: the same replay again with these knobs (the ``knob_*`` columns).
+
+    Returns
+    -------
+    refsim.studies.union.UnionResult
+        ``.rows`` (:class:`~refsim.studies.union.UnionRow`, one per width); ``.to_pandas()``: one
+        row per width.
+
+    Raises
+    ------
+    TraceFormatError
+        The file is malformed.
+    ConfigError
+        A width outside 1..decode positions, a trace without decode positions, a bad budget,
+        knobs without a budget.
+    """
+    from refsim.cache.expert_cache import ExpertCache
+    from refsim.studies.union import UnionResult, union_study
+    from refsim.trace import RouteTrace, read_trace
+    t = trace if isinstance(trace, RouteTrace) else read_trace(trace)
+    budget = None if cache_mb is None else ExpertCache.mib_to_bytes(cache_mb)
+    return UnionResult(union_study(t, [int(w) for w in windows], budget, knobs), budget)
+
+
+def _runs(runs, trim: int):
+    """RunData of ``runs``: RunData as given, or paths (``RUN.csv[@key=value,...]``) read with
+    ``trim`` (:func:`refsim.timing.runs.load_runs`), not a mix.
+
+    Raises
+    ------
+    ConfigError
+        RunData and paths mixed.
+    """
+    from refsim.errors import ConfigError
+    from refsim.timing import RunData, load_runs
+    runs = list(runs)
+    given = [isinstance(r, RunData) for r in runs]
+    if all(given):
+        return runs
+    if any(given):
+        raise ConfigError("runs: RunData and paths mixed; expected all RunData or all paths "
+                          "(RUN.csv[@key=value,...])")
+    return load_runs([os.fspath(r) for r in runs], trim)[0]
+
+
+def fit_device(runs, *, trim: int = 50, name: str = "", jackknife: bool = True):
+    """Fit one device's time model to its recorded runs (``refsim timing fit``).
+
+    Parameters
+    ----------
+    runs : sequence of str, path-like or RunData
+        The engine's per-token metrics CSVs of one device (``RUN.csv``, or
+        ``RUN.csv@model=NAME,io_threads=N`` for a legacy file), at least 2; or their
+        :class:`~refsim.timing.RunData` (then ``trim`` is theirs).
+    trim : int
+        Warm-up tokens left out of every run (default 50).
+    name : str
+        The device's name (stored in its JSON).
+    jackknife : bool
+        Standard errors by refitting without each run (3 runs or more).
+
+    Returns
+    -------
+    refsim.timing.DeviceModel
+        ``.params`` (value, s.e., unit) and ``.compute`` floors; ``.to_json()`` is the device
+        file ``refsim timing fit --out`` writes.
+
+    Raises
+    ------
+    MetricsFormatError
+        A file is not a valid metrics CSV.
+    ConfigError
+        Fewer than 2 runs, a run the model does not describe (an mmap run), a missing
+        ``model``/``io_threads``, a file of predicted times.
+    """
+    from refsim.timing.fit import fit_device as fit
+    return fit(_runs(runs, trim), name=name, jackknife=jackknife)
+
+
+def predict_time(device, runs, *, trim: int | None = None) -> list:
+    """Each run's mean decode time predicted from its configuration and flash reads alone, beside
+    the measured one (``refsim timing predict``).
+
+    Parameters
+    ----------
+    device : DeviceModel, str or path-like
+        A fitted model (:func:`fit_device`) or its JSON file.
+    runs : sequence of str, path-like or RunData
+        Metrics CSVs (as :func:`fit_device`'s).
+    trim : int, optional
+        Warm-up tokens left out; default the device's own.
+
+    Returns
+    -------
+    list of refsim.timing.Prediction
+        ``predicted_tok_s``, ``measured_tok_s``, ``error_pct``, ms per token (predictions of the
+        device, never measurements); ``pandas.DataFrame([p.as_dict() for p in ...])`` tabulates
+        them.
+
+    Raises
+    ------
+    ConfigError
+        A bad device file; the runs' refusals (as :func:`fit_device`).
+    """
+    from refsim.timing import DeviceModel, load_device, predict_run
+    dev = device if isinstance(device, DeviceModel) else load_device(os.fspath(device))
+    return [predict_run(dev, r) for r in _runs(runs, dev.trim if trim is None else trim)]
+
+
+__all__ = ["replay", "sweep", "union", "fit_device", "predict_time", "DEFAULT_WINDOWS"]

@@ -1,0 +1,345 @@
+"""``refsim whatif TRACE --device D.json --cache-mb LIST --spec off,ngram:d=3:m=3,mtp:d=3``: does a
+speculation configuration pay on this device, at this budget? (issue 29)
+
+Per configuration and budget: positions and tokens per decode, MiB/token and hit % (the exact
+union replay of the trace at the configuration's width, knobs on), every time term, effective
+tok/s with a band, the change against ``off`` with a band, the verdict (gains / within noise /
+loses) and the break-even acceptance -- all from :func:`refsim.timing.verdict.price`.
+
+Acceptance and coverage come from the ``--spec`` items themselves (``acceptance=``, ``coverage=``:
+labelled *assumed* in every output) or, for n-gram items without them, from a token stream
+(``--tokens FILE --prompt-len P``: :func:`refsim.spec.whatif.ngram_whatif`, exact for greedy
+decoding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from dataclasses import replace
+
+from refsim.cli.common import add_knob_args, knobs_from_args, nonneg_float, positive_int
+from refsim.cli.device import add_device_args, load_device_args
+from refsim import MIB
+from refsim.cache.expert_cache import CACHE_MB_RANGE
+from refsim.errors import UsageError
+from refsim.validators import cache_mib, positive_mib
+
+DEFAULT_EPS_INTERVAL = (0.0, 1.2)
+"""The interval ``eps`` is swept over unless ``--position-cost-interval`` says otherwise: what the
+shared devices' prefills allow at a verify width of 4 (docs/whatif-terms.md, "eps per verify
+width": desktop [0, 1.204], phone 07-12 [0.071, 0.999])."""
+
+COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", "delta_pct",
+           "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
+           "positions_per_decode", "tokens_per_decode", "mib_per_token", "hit_pct", "ms_per_token",
+           "breakeven_acceptance", "compute_ms", "extra_positions_ms", "bookkeeping_ms",
+           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms")
+
+
+def _budgets(text: str):
+    """``type=`` of ``--cache-mb``: ``auto`` or a list of MiB budgets (each :func:`cache_mib`'s)."""
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        return [cache_mib(part.strip()) for part in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected N[,N,...] or auto, each {CACHE_MB_RANGE}, "
+                                         f"got {text!r}") from None
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "whatif", help="does a speculation configuration pay on a device? verdict with a band",
+        description="Price off / --ngram / --mtp configurations on a fitted device at each cache "
+                    "budget: every time term, effective tok/s and the change against off with "
+                    "bands, a verdict and the break-even acceptance (predictions, never "
+                    "measurements; docs/timing.md).")
+    p.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1): the reads")
+    p.add_argument("--cache-mb", required=True, type=_budgets, metavar="LIST",
+                   help="cache budgets in MiB, N or N,M,...; or auto (with --ram-mb and --gguf: "
+                        "each configuration at its own --cache-mb auto budget, the speculative "
+                        "memory taken from the cache)")
+    p.add_argument("--ram-mb", type=positive_mib, metavar="R",
+                   help="MiB available before the contexts are created (with --gguf): the memory "
+                        "ledger (refsim memory) prices the speculative memory")
+    p.add_argument("--ctx", type=positive_int, default=None, metavar="N",
+                   help="context length for the ledger (default 2048, or n_ctx_train if smaller)")
+    p.add_argument("--spec", required=True, metavar="LIST",
+                   help="configurations: off,ngram:d=3:m=3[:acceptance=A:coverage=C],"
+                        "mtp:d=3[:acceptance=A] (off is always priced: the baseline)")
+    p.add_argument("--tokens", metavar="FILE",
+                   help="token ids (prompt then generated): the n-gram items' acceptance and "
+                        "coverage, exact (refsim ngram-whatif)")
+    p.add_argument("--prompt-len", type=positive_int, metavar="P", help="with --tokens")
+    p.add_argument("--head-ms", type=nonneg_float, metavar="MS",
+                   help="the MTP head's compute per emitted token, ms (assumed); or --gguf")
+    p.add_argument("--gguf", metavar="MODEL.gguf",
+                   help="the model's tensor table: the MTP head's share of a trunk position")
+    p.add_argument("--position-cost-interval", metavar="LO,HI", default=None,
+                   help=f"the interval eps is swept over in the band (default "
+                        f"{DEFAULT_EPS_INTERVAL[0]:g},{DEFAULT_EPS_INTERVAL[1]:g}: what the shared "
+                        f"prefills allow, docs/whatif-terms.md)")
+    p.add_argument("--baseline", metavar="RUN.csv[@k=v,...]",
+                   help="the same session's plain run (engine metrics CSV): re-fits the device's "
+                        "compute floor and nothing else, and says by how much")
+    p.add_argument("--noise-pct", type=nonneg_float, default=None, metavar="SD",
+                   help="run-to-run noise, sd of ln tok/s of one run in %% (default: the engine's "
+                        "published byte-identical repeats, refsim.timing.noise)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON object with a rows list")
+    out.add_argument("--csv", action="store_true", help="CSV rows")
+    out.add_argument("--explain", action="store_true",
+                     help="every term: value, unit, source, interval")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="bars of effective tok/s and of the change against off, with their bands "
+                        "(.png, .pdf or .svg; needs matplotlib)")
+    add_knob_args(p)
+    add_device_args(p)
+    p.set_defaults(func=run)
+
+
+def _eps(args):
+    from refsim.timing.terms import Term
+    lo, hi = DEFAULT_EPS_INTERVAL
+    if args.position_cost_interval is not None:
+        try:
+            lo, hi = (float(x) for x in args.position_cost_interval.split(","))
+        except ValueError:
+            raise UsageError(f"--position-cost-interval {args.position_cost_interval!r}: "
+                             f"expected LO,HI") from None
+    v = args.position_cost
+    if not (0.0 <= lo <= v <= hi and math.isfinite(hi)):
+        raise UsageError(f"--position-cost-interval {lo:g},{hi:g}: expected 0 <= LO <= "
+                         f"--position-cost ({v:g}) <= HI")
+    return Term("eps", v, lo, hi, "fraction of C per extra position", "assumed",
+                "--position-cost" + (" (default 0.38: bmoe-engine.md §7 host MTP d3, a speculation "
+                                     "cell)" if v == 0.38 else ""),
+                "interval: --position-cost-interval" if args.position_cost_interval else
+                "interval: the shared prefills' (docs/whatif-terms.md)")
+
+
+def _sigma(args) -> tuple:
+    if args.noise_pct is not None:
+        return args.noise_pct / 100.0, f"--noise-pct {args.noise_pct:g}"
+    from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma
+    t = log_sigma([r for r in PUBLISHED_REPEATS if r.same_reads])
+    return t.value, f"published byte-identical repeats: {t.source}"
+
+
+def _configs(args):
+    from refsim.timing.verdict import parse_spec_list
+    cfgs = parse_spec_list(args.spec)
+    if (args.tokens is None) != (args.prompt_len is None):
+        raise UsageError("--tokens and --prompt-len go together")
+    if args.tokens is None:
+        return cfgs
+    from refsim.spec.whatif import ngram_whatif, read_token_file
+    stream = read_token_file(args.tokens)
+    out = []
+    for c in cfgs:
+        if c.kind == "ngram" and c.acceptance is None and c.coverage is None:
+            cell = ngram_whatif(stream, args.prompt_len, [c.draft], [c.min_match])[0]
+            a = cell.accepted / cell.drafted if cell.drafted else 0.0
+            steps = cell.drafted_steps
+            c = replace(c, acceptance=a, coverage=steps / cell.decodes if cell.decodes else 0.0,
+                        mean_drafts=cell.drafted / steps if steps else None,
+                        source=f"measured: {args.tokens} (ngram-whatif)")
+        out.append(c)
+    return out
+
+
+def _head(args, model):
+    from refsim.timing.terms import exact
+    if model is not None and args.head_ms is None:
+        from refsim.timing.work import position_work
+        work = position_work(model)
+        return (work, None) if work.has_head else (None, None)
+    if args.head_ms is not None:
+        return None, exact("head_ms", args.head_ms, "ms/token", "assumed", "--head-ms")
+    return None, None
+
+
+class _Ledger:
+    """The memory ledger's figures per configuration (refsim.cache.ledger, ``refsim memory``'s
+    code): the ``--cache-mb auto`` budget, the speculative memory, and what RAM leaves beside a
+    plain run's contexts, dense weights and the engine's floor."""
+
+    def __init__(self, model, args):
+        from refsim.cli.memory import CTX_DEFAULT
+        n_train = model.spec.n_ctx_train
+        self.ctx = args.ctx or (min(CTX_DEFAULT, n_train) if n_train > 0 else CTX_DEFAULT)
+        self.model, self.ram = model, args.ram_mb
+
+    def ledger(self, cfg):
+        from refsim.cache.ledger import memory_ledger
+        return memory_ledger(self.model, self.ctx, cfg.draft, cfg.kind == "mtp",
+                             ram_mb=self.ram or 0.0)
+
+    def spec_mib(self, cfg) -> float:
+        return self.ledger(cfg).speculation_bytes / MIB if cfg.kind != "off" else 0.0
+
+    def auto_mib(self, cfg) -> float:
+        return self.ledger(cfg).budget_bytes / MIB
+
+    def headroom_mib(self, budget_mib: float) -> float | None:
+        """RAM left beside the plain run's resident demand at ``budget_mib`` of cache."""
+        if not self.ram:
+            return None
+        from refsim.cache.ledger import memory_ledger
+        led = memory_ledger(self.model, self.ctx, 0, False, ram_mb=self.ram)
+        dense = led.dense_bytes if led.dense_weights in ("anon", "ahwb") else 0
+        return (led.ram_bytes - led.context_bytes - dense) / MIB - led.floor_mb - budget_mib
+
+
+def _calibrate(spec: str, dev, model: str):
+    """:func:`refsim.timing.calibrate.calibrate_floor` on the session's plain run ``spec``."""
+    from refsim.errors import ConfigError
+    from refsim.timing.calibrate import calibrate_floor
+    from refsim.timing.plain import load_plain_runs
+    runs, notes = load_plain_runs([spec], dev.trim)
+    if not runs:
+        raise ConfigError(f"--baseline {spec}: not a plain run ({'; '.join(notes) or 'nothing read'}"
+                          f"): the floor is calibrated on plain decoding only")
+    return calibrate_floor(dev, runs[0], model)
+
+
+def run(args) -> int:
+    from refsim.cache import ExpertCache
+    from refsim.studies.union import union_study
+    from refsim.timing.verdict import Device, price, reads_from_union
+    from refsim.trace import read_trace
+    loaded = load_device_args(args)
+    if loaded is None:
+        raise UsageError("--device is required: the verdict is a device's")
+    if args.plot is not None:
+        from refsim.fileio import check_outputs
+        from refsim.studies.plot import plot_format, require_matplotlib
+        check_outputs({"--plot": args.plot}, {"TRACE": args.trace, "--device": args.device})
+        plot_format(args.plot)          # the extension names a format we write, before any work
+        require_matplotlib()
+    dev, name, model = loaded
+    cal = None
+    if args.baseline is not None:
+        cal = _calibrate(args.baseline, dev, model)
+        dev = cal.device
+    eps = _eps(args)
+    sigma, sigma_src = _sigma(args)
+    cfgs = _configs(args)
+    model_file = None
+    if args.gguf is not None:
+        from refsim.model import open_model
+        model_file = open_model(args.gguf)
+    if (args.cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
+        raise UsageError("--cache-mb auto and --ram-mb need --gguf: the memory ledger is the model's")
+    if args.cache_mb == "auto" and args.ram_mb is None:
+        raise UsageError("--cache-mb auto needs --ram-mb R")
+    led = _Ledger(model_file, args) if model_file is not None else None
+    work, head = _head(args, model_file)
+    dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head)
+    trace = read_trace(args.trace)
+    knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="whatif")
+    widths = sorted({1} | {c.width for c in cfgs})
+    replays: dict = {}
+
+    def reads_at(mib: float) -> dict:
+        if mib not in replays:
+            rows = union_study(trace, widths, ExpertCache.mib_to_bytes(mib),
+                               knobs if knobs.any_on else None)
+            replays[mib] = reads_from_union(rows, knobs.any_on)
+        return replays[mib]
+
+    prices = []
+    budgets = ([None] if args.cache_mb == "auto" else args.cache_mb)
+    for fixed in budgets:
+        at = {c.label: (led.auto_mib(c) if fixed is None else fixed) for c in cfgs}
+        off_mib = at["off"]
+        for c in cfgs:
+            mib = at[c.label]
+            prices.append(price(dv, c, reads_at(mib), budget_mib=mib,
+                                spec_mib=led.spec_mib(c) if led else 0.0,
+                                headroom_mib=led.headroom_mib(mib) if led else None,
+                                off_reads=reads_at(off_mib) if mib != off_mib else None))
+    if args.plot is not None:
+        from refsim.timing.plot import plot_whatif
+        plot_whatif(prices, args.plot, f"refsim whatif: {args.trace} on {name}")
+    if args.json:
+        doc = {"trace": args.trace, "device": name, "device_model": model,
+               "overlap": args.overlap, "io_threads": args.io_threads,
+               "eps": eps.as_dict(), "noise_sd": sigma, "noise_source": sigma_src,
+               "calibration": None if cal is None else {
+                   "baseline": args.baseline, "before_ms": cal.before_ms,
+                   "floor": cal.floor.as_dict(), "moved_ms": cal.moved_ms,
+                   "moved_pct": cal.moved_pct, "measured_tok_s": cal.measured_tok_s,
+                   "predicted_before_tok_s": cal.predicted_before_tok_s,
+                   "predicted_after_tok_s": cal.predicted_after_tok_s},
+               "predicted": True,
+               "rows": [p.row() | {"terms": [t.as_dict() for t in p.terms],
+                                   "notes": list(p.notes)} for p in prices]}
+        print(json.dumps(_finite(doc), indent=1, allow_nan=False))
+        return 0
+    if args.csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for p in prices:
+            r = p.row()
+            w.writerow(["" if r[k] is None else r[k] for k in COLUMNS])
+        return 0
+    print(f"trace: {args.trace}; device {name} (predicted, not measured), compute floor of "
+          f"{model}, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}"
+          + (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
+             if knobs.any_on else ""))
+    if cal is not None:
+        print(cal.line())
+    print(f"band {int(100 * dv.level)} %: eps {eps.value:g} [{eps.lo:g}, {eps.hi:g}], noise sd "
+          f"{100 * sigma:.2f} % ({sigma_src}); parameters' spread not estimated (no runs given)")
+    if any(c.kind != "off" and c.source == "assumed" for c in cfgs):
+        print("acceptance/coverage marked * are assumed (given in --spec)")
+    print(f"{'budget':>7}  {'config':<16} {'accept':>7} {'cover':>6} {'pos/dec':>7} {'tok/dec':>7} "
+          f"{'MiB/tok':>8} {'hit%':>6} {'eff_tok/s [band]':>22} {'delta% [band]':>24}  "
+          f"{'verdict':<12} {'break-even':>10}")
+    for p in prices:
+        print(_line(p))
+        if args.explain:
+            for t in p.terms:
+                print(f"         {t.line()}")
+    return 0
+
+
+def _finite(x):
+    """JSON has no nan: a break-even that never comes (nan) is written null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}"
+
+
+def _line(p) -> str:
+    c = p.config
+    mark = "*" if c.kind != "off" and c.source == "assumed" else ""
+    acc = "" if c.kind == "off" else _pct(c.acceptance) + mark
+    cov = "" if c.kind != "ngram" else _pct(c.coverage) + mark
+    b = p.eff_tok_s
+    band = f"{b.point:.3f} [{b.lo:.3f}, {b.hi:.3f}]"
+    if p.delta is None:
+        delta, verdict, be = "", "baseline", ""
+    else:
+        d = p.delta
+        delta = f"{d.point:+.1f} [{d.lo:+.1f}, {d.hi:+.1f}]"
+        verdict = p.verdict
+        be = ("never" if p.breakeven_acceptance is not None and math.isnan(p.breakeven_acceptance)
+              else f"{100 * p.breakeven_acceptance:.1f}%")
+    hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
+    return (f"{p.budget_mib:>7g}  {c.label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
+            f"{p.tokens_per_decode:>7.2f} {p.mib_per_token:>8.2f} {hit:>6} {band:>22} {delta:>24}  "
+            f"{verdict:<12} {be:>10}")

@@ -1,0 +1,243 @@
+"""Draft policies and lossy verify routing on a route trace, with an acceptance stream.
+
+A route trace holds the routes of every decoded position but not the draft a policy would have
+seen; the *acceptance stream* supplies it: per step, whether the source has a candidate
+(probability ``coverage``) and how long a prefix of it greedy acceptance would take (each
+position accepted with probability ``q`` given the previous one was, ``q`` solved so that a width
+``draft`` verify accepts ``accept`` of its drafts on average, the engine's acceptance). The stream
+is drawn once per seed, so every policy sees the same candidates and outcomes; a policy changes
+only the width ``w``, and the step accepts ``min(a, w)`` (greedy: the target decides).
+
+Each step is one event built from the trace's decode positions (``refsim.studies.union``'s
+convention: a verify decode of ``[tok, d1..dw]`` at positions ``p..p+w`` routes as the trace's
+positions do), fed to one
+:class:`~refsim.cache.ExpertCache` with the given knobs. Predicted routes of the draft positions
+are the trace's own (``predictor='oracle'``: an upper bound on what a predictor gives) or the
+previous position's (``'previous'``).
+
+A rejected draft token is not the token the trace decoded at its position, so its routes are not
+the trace's there: with ``rejected='foreign'`` (the default) each rejected position takes the
+routes of the position half the trace away (``(p + j + n_dec // 2) mod n_dec``), a token of the
+same text that is not this one; ``'same'`` keeps the trace's (what ``refsim union`` assumes, a
+lower bound on the widening).
+
+Lossy verify routing (applied to verify decodes only; labelled lossy):
+
+- ``cap:U`` -- per layer keep the U experts of the batch union with the largest summed weight;
+  the other slots are dropped (not read; their weight is discarded);
+- ``consensus:T`` -- at positions after the first, a slot whose weight share (weight / the
+  position's summed weight) is below T is moved to the highest-summed-weight expert of the batch
+  union the position does not have yet; the moved slot's weight counts as discarded.
+
+Times: :func:`refsim.timing.whatif.device_whatif` at the replay's MiB/token and tokens per decode
+(predicted, never measured).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from refsim.cache import CacheSummary, ExpertCache
+from refsim.errors import ConfigError
+from refsim.events import DecodeEvent, DecodeKind
+from refsim.spec.policies import StepView, parse_spec_policy
+from refsim.studies.union import decode_positions
+
+
+def per_position_accept(accept: float, draft: int) -> float:
+    """``q`` with ``(q + q^2 + ... + q^draft) / draft == accept`` (bisection; 0 <= accept < 1)."""
+    if not 0.0 <= accept < 1.0:
+        raise ConfigError(f"accept: expected a fraction in [0, 1), got {accept}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        q = (lo + hi) / 2
+        if sum(q ** i for i in range(1, draft + 1)) / draft < accept:
+            lo = q
+        else:
+            hi = q
+    return (lo + hi) / 2
+
+
+def acceptance_stream(n: int, coverage: float, accept: float, draft: int, seed: int = 0):
+    """``(has, run)``: (n,) bool candidate present, (n,) int64 accepted-prefix length (0..draft)
+    of each step's candidate."""
+    rng = np.random.default_rng(seed)
+    q = per_position_accept(accept, draft)
+    has = rng.random(n) < coverage
+    ok = rng.random((n, draft)) < q
+    run = np.where(ok.all(axis=1), draft, np.argmin(ok, axis=1)).astype(np.int64)
+    return has, run
+
+
+def cap_union(routes, weights, cap: int):
+    """(dropped (n, n_layer, k) bool, discarded weight) for ``cap:U`` on one verify batch."""
+    n, n_layer, k = routes.shape
+    dropped = np.zeros(routes.shape, bool)
+    for il in range(n_layer):
+        ids, w = routes[:, il].ravel().astype(np.int64), weights[:, il].ravel()
+        ok = ids >= 0
+        uniq = np.unique(ids[ok])
+        if uniq.size <= cap:
+            continue
+        tot = np.array([w[ok & (ids == e)].sum() for e in uniq])
+        keep = set(uniq[np.argsort(-tot, kind="stable")[:cap]].tolist())
+        dropped[:, il] = np.isin(routes[:, il], list(keep), invert=True) & (routes[:, il] >= 0)
+    return dropped, float(weights[dropped].sum())
+
+
+def consensus(routes, weights, share: float):
+    """(new routes, discarded weight) for ``consensus:T`` on one verify batch."""
+    out = routes.copy()
+    n, n_layer, k = routes.shape
+    moved = 0.0
+    for il in range(n_layer):
+        ids, w = routes[:, il].astype(np.int64), weights[:, il]
+        uniq = np.unique(ids[ids >= 0])
+        tot = {int(e): float(w[ids == e].sum()) for e in uniq}
+        order = sorted(tot, key=lambda e: -tot[e])
+        for j in range(1, n):
+            s = float(w[j][ids[j] >= 0].sum())
+            have = set(out[j, il].tolist())
+            for slot in np.argsort(w[j]):
+                if ids[j, slot] < 0 or s <= 0 or w[j, slot] / s >= share:
+                    continue
+                for e in order:
+                    if e not in have:
+                        have.discard(int(out[j, il, slot]))
+                        out[j, il, slot] = e
+                        have.add(e)
+                        moved += float(w[j, slot])
+                        break
+    return out, moved
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    """One policy (or lossy variant) on one configuration."""
+
+    policy: str
+    lossy: bool
+    tokens: int
+    decodes: int
+    positions: int
+    mib_per_token: float
+    hit_pct_decode: float
+    weight_discarded_pct: float
+
+    @property
+    def tokens_per_decode(self) -> float:
+        return self.tokens / self.decodes
+
+    @property
+    def positions_per_decode(self) -> float:
+        return self.positions / self.decodes
+
+
+def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 3,
+                  coverage: float = 1.0, accept: float = 0.5, seed: int = 0, knobs=None,
+                  verify: str | None = None, predictor: str = "oracle",
+                  rejected: str = "foreign") -> PolicyRow:
+    """Replay the trace's decode positions as the loop with ``policy`` would decode them.
+
+    Parameters
+    ----------
+    trace : refsim.trace.RouteTrace
+    budget_bytes : int
+        Cache budget, bytes.
+    policy : str
+        ``--spec-policy`` text (:func:`refsim.spec.policies.parse_spec_policy`).
+    draft : int
+        ``--draft N``.
+    coverage, accept : float
+        The acceptance stream's drafted-step fraction and acceptance (:func:`acceptance_stream`).
+    seed : int
+    knobs : refsim.cache.StreamKnobs-like, optional
+        ``--drop-cold-experts`` etc. for the cache.
+    verify : {'cap:U', 'consensus:T'} or None
+        A lossy verify-routing variant (needs the trace's weights).
+    predictor : {'oracle', 'previous'}
+    rejected : {'foreign', 'same'}
+        Routes of rejected draft positions (module docstring).
+
+    Returns
+    -------
+    PolicyRow
+
+    Raises
+    ------
+    ConfigError
+        An unknown predictor or verify variant; a lossy variant on a trace without weights.
+    """
+    if predictor not in ("oracle", "previous"):
+        raise ConfigError(f"predictor: expected oracle or previous, got {predictor!r}")
+    if rejected not in ("foreign", "same"):
+        raise ConfigError(f"rejected: expected foreign or same, got {rejected!r}")
+    h = trace.header
+    pos, routes, dropped, weights = decode_positions(trace.events, with_weights=True)
+    if verify is not None:
+        kind, _, val = verify.partition(":")
+        if kind not in ("cap", "consensus") or not val:
+            raise ConfigError(f"verify routing: expected cap:U or consensus:T, got {verify!r}")
+        if weights is None:
+            raise ConfigError("verify routing variants need the trace's weights")
+    pol = parse_spec_policy(policy)
+    n_dec = pos.size
+    has, run = acceptance_stream(n_dec, coverage, accept, draft, seed)
+    cache = ExpertCache(h.expert_bytes, h.n_expert, budget_bytes, knobs)
+    for ev in trace.events:
+        if ev.kind is DecodeKind.PREFILL:
+            cache.apply(ev)
+    p = step = decodes = positions = 0
+    discarded = total_w = 0.0
+    while p < n_dec:
+        room = n_dec - p - 1
+        c = min(draft, room) if has[step] else 0
+        w = 0
+        if c:
+            pred = routes[p:p + c + 1] if predictor == "oracle" else np.repeat(
+                routes[max(p - 1, 0)][None], c + 1, axis=0)
+            view = StepView(candidate=np.zeros(c, np.int64), probs=None, draft_max=draft,
+                            resident=cache.resident_mask(), expert_bytes=h.expert_bytes,
+                            pred_routes=pred, stats=pol.stats)
+            w = int(pol.width(view))
+        n_acc = int(min(run[step], w))
+        sl = slice(p, p + w + 1)
+        r, wt = routes[sl].copy(), None if weights is None else weights[sl].copy()
+        dr = None if dropped is None else dropped[sl].copy()
+        if rejected == "foreign" and n_acc < w:
+            far = (p + np.arange(n_acc + 1, w + 1) + n_dec // 2) % n_dec
+            r[n_acc + 1:] = routes[far]
+            if wt is not None:
+                wt[n_acc + 1:] = weights[far]
+            if dr is not None:
+                dr[n_acc + 1:] = dropped[far]
+        if wt is not None:
+            total_w += float(np.nansum(wt[r >= 0]))
+        if w and verify is not None:
+            kind, _, val = verify.partition(":")
+            if kind == "cap":
+                d2, lost = cap_union(r, wt, int(val))
+                dr = d2 if dr is None else (dr | d2)
+            else:
+                r, lost = consensus(r, wt, float(val))
+            discarded += lost
+        if w:
+            ev = DecodeEvent(DecodeKind.VERIFY, pos[sl], r, weights=wt, dropped=dr, n_draft=w,
+                             accepted=n_acc)
+        else:
+            ev = DecodeEvent(DecodeKind.PLAIN, pos[sl], r, weights=wt, dropped=dr)
+        cache.apply(ev)
+        if w:
+            pol.observe(w, n_acc)
+        decodes += 1
+        positions += w + 1
+        p += 1 + n_acc
+        step += 1
+    s = CacheSummary.from_stats(cache.stats, budget_bytes, n_dec, h.token_cycle_bytes)
+    label = pol.label() + ("" if verify is None else f" + {verify} (lossy)")
+    return PolicyRow(policy=label, lossy=verify is not None, tokens=n_dec, decodes=decodes,
+                     positions=positions, mib_per_token=s.mib_per_token,
+                     hit_pct_decode=s.hit_pct_decode,
+                     weight_discarded_pct=100.0 * discarded / total_w if total_w else 0.0)

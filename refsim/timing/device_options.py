@@ -1,0 +1,105 @@
+"""The ``--device`` options of a what-if, as one value: which fitted device model turns a
+command's counters into predicted times, and under what I/O configuration (docs/timing.md).
+
+``refsim replay/sweep/union/run/memory`` take them as flags (``refsim.cli.device`` adds the flags
+and builds a :class:`DeviceOptions` from them); :class:`refsim.session.RunConfig` holds one.
+The times are predictions of the device, never measurements (:mod:`refsim.timing.whatif`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refsim.timing.defaults import DEFAULT_EPS, DEFAULT_IO_THREADS
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    """The device flags of one command.
+
+    Parameters
+    ----------
+    device : str or None
+        ``--device DEVICE.json``: a device model written by ``refsim timing fit``; None = no
+        predicted times (every other field must then keep its default).
+    device_model : str or None
+        ``--device-model KEY``: which of the device's compute floors stands for the model
+        (None: its only one).
+    io_threads : int
+        ``--io-threads L``: I/O lanes (default 4, the engine's).
+    overlap : bool
+        ``--overlap``: reads overlapped with compute (the engine's flag).
+    position_cost : float
+        ``--position-cost EPS``: compute of each extra verify position as a fraction of one
+        position's (default 0.38; docs/timing.md).
+    """
+
+    device: str | None = None
+    device_model: str | None = None
+    io_threads: int = DEFAULT_IO_THREADS
+    overlap: bool = False
+    position_cost: float = DEFAULT_EPS
+
+    @classmethod
+    def from_args(cls, args) -> "DeviceOptions":
+        """From the flags ``refsim.cli.device.add_device_args`` adds (an ``argparse.Namespace``;
+        a command without ``--position-cost`` keeps its default)."""
+        return cls(device=getattr(args, "device", None), device_model=getattr(args, "device_model", None),
+                   io_threads=getattr(args, "io_threads", DEFAULT_IO_THREADS),
+                   overlap=bool(getattr(args, "overlap", False)),
+                   position_cost=getattr(args, "position_cost", DEFAULT_EPS))
+
+    def load(self, lanes_used: bool = False):
+        """``(device, name, model)``: the :class:`~refsim.timing.model.DeviceModel` read from
+        :attr:`device`, that path, and the compute floor's key; or None without a device. Loaded
+        and checked before a command's work (a bad device file costs nothing). ``lanes_used``:
+        the command uses ``--io-threads``/``--overlap`` without a device too (``replay --model``
+        counts its requests' lanes, docs/io.md).
+
+        Raises
+        ------
+        UsageError
+            ``"--device-model without --device: it sets the device model's what-if"`` (likewise
+            ``--io-threads``, ``--overlap``, ``--position-cost`` given without a device).
+        ConfigError
+            The device file's refusals (:func:`refsim.timing.model.load_device`), an unknown or
+            missing ``--device-model`` (:func:`refsim.timing.whatif.resolve_model`).
+        """
+        if self.device is None:
+            from refsim.errors import UsageError
+            for flag, given in (("--device-model", self.device_model is not None),
+                                ("--io-threads",
+                                 self.io_threads != DEFAULT_IO_THREADS and not lanes_used),
+                                ("--overlap", self.overlap and not lanes_used),
+                                ("--position-cost", self.position_cost != DEFAULT_EPS)):
+                if given:
+                    raise UsageError(f"{flag} without --device: it sets the device model's what-if")
+            return None
+        from refsim.timing import load_device
+        from refsim.timing.whatif import resolve_model
+        dev = load_device(self.device)
+        return dev, self.device, resolve_model(dev, self.device_model)
+
+    def figures(self, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,
+                draft_s_per_token: float = 0.0, cache: bool = True):
+        """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if reading ``mib_per_token``
+        MiB (2^20 bytes) per confirmed token, ``tokens_per_decode`` tokens per target decode; or
+        None when ``loaded`` (:meth:`load`'s value) is None."""
+        if loaded is None:
+            return None
+        from refsim.timing.whatif import device_whatif
+        dev, name, model = loaded
+        return device_whatif(dev, name, mib_per_token, tokens_per_decode, model, self.io_threads,
+                             self.overlap, cache, self.position_cost, draft_s_per_token)
+
+    def run_times(self, loaded, result):
+        """A run's per-decode predicted times for its metrics CSV
+        (:func:`refsim.timing.whatif.predicted_run_times`; the device named by its file's base
+        name), or None when ``loaded`` is None. ``result`` is a :class:`refsim.spec.RunResult`."""
+        if loaded is None:
+            return None
+        import os
+        from refsim.timing.whatif import predicted_run_times
+        dev, name, model = loaded
+        return predicted_run_times(dev, os.path.basename(name), result, model, self.io_threads,
+                                   self.overlap, self.position_cost)

@@ -1,0 +1,182 @@
+"""Run-to-run noise: how far two runs of the same configuration differ in tok/s.
+
+The engine's own repeats measure it (no model is involved):
+
+- **published** (bmoe-engine.md §7; engine-docs/mtp.md): the phone MTP table's two ``off`` runs
+  "did byte-identical work and still differ by 5.6 %" (5.82 / 6.14); the phone n-gram table's
+  prose ``off`` and its repeat (5.17 / 4.59 at the same 82.5 MiB/token, thermally gated); the
+  host's prose and copy ``off`` cells and their repeats (5.80 / 6.59 at 46.0 / 34.5 MiB/token;
+  5.45 / 5.65 at 58.1 / 48.0), where ``--cache-mb auto`` sized the cache differently, so the
+  reads differ and part of the difference is the reads';
+- **in the shared runs** (:func:`shared_repeats`): runs whose per-token flash reads are
+  byte-identical and whose configurations differ only in keys the device fit finds dead
+  (``io_threads`` on the desktop: its lanes' term is zero within its error, docs/timing.md) —
+  desktop pc-E and pc-F.
+
+A repeat whose runs read different MiB/token is compared after the device's own prediction of
+that difference (:func:`residual_logs`), so only what the model cannot explain counts as noise.
+
+The noise of one run's mean tok/s is ``sigma``, the pooled standard deviation of ``ln tok/s``
+within repeat groups (:func:`log_sigma`): ``sigma^2 = sum_g sum_i (r_gi - mean_g r)^2 /
+sum_g (n_g - 1)``. A difference between two runs then has ``sqrt(2) sigma``.
+
+The prefill repeats (every desktop run prefills the same prompt cold; the four phone drop-cold
+runs likewise) measure a single event's noise, larger than a 256-token mean's; they enter the
+per-position cost's interval (refsim.timing.positions), not this term.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from refsim.errors import ConfigError
+from refsim.timing.terms import Term
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Runs of one configuration recorded more than once.
+
+    Attributes
+    ----------
+    name : str
+    device : str
+        Which device class it measures (``host``/``desktop``, ``phone``).
+    tok_s : tuple of float
+        Each run's decode tok/s.
+    mib_per_token : tuple of float
+        Each run's flash MiB per token (equal: the same reads).
+    source : str
+    note : str
+    """
+
+    name: str
+    device: str
+    tok_s: tuple
+    mib_per_token: tuple
+    source: str
+    note: str = ""
+
+    def __post_init__(self):
+        if len(self.tok_s) < 2 or len(self.tok_s) != len(self.mib_per_token):
+            raise ConfigError(f"repeat {self.name}: expected >= 2 runs with a MiB/token each")
+        if not all(t > 0 and math.isfinite(t) for t in self.tok_s):
+            raise ConfigError(f"repeat {self.name}: tok/s must be finite and > 0")
+
+    @property
+    def same_reads(self) -> bool:
+        return len(set(self.mib_per_token)) == 1
+
+
+PUBLISHED_REPEATS = (
+    Repeat("phone mtp off", "phone", (5.82, 6.14), (69.3, 69.3),
+           "engine-docs/mtp.md: 'The two off runs did byte-identical work and still differ by 5.6%'"),
+    Repeat("phone prose off", "phone", (5.17, 4.59), (82.5, 82.5),
+           "bmoe-engine.md §7, n-gram phone table (thermally gated): prose off and its repeat",
+           "majflt/token 299 vs 480"),
+    Repeat("host prose off", "host", (5.80, 6.59), (46.0, 34.5),
+           "bmoe-engine.md §7, n-gram vs MTP host table: prose off and its repeat",
+           "--cache-mb auto: the repeat's cache read 25 % less"),
+    Repeat("host copy off", "host", (5.45, 5.65), (58.1, 48.0),
+           "bmoe-engine.md §7, n-gram vs MTP host table: copy off and its repeat",
+           "--cache-mb auto: the repeat's cache read 17 % less"),
+)
+"""The engine's published repeats of an ``off`` configuration."""
+
+
+def residual_logs(rep: Repeat, predict=None) -> np.ndarray:
+    """``ln tok/s`` of each run of ``rep`` less the device's predicted ``ln tok/s`` at its
+    MiB/token (``predict(mib_per_token) -> tok/s``); the bare logs when the reads are the same
+    or no predictor is given.
+
+    Raises
+    ------
+    ConfigError
+        Different reads and no predictor (the difference would be counted as noise).
+    """
+    logs = np.log(np.asarray(rep.tok_s, dtype=np.float64))
+    if rep.same_reads:
+        return logs
+    if predict is None:
+        raise ConfigError(f"repeat {rep.name}: its runs read different MiB/token "
+                          f"({', '.join(f'{m:g}' for m in rep.mib_per_token)}); give the device's "
+                          f"prediction so that only the unexplained part counts as noise")
+    return logs - np.log(np.asarray([predict(m) for m in rep.mib_per_token], dtype=np.float64))
+
+
+def log_sigma(reps, predict=None, name: str = "noise") -> Term:
+    """The pooled run-to-run standard deviation of ``ln tok/s`` (module docstring), a ratio.
+
+    ``predict`` is a callable ``(Repeat, mib_per_token) -> tok/s`` used for repeats whose reads
+    differ (each repeat may need its own calibration). The interval spans the single groups'
+    own estimates and the pooled one.
+
+    Raises
+    ------
+    ConfigError
+        No repeat.
+    """
+    reps = list(reps)
+    if not reps:
+        raise ConfigError("noise: no repeated configuration")
+    ss, df, each = 0.0, 0, []
+    for rep in reps:
+        r = residual_logs(rep, None if predict is None or rep.same_reads else
+                          (lambda m, rep=rep: predict(rep, m)))
+        d = float(np.sum((r - r.mean()) ** 2))
+        ss, df = ss + d, df + r.size - 1
+        each.append(math.sqrt(d / (r.size - 1)))
+    sigma = math.sqrt(ss / df)
+    return Term(name, sigma, min(each + [sigma]), max(each + [sigma]), "sd of ln tok/s (one run)",
+                "fitted", "; ".join(f"{rep.name} ({', '.join(f'{t:g}' for t in rep.tok_s)} tok/s)"
+                                    for rep in reps),
+                f"pooled over {len(reps)} repeat(s), {df} degree(s) of freedom; interval: the "
+                f"single repeats' own estimates ({', '.join(f'{e:.4f}' for e in each)})")
+
+
+def shared_repeats(runs, configs: dict, dead_keys=(), device: str = "") -> list[Repeat]:
+    """Repeats among recorded runs: runs with byte-identical per-token flash reads (``x``) and
+    the same mode, model, cache and I/O lanes, whose configurations differ at most in
+    ``dead_keys`` (``io_threads`` among them also lets the lanes differ).
+
+    Parameters
+    ----------
+    runs : list of RunData
+    configs : dict of str -> dict
+        Each run's preamble configuration by label (``MetricsRun.config``).
+    dead_keys : tuple of str
+        Keys whose difference does not break a repeat: levers the device fit finds dead (the
+        lanes when its ``b`` is zero within two standard errors:
+        :func:`refsim.timing.identify.dead_levers`).
+    device : str
+        The device class the repeats measure.
+    """
+    groups: list[list] = []
+    for r in runs:
+        cfg = {k: v for k, v in configs.get(r.label, {}).items() if k not in dead_keys}
+        for g in groups:
+            h = g[0]
+            if (h.model == r.model and h.overlap == r.overlap and h.cache == r.cache
+                    and (h.lanes == r.lanes or "io_threads" in dead_keys)
+                    and h.x.shape == r.x.shape and bool(np.array_equal(h.x, r.x))
+                    and cfg == {k: v for k, v in configs.get(h.label, {}).items() if k not in dead_keys}):
+                g.append(r)
+                break
+        else:
+            groups.append([r])
+    out = []
+    for g in groups:
+        if len(g) < 2:
+            continue
+        differ = sorted({k for k in dead_keys for r in g
+                         if configs.get(r.label, {}).get(k) != configs.get(g[0].label, {}).get(k)}
+                        | ({"io_threads"} if len({r.lanes for r in g}) > 1 else set()))
+        out.append(Repeat(" / ".join(r.label.rsplit("/", 1)[-1] for r in g), device,
+                          tuple(r.measured_tok_s for r in g),
+                          tuple(float(r.x.mean()) for r in g),
+                          "recorded runs with byte-identical per-token reads",
+                          f"differ only in {', '.join(differ) or 'nothing'}"))
+    return out

@@ -1,0 +1,589 @@
+"""The price of one speculation configuration on one device, and its verdict against ``off``
+(issue 29: the one pricing path of ``refsim whatif``).
+
+Named *verdict* because that is what it returns: every time term of a configuration, its effective
+tok/s with a band, the change against ``off`` with a band, **gains / within noise / loses**, and the
+acceptance at which it would break even. (``whatif.py`` holds the older point what-ifs of
+``replay/run/memory --device``; ``breakeven.py`` the width rule this module generalises.)
+
+A configuration (:class:`SpecConfig`) is ``off``, ``ngram:d=D:m=M`` or ``mtp:d=D``, with an
+acceptance ``alpha`` (accepted / drafted) and, for n-gram, a coverage ``c`` (the fraction of
+decodes that carry drafts; the engine's ``drafted_steps / decodes``). MTP drafts every decode
+(``--mtp-p-min 0``, the published cells: bmoe-engine.md §2), so ``c = 1`` there. Per decode:
+
+- positions ``w = 1 + c d`` (the compute is paid per *position*, rejected drafts included);
+- tokens ``tpd = 1 + c d alpha``;
+
+with ``d`` the drafts per drafted decode (``--draft``, or the measured mean: an n-gram match may
+propose fewer).
+
+Reads come from a union replay (refsim.studies.union) at the cache budget: ``X_1`` and ``X_{d+1}``,
+the mean MiB one decode of that width reads (:class:`Reads`). A drafted decode and a plain one are
+priced each at its own read (the stall's hinge is applied to each width's mean decode, as
+breakeven.py does) and mixed by the coverage. Per emitted token, ms (device rules: refsim.timing.model,
+docs/timing.md; ``tail`` multiplies every in-decode term)::
+
+    compute           tail C                           x (1 - c + c)      / tpd
+    extra positions   tail C eps (w_j - 1)             per decode kind j  / tpd
+    bookkeeping       tail cache (m0 + m1 X_j)
+    contention        tail overlap kappa X_j
+    flash             tail (i0 + X_j (a + b/L))        serial only
+    stall             tail max(0, s0 + s1 X_j - h C)   --overlap only
+    head              C (d s_draft + s_catch (1 + eps (tpd - 1))) / tpd     MTP only (refsim.timing.head)
+    memory            memory_term(...)                  (see :func:`memory_term`)
+
+The in-decode terms sum to ``c t(d+1) + (1 - c) t(1)`` with ``t`` = :func:`refsim.timing.breakeven.decode_ms`
+(tested to the last bit); the head runs outside the verify decode's wall time, so it enters the
+*effective* rate only (the engine's ``mtp_draft_s/tok``, docs/telemetry.md). effective tok/s =
+``1000 / sum``.
+
+The band (refsim.timing.band): the bootstrap replicates of the device, ``eps`` swept over its
+interval, run-to-run noise; the memory term's interval is carried by taking the hull of the bands
+at its ends and its value. **gains** when the change's band is above 0, **loses** when below,
+otherwise **within noise**. Break-even: the acceptance where the point change is 0 (bisection; the
+change is increasing in the acceptance: the reads do not depend on it and the head's catch-up
+grows more slowly than the tokens).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from refsim.errors import ConfigError
+from refsim.timing.band import DEFAULT_LEVEL, Band, delta_band, tok_s_band
+from refsim.timing.head import head_ms_per_token
+from refsim.timing.model import DeviceModel
+from refsim.timing.terms import Term, exact
+
+KINDS = ("off", "ngram", "mtp")
+"""Configuration kinds (the engine's ``--ngram`` and ``--mtp``)."""
+
+VERDICTS = ("gains", "within noise", "loses")
+
+STORM_OFF_TOK_S = 4.43
+STORM_SPEC_TOK_S = 3.14
+"""The largest loss a major-fault storm is measured to cost: the phone's copy prompt, thermally
+gated n-gram table (bmoe-engine.md §7), ``off`` 4.43 tok/s at 126 majflt/token against ``--ngram``
+3.14 tok/s at 1427 majflt/token, 127.0 vs 145.1 MiB/token. Charging the whole loss to the faults
+bounds the fault cost from above: ``4.43 / 3.14 - 1`` = 41.1 % of the plain s/token."""
+STORM_SHARE = STORM_OFF_TOK_S / STORM_SPEC_TOK_S - 1.0
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """One configuration.
+
+    Attributes
+    ----------
+    kind : str
+        ``off``, ``ngram`` or ``mtp``.
+    draft : int
+        ``d`` (``--draft``); 0 for ``off``.
+    min_match : int
+        ``m`` (``--ngram-min-match``); 0 unless n-gram.
+    acceptance : float or None
+        Accepted / drafted, 0..1 (None: not known yet; required to price).
+    coverage : float or None
+        Drafted decodes / decodes, 0..1 (n-gram; MTP is 1, ``off`` 0).
+    source : str
+        Where acceptance and coverage came from: ``assumed`` (given by the user), or the token
+        file / run that measured them.
+    mean_drafts : float or None
+        Drafts per drafted decode when measured (``drafted / drafted_steps``: an n-gram match
+        may propose fewer than ``d``, and the last decodes are cut at ``-n``); None: ``d``. The
+        reads stay those of a ``d + 1`` wide replay (an upper bound when it is below ``d``).
+    """
+
+    kind: str
+    draft: int = 0
+    min_match: int = 0
+    acceptance: float | None = None
+    coverage: float | None = None
+    source: str = "assumed"
+    mean_drafts: float | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ConfigError(f"--spec: kind {self.kind!r}, expected one of {', '.join(KINDS)}")
+        if self.kind == "off" and (self.draft or self.min_match):
+            raise ConfigError("--spec: off takes no d or m")
+        if self.kind != "off" and self.draft < 1:
+            raise ConfigError(f"--spec {self.kind}: d={self.draft}, expected >= 1")
+        if self.kind == "mtp" and self.min_match:
+            raise ConfigError("--spec mtp: m is an n-gram option")
+        for what in ("acceptance", "coverage"):
+            v = getattr(self, what)
+            if v is not None and not (0.0 <= v <= 1.0):
+                raise ConfigError(f"--spec {self.label}: {what} {v!r}, expected 0..1")
+        if self.mean_drafts is not None and not 0.0 <= self.mean_drafts <= self.draft:
+            raise ConfigError(f"--spec {self.label}: mean drafts {self.mean_drafts!r}, expected "
+                              f"0..{self.draft}")
+
+    @property
+    def drafts(self) -> float:
+        """Drafts per drafted decode: :attr:`mean_drafts`, or ``d``."""
+        return float(self.draft) if self.mean_drafts is None else self.mean_drafts
+
+    @property
+    def label(self) -> str:
+        if self.kind == "off":
+            return "off"
+        if self.kind == "ngram":
+            return f"ngram:d={self.draft}:m={self.min_match}"
+        return f"mtp:d={self.draft}"
+
+    @property
+    def width(self) -> int:
+        """Positions of a drafted decode, ``d + 1`` (1 for ``off``)."""
+        return self.draft + 1
+
+    @property
+    def drafted_fraction(self) -> float:
+        """``c``: 0 for off, 1 for MTP, the coverage for n-gram."""
+        if self.kind == "off":
+            return 0.0
+        if self.kind == "mtp":
+            return 1.0
+        if self.coverage is None:
+            raise ConfigError(f"--spec {self.label}: no coverage (give coverage=, or --tokens)")
+        return self.coverage
+
+    def _alpha(self) -> float:
+        if self.kind == "off":
+            return 0.0
+        if self.acceptance is None:
+            raise ConfigError(f"--spec {self.label}: no acceptance (give acceptance=, or --tokens)")
+        return self.acceptance
+
+    @property
+    def positions_per_decode(self) -> float:
+        """``1 + c d`` (``d``: :attr:`drafts`)."""
+        return 1.0 + self.drafted_fraction * self.drafts
+
+    @property
+    def tokens_per_decode(self) -> float:
+        """``1 + c d alpha`` (``d``: :attr:`drafts`)."""
+        return 1.0 + self.drafted_fraction * self.drafts * self._alpha()
+
+
+_ITEM = re.compile(r"^(off|ngram|mtp)((?::[a-z_]+=[^:,]+)*)$")
+
+
+def parse_spec_list(text: str) -> list[SpecConfig]:
+    """``off,ngram:d=3:m=3:acceptance=0.442:coverage=0.150,mtp:d=3:acceptance=0.824``.
+
+    ``off`` is always priced (it is the baseline) and is added first when not listed. Keys:
+    ``d`` (draft), ``m`` (n-gram min match), ``acceptance``, ``coverage``.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the item and what was expected.
+    """
+    out = []
+    for item in (s.strip() for s in text.split(",")):
+        mt = _ITEM.match(item)
+        if not mt:
+            raise ConfigError(f"--spec {item!r}: expected off, ngram:d=D:m=M[:acceptance=A:coverage=C] "
+                              f"or mtp:d=D[:acceptance=A]")
+        kind, kv = mt.group(1), {}
+        for pair in filter(None, mt.group(2).split(":")):
+            k, v = pair.split("=", 1)
+            if k in kv:
+                raise ConfigError(f"--spec {item!r}: {k} given twice")
+            kv[k] = v
+        allowed = {"off": set(), "ngram": {"d", "m", "acceptance", "coverage"},
+                   "mtp": {"d", "acceptance"}}[kind]
+        if set(kv) - allowed:
+            raise ConfigError(f"--spec {item!r}: unknown key(s) {', '.join(sorted(set(kv) - allowed))}"
+                              f" (expected {', '.join(sorted(allowed)) or 'none'})")
+        try:
+            d = int(kv.get("d", 0))
+            m = int(kv.get("m", 0))
+            a = float(kv["acceptance"]) if "acceptance" in kv else None
+            c = float(kv["coverage"]) if "coverage" in kv else None
+        except ValueError:
+            raise ConfigError(f"--spec {item!r}: d and m are integers, acceptance and coverage "
+                              f"numbers") from None
+        if kind != "off" and "d" not in kv:
+            raise ConfigError(f"--spec {item!r}: d= is required")
+        if kind == "ngram" and "m" not in kv:
+            raise ConfigError(f"--spec {item!r}: m= is required")
+        out.append(SpecConfig(kind, d, m, a, c))
+    labels = [c.label for c in out]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--spec: a configuration is listed twice ({', '.join(labels)})")
+    if "off" not in labels:
+        out.insert(0, SpecConfig("off"))
+    return out
+
+
+@dataclass(frozen=True)
+class Reads:
+    """One decode width's replay at a budget: mean flash MiB per decode, decode-only hit %."""
+
+    width: int
+    mib_per_decode: float
+    hit_pct: float | None = None
+
+
+def reads_from_union(rows, knobs: bool = False) -> dict:
+    """``{width: Reads}`` from :func:`refsim.studies.union.union_study` rows replayed at a budget;
+    ``knobs``: the knob columns (``--drop-cold-experts``/``--prefetch`` on).
+
+    Raises
+    ------
+    ConfigError
+        A row without a replay (no budget), or knob columns asked for and absent.
+    """
+    out = {}
+    for r in rows:
+        read = r.knob_read_mib if knobs else r.read_mib
+        hit = r.knob_hit_pct_decode if knobs else r.hit_pct_decode
+        if r.decodes is None or read is None:
+            raise ConfigError(f"union width {r.window}: no replay (a budget"
+                              f"{' and a knob' if knobs else ''} is needed)")
+        out[r.window] = Reads(r.window, read / r.decodes if r.decodes else 0.0, hit)
+    return out
+
+
+def memory_term(spec_mib: float, headroom_mib: float | None, plain_ms_per_token: float) -> Term:
+    """The memory-pressure cost per token, ms: the part computed here and the part not modelled.
+
+    The speculative loop holds more memory than a plain one (the ledger's snapshots, draft
+    context, a w-wide ubatch's compute buffers: ``spec_mib``, refsim.model's memory ledger). Where
+    it fits in what the device has left beside the cache (``headroom_mib``), it costs nothing
+    (exact 0, derived). Where it does not, the major faults it causes are **not modelled here**
+    (the memory-pressure model, refsim.timing.pressure, replaces this function): the value is 0
+    and the interval runs to the largest fault-storm loss measured, :data:`STORM_SHARE` of the
+    plain s/token (the phone copy cells; not a fit). With the headroom unknown (no ``--ram-mb``)
+    it is an exact 0 of kind ``not_modelled`` saying pressure was not assessed (the band is not
+    widened by what was not asked).
+
+    Parameters
+    ----------
+    spec_mib : float
+        Speculative memory, MiB (>= 0; 0 for ``off``).
+    headroom_mib : float or None
+        RAM left beside the resident demand at the budget, MiB; None: unknown.
+    plain_ms_per_token : float
+        The plain configuration's ms/token (scales the storm bound).
+
+    Raises
+    ------
+    ConfigError
+        A negative or non-finite input.
+    """
+    for what, v in (("spec_mib", spec_mib), ("plain_ms_per_token", plain_ms_per_token)):
+        if not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"memory term: {what} {v!r}, expected a finite number >= 0")
+    if headroom_mib is not None and not math.isfinite(headroom_mib):
+        raise ConfigError(f"memory term: headroom {headroom_mib!r}, expected a finite number")
+    if spec_mib == 0.0:
+        return exact("memory", 0.0, "ms/token", "derived", "no speculative memory")
+    if headroom_mib is not None and spec_mib <= headroom_mib:
+        return exact("memory", 0.0, "ms/token", "derived",
+                     f"speculative memory {spec_mib:.1f} MiB fits the {headroom_mib:.1f} MiB "
+                     f"left beside the cache")
+    if headroom_mib is None:
+        return exact("memory", 0.0, "ms/token", "not_modelled",
+                     "RAM not given (--ram-mb): memory pressure not assessed",
+                     f"speculative memory {spec_mib:.1f} MiB; whether it faults is unknown")
+    return Term("memory", 0.0, 0.0, STORM_SHARE * plain_ms_per_token, "ms/token", "not_modelled",
+                f"speculative memory {spec_mib:.1f} MiB exceeds the {headroom_mib:.1f} MiB left "
+                f"beside the cache; the major-fault cost is not modelled here",
+                f"interval to the largest measured fault storm, {100 * STORM_SHARE:.1f} % of the "
+                f"plain s/token (phone copy off 4.43 vs ngram 3.14 tok/s, 126 -> 1427 majflt/token, "
+                f"bmoe-engine.md §7; an upper bound charging the whole loss to faults)")
+
+
+@dataclass(frozen=True)
+class Device:
+    """Everything about the device a price needs.
+
+    Attributes
+    ----------
+    model : DeviceModel
+        The fit (calibrated on the session's plain run if there is one).
+    floor_model : str
+        Which compute floor ``C`` (a model the device was fitted on).
+    lanes : int
+        I/O lanes (``--io-threads``).
+    overlap : bool
+    cache : bool
+        Expert cache on.
+    eps : Term
+        Per-position cost at the verify width (refsim.timing.positions / identify).
+    sigma : float
+        Run-to-run noise, sd of ln tok/s of one run (refsim.timing.noise).
+    replicates : tuple of DeviceModel
+        Bootstrap refits (refsim.timing.band); empty: not estimated (the band says so).
+    work : PositionWork or None
+        The model's tensor table (refsim.timing.work), for the MTP head.
+    head : Term or None
+        An MTP head cost per token given instead of ``work`` (kind ``assumed``).
+    level : float
+        The band's coverage.
+    """
+
+    model: DeviceModel
+    floor_model: str
+    lanes: int
+    overlap: bool
+    eps: Term
+    cache: bool = True
+    sigma: float = 0.0
+    replicates: tuple = ()
+    work: object = None
+    head: Term | None = None
+    level: float = DEFAULT_LEVEL
+
+
+@dataclass(frozen=True)
+class Price:
+    """One configuration at one budget (ms per emitted token for every term).
+
+    ``delta`` is None for ``off``; ``breakeven_acceptance`` is None for ``off``, nan when even
+    every draft accepted loses, 0 when no acceptance is needed.
+    """
+
+    config: SpecConfig
+    budget_mib: float | None
+    positions_per_decode: float
+    tokens_per_decode: float
+    mib_per_token: float
+    hit_pct: float | None
+    terms: tuple
+    ms_per_token: float
+    eff_tok_s: Band
+    delta: Band | None
+    verdict: str | None
+    breakeven_acceptance: float | None
+    notes: tuple = field(default=())
+
+    def term(self, name: str) -> Term:
+        for t in self.terms:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def row(self) -> dict:
+        """The interface row (``--json``/``--csv``): the issue's names first."""
+        d = self.delta
+        out = {"config": self.config.label, "budget_mib": self.budget_mib,
+                "eff_tok_s": self.eff_tok_s.point, "eff_tok_s_lo": self.eff_tok_s.lo,
+                "eff_tok_s_hi": self.eff_tok_s.hi,
+                "delta_pct": 0.0 if d is None else d.point,
+                "delta_lo_pct": 0.0 if d is None else d.lo,
+                "delta_hi_pct": 0.0 if d is None else d.hi,
+                "verdict": self.verdict or "baseline",
+                "acceptance": self.config.acceptance, "coverage": self.config.coverage,
+                "acceptance_source": self.config.source if self.config.kind != "off" else "",
+                "positions_per_decode": self.positions_per_decode,
+                "tokens_per_decode": self.tokens_per_decode,
+                "mib_per_token": self.mib_per_token, "hit_pct": self.hit_pct,
+                "ms_per_token": self.ms_per_token,
+                "breakeven_acceptance": self.breakeven_acceptance,
+                **{f"{t.name}_ms": t.value for t in self.terms}}
+        return {k: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+                for k, v in out.items()}
+
+
+TERM_NAMES = ("compute", "extra_positions", "bookkeeping", "contention", "flash", "stall", "head",
+              "memory")
+
+
+def _reads(reads: dict, width: int) -> Reads:
+    if width not in reads:
+        raise ConfigError(f"no replay at width {width} (have {sorted(reads)})")
+    return reads[width]
+
+
+def _decode_parts(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool, x: float,
+                  width: float, eps: float) -> dict:
+    """One decode's in-decode terms, ms (tail applied), from the device's own rules."""
+    p = dev.token_ms([x], model, lanes, overlap, cache)
+    v, c, tail = dev.value, dev.compute_floor(model), dev.value("tail")
+    mgmt = (v("m0") + v("m1") * x) if cache else 0.0
+    contention = v("kappa") * x if overlap else 0.0
+    return {"compute": tail * c, "extra_positions": tail * c * eps * (width - 1),
+            "bookkeeping": tail * mgmt, "contention": tail * contention,
+            "flash": 0.0 if overlap else tail * float(p["io"][0]),
+            "stall": tail * float(p["stall"][0]) if overlap else 0.0}
+
+
+def _head_ms(dv: Device, dev: DeviceModel, cfg: SpecConfig, eps: float, tpd: float) -> float:
+    if cfg.kind != "mtp":
+        return 0.0
+    if dv.work is not None:
+        c = dev.compute_floor(dv.floor_model)
+        return head_ms_per_token(dv.work, exact("C", c, "ms", "fitted", ""),
+                                 exact("eps", eps, "", "fitted", ""), cfg.draft, tpd).value
+    if dv.head is not None:
+        return dv.head.value
+    raise ConfigError(f"--spec {cfg.label}: the MTP head's compute needs the model's tensor table "
+                      f"(a GGUF) or a given head cost")
+
+
+def _ms_terms(dv: Device, dev: DeviceModel, cfg: SpecConfig, reads: dict, eps: float,
+              memory_ms: float) -> dict:
+    """Per emitted token, ms, every term (module docstring)."""
+    c, tpd = cfg.drafted_fraction, cfg.tokens_per_decode
+    out = dict.fromkeys(TERM_NAMES, 0.0)
+    mixes = [(1.0 - c, 1, 1.0)] + ([(c, cfg.width, 1.0 + cfg.drafts)] if c > 0 else [])
+    for share, w, positions in mixes:
+        if share == 0.0:
+            continue
+        parts = _decode_parts(dev, dv.floor_model, dv.lanes, dv.overlap, dv.cache,
+                              _reads(reads, w).mib_per_decode, positions, eps)
+        for k, v in parts.items():
+            out[k] += share * v / tpd
+    out["head"] = _head_ms(dv, dev, cfg, eps, tpd)
+    out["memory"] = memory_ms
+    return out
+
+
+def _tok_s_fn(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float):
+    def staged(dev):
+        return lambda e: 1000.0 / sum(_ms_terms(dv, dev, cfg, reads, dv.eps.value if e is None else e,
+                                                 memory_ms).values())
+    return staged
+
+
+def _band_hull(bands: list) -> Band:
+    b0 = bands[0]
+    return replace(b0, lo=min(b.lo for b in bands), hi=max(b.hi for b in bands))
+
+
+def verdict_of(delta: Band) -> str:
+    """``gains`` (band above 0), ``loses`` (below), else ``within noise``."""
+    if delta.lo > 0.0:
+        return "gains"
+    if delta.hi < 0.0:
+        return "loses"
+    return "within noise"
+
+
+def breakeven_acceptance(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float = 0.0,
+                         tol: float = 1e-9, off_reads: dict | None = None) -> float | None:
+    """The acceptance at which the point change against ``off`` is 0 (None for ``off``; 0.0 when
+    no acceptance is needed; nan when every draft accepted still loses). Bisection on ``alpha`` in
+    [0, 1]. ``off_reads``: the baseline's own replay when it runs at another budget (``--cache-mb
+    auto``: speculation's memory leaves the cache); default ``reads``."""
+    if cfg.kind == "off":
+        return None
+    off = SpecConfig("off")
+    e = dv.eps.value
+    t_off = sum(_ms_terms(dv, dv.model, off, reads if off_reads is None else off_reads, e,
+                          0.0).values())
+
+    def gap(a):
+        s = replace(cfg, acceptance=a)
+        return t_off - sum(_ms_terms(dv, dv.model, s, reads, e, memory_ms).values())
+    if cfg.kind == "ngram" and cfg.drafted_fraction == 0.0:
+        return 0.0 if gap(0.0) >= 0 else math.nan
+    if gap(0.0) >= 0.0:
+        return 0.0
+    if gap(1.0) < 0.0:
+        return math.nan
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if gap(mid) >= 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = None,
+          spec_mib: float = 0.0, headroom_mib: float | None = None,
+          off_reads: dict | None = None) -> Price:
+    """Price one configuration (module docstring).
+
+    Parameters
+    ----------
+    dv : Device
+    cfg : SpecConfig
+        With its acceptance (and coverage for n-gram).
+    reads : dict of int -> Reads
+        The union replay at the budget; width 1 always, ``d + 1`` for a speculation config.
+    budget_mib : float, optional
+        Reported only.
+    spec_mib, headroom_mib : float
+        For :func:`memory_term` (speculative memory, MiB; RAM left beside the cache, MiB or None).
+    off_reads : dict of int -> Reads, optional
+        The baseline's replay when ``off`` runs at another budget than ``cfg`` (``--cache-mb
+        auto``: the speculative memory leaves the cache); default ``reads``.
+
+    Raises
+    ------
+    ConfigError
+        A missing width, acceptance or coverage; the device's refusals (unknown model, a mode it
+        was not fitted on); an MTP config without the head's inputs.
+    """
+    off = SpecConfig("off")
+    base = reads if off_reads is None else off_reads
+    e0 = dv.eps.value
+    plain = _ms_terms(dv, dv.model, off, base, e0, 0.0)
+    plain_ms = sum(plain.values())
+    mem = memory_term(spec_mib if cfg.kind != "off" else 0.0, headroom_mib, plain_ms)
+    ms = _ms_terms(dv, dv.model, cfg, reads, e0, mem.value)
+    terms = _terms(dv, cfg, reads, ms, mem)
+    notes = (("acceptance and coverage assumed (given by the user)",)
+             if cfg.kind != "off" and cfg.source == "assumed" else ())
+    mems = sorted({mem.lo, mem.value, mem.hi})
+    tok = _band_hull([tok_s_band(_tok_s_fn(dv, cfg, reads, m), dv.model, dv.replicates, dv.eps,
+                                 dv.sigma, dv.level) for m in mems])
+    delta = verdict = None
+    if cfg.kind != "off":
+        delta = _band_hull([delta_band(_tok_s_fn(dv, cfg, reads, m), _tok_s_fn(dv, off, base, 0.0),
+                                       dv.model, dv.replicates, dv.eps, dv.sigma, dv.level)
+                            for m in mems])
+        verdict = verdict_of(delta)
+    w1 = _reads(reads, 1)
+    mixes = [(1.0 - cfg.drafted_fraction, w1)]
+    if cfg.kind != "off":
+        mixes.append((cfg.drafted_fraction, _reads(reads, cfg.width)))
+    mib_decode = sum(s * r.mib_per_decode for s, r in mixes)
+    hits = [(s, r.hit_pct) for s, r in mixes if s > 0]
+    hit = (None if any(h is None for _, h in hits) else sum(s * h for s, h in hits))
+    return Price(config=cfg, budget_mib=budget_mib, positions_per_decode=cfg.positions_per_decode,
+                 tokens_per_decode=cfg.tokens_per_decode,
+                 mib_per_token=mib_decode / cfg.tokens_per_decode, hit_pct=hit, terms=terms,
+                 ms_per_token=sum(ms.values()), eff_tok_s=tok, delta=delta, verdict=verdict,
+                 breakeven_acceptance=breakeven_acceptance(dv, cfg, reads, mem.value,
+                                                           off_reads=off_reads),
+                 notes=notes + tok.notes)
+
+
+def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term) -> tuple:
+    """Each term as a :class:`Term` (ms per emitted token); the extra positions and the head carry
+    ``eps``'s interval (the term evaluated at eps's ends), the memory term its own."""
+    e = dv.eps
+    at = {x: _ms_terms(dv, dv.model, cfg, reads, x, mem.value) for x in (e.lo, e.hi)}
+    src = f"device {dv.model.name or '?'} fitted on {len(dv.model.fitted_on)} plain run(s)"
+    out = []
+    for name in TERM_NAMES:
+        v = ms[name]
+        if name == "memory":
+            out.append(mem)
+        elif name == "extra_positions":
+            lo, hi = at[e.lo][name], at[e.hi][name]
+            out.append(Term(name, v, min(lo, v), max(hi, v), "ms/token", e.kind,
+                            f"eps {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] ({e.source})",
+                            "interval: eps at its ends"))
+        elif name == "head" and cfg.kind == "mtp":
+            lo, hi = at[e.lo][name], at[e.hi][name]
+            if dv.work is not None:
+                kind, s = "derived", "nextn block vs trunk by bytes (refsim.timing.head)"
+            else:
+                kind, s = dv.head.kind, dv.head.source
+            out.append(Term(name, v, min(lo, v, dv.head.lo if dv.work is None else v),
+                            max(hi, v, dv.head.hi if dv.work is None else v), "ms/token", kind, s,
+                            "interval: eps at its ends"))
+        else:
+            out.append(exact(name, v, "ms/token", "fitted", src))
+    return tuple(out)
