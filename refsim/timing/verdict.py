@@ -500,7 +500,7 @@ def breakeven_acceptance(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: fl
 
 def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = None,
           spec_mib: float = 0.0, headroom_mib: float | None = None,
-          off_reads: dict | None = None) -> Price:
+          off_reads: dict | None = None, memory: Term | None = None) -> Price:
     """Price one configuration (module docstring).
 
     Parameters
@@ -517,6 +517,11 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
     off_reads : dict of int -> Reads, optional
         The baseline's replay when ``off`` runs at another budget than ``cfg`` (``--cache-mb
         auto``: the speculative memory leaves the cache); default ``reads``.
+    memory : Term, optional
+        The memory term (ms/token, with its interval) computed by the caller, used in place of
+        :func:`memory_term` for a speculation config (e.g. from the memory-pressure model,
+        refsim.timing.pressure, as ``refsim.timing.validate`` does); ``spec_mib`` and
+        ``headroom_mib`` are then not read. Ignored for ``off``.
 
     Raises
     ------
@@ -529,7 +534,8 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
     e0 = dv.eps.value
     plain = _ms_terms(dv, dv.model, off, base, e0, 0.0)
     plain_ms = sum(plain.values())
-    mem = memory_term(spec_mib if cfg.kind != "off" else 0.0, headroom_mib, plain_ms)
+    mem = (memory if memory is not None and cfg.kind != "off" else
+           memory_term(spec_mib if cfg.kind != "off" else 0.0, headroom_mib, plain_ms))
     ms = _ms_terms(dv, dv.model, cfg, reads, e0, mem.value)
     terms = _terms(dv, cfg, reads, ms, mem)
     notes = (("acceptance and coverage assumed (given by the user)",)
