@@ -1,0 +1,560 @@
+"""Published verdicts, predicted: ``refsim whatif``'s pricing checked against every speculation
+cell the engine publishes (issue 29 item 4; docs/timing.md "Published verdicts, predicted").
+
+The rules of the check (the issue's):
+
+1. **Fit on plain runs only.** Each device is identified from its recording set's plain runs
+   (:func:`refsim.timing.identify.identify_device` leaves speculation runs out); the band's
+   parameter spread is the bootstrap over those runs (:func:`refsim.timing.band.bootstrap_devices`).
+2. **Calibrate only on each session's ``off`` cell.** Every published table (a *session*: one
+   device, recipe and prompt) calibrates the compute floor ``C`` of a fresh model key on its
+   ``off`` cell (:func:`refsim.timing.calibrate.calibrate_to_cell`), on the full fit and on every
+   bootstrap replicate; speculation cells are never read by a fit or a calibration
+   (:func:`fitted_parameters` is what the test compares with and without them).
+3. **Predict each speculation cell from its published acceptance, coverage and tokens per
+   decode** through :func:`refsim.timing.verdict.price` (``refsim whatif``'s one pricing path),
+   with the reads of the shared Qwen3-30B route trace replayed (the exact union replay, the
+   session's ``--drop-cold-experts`` on) at the budget whose plain MiB/token matches the session's
+   ``off`` cell (:func:`match_budget`). The published MiB/token of a speculation cell is printed
+   beside the prediction, never used.
+
+Inputs per cell: ``d`` and ``m`` (the engine's flags), acceptance ``alpha`` and coverage ``c``
+(MTP: 1); where tokens per verify decode are published, the mean drafts per drafted decode are
+``(tpd - 1) / (c alpha)`` clipped to ``[0, d]`` (the published figures are rounded to two
+decimals), else ``d``. The MTP head: for a cell that publishes an *effective* rate (drafting
+included) the head is derived from the nextn block (refsim.timing.head through ``price``); the
+engine's reported ``tok/s`` is "computed from decode time alone and drafting happens between
+decodes" (engine-docs/mtp.md, "Reading the numbers"), so a reported rate is priced with the head
+term at an exact 0.
+
+The memory term: on the phone (fixed 3000 MiB budget) the memory-pressure model
+(refsim.timing.pressure, fitted on the 2026-07-22 phone runs, plain) prices the faults the
+speculative memory adds: the ``off`` cell's published majflt/token times ``q(E0 + a, P0 + a) /
+q(E0, P0) - 1`` (``a`` the ledger's speculation MiB, ``E0`` the fit's eviction, ``P0`` the
+evictable pool at the recipe, ``q = E / P``), times ``t_f`` ms per fault; interval: ``E0``'s and
+``t_f``'s ends and the off cell's published range. On the host (``--cache-mb auto``) the
+speculative memory leaves the cache instead; that shrink is not replayed here (kind
+``not_modelled``, an exact 0).
+
+MiB = 2^20 bytes; deltas in % of the ``off`` cell's tok/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from refsim.errors import ConfigError
+from refsim.timing.terms import Term, exact
+
+HOST, PHONE = "host", "phone"
+DEVICES = (HOST, PHONE)
+
+BUDGET_RANGE_MIB = (250, 20000)
+"""Cache budgets :func:`match_budget` searches, MiB (the trace's bank is 16740 MiB)."""
+
+HOST_CRITERION_PTS = 10.0
+"""The issue's bound on a host band: no wider than +-10 points."""
+INSIDE_CRITERION = 0.80
+"""The issue's bound: at least 80 % of the published deltas inside their bands."""
+
+
+@dataclass(frozen=True)
+class PublishedCell:
+    """One published cell (bmoe-engine.md §7).
+
+    Attributes
+    ----------
+    name : str
+    kind : str
+        ``off``, ``ngram`` or ``mtp``.
+    draft, min_match : int
+        ``--draft`` and ``--ngram-min-match`` (0 when not applicable).
+    tok_s : float
+        The engine's reported tok/s (decode time alone).
+    mib_per_token : float
+        Published flash MiB per token (the ``off`` cell's matches the replay budget; a
+        speculation cell's is printed only).
+    acceptance, coverage, tokens_per_decode : float or None
+        Published: accepted / drafted, drafted decodes / decodes, tokens per verify decode.
+    effective_tok_s : float or None
+        The published effective rate (drafting included) when it differs from ``tok_s``.
+    majflt : tuple of float
+        Published major faults per token (one value or a (low, high) range); empty if none.
+    assumed : str
+        What is assumed for this cell (not published), said in the table.
+    """
+
+    name: str
+    kind: str
+    tok_s: float
+    mib_per_token: float
+    draft: int = 0
+    min_match: int = 0
+    acceptance: float | None = None
+    coverage: float | None = None
+    tokens_per_decode: float | None = None
+    effective_tok_s: float | None = None
+    majflt: tuple = ()
+    assumed: str = ""
+
+
+@dataclass(frozen=True)
+class Session:
+    """One published table of one device, recipe and prompt: its ``off`` cell first."""
+
+    name: str
+    device: str
+    cells: tuple
+    drop_frac: float
+    lanes: int
+    overlap: bool
+    budget: str
+    """``auto`` (``--cache-mb auto``) or a fixed budget in MiB as published."""
+    source: str
+
+    @property
+    def off(self) -> PublishedCell:
+        return self.cells[0]
+
+
+_HOST_RECIPE = "--overlap --cache-mb auto --drop-cold-experts 0.75, 256 greedy tokens"
+SESSIONS = (
+    Session("host mtp", HOST, (
+        PublishedCell("host mtp off", "off", 7.12, 19.7),
+        PublishedCell("host mtp d2", "mtp", 7.66, 30.3, 2, 0, 0.714, 1.0, 2.42),
+        PublishedCell("host mtp d3", "mtp", 8.19, 33.7, 3, 0, 0.601, 1.0, 2.78),
+        PublishedCell("host mtp d4", "mtp", 7.64, 31.1, 4, 0, 0.524, 1.0, 3.08),
+    ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'MTP, host' (engine-docs/mtp.md): {_HOST_RECIPE}"),
+    Session("host prose", HOST, (
+        PublishedCell("host prose off", "off", 5.80, 46.0),
+        PublishedCell("host prose mtp d3", "mtp", 8.80, 42.2, 3, 0, 0.604, 1.0, 2.81, 7.32),
+        PublishedCell("host prose ngram d3 m3", "ngram", 6.51, 32.3, 3, 3, 0.222, 0.074, 1.05,
+                      assumed="m 3 (the default; the copy sweep's d3 m3 row is this table's ngram 3)"),
+    ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'n-gram vs MTP, host', prose: {_HOST_RECIPE}"),
+    Session("host copy", HOST, (
+        PublishedCell("host copy off", "off", 5.45, 58.1),
+        PublishedCell("host copy mtp d3", "mtp", 7.40, 65.5, 3, 0, 0.824, 1.0, 3.46, 6.43),
+        PublishedCell("host copy ngram d3 m3", "ngram", 5.24, 67.2, 3, 3, 0.442, 0.150, 1.20),
+        PublishedCell("host copy ngram d3 m5", "ngram", 5.31, 71.1, 3, 5, 0.718, 0.057, 1.12),
+        PublishedCell("host copy ngram d3 m8", "ngram", 5.49, 66.1, 3, 8, 0.750, 0.034, 1.08),
+        PublishedCell("host copy ngram d1 m5", "ngram", 5.56, 59.7, 1, 5, 0.826, 0.097, 1.08),
+    ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'n-gram vs MTP, host', copy-heavy and the "
+                              f"--ngram-min-match sweep: {_HOST_RECIPE}"),
+    Session("phone mtp", PHONE, (
+        PublishedCell("phone mtp off", "off", 5.82, 69.3, majflt=(69.0, 109.0)),
+        PublishedCell("phone mtp d2", "mtp", 5.59, 93.8, 2, 0, 0.69, 1.0, None, majflt=(230.0,)),
+        PublishedCell("phone mtp d3", "mtp", 4.38, 106.6, 3, 0, 0.52, 1.0, None, majflt=(633.0,)),
+    ), 0.75, 4, True, "3000", "bmoe-engine.md §7 'MTP, phone' (engine-docs/mtp.md): 12 GB, "
+                             "Qwen3.6-35B-A3B Q4_K_M, overlap, 3000 MiB, pinned dense, drop 0.75; "
+                             "off 5.82 / 6.14 (the first calibrates)"),
+    Session("phone prose", PHONE, (
+        PublishedCell("phone prose off", "off", 5.17, 82.5, majflt=(299.0,)),
+        PublishedCell("phone prose ngram d3 m3", "ngram", 4.90, 105.8, 3, 3, 0.222, 0.048, None,
+                      majflt=(330.0,), assumed="d 3 m 3 (the defaults; not published)"),
+    ), 0.75, 4, True, "3000", "bmoe-engine.md §7 'n-gram, phone' (thermally gated), prose; recipe "
+                             "assumed the phone's shipping one (overlap, 3000 MiB, pinned dense, "
+                             "drop 0.75, 4 lanes)"),
+    Session("phone copy", PHONE, (
+        PublishedCell("phone copy off", "off", 4.43, 127.0, majflt=(126.0,)),
+        PublishedCell("phone copy mtp d3", "mtp", 4.15, 151.7, 3, 0, 0.743, 1.0, 3.20, 3.64,
+                      majflt=(958.0,), assumed="d 3 (not published; 3.20 tokens per decode at "
+                                               "74.3 % implies 2.96 drafts)"),
+        PublishedCell("phone copy ngram d3 m3", "ngram", 3.14, 145.1, 3, 3, 0.500, 0.142, None,
+                      majflt=(1427.0,), assumed="d 3 m 3 (the defaults; not published)"),
+    ), 0.75, 4, True, "3000", "bmoe-engine.md §7 'n-gram, phone' (thermally gated), copy; recipe "
+                             "as the prose table's"),
+)
+"""Every published speculation table of bmoe-engine.md §7 that gives acceptance (host prose and
+copy prompts with the ``--ngram-min-match``/``--draft`` sweep, the MTP commit's host widths and
+phone table, the thermally gated phone table). Not included: "Without drop, draft 3 went from
+4.28 to 5.52 tok/s" (no MiB/token, no acceptance) and the Qwen3-30B copy cell (its draft width
+and min-match are not published)."""
+
+
+@dataclass(frozen=True)
+class DeviceInputs:
+    """What one device contributes, every figure from plain runs or the model's tensor table.
+
+    Attributes
+    ----------
+    terms : refsim.timing.identify.DeviceTerms
+        The device identified on its recording set's plain runs.
+    runs : tuple of RunData
+        Those plain runs (kept tokens), for the bootstrap.
+    eps_prefill : Term
+        ``eps`` at the prefill's width (refsim.timing.positions.prefill_eps), the reading
+        :func:`refsim.timing.positions.width_eps` extends to each verify width.
+    n_prompt : int
+        The prefill's positions ``P``.
+    eps_work : PositionWork or None
+        The tensor table of the model ``eps_prefill`` was measured on (the tensor-size reading
+        and the verify/prefill multiplies); None: no table (memory-bound side 0, ratio 1).
+    eps_source : str
+        Which runs identified ``eps_prefill``.
+    sigma : Term
+        Run-to-run noise of this device class (refsim.timing.noise).
+    """
+
+    terms: object
+    runs: tuple
+    eps_prefill: Term
+    n_prompt: int
+    eps_work: object
+    eps_source: str
+    sigma: Term
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything :func:`validate` reads.
+
+    Attributes
+    ----------
+    devices : dict of str -> DeviceInputs
+        ``host`` and ``phone``.
+    trace : RouteTrace
+        The shared Qwen3-30B route trace (the reads).
+    work : PositionWork
+        The cells' model's tensor table (Qwen3.6-35B-A3B twin): the MTP head.
+    twin : refsim.model.Model
+        The same model, for the memory ledger (speculation bytes, resident demand).
+    """
+
+    devices: dict
+    trace: object
+    work: object
+    twin: object
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published delta against its prediction."""
+
+    session: str
+    off: PublishedCell
+    cell: PublishedCell
+    rate: str
+    """``tok/s`` (the engine's reported rate; for n-gram also the effective one) or ``effective``."""
+    published_pct: float
+    price: object
+    budget_mib: int
+    off_mib_per_token: float
+    """The trace's plain MiB/token at ``budget_mib`` (matched to the off cell's)."""
+
+    @property
+    def band(self):
+        return self.price.delta
+
+    @property
+    def inside(self) -> bool:
+        return self.band.lo <= self.published_pct <= self.band.hi
+
+    @property
+    def sign_agrees(self) -> bool:
+        return (self.band.point > 0) == (self.published_pct > 0)
+
+    @property
+    def half_width(self) -> float:
+        """Points either side of the point, the larger (``Band.half_width``)."""
+        return self.band.half_width
+
+    @property
+    def device(self) -> str:
+        return self.session.split()[0]
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """The issue's criteria, evaluated."""
+
+    n: int
+    signs_agree: int
+    inside: int
+    host_widest_pts: float
+    host_within_10: int
+    host_n: int
+    copy_ngram_inside: bool
+
+    @property
+    def inside_share(self) -> float:
+        return self.inside / self.n
+
+    def lines(self) -> list[str]:
+        ok = lambda b: "met" if b else "NOT met"  # noqa: E731
+        return [
+            f"every published sign agrees: {self.signs_agree} of {self.n} "
+            f"({ok(self.signs_agree == self.n)})",
+            f">= 80 % of published deltas inside the band: {self.inside} of {self.n} = "
+            f"{100 * self.inside_share:.0f} % ({ok(self.inside_share >= INSIDE_CRITERION)})",
+            f"host bands no wider than +-10 points: {self.host_within_10} of {self.host_n}, widest "
+            f"+-{self.host_widest_pts:.1f} ({ok(self.host_within_10 == self.host_n)})",
+            f"the phone --ngram copy cell (-29 %) inside its band: "
+            f"{'yes' if self.copy_ngram_inside else 'no'} ({ok(self.copy_ngram_inside)})",
+        ]
+
+
+@dataclass(frozen=True)
+class Result:
+    rows: tuple
+    criteria: Criteria
+    budgets: dict
+    """Per session: (budget MiB, the trace's plain MiB/token there)."""
+    calibrations: dict
+    """Per session: the Calibration of the full fit on its off cell."""
+    notes: tuple = field(default=())
+
+
+# --- the pieces ---------------------------------------------------------------------------------
+
+
+def _knobs(drop_frac: float):
+    from refsim.streaming.knobs import StreamKnobs
+    return StreamKnobs(drop_frac=drop_frac)
+
+
+def plain_mib_per_token(trace, budget_mib: int, drop_frac: float) -> float:
+    """The trace's plain (width 1) MiB per decode token at ``budget_mib`` with the drop knob
+    (the union replay of :func:`refsim.studies.union.union_study`, as ``refsim whatif``)."""
+    return reads_at(trace, budget_mib, drop_frac, (1,))[1].mib_per_decode
+
+
+def reads_at(trace, budget_mib: int, drop_frac: float, widths) -> dict:
+    """``{width: Reads}`` of the union replay at ``budget_mib`` (knob columns when ``drop_frac``
+    is on), the reads ``refsim whatif`` prices."""
+    from refsim.cache import ExpertCache
+    from refsim.studies.union import union_study
+    from refsim.timing.verdict import reads_from_union
+    knobs = _knobs(drop_frac)
+    rows = union_study(trace, sorted(set(widths) | {1}), ExpertCache.mib_to_bytes(budget_mib),
+                       knobs if knobs.any_on else None)
+    return reads_from_union(rows, knobs.any_on)
+
+
+def match_budget(trace, target_mib_per_token: float, drop_frac: float,
+                 lo: int = BUDGET_RANGE_MIB[0], hi: int = BUDGET_RANGE_MIB[1]) -> tuple[int, float]:
+    """The whole-MiB budget whose plain MiB/token is nearest ``target_mib_per_token``: bisection
+    on ``[lo, hi]`` (the replay's reads fall as the budget grows), then the nearer of the two
+    bracketing budgets. Returns ``(budget MiB, its plain MiB/token)``.
+
+    Raises
+    ------
+    ConfigError
+        The target is outside what the trace reads over the range (with the knob on).
+    """
+    f = lambda b: plain_mib_per_token(trace, b, drop_frac)  # noqa: E731
+    f_lo, f_hi = f(lo), f(hi)
+    if not f_hi <= target_mib_per_token <= f_lo:
+        raise ConfigError(f"budget match: {target_mib_per_token:g} MiB/token is outside "
+                          f"{f_hi:.1f}..{f_lo:.1f}, what the trace reads at {lo}..{hi} MiB")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        v = f(mid)
+        if v > target_mib_per_token:
+            lo, f_lo = mid, v
+        else:
+            hi, f_hi = mid, v
+    return (lo, f_lo) if abs(f_lo - target_mib_per_token) < abs(f_hi - target_mib_per_token) else (hi, f_hi)
+
+
+def eps_at(dev: DeviceInputs, width: int, ctx: int = 256) -> Term:
+    """``eps`` at a verify width from the device's prefill reading
+    (:func:`refsim.timing.positions.width_eps`; with the tensor table, its multiplies ratio and the
+    tensor-size reading, as :func:`refsim.timing.identify.identify_device` does at width 4)."""
+    from refsim.timing.positions import bytes_eps, width_eps
+    w = dev.eps_work
+    if w is None:
+        return width_eps(dev.eps_prefill, dev.n_prompt, width)
+    r = w.verify_elems(ctx) / w.prefill_elems(dev.n_prompt)
+    return width_eps(dev.eps_prefill, dev.n_prompt, width, max(1.0, r), bytes_eps(w, width))
+
+
+def speculation_mib(twin, cell: PublishedCell, n_ctx: int = 4096) -> float:
+    """The ledger's speculation MiB of the cell's configuration (snapshots, MTP draft context):
+    :func:`refsim.cache.ledger.memory_ledger` on the cells' model, ``ahwb`` dense, at the
+    phone runs' ``n_ctx`` 4096."""
+    from refsim import MIB
+    from refsim.cache.ledger import memory_ledger
+    led = memory_ledger(twin, n_ctx, cell.draft, cell.kind == "mtp", dense_weights="ahwb")
+    return led.speculation_bytes / MIB
+
+
+def pressure_memory(twin, off: PublishedCell, cell: PublishedCell, budget_mib: float = 3000.0,
+                    n_ctx: int = 4096, fit=None) -> Term:
+    """The memory term of a phone cell, ms per emitted token (module docstring): the faults the
+    speculative memory adds over the ``off`` cell's published faults, priced at ``t_f``.
+
+    ``faults = majflt_off x (q(E0 + a, P0 + a) / q(E0, P0) - 1)`` with
+    :func:`refsim.timing.pressure.majflt_at_excess` (the touched MiB cancel in the ratio),
+    ``ms = t_f x faults``; the interval takes ``E0``'s, ``t_f``'s and the off cell's published
+    range's ends together (low with low).
+
+    Raises
+    ------
+    ConfigError
+        The off cell has no published faults.
+    """
+    from refsim import MIB
+    from refsim.cache.demand import model_demand
+    from refsim.cache.ledger import memory_ledger
+    from refsim.timing.pressure import PHONE_FIT, majflt_at_excess
+    fit = fit or PHONE_FIT
+    if not off.majflt:
+        raise ConfigError(f"{off.name}: no published majflt/token; the memory term needs the base's")
+    base = model_demand(twin, memory_ledger(twin, n_ctx, 0, False, dense_weights="ahwb"),
+                        int(budget_mib * MIB))
+    p0 = base.evictable_bytes / MIB
+    a = speculation_mib(twin, cell, n_ctx)
+
+    def ms(e0: float, tf: float, base_faults: float) -> float:
+        q = lambda e, p: majflt_at_excess(fit, e, p, 1.0).value  # noqa: E731
+        return tf * base_faults * (q(e0 + a, p0 + a) / q(e0, p0) - 1.0)
+
+    e0, tf = fit.evicted, fit.ms_per_fault
+    v = ms(e0.value, tf.value, sum(off.majflt) / len(off.majflt))
+    ends = sorted([ms(e0.lo, tf.lo, min(off.majflt)), ms(e0.hi, tf.hi, max(off.majflt))])
+    return Term("memory", v, min(ends[0], v), max(ends[1], v), "ms/token", "fitted",
+                f"memory-pressure model ({fit.source}): speculation adds {a:.1f} MiB (ledger, "
+                f"n_ctx {n_ctx}) to E0 {e0.value:.0f} and P0 {p0:.0f} MiB; {off.name} "
+                f"{'-'.join(f'{x:g}' for x in off.majflt)} majflt/token; t_f {tf.value:.4f} ms",
+                "interval: E0, t_f and the off cell's faults at their ends")
+
+
+def spec_config(cell: PublishedCell):
+    """The :class:`refsim.timing.verdict.SpecConfig` of a published speculation cell (module
+    docstring: mean drafts from the published tokens per decode, clipped to ``[0, d]``)."""
+    from refsim.timing.verdict import SpecConfig
+    c = 1.0 if cell.kind == "mtp" else cell.coverage
+    mean = None
+    if cell.tokens_per_decode is not None and c * cell.acceptance > 0:
+        mean = min(float(cell.draft), max(0.0, (cell.tokens_per_decode - 1.0) / (c * cell.acceptance)))
+    return SpecConfig(cell.kind, cell.draft, cell.min_match, cell.acceptance,
+                      cell.coverage if cell.kind == "ngram" else None,
+                      source=f"published: {cell.name}", mean_drafts=mean)
+
+
+def session_devices(dev: DeviceInputs, session: Session, n_boot: int, seed: int):
+    """``(calibration, calibrated replicates)``: the device's full fit and its bootstrap
+    replicates, each with ``C['cell']`` calibrated on the session's off cell only."""
+    from refsim.timing.band import bootstrap_devices
+    from refsim.timing.calibrate import calibrate_to_cell
+    cal = calibrate_to_cell(dev.terms.device, session.off, "cell", session.lanes, session.overlap)
+    reps = ()
+    if n_boot:
+        boot, _ = bootstrap_devices(list(dev.runs), n_boot, seed)
+        reps = tuple(calibrate_to_cell(d, session.off, "cell", session.lanes, session.overlap).device
+                     for d in boot)
+    return cal, reps
+
+
+def fitted_parameters(inputs: Inputs, sessions=SESSIONS, n_boot: int = 20, seed: int = 0) -> dict:
+    """Every fitted or calibrated figure the validation prices with, by name: the devices'
+    parameters and floors, the eps readings, the noise, each session's calibrated floor and its
+    replicates' floors. A test compares this with and without the speculation cells."""
+    out = {}
+    for name, dev in sorted(inputs.devices.items()):
+        d = dev.terms.device
+        out |= {f"{name}:param:{k}": (p.value, p.se) for k, p in sorted(d.params.items())}
+        out |= {f"{name}:C:{m}": (c.value, c.se) for m, c in sorted(d.compute.items())}
+        out[f"{name}:eps_prefill"] = dev.eps_prefill
+        out[f"{name}:sigma"] = dev.sigma
+    for s in sessions:
+        offs = [c for c in s.cells if c.kind == "off"]
+        if not offs:
+            continue
+        s = replace(s, cells=tuple(offs))
+        cal, reps = session_devices(inputs.devices[s.device], s, n_boot, seed)
+        out[f"{s.name}:C"] = cal.floor.value
+        out[f"{s.name}:replicate C"] = tuple(r.compute["cell"].value for r in reps)
+    return out
+
+
+def validate(inputs: Inputs, sessions=SESSIONS, n_boot: int = 200, seed: int = 0) -> Result:
+    """Predict every published speculation cell of ``sessions`` (module docstring).
+
+    Returns
+    -------
+    Result
+        One :class:`Row` per published delta (a cell with a published effective rate gives two:
+        the reported ``tok/s`` and the ``effective``), the criteria, the budgets, the calibrations.
+
+    Raises
+    ------
+    ConfigError
+        A session without an ``off`` first, a budget the trace cannot match, the pricing's errors.
+    """
+    from refsim.timing.verdict import Device, price
+    rows, budgets, cals, notes = [], {}, {}, []
+    for s in sessions:
+        if s.off.kind != "off":
+            raise ConfigError(f"{s.name}: the first cell must be the off cell (the baseline)")
+        dev = inputs.devices[s.device]
+        cal, reps = session_devices(dev, s, n_boot, seed)
+        cals[s.name] = cal
+        budget, off_mib = match_budget(inputs.trace, s.off.mib_per_token, s.drop_frac)
+        budgets[s.name] = (budget, off_mib)
+        specs = [c for c in s.cells[1:] if c.kind != "off"]
+        reads = reads_at(inputs.trace, budget, s.drop_frac, [c.draft + 1 for c in specs])
+        for cell in specs:
+            cfg = spec_config(cell)
+            eps = eps_at(dev, cfg.width)
+            memory = (pressure_memory(inputs.twin, s.off, cell) if s.device == PHONE else
+                      exact("memory", 0.0, "ms/token", "not_modelled",
+                            "--cache-mb auto: the speculative memory leaves the cache; the smaller "
+                            "budget is not replayed here"))
+            rates = [("tok/s", cell.tok_s, False)]
+            if cell.kind == "mtp" and cell.effective_tok_s is not None:
+                rates.append(("effective", cell.effective_tok_s, True))
+            for rate, published, with_head in rates:
+                head = None if with_head or cell.kind != "mtp" else exact(
+                    "head_ms", 0.0, "ms/token", "published",
+                    "engine-docs/mtp.md: the reported tok/s is decode time alone (drafting between "
+                    "decodes)")
+                dv = Device(cal.device, "cell", s.lanes, s.overlap, eps, cache=True,
+                            sigma=dev.sigma.value, replicates=reps,
+                            work=inputs.work if head is None else None, head=head)
+                p = price(dv, cfg, reads, budget_mib=float(budget), memory=memory)
+                rows.append(Row(s.name, s.off, cell, rate, 100.0 * (published / s.off.tok_s - 1.0), p,
+                                budget, off_mib))
+    return Result(tuple(rows), criteria(rows), budgets, cals, tuple(notes))
+
+
+def criteria(rows) -> Criteria:
+    """The issue's four criteria on ``rows`` (:class:`Criteria`)."""
+    host = [r for r in rows if r.device == HOST]
+    copy = [r for r in rows if r.cell.name == "phone copy ngram d3 m3"]
+    return Criteria(n=len(rows), signs_agree=sum(r.sign_agrees for r in rows),
+                    inside=sum(r.inside for r in rows),
+                    host_widest_pts=max((r.half_width for r in host), default=0.0),
+                    host_within_10=sum(r.half_width <= HOST_CRITERION_PTS for r in host),
+                    host_n=len(host), copy_ngram_inside=bool(copy) and all(r.inside for r in copy))
+
+
+def markdown(result: Result) -> list[str]:
+    """The table of docs/timing.md "Published verdicts, predicted", as lines."""
+    out = ["| cell | rate | budget MiB (plain MiB/tok: trace / cell) | MiB/tok predicted / published "
+           "| published Δ | predicted Δ [band] | inside | sign agrees |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in result.rows:
+        b = r.band
+        out.append(f"| {r.cell.name} | {r.rate} | {r.budget_mib} ({r.off_mib_per_token:.1f} / "
+                   f"{r.off.mib_per_token:g}) | "
+                   f"{r.price.mib_per_token:.1f} / {r.cell.mib_per_token:g} | "
+                   f"{r.published_pct:+.1f} % | {b.point:+.1f} % [{b.lo:+.1f}, {b.hi:+.1f}] | "
+                   f"{'yes' if r.inside else '**no**'} | {'yes' if r.sign_agrees else '**no**'} |")
+    return out
+
+
+def noise_sigma(device_class: str, host_device=None, shared_repeats=()) -> Term:
+    """Run-to-run noise of one device class (refsim.timing.noise.log_sigma): the engine's
+    published repeats of that class, and the recording set's own (``shared_repeats``); a repeat
+    whose runs read differently is compared after ``host_device``'s prediction at each read,
+    calibrated on the repeat's first run (docs/whatif-terms.md, "Run-to-run noise")."""
+    from refsim.timing.calibrate import calibrate_to_cell
+    from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma
+    reps = list(shared_repeats) + [r for r in PUBLISHED_REPEATS if r.device == device_class]
+
+    def predict(rep, mib):
+        off = PublishedCell(rep.name, "off", rep.tok_s[0], rep.mib_per_token[0])
+        dev = calibrate_to_cell(host_device, off, "cell", 4, True).device
+        return 1000.0 / float(dev.token_ms([mib], "cell", 4, True, True)["wall"][0])
+    return log_sigma(reps, predict if host_device is not None else None, f"noise_{device_class}")
