@@ -452,8 +452,10 @@ def _tok_s_fn(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float):
     return staged
 
 
-def _band_hull(bands: list) -> Band:
-    b0 = bands[0]
+def _band_hull(bands: list, at: int = 0) -> Band:
+    """The hull of ``bands``, its point (and parts, notes) that of ``bands[at]``: the band at the
+    memory term's value, not at an end of its interval."""
+    b0 = bands[at]
     return replace(b0, lo=min(b.lo for b in bands), hi=max(b.hi for b in bands))
 
 
@@ -541,13 +543,14 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
     notes = (("acceptance and coverage assumed (given by the user)",)
              if cfg.kind != "off" and cfg.source == "assumed" else ())
     mems = sorted({mem.lo, mem.value, mem.hi})
+    at = mems.index(mem.value)
     tok = _band_hull([tok_s_band(_tok_s_fn(dv, cfg, reads, m), dv.model, dv.replicates, dv.eps,
-                                 dv.sigma, dv.level) for m in mems])
+                                 dv.sigma, dv.level) for m in mems], at)
     delta = verdict = None
     if cfg.kind != "off":
         delta = _band_hull([delta_band(_tok_s_fn(dv, cfg, reads, m), _tok_s_fn(dv, off, base, 0.0),
                                        dv.model, dv.replicates, dv.eps, dv.sigma, dv.level)
-                            for m in mems])
+                            for m in mems], at)
         verdict = verdict_of(delta)
     w1 = _reads(reads, 1)
     mixes = [(1.0 - cfg.drafted_fraction, w1)]
