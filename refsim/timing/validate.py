@@ -240,6 +240,10 @@ class Row:
     budget_mib: int
     off_mib_per_token: float
     """The trace's plain MiB/token at ``budget_mib`` (matched to the off cell's)."""
+    dv: object = None
+    """The :class:`refsim.timing.verdict.Device` it was priced on."""
+    reads: dict = field(default_factory=dict)
+    """The union replay's ``{width: Reads}`` it was priced with."""
 
     @property
     def band(self):
@@ -301,6 +305,8 @@ class Result:
     """Per session: (budget MiB, the trace's plain MiB/token there)."""
     calibrations: dict
     """Per session: the Calibration of the full fit on its off cell."""
+    parameters: dict
+    """Every fitted or calibrated figure priced with (:func:`fitted_parameters`' keys)."""
     notes: tuple = field(default=())
 
 
@@ -432,24 +438,29 @@ def spec_config(cell: PublishedCell):
                       source=f"published: {cell.name}", mean_drafts=mean)
 
 
-def session_devices(dev: DeviceInputs, session: Session, n_boot: int, seed: int):
-    """``(calibration, calibrated replicates)``: the device's full fit and its bootstrap
-    replicates, each with ``C['cell']`` calibrated on the session's off cell only."""
+def device_replicates(dev: DeviceInputs, n_boot: int, seed: int) -> tuple[tuple, tuple]:
+    """``(replicates, notes)``: the device's bootstrap refits over its plain runs
+    (:func:`refsim.timing.band.bootstrap_devices`; none when ``n_boot`` is 0) and the strata
+    whose spread is not estimated."""
     from refsim.timing.band import bootstrap_devices
+    if not n_boot:
+        return (), ("no bootstrap replicates: the parameters' spread is not estimated",)
+    reps, notes = bootstrap_devices(list(dev.runs), n_boot, seed)
+    return tuple(reps), tuple(notes)
+
+
+def session_devices(dev: DeviceInputs, session: Session, replicates: tuple):
+    """``(calibration, calibrated replicates)``: the device's full fit and each replicate with
+    ``C['cell']`` calibrated on the session's **off cell only**
+    (:func:`refsim.timing.calibrate.calibrate_to_cell`)."""
     from refsim.timing.calibrate import calibrate_to_cell
     cal = calibrate_to_cell(dev.terms.device, session.off, "cell", session.lanes, session.overlap)
-    reps = ()
-    if n_boot:
-        boot, _ = bootstrap_devices(list(dev.runs), n_boot, seed)
-        reps = tuple(calibrate_to_cell(d, session.off, "cell", session.lanes, session.overlap).device
-                     for d in boot)
+    reps = tuple(calibrate_to_cell(d, session.off, "cell", session.lanes, session.overlap).device
+                 for d in replicates)
     return cal, reps
 
 
-def fitted_parameters(inputs: Inputs, sessions=SESSIONS, n_boot: int = 20, seed: int = 0) -> dict:
-    """Every fitted or calibrated figure the validation prices with, by name: the devices'
-    parameters and floors, the eps readings, the noise, each session's calibrated floor and its
-    replicates' floors. A test compares this with and without the speculation cells."""
+def _device_parameters(inputs: Inputs) -> dict:
     out = {}
     for name, dev in sorted(inputs.devices.items()):
         d = dev.terms.device
@@ -457,14 +468,27 @@ def fitted_parameters(inputs: Inputs, sessions=SESSIONS, n_boot: int = 20, seed:
         out |= {f"{name}:C:{m}": (c.value, c.se) for m, c in sorted(d.compute.items())}
         out[f"{name}:eps_prefill"] = dev.eps_prefill
         out[f"{name}:sigma"] = dev.sigma
+    return out
+
+
+def _session_parameters(s: Session, cal, reps) -> dict:
+    return {f"{s.name}:C": cal.floor.value,
+            f"{s.name}:replicate C": tuple(r.compute["cell"].value for r in reps)}
+
+
+def fitted_parameters(inputs: Inputs, sessions=SESSIONS, n_boot: int = 20, seed: int = 0) -> dict:
+    """Every fitted or calibrated figure the validation prices with, by name (the devices'
+    parameters and floors, the eps readings, the noise, each session's calibrated floor and its
+    replicates' floors), computed from the sessions' **off cells alone**: a session's other cells
+    are dropped before anything is fitted. :attr:`Result.parameters` must equal it (tested)."""
+    out = _device_parameters(inputs)
+    reps = {k: device_replicates(d, n_boot, seed)[0] for k, d in inputs.devices.items()}
     for s in sessions:
-        offs = [c for c in s.cells if c.kind == "off"]
-        if not offs:
-            continue
-        s = replace(s, cells=tuple(offs))
-        cal, reps = session_devices(inputs.devices[s.device], s, n_boot, seed)
-        out[f"{s.name}:C"] = cal.floor.value
-        out[f"{s.name}:replicate C"] = tuple(r.compute["cell"].value for r in reps)
+        offs = tuple(c for c in s.cells if c.kind == "off")
+        if offs:
+            s = replace(s, cells=offs[:1])
+            out |= _session_parameters(s, *session_devices(inputs.devices[s.device], s,
+                                                           reps[s.device]))
     return out
 
 
@@ -484,12 +508,18 @@ def validate(inputs: Inputs, sessions=SESSIONS, n_boot: int = 200, seed: int = 0
     """
     from refsim.timing.verdict import Device, price
     rows, budgets, cals, notes = [], {}, {}, []
+    params = _device_parameters(inputs)
+    boot = {}
+    for k, d in sorted(inputs.devices.items()):
+        boot[k], more = device_replicates(d, n_boot, seed)
+        notes += [f"{k}: {n}" for n in more]
     for s in sessions:
         if s.off.kind != "off":
             raise ConfigError(f"{s.name}: the first cell must be the off cell (the baseline)")
         dev = inputs.devices[s.device]
-        cal, reps = session_devices(dev, s, n_boot, seed)
+        cal, reps = session_devices(dev, s, boot[s.device])
         cals[s.name] = cal
+        params |= _session_parameters(s, cal, reps)
         budget, off_mib = match_budget(inputs.trace, s.off.mib_per_token, s.drop_frac)
         budgets[s.name] = (budget, off_mib)
         specs = [c for c in s.cells[1:] if c.kind != "off"]
@@ -514,8 +544,8 @@ def validate(inputs: Inputs, sessions=SESSIONS, n_boot: int = 200, seed: int = 0
                             work=inputs.work if head is None else None, head=head)
                 p = price(dv, cfg, reads, budget_mib=float(budget), memory=memory)
                 rows.append(Row(s.name, s.off, cell, rate, 100.0 * (published / s.off.tok_s - 1.0), p,
-                                budget, off_mib))
-    return Result(tuple(rows), criteria(rows), budgets, cals, tuple(notes))
+                                budget, off_mib, dv, reads))
+    return Result(tuple(rows), criteria(rows), budgets, cals, params, tuple(notes))
 
 
 def criteria(rows) -> Criteria:
@@ -558,3 +588,36 @@ def noise_sigma(device_class: str, host_device=None, shared_repeats=()) -> Term:
         dev = calibrate_to_cell(host_device, off, "cell", 4, True).device
         return 1000.0 / float(dev.token_ms([mib], "cell", 4, True, True)["wall"][0])
     return log_sigma(reps, predict if host_device is not None else None, f"noise_{device_class}")
+
+
+def recorded_fault_check(row: Row, fit=None):
+    """A **check, never an input**: ``row``'s phone cell re-priced with the memory term at the
+    faults the cell *recorded* instead of the model's, ``t_f x (majflt_cell - majflt_off)``
+    ms/token (the off cell's mean when it gives a range). It tells whether the fault model's
+    rule and ``t_f`` would close the gap if the fault count were known -- which the shared runs
+    cannot predict (docs/memory-pressure.md: ``g`` spans 48x over four runs of one demand).
+
+    Returns
+    -------
+    (Term, Price)
+        The memory term used and the re-priced cell.
+
+    Raises
+    ------
+    ConfigError
+        Not a phone row, or a cell without published faults.
+    """
+    from refsim.timing.pressure import PHONE_FIT
+    from refsim.timing.verdict import price
+    fit = fit or PHONE_FIT
+    if row.device != PHONE or not row.cell.majflt or not row.off.majflt:
+        raise ConfigError(f"{row.cell.name}: the recorded-fault check needs a phone cell and its off "
+                          f"cell with published majflt/token")
+    extra = sum(row.cell.majflt) / len(row.cell.majflt) - sum(row.off.majflt) / len(row.off.majflt)
+    tf = fit.ms_per_fault
+    mem = Term("memory", tf.value * extra, tf.lo * extra, tf.hi * extra, "ms/token", "check",
+               f"recorded faults: {row.cell.name} {sum(row.cell.majflt) / len(row.cell.majflt):g} - "
+               f"{row.off.name} {sum(row.off.majflt) / len(row.off.majflt):g} majflt/token x t_f "
+               f"{tf.value:.4f} ms ({fit.source})", "interval: t_f's")
+    p = row.price
+    return mem, price(row.dv, p.config, row.reads, budget_mib=p.budget_mib, memory=mem)
