@@ -38,7 +38,8 @@ def main(argv=None) -> int:
         cal = result.calibrations[s.name]
         budget, mib = result.budgets[s.name]
         print(f"- {s.name}: off {s.off.tok_s:g} tok/s at {s.off.mib_per_token:g} MiB/token -> "
-              f"C {cal.floor.value:.1f} ms/token on the {s.device} device; trace budget {budget} MiB reads {mib:.2f} MiB/token plain "
+              f"C {cal.floor.value:.1f} ms/token on the {s.device} device; trace budget {budget} "
+              f"MiB reads {mib:.2f} MiB/token plain "
               f"(--drop-cold-experts {s.drop_frac:g})")
     for n in result.notes:
         print(f"- note: {n}")

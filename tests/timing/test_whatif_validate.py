@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refsim.errors import ConfigError
 from refsim.testing.shared import require_shared
@@ -142,6 +144,23 @@ def test_spec_config_from_published_figures():
     assert mtp.mean_drafts == pytest.approx(1.78 / 0.601, rel=1e-12)
     assert mtp.tokens_per_decode == pytest.approx(2.78, rel=1e-12)
     assert spec_config(cells["phone mtp d3"]).mean_drafts is None     # no tpd published: d
+
+
+@given(kind=st.sampled_from(["ngram", "mtp"]), d=st.integers(1, 8),
+       alpha=st.floats(0.01, 1.0), cov=st.floats(0.01, 1.0), frac=st.floats(0.0, 1.2))
+def test_spec_config_reproduces_the_published_tokens_per_decode(kind, d, alpha, cov, frac):
+    """Mean drafts stay in [0, d]; when the published tokens per decode are reachable
+    (``1 + c d alpha`` at most) the configuration reproduces them exactly."""
+    c = 1.0 if kind == "mtp" else cov
+    tpd = 1.0 + frac * c * d * alpha
+    cell = PublishedCell("x", kind, 1.0, 1.0, d, 3 if kind == "ngram" else 0, alpha,
+                         cov if kind == "ngram" else 1.0, tpd)
+    cfg = spec_config(cell)
+    assert 0.0 <= cfg.drafts <= d
+    if frac <= 1.0:
+        assert cfg.tokens_per_decode == pytest.approx(tpd, rel=1e-9, abs=1e-12)
+    else:
+        assert cfg.drafts == d and cfg.tokens_per_decode == pytest.approx(1 + c * d * alpha)
 
 
 # --- the memory term -------------------------------------------------------------------------------
