@@ -231,3 +231,33 @@ def test_bad_input_is_one_line(device_file, plain_model, tmp_path, capsys, args,
     assert msg.format(**fill) in err[-1]
     if code == 1:
         assert len(err) == 1 and "Traceback" not in err[0]
+
+
+def test_live_rows_match_refsim_run_for_any_prompt(device_file, capsys):
+    """Hypothesis over prompts, draft widths, min matches and budgets: the live row's measured
+    counters, acceptance, hit % and MiB/token are `refsim run --ngram --json`'s for the same
+    flags (decodes + accepted tokens: the prefill's first token is not a decode's)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=6, deadline=None)
+    @given(st.lists(st.integers(1, 40), min_size=3, max_size=16), st.integers(1, 3),
+           st.integers(1, 2), st.sampled_from(["1", "2.5", "6"]))
+    def check(prompt, d, m, mib):
+        ids = ",".join(map(str, prompt))
+        doc = whatif_json(capsys, "builtin", "--device", device_file, "--cache-mb", mib, "--spec",
+                          f"off,ngram:d={d}:m={m}", "--prompt-tokens", ids, "-n", "12")
+        ng = doc["rows"][1]
+        ref = run_json(capsys, "--ngram", "--draft", str(d), "--ngram-min-match", str(m),
+                       "--prompt-tokens", ids, "-n", "12", "--cache-mb", mib)
+        got = ng["measured"]
+        assert (got["decodes"], got["drafted"], got["accepted"]) == (
+            ref["decodes"], ref["drafted"], ref["accepted"])
+        assert got["read_mib"] == ref["cache"]["decode_read_mib"]
+        assert ng["acceptance"] == (ref["accepted"] / ref["drafted"] if ref["drafted"] else 0.0)
+        assert ng["hit_pct"] == pytest.approx(ref["hit_pct_decode"], rel=1e-12)
+        assert ng["mib_per_token"] == pytest.approx(
+            ref["cache"]["decode_read_mib"] / (ref["decodes"] + ref["accepted"]), rel=1e-12)
+        assert ng["eff_tok_s_lo"] <= ng["eff_tok_s"] <= ng["eff_tok_s_hi"]
+
+    check()
