@@ -1,4 +1,4 @@
-"""``refsim whatif (TRACE | MODEL) --device D.json --cache-mb LIST --spec off,ngram:d=3:m=3,mtp:d=3``:
+"""``refsim whatif (TRACE | MODEL) --device D.json --cache-mb LIST --spec off,ngram:d=3:m=3``:
 does a speculation configuration pay on this device, at this budget? (issue 29)
 
 Per configuration and budget: positions and tokens per decode, MiB/token and hit %, every time
@@ -66,8 +66,8 @@ def add_parser(sub) -> None:
                     "bands, a verdict and the break-even acceptance (predictions, never "
                     "measurements; docs/timing.md).")
     p.add_argument("source", metavar="TRACE|MODEL",
-                   help="route trace (route_trace v1): its union replay gives the reads; or a model "
-                        "(MODEL.gguf, or builtin: refsim run's built-in synthetic qwen3moe): every "
+                   help="route trace (route_trace v1): its union replay gives the reads; or a "
+                        "model (MODEL.gguf, or builtin: refsim run's built-in synthetic qwen3moe): every "
                         "configuration is run live at every budget (refsim run's path) and its own "
                         "counters give the acceptance, coverage and reads")
     p.add_argument("--cache-mb", required=True, type=_budgets, metavar="LIST",
@@ -386,7 +386,9 @@ def _line(p) -> str:
     label = c.label if c.kind == "off" or c.policy == "fixed" else f"{c.label} [{c.policy}]"
     mark = "*" if c.kind != "off" and c.source == "assumed" else ""
     acc = "" if c.kind == "off" else _pct(c.acceptance) + mark
-    cov = "" if c.kind != "ngram" else _pct(c.coverage) + mark
+    # MTP drafts every decode unless a live run or a policy replay measured its coverage
+    shown = c.kind == "ngram" or (c.kind == "mtp" and c.coverage is not None)
+    cov = _pct(c.coverage) + mark if shown else ""
     b = p.eff_tok_s
     band = f"{b.point:.3f} [{b.lo:.3f}, {b.hi:.3f}]"
     if p.delta is None:

@@ -173,7 +173,8 @@ class TraceSource:
         c.tokens_per_decode                      # refuses a missing acceptance or coverage
         if alpha >= 1.0:
             raise ConfigError(f"--spec-policy {self.policy_text} on a trace: {c.label} acceptance "
-                              f"{alpha:g}; the seeded acceptance stream needs an acceptance below 1")
+                              f"{alpha:g}; the seeded acceptance stream needs an acceptance "
+                              f"below 1")
         row = policy_replay(self.trace, ExpertCache.mib_to_bytes(mib), self.policy_text, c.draft,
                             coverage=c.drafted_fraction, accept=alpha, seed=POLICY_SEED,
                             knobs=self.knobs if self.knobs.any_on else None, rejected="same")

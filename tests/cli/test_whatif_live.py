@@ -261,3 +261,33 @@ def test_live_rows_match_refsim_run_for_any_prompt(device_file, capsys):
         assert ng["eff_tok_s_lo"] <= ng["eff_tok_s"] <= ng["eff_tok_s_hi"]
 
     check()
+
+
+def test_docs_policy_table_on_the_shared_trace(tmp_path, capsys):
+    """The table of docs/timing.md, "The draft policy": the shared Qwen3-30B trace at 3000 MiB on
+    the phone 07-12 fit, 2 lanes, serial (skipped without the shared material)."""
+    from refsim.testing.shared import require_shared
+    from refsim.timing.fit import fit_device
+    from refsim.timing.plain import load_plain_runs
+    d = require_shared("real-runs", "phone-2026-07-12-cache-lanes")
+    trace = require_shared("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")
+    specs = [f"{d}/qwen_c{c}_l{l}.csv@model=qwen,io_threads={l}" for c in (2000, 4000) for l in (2, 4)]
+    runs, _ = load_plain_runs(specs, 50)
+    path = tmp_path / "phone.json"
+    path.write_text(fit_device(runs).to_json())
+    want = {"fixed": ((-7.1, -23.5, 6.8), 1.43, (-22.8, -42.9, -8.3), 4.00),
+            "backoff": ((0.5, -15.2, 15.8), 1.18, (-2.1, -24.1, 14.1), 1.99),
+            "backoff:patience=1,cooldown=16": ((0.3, -14.5, 15.9), 1.09, (-0.8, -20.3, 14.4), 1.67),
+            "cost": ((0.0, -14.1, 16.4), 1.00, (-5.8, -19.1, 9.6), 1.00)}
+    for pol, (ng_d, ng_w, mtp_d, mtp_w) in want.items():
+        doc = whatif_json(capsys, str(trace), "--device", str(path), "--io-threads", "2",
+                          "--cache-mb", "3000", "--spec", "off,ngram:d=3:m=3:acceptance=0.5:"
+                          "coverage=0.142,mtp:d=3:acceptance=0.52", "--head-ms", "20",
+                          "--spec-policy", pol)
+        off, ng, mtp = doc["rows"]
+        assert round(off["mib_per_token"], 2) == 232.28 and round(off["eff_tok_s"], 3) == 3.092
+        for row, delta, w in ((ng, ng_d, ng_w), (mtp, mtp_d, mtp_w)):
+            assert row["policy"] == pol
+            got = tuple(round(row[k], 1) for k in ("delta_pct", "delta_lo_pct", "delta_hi_pct"))
+            assert got == pytest.approx(delta, abs=1e-9)
+            assert round(row["positions_per_decode"], 2) == w
