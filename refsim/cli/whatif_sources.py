@@ -211,8 +211,6 @@ class LiveSource:
         self.n_predict = args.n_predict or self.N_PREDICT
         self._runs: dict = {}
         self._said: set = set()
-        self.reports: dict = {}
-        """``(label, MiB)`` -> the run's :class:`refsim.session.RunReport`."""
 
     def _warn(self, line: str) -> None:
         if line not in self._said:
@@ -237,7 +235,6 @@ class LiveSource:
                                         prompt_tokens=self.args.prompt_tokens,
                                         n_predict=self.n_predict, spec=spec, cache_mb=mib,
                                         knobs=self.knobs), warn=self._warn)
-            self.reports[key] = report
             self._runs[key] = from_steps(report.result.steps)
         return self._runs[key]
 

@@ -9,7 +9,8 @@ acceptance at which it would break even. (``whatif.py`` holds the older point wh
 A configuration (:class:`SpecConfig`) is ``off``, ``ngram:d=D:m=M`` or ``mtp:d=D``, with an
 acceptance ``alpha`` (accepted / drafted) and, for n-gram, a coverage ``c`` (the fraction of
 decodes that carry drafts; the engine's ``drafted_steps / decodes``). MTP drafts every decode
-(``--mtp-p-min 0``, the published cells: bmoe-engine.md §2), so ``c = 1`` there. Per decode:
+(``--mtp-p-min 0``, the published cells: bmoe-engine.md §2), so ``c = 1`` there unless a run or
+replay measured it (:meth:`SpecConfig.measured`). Per decode:
 
 - positions ``w = 1 + c d`` (the compute is paid per *position*, rejected drafts included);
 - tokens ``tpd = 1 + c d alpha``;

@@ -291,3 +291,20 @@ def test_docs_policy_table_on_the_shared_trace(tmp_path, capsys):
             got = tuple(round(row[k], 1) for k in ("delta_pct", "delta_lo_pct", "delta_hi_pct"))
             assert got == pytest.approx(delta, abs=1e-9)
             assert round(row["positions_per_decode"], 2) == w
+
+
+def test_live_auto_budget_is_the_models_ledger(device_file, mtp_model, capsys):
+    """--cache-mb auto --ram-mb R with MODEL: each configuration runs at its own auto budget from
+    MODEL's memory ledger (no --gguf), off at its own (the MTP run's includes the head's
+    experts)."""
+    from refsim.cache.ledger import memory_ledger
+    from refsim.model import open_model
+    m = open_model(mtp_model)
+    doc = whatif_json(capsys, mtp_model, "--device", device_file, "--cache-mb", "auto", "--ram-mb",
+                      "1600", "--spec", "off,ngram:d=3:m=1,mtp:d=2", "-n", "12")
+    ctx = min(2048, m.spec.n_ctx_train)
+    want = [memory_ledger(m, ctx, d, t, ram_mb=1600).budget_bytes / MIB
+            for d, t in ((0, False), (3, False), (2, True))]
+    assert [r["budget_mib"] for r in doc["rows"]] == want
+    assert want[2] > want[0]
+    assert doc["rows"][2]["measured"]["drafted"] > 0
