@@ -1,15 +1,22 @@
-"""``refsim whatif TRACE --device D.json --cache-mb LIST --spec off,ngram:d=3:m=3,mtp:d=3``: does a
-speculation configuration pay on this device, at this budget? (issue 29)
+"""``refsim whatif (TRACE | MODEL) --device D.json --cache-mb LIST --spec off,ngram:d=3:m=3``:
+does a speculation configuration pay on this device, at this budget? (issue 29)
 
-Per configuration and budget: positions and tokens per decode, MiB/token and hit % (the exact
-union replay of the trace at the configuration's width, knobs on), every time term, effective
-tok/s with a band, the change against ``off`` with a band, the verdict (gains / within noise /
-loses) and the break-even acceptance -- all from :func:`refsim.timing.verdict.price`.
+Per configuration and budget: positions and tokens per decode, MiB/token and hit %, every time
+term, effective tok/s with a band, the change against ``off`` with a band, the verdict (gains /
+within noise / loses) and the break-even acceptance -- all from
+:func:`refsim.timing.verdict.price`.
 
-Acceptance and coverage come from the ``--spec`` items themselves (``acceptance=``, ``coverage=``:
-labelled *assumed* in every output) or, for n-gram items without them, from a token stream
-(``--tokens FILE --prompt-len P``: :func:`refsim.spec.whatif.ngram_whatif`, exact for greedy
-decoding).
+Where the reads and the acceptance come from (:mod:`refsim.cli.whatif_sources`):
+
+- a route trace: the exact union replay of the trace at the configuration's width, knobs on;
+  acceptance and coverage from the ``--spec`` items themselves (``acceptance=``, ``coverage=``:
+  labelled *assumed* in every output) or, for n-gram items without them, from a token stream
+  (``--tokens FILE --prompt-len P``: :func:`refsim.spec.whatif.ngram_whatif`, exact for greedy
+  decoding); with ``--spec-policy`` other than ``fixed``, a policy replay on a seeded acceptance
+  stream (:func:`refsim.studies.spec_policy.policy_replay`);
+- a model (``MODEL.gguf``, ``builtin``): every configuration run live at every budget through
+  :func:`refsim.session.simulate` (``refsim run``'s path, ``--spec-policy`` included), its
+  acceptance, coverage, drafts per decode and reads its own counters (``measured: live run``).
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ import csv
 import json
 import math
 import sys
-from dataclasses import replace
 
-from refsim.cli.common import add_knob_args, knobs_from_args, nonneg_float, positive_int
+from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, positive_int,
+                               token_ids)
 from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE
@@ -37,7 +44,7 @@ COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", 
            "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
            "positions_per_decode", "tokens_per_decode", "mib_per_token", "hit_pct", "ms_per_token",
            "breakeven_acceptance", "compute_ms", "extra_positions_ms", "bookkeeping_ms",
-           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms")
+           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms", "policy")
 
 
 def _budgets(text: str):
@@ -58,7 +65,11 @@ def add_parser(sub) -> None:
                     "budget: every time term, effective tok/s and the change against off with "
                     "bands, a verdict and the break-even acceptance (predictions, never "
                     "measurements; docs/timing.md).")
-    p.add_argument("trace", metavar="TRACE", help="route trace (route_trace v1): the reads")
+    p.add_argument("source", metavar="TRACE|MODEL",
+                   help="route trace (route_trace v1): its union replay gives the reads; or a "
+                        "model (MODEL.gguf, or builtin: refsim run's built-in synthetic qwen3moe): every "
+                        "configuration is run live at every budget (refsim run's path) and its own "
+                        "counters give the acceptance, coverage and reads")
     p.add_argument("--cache-mb", required=True, type=_budgets, metavar="LIST",
                    help="cache budgets in MiB, N or N,M,...; or auto (with --ram-mb and --gguf: "
                         "each configuration at its own --cache-mb auto budget, the speculative "
@@ -72,13 +83,26 @@ def add_parser(sub) -> None:
                    help="configurations: off,ngram:d=3:m=3[:acceptance=A:coverage=C],"
                         "mtp:d=3[:acceptance=A] (off is always priced: the baseline)")
     p.add_argument("--tokens", metavar="FILE",
-                   help="token ids (prompt then generated): the n-gram items' acceptance and "
-                        "coverage, exact (refsim ngram-whatif)")
+                   help="with a TRACE: token ids (prompt then generated): the n-gram items' "
+                        "acceptance and coverage, exact (refsim ngram-whatif)")
     p.add_argument("--prompt-len", type=positive_int, metavar="P", help="with --tokens")
+    p.add_argument("--spec-policy", default=None, metavar="NAME[:K=V,...]",
+                   help="draft policy of every speculation configuration (fixed, backoff, cost, "
+                        "union; docs/spec-policies.md; default fixed): with MODEL the live run's "
+                        "own; with a TRACE a policy replay on a seeded acceptance stream of the "
+                        "configuration's acceptance and coverage")
+    g = p.add_argument_group("live run (with MODEL)")
+    one = g.add_mutually_exclusive_group()
+    one.add_argument("--prompt", metavar="TEXT", help="prompt text (default refsim run's)")
+    one.add_argument("--prompt-tokens", metavar="IDS", type=token_ids,
+                     help="prompt token ids, e.g. 1,5,77")
+    g.add_argument("-n", "--n-predict", type=positive_int, default=None, metavar="N",
+                   help="tokens to generate per run (default 32)")
     p.add_argument("--head-ms", type=nonneg_float, metavar="MS",
                    help="the MTP head's compute per emitted token, ms (assumed); or --gguf")
     p.add_argument("--gguf", metavar="MODEL.gguf",
-                   help="the model's tensor table: the MTP head's share of a trunk position")
+                   help="with a TRACE: the model's tensor table (the MTP head's share of a "
+                        "trunk position, the memory ledger); a MODEL source is its own")
     p.add_argument("--position-cost-interval", metavar="LO,HI", default=None,
                    help=f"the interval eps is swept over in the band (default "
                         f"{DEFAULT_EPS_INTERVAL[0]:g},{DEFAULT_EPS_INTERVAL[1]:g}: what the shared "
@@ -143,13 +167,20 @@ def _configs(args):
     for c in cfgs:
         if c.kind == "ngram" and c.acceptance is None and c.coverage is None:
             cell = ngram_whatif(stream, args.prompt_len, [c.draft], [c.min_match])[0]
-            a = cell.accepted / cell.drafted if cell.drafted else 0.0
-            steps = cell.drafted_steps
-            c = replace(c, acceptance=a, coverage=steps / cell.decodes if cell.decodes else 0.0,
-                        mean_drafts=cell.drafted / steps if steps else None,
-                        source=f"measured: {args.tokens} (ngram-whatif)")
+            c = type(c).measured(c.kind, c.draft, c.min_match, cell.decodes, cell.drafted_steps,
+                                 cell.drafted, cell.accepted,
+                                 f"measured: {args.tokens} (ngram-whatif)")
         out.append(c)
     return out
+
+
+def _policy(args):
+    """The ``--spec-policy`` policy, or None for ``fixed`` (today's path, which it equals)."""
+    if args.spec_policy is None:
+        return None
+    from refsim.spec.policies import parse_spec_policy
+    pol = parse_spec_policy(args.spec_policy)
+    return None if pol.name == "fixed" else pol
 
 
 def _head(args, model):
@@ -208,17 +239,20 @@ def _calibrate(spec: str, dev, model: str):
 
 
 def run(args) -> int:
-    from refsim.cache import ExpertCache
-    from refsim.studies.union import union_study
-    from refsim.timing.verdict import Device, price, reads_from_union
-    from refsim.trace import read_trace
+    from refsim.cli.whatif_sources import (LiveSource, TraceSource, check_live_configs,
+                                           check_live_flags, live_model, open_live_model)
+    from refsim.timing.verdict import Device, price
     loaded = load_device_args(args)
     if loaded is None:
         raise UsageError("--device is required: the verdict is a device's")
+    live = live_model(args.source)
+    check_live_flags(args, live)
+    policy = _policy(args)
     if args.plot is not None:
         from refsim.fileio import check_outputs
         from refsim.studies.plot import plot_format, require_matplotlib
-        check_outputs({"--plot": args.plot}, {"TRACE": args.trace, "--device": args.device})
+        check_outputs({"--plot": args.plot}, {"MODEL" if live else "TRACE": args.source,
+                                              "--device": args.device})
         plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
     dev, name, model = loaded
@@ -229,8 +263,11 @@ def run(args) -> int:
     eps = _eps(args)
     sigma, sigma_src = _sigma(args)
     cfgs = _configs(args)
-    model_file = None
-    if args.gguf is not None:
+    model_file = model_path = None
+    if live is not None:
+        model_path, model_file = open_live_model(live)
+        check_live_configs(cfgs, live, model_file)
+    elif args.gguf is not None:
         from refsim.model import open_model
         model_file = open_model(args.gguf)
     if (args.cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
@@ -240,45 +277,52 @@ def run(args) -> int:
     led = _Ledger(model_file, args) if model_file is not None else None
     work, head = _head(args, model_file)
     dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head)
-    trace = read_trace(args.trace)
-    knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="whatif")
-    widths = sorted({1} | {c.width for c in cfgs})
-    replays: dict = {}
+    if live is not None:
+        knobs = knobs_from_args(args, None, traced=False, cmd="whatif")
+        source = LiveSource(args, live, knobs, policy)
+    else:
+        from refsim.trace import read_trace
+        trace = read_trace(args.source)
+        knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="whatif")
+        source = TraceSource(trace, sorted({1} | {c.width for c in cfgs}), knobs, policy,
+                             args.spec_policy)
 
-    def reads_at(mib: float) -> dict:
-        if mib not in replays:
-            rows = union_study(trace, widths, ExpertCache.mib_to_bytes(mib),
-                               knobs if knobs.any_on else None)
-            replays[mib] = reads_from_union(rows, knobs.any_on)
-        return replays[mib]
-
-    prices = []
+    prices, measured = [], []
     budgets = ([None] if args.cache_mb == "auto" else args.cache_mb)
     for fixed in budgets:
         at = {c.label: (led.auto_mib(c) if fixed is None else fixed) for c in cfgs}
         off_mib = at["off"]
         for c in cfgs:
             mib = at[c.label]
-            prices.append(price(dv, c, reads_at(mib), budget_mib=mib,
+            cfg, reads, off_reads, counts = source.priced(c, mib, off_mib)
+            prices.append(price(dv, cfg, reads, budget_mib=mib,
                                 spec_mib=led.spec_mib(c) if led else 0.0,
                                 headroom_mib=led.headroom_mib(mib) if led else None,
-                                off_reads=reads_at(off_mib) if mib != off_mib else None))
+                                off_reads=off_reads))
+            measured.append(counts)
+    what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:
         from refsim.timing.plot import plot_whatif
-        plot_whatif(prices, args.plot, f"refsim whatif: {args.trace} on {name}")
+        plot_whatif(prices, args.plot, f"refsim whatif: {what} on {name}")
+    policy_label = "fixed" if policy is None else policy.label()
     if args.json:
-        doc = {"trace": args.trace, "device": name, "device_model": model,
-               "overlap": args.overlap, "io_threads": args.io_threads,
-               "eps": eps.as_dict(), "noise_sd": sigma, "noise_source": sigma_src,
-               "calibration": None if cal is None else {
-                   "baseline": args.baseline, "before_ms": cal.before_ms,
-                   "floor": cal.floor.as_dict(), "moved_ms": cal.moved_ms,
-                   "moved_pct": cal.moved_pct, "measured_tok_s": cal.measured_tok_s,
-                   "predicted_before_tok_s": cal.predicted_before_tok_s,
-                   "predicted_after_tok_s": cal.predicted_after_tok_s},
-               "predicted": True,
-               "rows": [p.row() | {"terms": [t.as_dict() for t in p.terms],
-                                   "notes": list(p.notes)} for p in prices]}
+        doc = ({"trace": args.source} if live is None else
+               {"model": model_path, "builtin": model_path != live, "source": "live run",
+                "n_predict": source.n_predict})
+        doc |= {"device": name, "device_model": model,
+                "overlap": args.overlap, "io_threads": args.io_threads,
+                "eps": eps.as_dict(), "noise_sd": sigma, "noise_source": sigma_src,
+                "calibration": None if cal is None else {
+                    "baseline": args.baseline, "before_ms": cal.before_ms,
+                    "floor": cal.floor.as_dict(), "moved_ms": cal.moved_ms,
+                    "moved_pct": cal.moved_pct, "measured_tok_s": cal.measured_tok_s,
+                    "predicted_before_tok_s": cal.predicted_before_tok_s,
+                    "predicted_after_tok_s": cal.predicted_after_tok_s},
+                "spec_policy": policy_label, "predicted": True,
+                "rows": [p.row() | {"terms": [t.as_dict() for t in p.terms],
+                                    "notes": list(p.notes)}
+                         | ({} if m is None else {"measured": m})
+                         for p, m in zip(prices, measured)]}
         print(json.dumps(_finite(doc), indent=1, allow_nan=False))
         return 0
     if args.csv:
@@ -288,15 +332,28 @@ def run(args) -> int:
             r = p.row()
             w.writerow(["" if r[k] is None else r[k] for k in COLUMNS])
         return 0
-    print(f"trace: {args.trace}; device {name} (predicted, not measured), compute floor of "
-          f"{model}, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}"
-          + (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
-             if knobs.any_on else ""))
+    knob_text = (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
+                 if knobs.any_on else "")
+    if live is None:
+        print(f"trace: {args.source}; device {name} (predicted, not measured), compute floor of "
+              f"{model}, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}"
+              + knob_text)
+    else:
+        print(f"model: {model_path}{' (built-in)' if model_path != live else ''}: every "
+              f"configuration run live at every budget ({source.n_predict} tokens; refsim run's "
+              f"path): acceptance, coverage and reads are each run's own counters (measured: "
+              f"live run); device {name} (predicted, not measured), compute floor of {model}, "
+              f"{args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}" + knob_text)
+    if policy is not None:
+        how = ("the live run's own" if live is not None else
+               "replayed on a seeded acceptance stream of each configuration's acceptance and "
+               "coverage (refsim.studies.spec_policy)")
+        print(f"draft policy: {policy_label} (lossless: it picks the width only), {how}")
     if cal is not None:
         print(cal.line())
     print(f"band {int(100 * dv.level)} %: eps {eps.value:g} [{eps.lo:g}, {eps.hi:g}], noise sd "
           f"{100 * sigma:.2f} % ({sigma_src}); parameters' spread not estimated (no runs given)")
-    if any(c.kind != "off" and c.source == "assumed" for c in cfgs):
+    if any(p.config.kind != "off" and p.config.source == "assumed" for p in prices):
         print("acceptance/coverage marked * are assumed (given in --spec)")
     print(f"{'budget':>7}  {'config':<16} {'accept':>7} {'cover':>6} {'pos/dec':>7} {'tok/dec':>7} "
           f"{'MiB/tok':>8} {'hit%':>6} {'eff_tok/s [band]':>22} {'delta% [band]':>24}  "
@@ -326,9 +383,12 @@ def _pct(v) -> str:
 
 def _line(p) -> str:
     c = p.config
+    label = c.label if c.kind == "off" or c.policy == "fixed" else f"{c.label} [{c.policy}]"
     mark = "*" if c.kind != "off" and c.source == "assumed" else ""
     acc = "" if c.kind == "off" else _pct(c.acceptance) + mark
-    cov = "" if c.kind != "ngram" else _pct(c.coverage) + mark
+    # MTP drafts every decode unless a live run or a policy replay measured its coverage
+    shown = c.kind == "ngram" or (c.kind == "mtp" and c.coverage is not None)
+    cov = _pct(c.coverage) + mark if shown else ""
     b = p.eff_tok_s
     band = f"{b.point:.3f} [{b.lo:.3f}, {b.hi:.3f}]"
     if p.delta is None:
@@ -340,6 +400,6 @@ def _line(p) -> str:
         be = ("never" if p.breakeven_acceptance is not None and math.isnan(p.breakeven_acceptance)
               else f"{100 * p.breakeven_acceptance:.1f}%")
     hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
-    return (f"{p.budget_mib:>7g}  {c.label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
+    return (f"{p.budget_mib:>7g}  {label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
             f"{p.tokens_per_decode:>7.2f} {p.mib_per_token:>8.2f} {hit:>6} {band:>22} {delta:>24}  "
             f"{verdict:<12} {be:>10}")

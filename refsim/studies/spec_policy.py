@@ -125,6 +125,18 @@ class PolicyRow:
     mib_per_token: float
     hit_pct_decode: float
     weight_discarded_pct: float
+    verify_decodes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    plain_read_bytes: int = 0
+    verify_read_bytes: int = 0
+    plain_lookups: int = 0
+    plain_hits: int = 0
+    verify_lookups: int = 0
+    verify_hits: int = 0
+    """Per kind (plain decodes, verify decodes: ``verify_decodes`` of the ``decodes``), the
+    draft tokens verified and accepted and the cache's counters (read bytes, lookups, hits):
+    what refsim.timing.measured prices."""
 
     @property
     def tokens_per_decode(self) -> float:
@@ -189,7 +201,7 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
     for ev in trace.events:
         if ev.kind is DecodeKind.PREFILL:
             cache.apply(ev)
-    p = step = decodes = positions = 0
+    p = step = decodes = positions = verifies = drafted = accepted = 0
     discarded = total_w = 0.0
     while p < n_dec:
         room = n_dec - p - 1
@@ -231,6 +243,9 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
         cache.apply(ev)
         if w:
             pol.observe(w, n_acc)
+            verifies += 1
+            drafted += w
+            accepted += n_acc
         decodes += 1
         positions += w + 1
         p += 1 + n_acc
@@ -240,4 +255,8 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
     return PolicyRow(policy=label, lossy=verify is not None, tokens=n_dec, decodes=decodes,
                      positions=positions, mib_per_token=s.mib_per_token,
                      hit_pct_decode=s.hit_pct_decode,
-                     weight_discarded_pct=100.0 * discarded / total_w if total_w else 0.0)
+                     weight_discarded_pct=100.0 * discarded / total_w if total_w else 0.0,
+                     verify_decodes=verifies, drafted=drafted, accepted=accepted,
+                     **{f"{name}_{what}": cache.stats.total(what, (kind,))
+                        for name, kind in (("plain", DecodeKind.PLAIN), ("verify", DecodeKind.VERIFY))
+                        for what in ("read_bytes", "lookups", "hits")})

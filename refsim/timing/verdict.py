@@ -9,7 +9,8 @@ acceptance at which it would break even. (``whatif.py`` holds the older point wh
 A configuration (:class:`SpecConfig`) is ``off``, ``ngram:d=D:m=M`` or ``mtp:d=D``, with an
 acceptance ``alpha`` (accepted / drafted) and, for n-gram, a coverage ``c`` (the fraction of
 decodes that carry drafts; the engine's ``drafted_steps / decodes``). MTP drafts every decode
-(``--mtp-p-min 0``, the published cells: bmoe-engine.md §2), so ``c = 1`` there. Per decode:
+(``--mtp-p-min 0``, the published cells: bmoe-engine.md §2), so ``c = 1`` there unless a run or
+replay measured it (:meth:`SpecConfig.measured`). Per decode:
 
 - positions ``w = 1 + c d`` (the compute is paid per *position*, rejected drafts included);
 - tokens ``tpd = 1 + c d alpha``;
@@ -94,6 +95,15 @@ class SpecConfig:
         Drafts per drafted decode when measured (``drafted / drafted_steps``: an n-gram match
         may propose fewer than ``d``, and the last decodes are cut at ``-n``); None: ``d``. The
         reads stay those of a ``d + 1`` wide replay (an upper bound when it is below ``d``).
+    policy : str
+        The draft policy (``--spec-policy``, refsim.spec.policies) the figures were measured
+        under; ``fixed`` (today's engine: every candidate verified) unless a live run or a policy
+        replay measured another. Reported only: the policy acts through the measured coverage,
+        drafts per decode and acceptance.
+
+    An MTP configuration drafts every decode (``c = 1``) unless a measurement gives its
+    coverage (:meth:`measured`: a live run's last decode has no room to draft; a policy may
+    verify none of the head's tokens).
     """
 
     kind: str
@@ -103,6 +113,35 @@ class SpecConfig:
     coverage: float | None = None
     source: str = "assumed"
     mean_drafts: float | None = None
+    policy: str = "fixed"
+
+    @classmethod
+    def measured(cls, kind: str, draft: int, min_match: int, decodes: int, drafted_steps: int,
+                 drafted: int, accepted: int, source: str, policy: str = "fixed") -> "SpecConfig":
+        """A configuration from the counters of a run or replay of the engine's loop.
+
+        acceptance ``accepted / drafted`` (0 when nothing was drafted), coverage ``drafted_steps
+        / decodes`` (the engine's ``drafted_steps``: decodes that verified at least one draft),
+        drafts per drafted decode ``drafted / drafted_steps`` (None when none drafted). ``off``
+        keeps no counters.
+
+        Raises
+        ------
+        ConfigError
+            Counters that cannot come from one run (negative, more accepted than drafted, more
+            drafted steps than decodes).
+        """
+        if kind == "off":
+            return cls("off", source=source)
+        if not (0 <= accepted <= drafted and 0 <= drafted_steps <= decodes
+                and drafted_steps <= drafted and (drafted == 0) == (drafted_steps == 0)):
+            raise ConfigError(f"{source}: counters decodes {decodes}, drafted steps "
+                              f"{drafted_steps}, drafted {drafted}, accepted {accepted} are not "
+                              f"one run's")
+        return cls(kind, draft, min_match if kind == "ngram" else 0,
+                   acceptance=accepted / drafted if drafted else 0.0,
+                   coverage=drafted_steps / decodes if decodes else 0.0, source=source,
+                   mean_drafts=drafted / drafted_steps if drafted_steps else None, policy=policy)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -145,7 +184,7 @@ class SpecConfig:
         if self.kind == "off":
             return 0.0
         if self.kind == "mtp":
-            return 1.0
+            return 1.0 if self.coverage is None else self.coverage
         if self.coverage is None:
             raise ConfigError(f"--spec {self.label}: no coverage (give coverage=, or --tokens)")
         return self.coverage
@@ -222,11 +261,17 @@ def parse_spec_list(text: str) -> list[SpecConfig]:
 
 @dataclass(frozen=True)
 class Reads:
-    """One decode width's replay at a budget: mean flash MiB per decode, decode-only hit %."""
+    """One decode width's replay at a budget: mean flash MiB per decode, decode-only hit %.
+
+    ``lookups_per_decode`` (mean expert lookups of one such decode), when known, weights the hit
+    % of a mix of widths by lookups, so a measured mix reports its own ``hits / lookups``
+    (:mod:`refsim.timing.measured`); without it the mix is weighted by decodes.
+    """
 
     width: int
     mib_per_decode: float
     hit_pct: float | None = None
+    lookups_per_decode: float | None = None
 
 
 def reads_from_union(rows, knobs: bool = False) -> dict:
@@ -379,6 +424,7 @@ class Price:
                 "delta_lo_pct": 0.0 if d is None else d.lo,
                 "delta_hi_pct": 0.0 if d is None else d.hi,
                 "verdict": self.verdict or "baseline",
+                "policy": self.config.policy if self.config.kind != "off" else "",
                 "acceptance": self.config.acceptance, "coverage": self.config.coverage,
                 "acceptance_source": self.config.source if self.config.kind != "off" else "",
                 "positions_per_decode": self.positions_per_decode,
@@ -557,8 +603,13 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
     if cfg.kind != "off":
         mixes.append((cfg.drafted_fraction, _reads(reads, cfg.width)))
     mib_decode = sum(s * r.mib_per_decode for s, r in mixes)
-    hits = [(s, r.hit_pct) for s, r in mixes if s > 0]
-    hit = (None if any(h is None for _, h in hits) else sum(s * h for s, h in hits))
+    hits = [(s, r.hit_pct, r.lookups_per_decode) for s, r in mixes if s > 0]
+    if any(h is None for _, h, _ in hits):
+        hit = None
+    elif all(n is not None for _, _, n in hits) and sum(s * n for s, _, n in hits) > 0:
+        hit = sum(s * n * h for s, h, n in hits) / sum(s * n for s, _, n in hits)
+    else:
+        hit = sum(s * h for s, h, _ in hits)
     return Price(config=cfg, budget_mib=budget_mib, positions_per_decode=cfg.positions_per_decode,
                  tokens_per_decode=cfg.tokens_per_decode,
                  mib_per_token=mib_decode / cfg.tokens_per_decode, hit_pct=hit, terms=terms,

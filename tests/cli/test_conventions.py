@@ -133,6 +133,8 @@ TABLE = [
     (WHATIF + ["--cache-mb", "8"], "--ram-mb", "--ram-mb", "a number of MiB > 0 and at most 2^40 (1 EiB)", ()),
     (WHATIF + ["--cache-mb", "8"], "--ctx", "--ctx", INT1, ()),
     (WHATIF + ["--cache-mb", "8"], "--prompt-len", "--prompt-len", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "-n/--n-predict", "-n", INT1, ()),
+    (WHATIF + ["--cache-mb", "8"], "--prompt-tokens", "--prompt-tokens", IDS, ("0",)),
     (WHATIF + ["--cache-mb", "8"], "--head-ms", "--head-ms", "a finite number >= 0", ("0", "99999999999999999999")),
     (WHATIF + ["--cache-mb", "8"], "--noise-pct", "--noise-pct", "a finite number >= 0", ("0", "99999999999999999999")),
     (WHATIF + ["--cache-mb", "8"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),

@@ -1,0 +1,260 @@
+"""Where ``refsim whatif`` takes each configuration's reads and acceptance from (issue 29 item 1,
+issue 30 ``--spec-policy``): a route trace, or a live run of a model. Not a subcommand.
+
+- :class:`TraceSource`: the trace's exact union replay at width 1 and ``d + 1`` (knobs on), the
+  acceptance from ``--spec`` (assumed) or ``--tokens`` (ngram-whatif, measured). With a draft
+  policy other than ``fixed``, each speculation configuration is replayed as the loop with that
+  policy would decode the trace (:func:`refsim.studies.spec_policy.policy_replay` on a seeded
+  acceptance stream drawn with the configuration's acceptance and coverage), and its own
+  counters are priced (:mod:`refsim.timing.measured`).
+- :class:`LiveSource`: every configuration run live at every budget through
+  :func:`refsim.session.simulate` (``refsim run``'s path, the policy included), priced from the
+  run's own counters (:func:`refsim.timing.measured.from_steps`): acceptance, coverage, drafts
+  per drafted decode, and the mean read and hit of its plain and drafted decodes.
+
+Each source's :meth:`priced` returns what :func:`refsim.timing.verdict.price` takes for one
+configuration at one budget, and the counters measured (None when nothing was measured).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from refsim import MIB
+from refsim.errors import ConfigError, UsageError
+
+BUILTIN = "builtin"
+"""``refsim whatif builtin ...``: the built-in synthetic qwen3moe (``refsim run``'s default model,
+made once under ``$REFSIM_CACHE`` or ``~/.cache/refsim``; no download)."""
+
+LIVE_SOURCE = "measured: live run"
+"""The acceptance source of every configuration a live run measured."""
+
+POLICY_SEED = 0
+"""The acceptance stream's seed of a policy replay on a trace (refsim.studies.spec_policy)."""
+
+
+def live_model(text: str) -> str | None:
+    """The model ``text`` names when ``whatif`` runs it live, else None (a route trace).
+
+    A file wins over a name: a file that begins with the GGUF magic is a model, any other file
+    a trace; ``builtin`` names the built-in model and ``gemma-3-270m`` the named model of
+    ``refsim run`` (:data:`refsim.session.NAMED_MODELS`). A missing path ending in ``.gguf`` is
+    a missing model.
+
+    Raises
+    ------
+    ConfigError
+        ``MODEL X: no such file``, or a file that cannot be read.
+    """
+    from refsim.session import NAMED_MODELS
+    if text == "-":
+        return None
+    if os.path.isfile(text):
+        try:
+            with open(text, "rb") as f:
+                return text if f.read(4) == b"GGUF" else None
+        except OSError as exc:
+            raise ConfigError(f"{text}: cannot read: {exc.strerror}") from None
+    if text == BUILTIN or text in NAMED_MODELS:
+        return text
+    if text.lower().endswith(".gguf"):
+        raise ConfigError(f"MODEL {text}: no such file")
+    return None
+
+
+def check_live_flags(args, live: str | None) -> None:
+    """The flags of one source refused with the other (usage errors).
+
+    Raises
+    ------
+    UsageError
+        ``--prompt``/``--prompt-tokens``/``-n`` with a trace; ``--tokens``/``--prompt-len``/
+        ``--gguf`` with a live model.
+    """
+    if live is None:
+        given = [f for f, v in (("--prompt", args.prompt), ("--prompt-tokens", args.prompt_tokens),
+                                ("-n", args.n_predict)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: for a live run of a MODEL (GGUF or builtin); "
+                             f"{args.source} is a route trace")
+        return
+    given = [f for f, v in (("--tokens", args.tokens), ("--prompt-len", args.prompt_len),
+                            ("--gguf", args.gguf)) if v is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)}: for a route trace; with MODEL {args.source} the "
+                         f"live run measures the acceptance and the model is MODEL itself")
+
+
+def open_live_model(live: str):
+    """The opened model of a live source (the built-in one written on first use).
+
+    Raises
+    ------
+    ConfigError
+        A dense model (no routed experts: no expert cache to price).
+    ModelFormatError
+        A malformed GGUF.
+    """
+    from refsim.model import open_model
+    from refsim.session import named_model_path
+    if live == BUILTIN and not os.path.isfile(live):
+        from refsim.forward.builtin import builtin_model_path
+        path = builtin_model_path()
+    else:
+        path = named_model_path(live)
+    model = open_model(path)
+    if not model.spec.n_expert:
+        raise ConfigError(f"MODEL {live}: {model.spec.arch} is a dense model (no routed experts): "
+                          f"whatif prices expert-cache reads; give an MoE model")
+    return path, model
+
+
+def check_live_configs(cfgs, live: str, model) -> None:
+    """The ``--spec`` items a live run can measure.
+
+    Raises
+    ------
+    UsageError
+        An item with ``acceptance=``/``coverage=`` (the live run measures them).
+    ConfigError
+        An ``mtp:`` item on a model without an MTP (nextn) block.
+    """
+    for c in cfgs:
+        if c.kind != "off" and (c.acceptance is not None or c.coverage is not None):
+            raise UsageError(f"--spec {c.label}: acceptance=/coverage= with MODEL {live}: the live "
+                             f"run measures them (give them with a TRACE)")
+        if c.kind == "mtp" and model.spec.nextn_predict_layers <= 0:
+            raise ConfigError(f"--spec {c.label}: MODEL {live} has no MTP (nextn) block "
+                              f"(nextn_predict_layers = 0); use ngram: items")
+
+
+class TraceSource:
+    """The reads of a route trace (module docstring).
+
+    Parameters
+    ----------
+    trace : refsim.trace.RouteTrace
+    widths : list of int
+        Every width a configuration needs (1 included).
+    knobs : refsim.streaming.knobs.StreamKnobs
+    policy : refsim.spec.policies.DraftPolicy or None
+        A draft policy other than ``fixed`` (None: every candidate verified, the union replay).
+    policy_text : str or None
+        Its ``--spec-policy`` text.
+    """
+
+    def __init__(self, trace, widths, knobs, policy=None, policy_text=None):
+        self.trace, self.widths, self.knobs = trace, widths, knobs
+        self.policy, self.policy_text = policy, policy_text
+        self._replays: dict = {}
+
+    def reads_at(self, mib: float) -> dict:
+        """The union replay at ``mib`` MiB of cache (:func:`refsim.studies.union.union_study`)."""
+        from refsim.cache import ExpertCache
+        from refsim.studies.union import union_study
+        from refsim.timing.verdict import reads_from_union
+        if mib not in self._replays:
+            on = self.knobs.any_on
+            rows = union_study(self.trace, self.widths, ExpertCache.mib_to_bytes(mib),
+                               self.knobs if on else None)
+            self._replays[mib] = reads_from_union(rows, on)
+        return self._replays[mib]
+
+    def priced(self, c, mib: float, off_mib: float):
+        """``(config, reads, off_reads, measured)`` of configuration ``c`` at ``mib`` MiB."""
+        if self.policy is None or c.kind == "off":
+            return c, self.reads_at(mib), (self.reads_at(off_mib) if mib != off_mib else None), None
+        from refsim.cache import ExpertCache
+        from refsim.studies.spec_policy import policy_replay
+        from refsim.timing.measured import from_policy_row
+        alpha = c.acceptance
+        c.tokens_per_decode                      # refuses a missing acceptance or coverage
+        if alpha >= 1.0:
+            raise ConfigError(f"--spec-policy {self.policy_text} on a trace: {c.label} acceptance "
+                              f"{alpha:g}; the seeded acceptance stream needs an acceptance "
+                              f"below 1")
+        row = policy_replay(self.trace, ExpertCache.mib_to_bytes(mib), self.policy_text, c.draft,
+                            coverage=c.drafted_fraction, accept=alpha, seed=POLICY_SEED,
+                            knobs=self.knobs if self.knobs.any_on else None, rejected="same")
+        m = from_policy_row(row)
+        # an assumed acceptance stays labelled assumed (every output marks it); a measured one
+        # says it was replayed
+        src = (c.source if c.source == "assumed" else
+               f"{c.source}; {self.policy.label()} on a seeded acceptance stream "
+               f"(refsim.studies.spec_policy, seed {POLICY_SEED})")
+        cfg = m.config(c.kind, c.draft, c.min_match, src, self.policy.label())
+        return cfg, m.reads(c.width, self.reads_at(mib)[1]), self.reads_at(off_mib), _counts(m)
+
+
+class LiveSource:
+    """Every configuration run live at every budget (module docstring).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``whatif``'s flags (the prompt, ``-n``, the policy text).
+    live : str
+        The MODEL text (``builtin``, a name or a GGUF path).
+    knobs : refsim.streaming.knobs.StreamKnobs
+    policy : refsim.spec.policies.DraftPolicy or None
+        A draft policy other than ``fixed`` (None: the run's default path).
+    """
+
+    N_PREDICT = 32
+    """``-n`` unless given (``refsim run``'s default)."""
+
+    def __init__(self, args, live: str, knobs, policy=None):
+        self.args, self.knobs, self.policy = args, knobs, policy
+        self.model = None if live == BUILTIN and not os.path.isfile(live) else live
+        self.n_predict = args.n_predict or self.N_PREDICT
+        self._runs: dict = {}
+        self._said: set = set()
+
+    def _warn(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            print(line, file=sys.stderr)
+
+    def run(self, c, mib: float):
+        """The :class:`refsim.timing.measured.Measured` of configuration ``c`` run live at
+        ``mib`` MiB (one run per configuration and budget)."""
+        from refsim.session import RunConfig, simulate
+        from refsim.spec import SpecConfig as RunSpec
+        from refsim.timing.measured import from_steps
+        key = (c.label, mib)
+        if key not in self._runs:
+            spec = RunSpec.from_flags(
+                ngram=c.kind == "ngram", mtp=c.kind == "mtp",
+                draft=c.draft if c.kind != "off" else None,
+                ngram_min_match=c.min_match if c.kind == "ngram" else None,
+                spec_policy=(self.args.spec_policy if c.kind != "off" and self.policy is not None
+                             else None))
+            report = simulate(RunConfig(model=self.model, prompt=self.args.prompt,
+                                        prompt_tokens=self.args.prompt_tokens,
+                                        n_predict=self.n_predict, spec=spec, cache_mb=mib,
+                                        knobs=self.knobs), warn=self._warn)
+            self._runs[key] = from_steps(report.result.steps)
+        return self._runs[key]
+
+    def priced(self, c, mib: float, off_mib: float):
+        """``(config, reads, off_reads, measured)`` of configuration ``c`` at ``mib`` MiB: the
+        plain run at ``off_mib`` is always the baseline (a speculative run's own plain decodes
+        see another cache)."""
+        from refsim.timing.verdict import SpecConfig
+        off = self.run(SpecConfig("off"), off_mib)
+        off_reads = off.reads(1)
+        if c.kind == "off":
+            return c, off_reads, None, _counts(off)
+        m = self.run(c, mib)
+        label = "fixed" if self.policy is None else self.policy.label()
+        cfg = m.config(c.kind, c.draft, c.min_match, LIVE_SOURCE, label)
+        return cfg, m.reads(c.width, off_reads[1]), off_reads, _counts(m)
+
+
+def _counts(m) -> dict:
+    """The measured counters a row reports (``measured`` in ``--json``)."""
+    return {"decodes": m.decodes, "drafted_steps": m.drafted.decodes, "drafted": m.n_drafted,
+            "accepted": m.accepted, "read_mib": m.read_bytes / MIB,
+            "lookups": m.plain.lookups + m.drafted.lookups, "hits": m.plain.hits + m.drafted.hits}
