@@ -87,6 +87,106 @@ def device_whatif(device: DeviceModel, name: str, mib_per_token: float, tokens_p
                         predicted_effective_tok_s=1.0 / (s_tok + draft_s_per_token))
 
 
+def price_device(device: DeviceModel, model: str, io_threads: int, overlap: bool,
+                 eps: float = DEFAULT_EPS, cache: bool = True, work=None):
+    """The :class:`refsim.timing.verdict.Device` of a ``--device`` what-if: ``eps`` exact (kind
+    *assumed*, ``--position-cost``), no band inputs; ``work`` the model's tensor table (the MTP
+    head's compute, refsim.timing.head) when known."""
+    from refsim.timing.terms import exact
+    from refsim.timing.verdict import Device
+    return Device(device, model, io_threads, overlap,
+                  exact("eps", eps, "fraction of C per extra position", "assumed",
+                        "--position-cost"), cache=cache, work=work)
+
+
+def priced_whatif(dv, name: str, cfg, reads: dict) -> DeviceWhatIf:
+    """A :class:`DeviceWhatIf` from :func:`refsim.timing.verdict.point_terms` (the one pricing
+    rule, issue 29 item 1): s/token and tok/s of the verify decodes' terms, effective tok/s with
+    the MTP head's term added (it runs outside the verify decode: the engine's
+    ``mtp_draft_s/tok``, docs/telemetry.md), ``ms_per_decode`` the in-decode ms per token times
+    ``cfg``'s tokens per decode.
+
+    Raises
+    ------
+    ConfigError
+        :func:`~refsim.timing.verdict.point_terms`' refusals.
+    """
+    from refsim.timing.verdict import point_terms
+    terms = point_terms(dv, cfg, reads)
+    head = terms.pop("head")
+    ms_tok = sum(terms.values())
+    s_tok = ms_tok / 1000.0
+    return DeviceWhatIf(device=name, model=dv.floor_model, io_threads=dv.lanes,
+                        overlap=dv.overlap, position_cost=dv.eps.value,
+                        ms_per_decode=ms_tok * cfg.tokens_per_decode,
+                        predicted_s_per_token=s_tok, predicted_tok_s=1.0 / s_tok,
+                        predicted_effective_tok_s=1.0 / (s_tok + head / 1000.0))
+
+
+def width_whatif(device: DeviceModel, name: str, model: str, io_threads: int, overlap: bool,
+                 width: int, mib_per_token: float, eps: float = DEFAULT_EPS) -> DeviceWhatIf:
+    """``refsim union --device``'s column: a verify batch of ``width`` positions, every draft
+    accepted (:func:`refsim.timing.verdict.accepted_width_config`), each decode reading
+    ``mib_per_token * width`` MiB (the replay's MiB per position times the width), priced by
+    :func:`priced_whatif`.
+
+    Raises
+    ------
+    ConfigError
+        ``width`` < 1; the device's refusals.
+    """
+    from refsim.timing.verdict import Reads, accepted_width_config
+    if width < 1:
+        raise ConfigError(f"width {width!r}: expected >= 1")
+    reads = {width: Reads(width, mib_per_token * width)}
+    return priced_whatif(price_device(device, model, io_threads, overlap, eps), name,
+                         accepted_width_config(width), reads)
+
+
+def run_config(result, n_gen: int):
+    """``(SpecConfig, reads)`` of a finished run (:class:`refsim.spec.RunResult`), priced as
+    ``refsim whatif`` prices a configuration: the run's own coverage (decodes that drafted /
+    decodes; 1 for MTP), drafts per drafted decode, and tokens per decode ``n_gen / decodes``
+    (its acceptance: ``(tokens per decode - 1) / (coverage x drafts)``); the reads are the mean
+    flash MiB of its plain decodes (width 1) and of its drafted ones (width ``draft_max + 1``),
+    each decode's ``read_bytes`` (the MTP head's own reads included: the run's MiB/token). MTP
+    drafts on every decode (coverage 1): its reads are the mean over every decode and its drafts
+    per decode ``drafted / decodes``.
+
+    Raises
+    ------
+    ConfigError
+        A run whose counters do not make a configuration (cannot happen for a finished run).
+    """
+    from refsim import MIB
+    from refsim.timing.verdict import Reads, SpecConfig
+    steps = result.steps
+    n = len(steps)
+    if n == 0:
+        return SpecConfig("off"), {1: Reads(1, 0.0)}
+    x = [s.read_bytes / MIB for s in steps]
+    tpd = max(1.0, n_gen / n)
+    drafted = [i for i, s in enumerate(steps) if s.n_draft > 0]
+    n_drafts = sum(steps[i].n_draft for i in drafted)
+    if result.spec == "off" or not drafted:
+        return SpecConfig("off"), {1: Reads(1, sum(x) / n)}
+    d = int(result.draft_max)
+    if result.spec == "mtp":
+        share, mean_d, plain = 1.0, n_drafts / n, []
+        wide = range(n)
+    else:
+        share, mean_d = len(drafted) / n, n_drafts / len(drafted)
+        wide, plain = drafted, [i for i, s in enumerate(steps) if s.n_draft == 0]
+    acceptance = min(1.0, max(0.0, (tpd - 1.0) / (share * mean_d)))
+    reads = {d + 1: Reads(d + 1, sum(x[i] for i in wide) / len(wide))}
+    if plain:
+        reads[1] = Reads(1, sum(x[i] for i in plain) / len(plain))
+    kind = "mtp" if result.spec == "mtp" else "ngram"
+    cfg = SpecConfig(kind, d, acceptance=acceptance, coverage=None if kind == "mtp" else share,
+                     source="measured: the run", mean_drafts=min(float(d), mean_d))
+    return cfg, reads
+
+
 def request_whatif(rm, name: str, feats, tokens_per_decode: float, model: str, io_threads: int,
                    overlap: bool, eps: float = DEFAULT_EPS,
                    draft_s_per_token: float = 0.0) -> DeviceWhatIf:
