@@ -225,8 +225,23 @@ class MemoryCase:
         return {"case": self.case, "mib_per_token": self.mib_per_token, **self.whatif.as_dict()}
 
 
+HIT_DEFINITION = ("decode-only hit without a knob (refsim replay's hit_dec% with no "
+                  "--drop-cold-experts/--prefetch)")
+"""The hit ``refsim memory --hit-pct`` takes: what ``(1 - P/100) x T`` MiB/token holds for."""
+
+ENGINE_HIT_REFUSAL = (
+    "--hit-kind cumulative: the engine's cache_hit_pct counts the prefill's lookups (and, with "
+    "--drop-cold-experts, dropped misses that read nothing), so no MiB/token follows from it; give "
+    "the run's own figure, --mib-per-token (its summary read_MiB / tokens), or refsim replay's "
+    "decode-only hit without a knob, --hit-pct")
+"""Why ``refsim memory --hit-kind cumulative`` is refused (bmoe-engine.md: ``cache_hit_pct`` is
+lifetime hits / lookups, prefill included; a dropped expert is looked up and missed but not read,
+docs/streaming-knobs.md)."""
+
+
 def memory_whatif(device: DeviceModel, name: str, model: str, t_mib: float, io_threads: int,
-                  overlap: bool, hit_pct: float | None = None) -> list[MemoryCase]:
+                  overlap: bool, hit_pct: float | None = None,
+                  mib_per_token: float | None = None) -> list[MemoryCase]:
     """What a device predicts from a model's bytes alone (``refsim memory --device``).
 
     ``refsim memory`` knows the model's token cycle ``T`` (``t_mib``: Σ trunk layers ``min(k,
@@ -239,18 +254,28 @@ def memory_whatif(device: DeviceModel, name: str, model: str, t_mib: float, io_t
     - ``hit P%`` (``hit_pct`` given): ``(1 - P/100) × T`` MiB/token — P read as the byte-weighted
       decode hit share (equal to the decode-only hit % when every layer's expert slice has the
       same bytes);
+    - ``run M MiB/token`` (``mib_per_token`` given): a run's own decode MiB/token (the engine's
+      summary ``read_MiB / tokens``: prefill excluded, with whatever knobs it ran -- a dropped
+      expert's skipped read is already out of it). This is how a figure measured with
+      ``--drop-cold-experts`` enters: the engine's ``cache_hit_pct`` (cumulative, prefill
+      included, dropped misses counted) fixes no read level (:data:`ENGINE_HIT_REFUSAL`);
     - ``all misses``: ``T`` MiB/token, every routed expert read from flash (the cache's worst).
 
     Raises
     ------
     ConfigError
-        ``hit_pct`` outside 0..100; the device's own refusals (:func:`device_whatif`).
+        ``hit_pct`` outside 0..100; ``mib_per_token`` negative or not finite; the device's own
+        refusals (:func:`device_whatif`).
     """
     if hit_pct is not None and not 0.0 <= hit_pct <= 100.0:
         raise ConfigError(f"--hit-pct: expected 0..100, got {hit_pct!r}")
+    if mib_per_token is not None and not 0.0 <= mib_per_token < float("inf"):
+        raise ConfigError(f"--mib-per-token: expected a finite number >= 0, got {mib_per_token!r}")
     levels = [("all hits", 0.0)]
     if hit_pct is not None:
         levels.append((f"hit {hit_pct:g}%", (1.0 - hit_pct / 100.0) * t_mib))
+    if mib_per_token is not None:
+        levels.append((f"run {mib_per_token:g} MiB/token", mib_per_token))
     levels.append(("all misses", t_mib))
     return [MemoryCase(case, x, device_whatif(device, name, x, 1.0, model, io_threads, overlap))
             for case, x in levels]
