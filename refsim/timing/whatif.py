@@ -69,17 +69,27 @@ def resolve_model(device: DeviceModel, model: str | None, flag: str = "--device-
 
 def device_whatif(device: DeviceModel, name: str, mib_per_token: float, tokens_per_decode: float,
                   model: str, io_threads: int, overlap: bool, cache: bool = True,
-                  eps: float = DEFAULT_EPS, draft_s_per_token: float = 0.0) -> DeviceWhatIf:
+                  eps: float = DEFAULT_EPS, draft_s_per_token: float = 0.0,
+                  positions_per_decode: float | None = None) -> DeviceWhatIf:
     """Predicted s/token and tok/s (see the module docstring).
 
-    ``tokens_per_decode`` >= 1 is also taken as the mean positions per decode (all positions of a
-    verify decode are confirmed or re-decoded; a lower bound on the width when drafts are
-    rejected).
+    ``positions_per_decode`` (>= ``tokens_per_decode``) is what the decode's compute is paid for:
+    a verify decode's every position, rejected drafts included (issue 29 item 1). None takes it
+    equal to ``tokens_per_decode`` (every draft accepted, or plain decoding).
+
+    Raises
+    ------
+    ConfigError
+        ``tokens_per_decode`` < 1 or above ``positions_per_decode``; the device's refusals.
     """
     if not tokens_per_decode >= 1.0:
         raise ConfigError(f"tokens per decode {tokens_per_decode!r}: expected >= 1")
+    width = tokens_per_decode if positions_per_decode is None else positions_per_decode
+    if not width >= tokens_per_decode:
+        raise ConfigError(f"positions per decode {width!r}: expected >= the tokens per decode "
+                          f"{tokens_per_decode!r}")
     x = mib_per_token * tokens_per_decode
-    t = decode_ms(device, x, tokens_per_decode, model, io_threads, overlap, cache, eps)
+    t = decode_ms(device, x, width, model, io_threads, overlap, cache, eps)
     s_tok = t / tokens_per_decode / 1000.0
     return DeviceWhatIf(device=name, model=model, io_threads=io_threads, overlap=overlap,
                         position_cost=eps, ms_per_decode=t, predicted_s_per_token=s_tok,
@@ -189,12 +199,13 @@ def run_config(result, n_gen: int):
 
 def request_whatif(rm, name: str, feats, tokens_per_decode: float, model: str, io_threads: int,
                    overlap: bool, eps: float = DEFAULT_EPS,
-                   draft_s_per_token: float = 0.0) -> DeviceWhatIf:
+                   draft_s_per_token: float = 0.0,
+                   positions_per_decode: float | None = None) -> DeviceWhatIf:
     """:func:`device_whatif` with the serial flash term by requests and lanes
     (:class:`refsim.timing.requests.RequestModel`); ``feats`` are one decode's
     (:class:`refsim.timing.requests.IoFeatures`, one row: window MiB, busiest-lane MiB, rounds and
     batches per decode). Under ``--overlap`` the stall is the per-MiB model's, so only ``tail``
-    differs from :func:`device_whatif`.
+    differs from :func:`device_whatif`. ``positions_per_decode``: as :func:`device_whatif`'s.
 
     Raises
     ------
@@ -204,7 +215,8 @@ def request_whatif(rm, name: str, feats, tokens_per_decode: float, model: str, i
     if not tokens_per_decode >= 1.0:
         raise ConfigError(f"tokens per decode {tokens_per_decode!r}: expected >= 1")
     parts = rm.token_ms(feats, model, io_threads, overlap, True, where=f"--device {name}")
-    extra = rm.base.compute_floor(model) * eps * (tokens_per_decode - 1)
+    width = tokens_per_decode if positions_per_decode is None else positions_per_decode
+    extra = rm.base.compute_floor(model) * eps * (width - 1)
     t = float(parts["wall"][0]) + rm.tail * extra
     s_tok = t / tokens_per_decode / 1000.0
     return DeviceWhatIf(device=name, model=model, io_threads=io_threads, overlap=overlap,

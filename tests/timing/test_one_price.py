@@ -172,6 +172,36 @@ def test_a_plain_run_prices_as_whatif_on_its_trace(device_file, capsys, q3, tmp_
     assert run["device"]["predicted_effective_tok_s"] == run["device"]["predicted_tok_s"]
 
 
+def test_a_speculative_trace_prices_per_position_in_replay_and_sweep(device_file, capsys, q3,
+                                                                     tmp_path):
+    """replay/sweep --device of an n-gram run's trace: its decodes carry 1 + drafts positions
+    (rejected ones included), priced as the run itself prices them (serial: the terms are linear
+    in the reads, so the run's per-kind means and the replay's overall mean agree)."""
+    from refsim.cli.device import n_target_decodes, n_target_positions
+    from refsim.trace import read_trace
+    trace = str(tmp_path / "ng.route.csv")
+    run = _json(capsys, ["run", q3, "-n", "24", "--ngram", "--cache-mb", "0.05", "--json",
+                         "--device", device_file, "--route-trace", trace, "--prompt-tokens",
+                         "1,5,77,9,1,5,77,9,1,5,77,9,1,5"])
+    assert run["drafted"] > run["accepted"]          # some drafts rejected: positions > tokens
+    t = read_trace(trace)
+    assert n_target_decodes(t) == run["decodes"]
+    assert n_target_positions(t) == run["decodes"] + run["drafted"]
+    rep = _json(capsys, ["replay", trace, "--cache-mb", "0.05", "--device", device_file, "--json"])
+    assert rep["mib_per_token"] == run["mib_per_token"]
+    assert rep["device"]["predicted_tok_s"] == pytest.approx(run["device"]["predicted_tok_s"],
+                                                             rel=1e-13)
+    sw = _json(capsys, ["sweep", trace, "--cache-mb", "0.05", "--policy", "lru", "--device",
+                        device_file, "--json"])
+    assert sw["traces"][0]["rows"][0]["predicted_tok_s"] == pytest.approx(
+        rep["device"]["predicted_tok_s"], rel=1e-13)
+    # by hand: x MiB per decode, p positions and n tokens per decode, t = 108 + 1.325 x + 38 (p - 1)
+    n, p = run["cache"]["tokens"] / run["decodes"], 1 + run["drafted"] / run["decodes"]
+    x = run["mib_per_token"] * n
+    assert 1000 / rep["device"]["predicted_tok_s"] == pytest.approx(
+        (108 + 1.325 * x + 38 * (p - 1)) / n, rel=1e-13)
+
+
 # --- run --device: per position, the MTP head ------------------------------------------------
 
 def _fake_run():
