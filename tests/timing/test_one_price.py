@@ -200,6 +200,19 @@ def test_a_speculative_trace_prices_per_position_in_replay_and_sweep(device_file
     x = run["mib_per_token"] * n
     assert 1000 / rep["device"]["predicted_tok_s"] == pytest.approx(
         (108 + 1.325 * x + 38 * (p - 1)) / n, rel=1e-13)
+    # layout --device: the evaluated decodes (all but the first 10 %) at their window reads and
+    # positions
+    lay = _json(capsys, ["layout", q3, trace, "--cache-mb", "0.05", "--device", device_file,
+                         "--json", "--fit-fraction", "0.1"])
+    dec = [e for e in t.events if e.kind.name in ("PLAIN", "VERIFY")]
+    held = dec[int(len(dec) * 0.1):]
+    assert any(e.n_pos > 1 for e in held)                 # a verify decode is evaluated
+    p_eval = sum(e.n_pos for e in held) / len(held)
+    for row in lay["rows"]:
+        n_eval = row["tokens"] / row["eval_decodes"]
+        x_eval = row["window_mib_per_token"] * n_eval
+        assert row["predicted_ms_per_token"] == pytest.approx(
+            (108 + 1.325 * x_eval + 38 * (p_eval - 1)) / n_eval, rel=1e-13)
 
 
 # --- run --device: per position, the MTP head ------------------------------------------------
