@@ -3,8 +3,9 @@
 
 Named *verdict* because that is what it returns: every time term of a configuration, its effective
 tok/s with a band, the change against ``off`` with a band, **gains / within noise / loses**, and the
-acceptance at which it would break even. (``whatif.py`` holds the older point what-ifs of
-``replay/run/memory --device``; ``breakeven.py`` the width rule this module generalises.)
+acceptance at which it would break even. Its point sum, :func:`point_terms`, is what every
+other ``--device`` output prices with (``timing breakeven``, ``union``, ``run``: whatif.py's
+point what-ifs; issue 29 item 1); one decode's terms are :func:`refsim.timing.decode.decode_terms`.
 
 A configuration (:class:`SpecConfig`) is ``off``, ``ngram:d=D:m=M`` or ``mtp:d=D``, with an
 acceptance ``alpha`` (accepted / drafted) and, for n-gram, a coverage ``c`` (the fraction of

@@ -11,6 +11,12 @@ costs ``t = tail * (C (1 + eps (w - 1)) + cache (m0 + m1 X) + overlap kappa X + 
 
 These are predictions of the device, never measurements: every output that carries them says
 ``predicted``. The stall's hinge is applied to the mean decode (docs/timing.md).
+
+The compute is paid per *position* (``positions_per_decode``: a verify decode's every position,
+rejected drafts included), and every figure here is a sum of the one decode rule,
+:func:`refsim.timing.decode.decode_terms`, as mixed by :func:`refsim.timing.verdict.point_terms`
+where a configuration has several decode kinds or an MTP head (:func:`priced_whatif`: ``union``'s
+column, ``run``'s figure): ``refsim whatif``'s price (docs/timing.md, "One price, every command").
 """
 
 from __future__ import annotations
