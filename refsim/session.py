@@ -510,9 +510,13 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
     warning(below_token_cycle_warning("run", [budget], t_bytes))
     _write_metrics(config, result, stats, path, spec.arch, device)
     text = _ids_text(model, result.tokens, tokenizer)
-    # drafting is not a term of the device model: effective tok/s there equals tok/s
-    timed = config.device.figures(device, summary.mib_per_token or 0.0,
-                                  max(1.0, result.n_gen / stats.decodes) if stats.decodes else 1.0)
+    # priced per position as refsim whatif prices the run's configuration; the MTP head's
+    # compute enters the effective rate (issue 29 item 1)
+    work = None
+    if device is not None and spec_cfg.spec == "mtp":
+        from refsim.timing.work import position_work
+        work = position_work(model)
+    timed = config.device.run_figures(device, result, result.n_gen, work)
     return RunReport(config=config, model_path=path, model=model, prompt=prompt, text=text,
                      result=result, stats=stats, load_s=load_s, wall_s=wall_s, min_margin=margin,
                      budget_bytes=budget, t_bytes=t_bytes, cache=summary, knobs=knob_summary,

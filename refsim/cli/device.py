@@ -40,11 +40,12 @@ def load_device_args(args):
 
 
 def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,
-                   draft_s_per_token: float = 0.0, cache: bool = True):
+                   draft_s_per_token: float = 0.0, cache: bool = True,
+                   positions_per_decode: float | None = None):
     """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if, or None without ``--device``
     (:meth:`~refsim.timing.device_options.DeviceOptions.figures`)."""
     return DeviceOptions.from_args(args).figures(loaded, mib_per_token, tokens_per_decode,
-                                                 draft_s_per_token, cache)
+                                                 draft_s_per_token, cache, positions_per_decode)
 
 
 def n_target_decodes(trace) -> int:
@@ -60,3 +61,21 @@ def tokens_per_decode(trace, tokens: int) -> float:
     if decodes is None:
         decodes = n_target_decodes(trace)
     return max(1.0, tokens / decodes) if decodes else 1.0
+
+
+def n_target_positions(trace) -> int:
+    """Positions of a route trace's target decodes (plain: 1; verify: 1 + its drafts, rejected
+    ones included: the verify batch the engine computes)."""
+    from refsim.events import DecodeKind
+    return sum(e.n_pos for e in trace.events if e.kind in (DecodeKind.PLAIN, DecodeKind.VERIFY))
+
+
+def positions_per_decode(trace) -> float:
+    """Positions per target decode of a route trace, or of a streamed one (its counted
+    ``n_positions`` and ``n_decodes``): 1 without speculation; the compute a verify decode pays
+    (issue 29 item 1: per position, not per confirmed token)."""
+    decodes = getattr(trace, "n_decodes", None)
+    positions = getattr(trace, "n_positions", None)
+    if decodes is None:
+        decodes, positions = n_target_decodes(trace), n_target_positions(trace)
+    return max(1.0, positions / decodes) if decodes else 1.0

@@ -116,11 +116,16 @@ def predicted_ms(args, device, s, trace, indices, tokens):
         return None, None
     from refsim import MIB
     from refsim.events import DecodeKind
-    decodes = sum(trace.events[i].kind in (DecodeKind.PLAIN, DecodeKind.VERIFY) for i in indices)
+    target = [trace.events[i] for i in indices
+              if trace.events[i].kind in (DecodeKind.PLAIN, DecodeKind.VERIFY)]
+    decodes = len(target)
     tpd = max(1.0, tokens / decodes) if decodes else 1.0
+    # the compute is paid per position, rejected drafts included (issue 29 item 1)
+    ppd = max(tpd, sum(e.n_pos for e in target) / decodes) if decodes else 1.0
     dev, name, model = device
     if dev.requests is None or args.overlap or not decodes:
-        whatif = device_figures(args, device, s.window_mib_per_token, tpd)
+        whatif = device_figures(args, device, s.window_mib_per_token, tpd,
+                                positions_per_decode=ppd)
         return 1000.0 * whatif.predicted_s_per_token, "per_mib"
     import numpy as np
 
@@ -131,7 +136,7 @@ def predicted_ms(args, device, s, trace, indices, tokens):
         s.decode_window_read_bytes / MIB, (s.lane_bytes_per_token or 0.0) * tokens / MIB,
         s.decode_rounds, s.decode_batches)))
     whatif = request_whatif(rm, name, f, tpd, model, args.io_threads, args.overlap,
-                            args.position_cost)
+                            args.position_cost, positions_per_decode=ppd)
     return 1000.0 * whatif.predicted_s_per_token, "requests"
 
 

@@ -7,7 +7,10 @@ speculation takes from the expert cache. Logic: :mod:`refsim.cache.ledger`.
 
 With ``--device DEVICE.json`` it also prints what that device predicts from the model's bytes
 alone (:func:`refsim.timing.whatif.memory_whatif`): plain decoding at 0 MiB/token (all hits), at
-``--hit-pct P`` and at one token cycle T (all misses). With ``--ram-mb`` as well it prints the
+``--hit-pct P`` (a decode-only hit without a knob, said in the output), at a run's own
+``--mib-per-token M`` (the engine's summary figure, drop or not) and at one token cycle T (all
+misses). The engine's cumulative ``cache_hit_pct`` is refused (``--hit-kind cumulative``): it fixes
+no read level. With ``--ram-mb`` as well it prints the
 resident demand by kind for the ``--dense-weights`` mode and the memory-pressure term
 (:mod:`refsim.timing.pressure`, the fault model fitted on the shared phone runs:
 docs/memory-pressure.md), beside and not inside the lines above.
@@ -19,7 +22,8 @@ import dataclasses
 import json
 
 from refsim import MIB
-from refsim.cli.common import draft_width, mib, nonneg_int, percent, positive_int, positive_mib
+from refsim.cli.common import (draft_width, mib, nonneg_float, nonneg_int, percent, positive_int,
+                               positive_mib)
 from refsim.cli.device import add_device_args, load_device_args
 from refsim.errors import ConfigError, UsageError
 from refsim.fmt import num
@@ -57,8 +61,15 @@ def add_parser(subparsers) -> None:
     g = add_device_args(p, positions=False)
     g.add_argument("--hit-pct", type=percent, default=None, metavar="P",
                    help="with --device: also predict plain decoding at this decode hit %% "
-                        "(refsim replay's decode-only figure at the budget), read as (1 - P/100) x T "
-                        "MiB/token")
+                        "(refsim replay's decode-only figure at the budget, without a knob), read "
+                        "as (1 - P/100) x T MiB/token")
+    g.add_argument("--hit-kind", choices=("decode", "cumulative"), default="decode",
+                   help="which hit --hit-pct is: decode (default; refsim replay's hit_dec%%, no "
+                        "knob); cumulative, the engine's cache_hit_pct (prefill included, dropped "
+                        "misses counted), is refused: no read level follows from it")
+    g.add_argument("--mib-per-token", type=nonneg_float, default=None, metavar="M",
+                   help="with --device: also predict plain decoding at a run's own MiB/token (the "
+                        "engine's summary read_MiB / tokens, with --drop-cold-experts or not)")
     p.set_defaults(func=run)
 
 
@@ -73,8 +84,13 @@ def run(args) -> int:
     if config.enabled and 0 < args.ubatch < config.draft_max + 1:
         raise UsageError(f"argument --ubatch: expected 0 (= --ctx) or an integer >= --draft + 1 = "
                          f"{config.draft_max + 1} (the verify batch), got '{args.ubatch}'")
-    if args.hit_pct is not None and args.device is None:
-        raise UsageError("--hit-pct without --device: it sets the device model's what-if")
+    for flag, given in (("--hit-pct", args.hit_pct is not None),
+                        ("--mib-per-token", args.mib_per_token is not None)):
+        if given and args.device is None:
+            raise UsageError(f"{flag} without --device: it sets the device model's what-if")
+    if args.hit_kind == "cumulative":
+        from refsim.timing.whatif import ENGINE_HIT_REFUSAL
+        raise UsageError(ENGINE_HIT_REFUSAL)
     device = load_device_args(args)
     model = open_model(args.model)
     n_ctx_train = model.spec.n_ctx_train
@@ -127,9 +143,9 @@ def _json(args, model, led, base_budget, device) -> dict:
         from refsim.timing.whatif import memory_whatif
         dev, name, key = device
         cases = memory_whatif(dev, name, key, model.t_bytes() / MIB, args.io_threads,
-                              args.overlap, args.hit_pct)
+                              args.overlap, args.hit_pct, args.mib_per_token)
         out["device"] = {"name": name, "model": key, "io_threads": args.io_threads,
-                         "overlap": bool(args.overlap),
+                         "overlap": bool(args.overlap), "hit_kind": "decode",
                          "cases": [{"case": c.case, "mib_per_token": c.mib_per_token,
                                     "predicted_s_per_token": c.whatif.predicted_s_per_token,
                                     "predicted_tok_s": c.whatif.predicted_tok_s} for c in cases]}
@@ -141,13 +157,17 @@ def _device_lines(args, loaded, model, led, budget) -> None:
     from refsim.timing.whatif import memory_whatif
     dev, name, key = loaded
     t_mib = model.t_bytes() / MIB
-    cases = memory_whatif(dev, name, key, t_mib, args.io_threads, args.overlap, args.hit_pct)
+    from refsim.timing.whatif import HIT_DEFINITION
+    cases = memory_whatif(dev, name, key, t_mib, args.io_threads, args.overlap, args.hit_pct,
+                          args.mib_per_token)
     print(f"device {name} (predicted, not measured): plain decoding, one position per decode, "
           f"expert cache on, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}, "
-          f"compute floor of {key}")
+          f"compute floor of {key}"
+          + (f"; hit % = {HIT_DEFINITION}" if args.hit_pct is not None else ""))
+    width = max(12, *(len(c.case) + 1 for c in cases))
     for c in cases:
         w = c.whatif
-        print(f"  {c.case + ':':<12} {num(c.mib_per_token, 1):>8} MiB/token -> "
+        print(f"  {c.case + ':':<{width}} {num(c.mib_per_token, 1):>8} MiB/token -> "
               f"{w.predicted_s_per_token:.4f} s/token, {w.predicted_tok_s:.3f} tok/s")
     if budget is not None:
         _pressure_lines(args, name, model, led, budget, t_mib)

@@ -17,7 +17,8 @@ from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
 from refsim.jit import reference_if_small
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
-                               n_target_decodes, tokens_per_decode)
+                               n_target_decodes, n_target_positions, positions_per_decode,
+                               tokens_per_decode)
 from refsim.cli.io_flags import add_io_args, check_io_args, io_tally, request_writer
 from refsim.studies.replay import DECODE_COLUMNS, ReplayReport, replay_trace, replay_turns
 from refsim.telemetry.lines import knob_lines
@@ -174,10 +175,12 @@ def stream_replay(args, budget: int, stack):
     stream, turns = iter_trace_turns(args.trace)
     io = make_io(args, stream.header, stack)
     stream.n_decodes = 0                     # target decodes, for --device's tokens per decode
+    stream.n_positions = 0                   # and their positions, for its compute
 
     def counted(parts):
         for part in parts:
             stream.n_decodes += n_target_decodes(part)
+            stream.n_positions += n_target_positions(part)
             yield part
 
     turns = counted(turns)
@@ -246,7 +249,8 @@ def device_by_requests(args, device, io_summary, trace, report, per_mib):
         (io_summary.lane_bytes_per_token or 0.0) * gen / MIB,
         io_summary.decode_rounds, io_summary.decode_batches)))
     req = request_whatif(rm, name, f, tokens_per_decode(trace, gen), model, args.io_threads,
-                         args.overlap, args.position_cost)
+                         args.overlap, args.position_cost,
+                         positions_per_decode=positions_per_decode(trace))
     used = "requests" if rm.better else "per_mib"
     other = per_mib if used == "requests" else req
     label = "per MiB" if used == "requests" else "by requests and lanes"
@@ -312,7 +316,8 @@ def run(args) -> int:
     mib = (io_summary.window_mib_per_token if io_summary is not None
            else report.summary.mib_per_token)
     timed = device_figures(args, device, mib or 0.0,
-                           tokens_per_decode(trace, report.summary.tokens))
+                           tokens_per_decode(trace, report.summary.tokens),
+                           positions_per_decode=positions_per_decode(trace))
     by_req = device_by_requests(args, device, io_summary, trace, report, timed)
     if by_req is not None and by_req["used"] == "requests":
         timed = by_req["whatif"]

@@ -10,7 +10,8 @@ from refsim.cache.policies import parse_policy_list
 from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args, report_stream,
                                warn_below_token_cycle)
 from refsim.cli.device import (add_device_args, device_figures, load_device_args,
-                               n_target_decodes, tokens_per_decode)
+                               n_target_decodes, n_target_positions, positions_per_decode,
+                               tokens_per_decode)
 from refsim.errors import UsageError
 from refsim.fmt import num
 from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
@@ -82,7 +83,8 @@ def run(args) -> int:
         ref = TraceRef.of(path)
         remember(ref, trace)
         refs.append(ref)
-        facts.append((path, h, trace.n_prompt, n_target_decodes(trace)))
+        facts.append((path, h, trace.n_prompt, _Decodes(n_target_decodes(trace),
+                                                        n_target_positions(trace))))
         del trace
     if knobs.any_on and args.policy is None:
         policies = default_policies(knobs)    # the knobs exist for the engine's LRU only
@@ -93,9 +95,8 @@ def run(args) -> int:
     if args.json:
         tok_all = None
         if device is not None:
-            tok_all = [[device_figures(args, device, r.summary.mib_per_token or 0.0,
-                                       tokens_per_decode(_Decodes(f[3]), res.tokens)).predicted_tok_s
-                        for r in res.rows] for f, res in zip(facts, results)]
+            tok_all = [[_tok_s(args, device, r, f[3], res.tokens) for r in res.rows]
+                       for f, res in zip(facts, results)]
         doc = {"traces": [dict(_trace_json(path, h, n_prompt, res),
                                rows=_rows_json(res, tok_all[i] if tok_all else None))
                           for i, ((path, h, n_prompt, _), res) in enumerate(zip(facts, results))]}
@@ -103,9 +104,7 @@ def run(args) -> int:
             pooled = pool_sweep(results)
             ptok = None
             if device is not None:
-                tpd = tokens_per_decode(_Decodes(sum(f[3] for f in facts)), pooled.tokens)
-                ptok = [device_figures(args, device, r.summary.mib_per_token or 0.0, tpd).predicted_tok_s
-                        for r in pooled.rows]
+                ptok = [_tok_s(args, device, r, _pooled(facts), pooled.tokens) for r in pooled.rows]
             doc["pooled"] = {"n_batch": pooled.n_batch, "tokens": pooled.tokens,
                              "rows": _rows_json(pooled, ptok)}
         print(json.dumps(doc), file=out)
@@ -126,9 +125,8 @@ def run(args) -> int:
               f"one ExpertCache replay per budget (dropped, spec_MiB, useful: decode only)", file=out)
     tok_s = pooled_tok_s = None
     if device is not None:
-        tok_s = [[device_figures(args, device, r.summary.mib_per_token or 0.0,
-                                 tokens_per_decode(_Decodes(f[3]), res.tokens)).predicted_tok_s
-                  for r in res.rows] for f, res in zip(facts, results)]
+        tok_s = [[_tok_s(args, device, r, f[3], res.tokens) for r in res.rows]
+                 for f, res in zip(facts, results)]
         d = device_figures(args, device, 0.0)
         print(f"pred_tok/s: device {args.device} (predicted, not measured; {d.io_threads} lanes, "
               f"{'--overlap' if d.overlap else 'serial'}, compute floor of {d.model})", file=out)
@@ -146,8 +144,7 @@ def run(args) -> int:
         return 0
     pooled = pool_sweep(results)
     if device is not None:
-        tpd = tokens_per_decode(_Decodes(sum(f[3] for f in facts)), pooled.tokens)
-        pooled_tok_s = [device_figures(args, device, r.summary.mib_per_token or 0.0, tpd).predicted_tok_s
+        pooled_tok_s = [_tok_s(args, device, r, _pooled(facts), pooled.tokens)
                         for r in pooled.rows]
     width = max(len("trace"), *(len(p) for p in paths))
     note = None
@@ -170,10 +167,25 @@ def run(args) -> int:
 
 
 class _Decodes:
-    """What :func:`tokens_per_decode` reads of a trace: its count of target decodes."""
+    """What :func:`tokens_per_decode` and :func:`positions_per_decode` read of a trace: its
+    counts of target decodes and of their positions."""
 
-    def __init__(self, n_decodes: int):
+    def __init__(self, n_decodes: int, n_positions: int):
         self.n_decodes = n_decodes
+        self.n_positions = n_positions
+
+
+def _pooled(facts) -> _Decodes:
+    """The traces' decodes and positions summed (the pooled rows)."""
+    return _Decodes(sum(f[3].n_decodes for f in facts), sum(f[3].n_positions for f in facts))
+
+
+def _tok_s(args, device, r, decodes: _Decodes, tokens: int) -> float:
+    """Predicted tok/s of sweep point ``r``: its MiB/token, the trace's tokens and positions per
+    target decode (the compute is paid per position: issue 29 item 1)."""
+    return device_figures(args, device, r.summary.mib_per_token or 0.0,
+                          tokens_per_decode(decodes, tokens),
+                          positions_per_decode=positions_per_decode(decodes)).predicted_tok_s
 
 
 def write_many_csv(path, paths, results, tok_s, pooled, pooled_tok_s) -> None:

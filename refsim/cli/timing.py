@@ -10,8 +10,8 @@ import sys
 
 import numpy as np
 
-from refsim.cli.common import (check_outputs, int_list, nonneg_float, nonneg_int,
-                               positive_int, report_stream)
+from refsim.cli.common import (add_knob_args, check_outputs, int_list, knobs_from_args,
+                               nonneg_float, nonneg_int, positive_int, report_stream)
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
 from refsim.fmt import budget_mib
@@ -84,6 +84,7 @@ def add_parser(sub) -> None:
     b.add_argument("--draft-ms", type=nonneg_float, default=0.0, metavar="MS",
                    help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
     b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_knob_args(b)
     b.add_argument("--plot", metavar="OUT.png",
                    help="figure (.png, .pdf or .svg by the extension): acceptance needed and "
                         "tokens needed against the draft width, with the band of position costs "
@@ -293,11 +294,14 @@ def run_breakeven(args) -> int:
     dev = load_device(args.device)
     model = resolve_model(dev, args.model, "--model")
     trace = read_trace(args.trace)
+    knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="timing breakeven")
     widths = sorted({1} | {d + 1 for d in args.draft})
-    unions = {b: union_study(trace, widths, ExpertCache.mib_to_bytes(b)) for b in budgets_mib}
+    unions = {b: union_study(trace, widths, ExpertCache.mib_to_bytes(b),
+                             knobs if knobs.any_on else None) for b in budgets_mib}
 
     def at(union, eps: float):
-        rows = breakeven(dev, union, model, args.io_threads, args.overlap, True, eps, args.draft_ms)
+        rows = breakeven(dev, union, model, args.io_threads, args.overlap, True, eps, args.draft_ms,
+                         knobs=knobs.any_on)
         return [r for r in rows if r.draft in set(args.draft)]
 
     table = {b: at(u, args.position_cost) for b, u in unions.items()}
@@ -325,11 +329,14 @@ def run_breakeven(args) -> int:
                           "budgets_mib": [ExpertCache.mib_to_bytes(b) / MIB for b in budgets_mib],
                           "io_threads": args.io_threads, "overlap": args.overlap,
                           "position_cost": args.position_cost, "draft_ms": args.draft_ms,
+                          "drop_cold_experts": knobs.drop_frac, "prefetch": knobs.prefetch,
                           "rows": rows}))
         return 0
     print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); "
           f"{args.io_threads} lanes; {mode}; extra position {args.position_cost:g} x C; "
-          f"drafting {args.draft_ms:g} ms per drafted decode")
+          f"drafting {args.draft_ms:g} ms per drafted decode"
+          + (f"; knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
+             if knobs.any_on else ""))
     print(f"{'budget_mib':>10}  {'plain_ms':>8}  {'plain_tok/s':>11}  {'draft':>5}  "
           f"{'MiB/decode':>10}  {'verify_ms':>9}  {'tokens_needed':>13}  {'acceptance_needed':>17}")
     for b, rows in table.items():

@@ -69,8 +69,7 @@ def run(args) -> int:
             for r in pairs_or_rows:
                 d = dataclasses.asdict(r)
                 if device is not None and budget is not None:
-                    d["predicted_tok_s"] = device_figures(args, device, r.mib_per_token or 0.0,
-                                                          float(r.window)).predicted_tok_s
+                    d["predicted_tok_s"] = _predicted(args, device, r, knobs_on).predicted_tok_s
                 out.append(d)
             return out
         doc = {"budget_bytes": budget,
@@ -93,7 +92,9 @@ def run(args) -> int:
             d = device_figures(args, device, 0.0)
             print(f"pred_tok/s: device {args.device} (predicted, not measured; {d.io_threads} lanes, "
                   f"{'--overlap' if d.overlap else 'serial'}, compute floor of {d.model}, every "
-                  f"draft accepted: w tokens per decode, extra position {d.position_cost:g} x C)")
+                  f"draft accepted: w tokens per decode, extra position {d.position_cost:g} x C"
+                  + (f"; priced on the knob columns, --drop-cold-experts {knobs.drop_frac:g} "
+                     f"--prefetch {knobs.prefetch}" if knobs_on else "") + ")")
             head += f"  {'pred_tok/s':>10}"
         if knobs_on:
             print(f"knob columns: the same replay with --drop-cold-experts {knobs.drop_frac:g} "
@@ -134,8 +135,7 @@ def table_lines(rows, args, device, budget, knobs_on) -> list[str]:
             line += (f"  {r.decodes:>7}  {num(r.read_mib, 1):>9}  {num(r.mib_per_token, 2):>9}  {rel:>6}  "
                      f"{num(r.hit_pct_decode, 3):>8}")
             if device is not None:
-                d = device_figures(args, device, r.mib_per_token or 0.0, float(r.window))
-                line += f"  {num(d.predicted_tok_s, 3):>10}"
+                line += f"  {num(_predicted(args, device, r, knobs_on).predicted_tok_s, 3):>10}"
             if knobs_on:
                 if r.window == 1:
                     kbase = r.knob_mib_per_token
@@ -144,3 +144,14 @@ def table_lines(rows, args, device, budget, knobs_on) -> list[str]:
                          f"{f'{r.knob_dropped}/{r.knob_routed}':>13}")
         out.append(line)
     return out
+
+
+def _predicted(args, device, r, knobs_on: bool):
+    """The predicted column of row ``r``: a ``w``-wide verify batch, every draft accepted, priced
+    by :func:`refsim.timing.whatif.width_whatif` (``refsim whatif``'s pricing rule) on the reads the
+    table shows beside it -- the knob columns when a knob is on (issue 29 item 1)."""
+    from refsim.timing.whatif import width_whatif
+    dev, name, model = device
+    mib = r.knob_mib_per_token if knobs_on else r.mib_per_token
+    return width_whatif(dev, name, model, args.io_threads, args.overlap, r.window, mib or 0.0,
+                        args.position_cost)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from refsim.errors import ConfigError
+from refsim.timing.decode import decode_ms as _decode_ms
 from refsim.timing.model import DeviceModel
 
 from refsim.timing.defaults import DEFAULT_EPS, EPS_RANGE  # noqa: F401  (re-exported)
@@ -51,22 +52,31 @@ class BreakevenRow:
 
 def decode_ms(device: DeviceModel, mib: float, width: int, model: str, lanes: int,
               overlap: bool, cache: bool, eps: float) -> float:
-    """``t(w)`` without drafting cost, ms (see the module docstring)."""
-    parts = device.token_ms([mib], model, lanes, overlap, cache)
-    extra = device.compute_floor(model) * eps * (width - 1)
-    return float(parts["wall"][0] + device.value("tail") * extra)
+    """``t(w)`` without drafting cost, ms (see the module docstring): the sum of the one decode
+    rule's terms (:func:`refsim.timing.decode.decode_terms`, which ``verdict.price`` mixes)."""
+    return _decode_ms(device, mib, width, model, lanes, overlap, cache, eps)
 
 
 def breakeven(device: DeviceModel, union_rows, model: str, lanes: int, overlap: bool,
-              cache: bool = True, eps: float = DEFAULT_EPS, draft_ms: float = 0.0) -> list[BreakevenRow]:
+              cache: bool = True, eps: float = DEFAULT_EPS, draft_ms: float = 0.0,
+              knobs: bool = False) -> list[BreakevenRow]:
     """Break-even per draft width from ``union_rows`` (:class:`refsim.studies.union.UnionRow`
     with a budget; must include width 1, the plain decode).
+
+    ``t(1)`` and ``t(w)`` are :func:`refsim.timing.verdict.point_terms`' ms per token of ``off``
+    and of an n-gram configuration drafting ``d`` on every decode with nothing accepted (one
+    token per decode, so ms per token = ms per decode): the price ``refsim whatif`` gives the same
+    width (issue 29 item 1). ``knobs``: read the union replay's knob columns
+    (``--drop-cold-experts``/``--prefetch`` on), as whatif does.
 
     Raises
     ------
     ConfigError
-        No width-1 row, rows without a replay budget, eps or draft_ms negative or not finite.
+        No width-1 row, rows without a replay budget (or without the knob columns when
+        ``knobs``), eps or draft_ms negative or not finite.
     """
+    from refsim.timing.terms import exact
+    from refsim.timing.verdict import Device, SpecConfig, point_terms, reads_from_union
     if not (eps >= 0 and eps < float("inf")) or not (draft_ms >= 0 and draft_ms < float("inf")):
         raise ConfigError(f"breakeven: --position-cost and --draft-ms must be finite and >= 0 "
                           f"(got {eps!r}, {draft_ms!r})")
@@ -75,19 +85,22 @@ def breakeven(device: DeviceModel, union_rows, model: str, lanes: int, overlap: 
         raise ConfigError("breakeven: width 1 (plain decoding) is needed as the baseline")
     if any(r.decodes is None for r in union_rows):
         raise ConfigError("breakeven: the union rows need a cache budget (--cache-mb)")
+    reads = reads_from_union(union_rows, knobs)
+    dv = Device(device, model, lanes, overlap, exact("eps", eps, "", "assumed", "--position-cost"),
+                cache=cache)
 
-    def per_decode(r) -> float:
-        return r.read_mib / r.decodes if r.decodes else 0.0
+    def ms(cfg) -> float:
+        return sum(point_terms(dv, cfg, reads).values())
 
-    plain = decode_ms(device, per_decode(by_w[1]), 1, model, lanes, overlap, cache, eps)
+    plain = ms(SpecConfig("off"))
     rows = []
     for w in sorted(by_w):
         if w == 1:
             continue
         d = w - 1
-        t = decode_ms(device, per_decode(by_w[w]), w, model, lanes, overlap, cache, eps) + draft_ms
+        t = ms(SpecConfig("ngram", d, acceptance=0.0, coverage=1.0)) + draft_ms
         ratio = t / plain
-        rows.append(BreakevenRow(draft=d, width=w, mib_per_decode=per_decode(by_w[w]),
+        rows.append(BreakevenRow(draft=d, width=w, mib_per_decode=reads[w].mib_per_decode,
                                  plain_ms=plain, verify_ms=t, tokens_needed=ratio,
                                  acceptance_needed_pct=(ratio - 1.0) / d * 100.0))
     return rows

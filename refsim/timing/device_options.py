@@ -81,16 +81,42 @@ class DeviceOptions:
         return dev, self.device, resolve_model(dev, self.device_model)
 
     def figures(self, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,
-                draft_s_per_token: float = 0.0, cache: bool = True):
+                draft_s_per_token: float = 0.0, cache: bool = True,
+                positions_per_decode: float | None = None):
         """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if reading ``mib_per_token``
-        MiB (2^20 bytes) per confirmed token, ``tokens_per_decode`` tokens per target decode; or
+        MiB (2^20 bytes) per confirmed token, ``tokens_per_decode`` tokens and
+        ``positions_per_decode`` positions (default: as many as tokens) per target decode; or
         None when ``loaded`` (:meth:`load`'s value) is None."""
         if loaded is None:
             return None
         from refsim.timing.whatif import device_whatif
         dev, name, model = loaded
         return device_whatif(dev, name, mib_per_token, tokens_per_decode, model, self.io_threads,
-                             self.overlap, cache, self.position_cost, draft_s_per_token)
+                             self.overlap, cache, self.position_cost, draft_s_per_token,
+                             positions_per_decode)
+
+    def run_figures(self, loaded, result, n_gen: int, work=None):
+        """A finished run's predicted s/token, tok/s and effective tok/s
+        (:class:`refsim.timing.whatif.DeviceWhatIf`), or None when ``loaded`` is None: the run's
+        configuration (:func:`refsim.timing.whatif.run_config`: its coverage, drafts and tokens
+        per decode, the mean reads of its plain and drafted decodes) priced per *position* by
+        :func:`refsim.timing.verdict.point_terms`, the function ``refsim whatif`` prices with;
+        ``work`` (:func:`refsim.timing.work.position_work` of the model) prices the MTP head's
+        compute, which enters the effective rate (issue 29 item 1).
+
+        Raises
+        ------
+        ConfigError
+            The device's refusals; an MTP run without ``work``.
+        """
+        if loaded is None:
+            return None
+        from refsim.timing.whatif import price_device, priced_whatif, run_config
+        dev, name, model = loaded
+        cfg, reads = run_config(result, n_gen)
+        dv = price_device(dev, model, self.io_threads, self.overlap, self.position_cost,
+                          cache=result.cache is not None, work=work)
+        return priced_whatif(dv, name, cfg, reads)
 
     def run_times(self, loaded, result):
         """A run's per-decode predicted times for its metrics CSV

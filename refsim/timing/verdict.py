@@ -3,8 +3,9 @@
 
 Named *verdict* because that is what it returns: every time term of a configuration, its effective
 tok/s with a band, the change against ``off`` with a band, **gains / within noise / loses**, and the
-acceptance at which it would break even. (``whatif.py`` holds the older point what-ifs of
-``replay/run/memory --device``; ``breakeven.py`` the width rule this module generalises.)
+acceptance at which it would break even. Its point sum, :func:`point_terms`, is what every
+other ``--device`` output prices with (``timing breakeven``, ``union``, ``run``: whatif.py's
+point what-ifs; issue 29 item 1); one decode's terms are :func:`refsim.timing.decode.decode_terms`.
 
 A configuration (:class:`SpecConfig`) is ``off``, ``ngram:d=D:m=M`` or ``mtp:d=D``, with an
 acceptance ``alpha`` (accepted / drafted) and, for n-gram, a coverage ``c`` (the fraction of
@@ -54,6 +55,7 @@ from dataclasses import dataclass, field, replace
 
 from refsim.errors import ConfigError
 from refsim.timing.band import DEFAULT_LEVEL, Band, delta_band, tok_s_band
+from refsim.timing.decode import decode_terms
 from refsim.timing.head import head_ms_per_token
 from refsim.timing.model import DeviceModel
 from refsim.timing.terms import Term, exact
@@ -449,15 +451,8 @@ def _reads(reads: dict, width: int) -> Reads:
 
 def _decode_parts(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool, x: float,
                   width: float, eps: float) -> dict:
-    """One decode's in-decode terms, ms (tail applied), from the device's own rules."""
-    p = dev.token_ms([x], model, lanes, overlap, cache)
-    v, c, tail = dev.value, dev.compute_floor(model), dev.value("tail")
-    mgmt = (v("m0") + v("m1") * x) if cache else 0.0
-    contention = v("kappa") * x if overlap else 0.0
-    return {"compute": tail * c, "extra_positions": tail * c * eps * (width - 1),
-            "bookkeeping": tail * mgmt, "contention": tail * contention,
-            "flash": 0.0 if overlap else tail * float(p["io"][0]),
-            "stall": tail * float(p["stall"][0]) if overlap else 0.0}
+    """One decode's in-decode terms, ms (tail applied): :func:`refsim.timing.decode.decode_terms`."""
+    return decode_terms(dev, model, lanes, overlap, cache, x, width, eps)
 
 
 def _head_ms(dv: Device, dev: DeviceModel, cfg: SpecConfig, eps: float, tpd: float) -> float:
@@ -489,6 +484,41 @@ def _ms_terms(dv: Device, dev: DeviceModel, cfg: SpecConfig, reads: dict, eps: f
     out["head"] = _head_ms(dv, dev, cfg, eps, tpd)
     out["memory"] = memory_ms
     return out
+
+
+def point_terms(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float = 0.0) -> dict:
+    """Per emitted token, ms, every term of :data:`TERM_NAMES` at ``eps``'s value: what
+    :func:`price` sums to its ``ms_per_token`` (the module docstring's table). The one pricing
+    rule of every ``--device`` output (``whatif``, ``timing breakeven``, ``union``, ``run``:
+    issue 29 item 1), without the band.
+
+    Parameters
+    ----------
+    dv : Device
+    cfg : SpecConfig
+        With its acceptance (and coverage for n-gram).
+    reads : dict of int -> Reads
+        Width 1 unless ``cfg`` drafts every decode; ``cfg.width`` for a speculation config.
+    memory_ms : float
+        The memory term's value, ms/token (:func:`memory_term`; 0 where not assessed).
+
+    Raises
+    ------
+    ConfigError
+        A missing width, acceptance or coverage; the device's refusals; an MTP config without the
+        head's inputs (:attr:`Device.work` or :attr:`Device.head`).
+    """
+    return _ms_terms(dv, dv.model, cfg, reads, dv.eps.value, memory_ms)
+
+
+def accepted_width_config(width: int) -> SpecConfig:
+    """The configuration of a verify batch of ``width`` positions with every draft accepted
+    (``refsim union``'s predicted column): ``off`` at width 1, else ``ngram:d=width-1`` drafting on
+    every decode (coverage 1) at acceptance 1, so ``width`` positions and tokens per decode."""
+    if width == 1:
+        return SpecConfig("off")
+    return SpecConfig("ngram", width - 1, acceptance=1.0, coverage=1.0,
+                      source="every draft accepted (refsim union)")
 
 
 def _tok_s_fn(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float):
@@ -584,7 +614,7 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
     plain_ms = sum(plain.values())
     mem = (memory if memory is not None and cfg.kind != "off" else
            memory_term(spec_mib if cfg.kind != "off" else 0.0, headroom_mib, plain_ms))
-    ms = _ms_terms(dv, dv.model, cfg, reads, e0, mem.value)
+    ms = point_terms(dv, cfg, reads, mem.value)
     terms = _terms(dv, cfg, reads, ms, mem)
     notes = (("acceptance and coverage assumed (given by the user)",)
              if cfg.kind != "off" and cfg.source == "assumed" else ())

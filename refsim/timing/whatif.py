@@ -11,6 +11,12 @@ costs ``t = tail * (C (1 + eps (w - 1)) + cache (m0 + m1 X) + overlap kappa X + 
 
 These are predictions of the device, never measurements: every output that carries them says
 ``predicted``. The stall's hinge is applied to the mean decode (docs/timing.md).
+
+The compute is paid per *position* (``positions_per_decode``: a verify decode's every position,
+rejected drafts included), and every figure here is a sum of the one decode rule,
+:func:`refsim.timing.decode.decode_terms`, as mixed by :func:`refsim.timing.verdict.point_terms`
+where a configuration has several decode kinds or an MTP head (:func:`priced_whatif`: ``union``'s
+column, ``run``'s figure): ``refsim whatif``'s price (docs/timing.md, "One price, every command").
 """
 
 from __future__ import annotations
@@ -69,17 +75,27 @@ def resolve_model(device: DeviceModel, model: str | None, flag: str = "--device-
 
 def device_whatif(device: DeviceModel, name: str, mib_per_token: float, tokens_per_decode: float,
                   model: str, io_threads: int, overlap: bool, cache: bool = True,
-                  eps: float = DEFAULT_EPS, draft_s_per_token: float = 0.0) -> DeviceWhatIf:
+                  eps: float = DEFAULT_EPS, draft_s_per_token: float = 0.0,
+                  positions_per_decode: float | None = None) -> DeviceWhatIf:
     """Predicted s/token and tok/s (see the module docstring).
 
-    ``tokens_per_decode`` >= 1 is also taken as the mean positions per decode (all positions of a
-    verify decode are confirmed or re-decoded; a lower bound on the width when drafts are
-    rejected).
+    ``positions_per_decode`` (>= ``tokens_per_decode``) is what the decode's compute is paid for:
+    a verify decode's every position, rejected drafts included (issue 29 item 1). None takes it
+    equal to ``tokens_per_decode`` (every draft accepted, or plain decoding).
+
+    Raises
+    ------
+    ConfigError
+        ``tokens_per_decode`` < 1 or above ``positions_per_decode``; the device's refusals.
     """
     if not tokens_per_decode >= 1.0:
         raise ConfigError(f"tokens per decode {tokens_per_decode!r}: expected >= 1")
+    width = tokens_per_decode if positions_per_decode is None else positions_per_decode
+    if not width >= tokens_per_decode:
+        raise ConfigError(f"positions per decode {width!r}: expected >= the tokens per decode "
+                          f"{tokens_per_decode!r}")
     x = mib_per_token * tokens_per_decode
-    t = decode_ms(device, x, tokens_per_decode, model, io_threads, overlap, cache, eps)
+    t = decode_ms(device, x, width, model, io_threads, overlap, cache, eps)
     s_tok = t / tokens_per_decode / 1000.0
     return DeviceWhatIf(device=name, model=model, io_threads=io_threads, overlap=overlap,
                         position_cost=eps, ms_per_decode=t, predicted_s_per_token=s_tok,
@@ -87,14 +103,115 @@ def device_whatif(device: DeviceModel, name: str, mib_per_token: float, tokens_p
                         predicted_effective_tok_s=1.0 / (s_tok + draft_s_per_token))
 
 
+def price_device(device: DeviceModel, model: str, io_threads: int, overlap: bool,
+                 eps: float = DEFAULT_EPS, cache: bool = True, work=None):
+    """The :class:`refsim.timing.verdict.Device` of a ``--device`` what-if: ``eps`` exact (kind
+    *assumed*, ``--position-cost``), no band inputs; ``work`` the model's tensor table (the MTP
+    head's compute, refsim.timing.head) when known."""
+    from refsim.timing.terms import exact
+    from refsim.timing.verdict import Device
+    return Device(device, model, io_threads, overlap,
+                  exact("eps", eps, "fraction of C per extra position", "assumed",
+                        "--position-cost"), cache=cache, work=work)
+
+
+def priced_whatif(dv, name: str, cfg, reads: dict) -> DeviceWhatIf:
+    """A :class:`DeviceWhatIf` from :func:`refsim.timing.verdict.point_terms` (the one pricing
+    rule, issue 29 item 1): s/token and tok/s of the verify decodes' terms, effective tok/s with
+    the MTP head's term added (it runs outside the verify decode: the engine's
+    ``mtp_draft_s/tok``, docs/telemetry.md), ``ms_per_decode`` the in-decode ms per token times
+    ``cfg``'s tokens per decode.
+
+    Raises
+    ------
+    ConfigError
+        :func:`~refsim.timing.verdict.point_terms`' refusals.
+    """
+    from refsim.timing.verdict import point_terms
+    terms = point_terms(dv, cfg, reads)
+    head = terms.pop("head")
+    ms_tok = sum(terms.values())
+    s_tok = ms_tok / 1000.0
+    return DeviceWhatIf(device=name, model=dv.floor_model, io_threads=dv.lanes,
+                        overlap=dv.overlap, position_cost=dv.eps.value,
+                        ms_per_decode=ms_tok * cfg.tokens_per_decode,
+                        predicted_s_per_token=s_tok, predicted_tok_s=1.0 / s_tok,
+                        predicted_effective_tok_s=1.0 / (s_tok + head / 1000.0))
+
+
+def width_whatif(device: DeviceModel, name: str, model: str, io_threads: int, overlap: bool,
+                 width: int, mib_per_token: float, eps: float = DEFAULT_EPS) -> DeviceWhatIf:
+    """``refsim union --device``'s column: a verify batch of ``width`` positions, every draft
+    accepted (:func:`refsim.timing.verdict.accepted_width_config`), each decode reading
+    ``mib_per_token * width`` MiB (the replay's MiB per position times the width), priced by
+    :func:`priced_whatif`.
+
+    Raises
+    ------
+    ConfigError
+        ``width`` < 1; the device's refusals.
+    """
+    from refsim.timing.verdict import Reads, accepted_width_config
+    if width < 1:
+        raise ConfigError(f"width {width!r}: expected >= 1")
+    reads = {width: Reads(width, mib_per_token * width)}
+    return priced_whatif(price_device(device, model, io_threads, overlap, eps), name,
+                         accepted_width_config(width), reads)
+
+
+def run_config(result, n_gen: int):
+    """``(SpecConfig, reads)`` of a finished run (:class:`refsim.spec.RunResult`), priced as
+    ``refsim whatif`` prices a configuration: the run's own coverage (decodes that drafted /
+    decodes; 1 for MTP), drafts per drafted decode, and tokens per decode ``n_gen / decodes``
+    (its acceptance: ``(tokens per decode - 1) / (coverage x drafts)``); the reads are the mean
+    flash MiB of its plain decodes (width 1) and of its drafted ones (width ``draft_max + 1``),
+    each decode's ``read_bytes`` (the MTP head's own reads included: the run's MiB/token). MTP
+    drafts on every decode (coverage 1): its reads are the mean over every decode and its drafts
+    per decode ``drafted / decodes``.
+
+    Raises
+    ------
+    ConfigError
+        A run whose counters do not make a configuration (cannot happen for a finished run).
+    """
+    from refsim import MIB
+    from refsim.timing.verdict import Reads, SpecConfig
+    steps = result.steps
+    n = len(steps)
+    if n == 0:
+        return SpecConfig("off"), {1: Reads(1, 0.0)}
+    x = [s.read_bytes / MIB for s in steps]
+    tpd = max(1.0, n_gen / n)
+    drafted = [i for i, s in enumerate(steps) if s.n_draft > 0]
+    n_drafts = sum(steps[i].n_draft for i in drafted)
+    if result.spec == "off" or not drafted:
+        return SpecConfig("off"), {1: Reads(1, sum(x) / n)}
+    d = int(result.draft_max)
+    if result.spec == "mtp":
+        share, mean_d, plain = 1.0, n_drafts / n, []
+        wide = range(n)
+    else:
+        share, mean_d = len(drafted) / n, n_drafts / len(drafted)
+        wide, plain = drafted, [i for i, s in enumerate(steps) if s.n_draft == 0]
+    acceptance = min(1.0, max(0.0, (tpd - 1.0) / (share * mean_d)))
+    reads = {d + 1: Reads(d + 1, sum(x[i] for i in wide) / len(wide))}
+    if plain:
+        reads[1] = Reads(1, sum(x[i] for i in plain) / len(plain))
+    kind = "mtp" if result.spec == "mtp" else "ngram"
+    cfg = SpecConfig(kind, d, acceptance=acceptance, coverage=None if kind == "mtp" else share,
+                     source="measured: the run", mean_drafts=min(float(d), mean_d))
+    return cfg, reads
+
+
 def request_whatif(rm, name: str, feats, tokens_per_decode: float, model: str, io_threads: int,
                    overlap: bool, eps: float = DEFAULT_EPS,
-                   draft_s_per_token: float = 0.0) -> DeviceWhatIf:
+                   draft_s_per_token: float = 0.0,
+                   positions_per_decode: float | None = None) -> DeviceWhatIf:
     """:func:`device_whatif` with the serial flash term by requests and lanes
     (:class:`refsim.timing.requests.RequestModel`); ``feats`` are one decode's
     (:class:`refsim.timing.requests.IoFeatures`, one row: window MiB, busiest-lane MiB, rounds and
     batches per decode). Under ``--overlap`` the stall is the per-MiB model's, so only ``tail``
-    differs from :func:`device_whatif`.
+    differs from :func:`device_whatif`. ``positions_per_decode``: as :func:`device_whatif`'s.
 
     Raises
     ------
@@ -104,7 +221,8 @@ def request_whatif(rm, name: str, feats, tokens_per_decode: float, model: str, i
     if not tokens_per_decode >= 1.0:
         raise ConfigError(f"tokens per decode {tokens_per_decode!r}: expected >= 1")
     parts = rm.token_ms(feats, model, io_threads, overlap, True, where=f"--device {name}")
-    extra = rm.base.compute_floor(model) * eps * (tokens_per_decode - 1)
+    width = tokens_per_decode if positions_per_decode is None else positions_per_decode
+    extra = rm.base.compute_floor(model) * eps * (width - 1)
     t = float(parts["wall"][0]) + rm.tail * extra
     s_tok = t / tokens_per_decode / 1000.0
     return DeviceWhatIf(device=name, model=model, io_threads=io_threads, overlap=overlap,
@@ -125,8 +243,23 @@ class MemoryCase:
         return {"case": self.case, "mib_per_token": self.mib_per_token, **self.whatif.as_dict()}
 
 
+HIT_DEFINITION = ("decode-only hit without a knob (refsim replay's hit_dec% with no "
+                  "--drop-cold-experts/--prefetch)")
+"""The hit ``refsim memory --hit-pct`` takes: what ``(1 - P/100) x T`` MiB/token holds for."""
+
+ENGINE_HIT_REFUSAL = (
+    "--hit-kind cumulative: the engine's cache_hit_pct counts the prefill's lookups (and, with "
+    "--drop-cold-experts, dropped misses that read nothing), so no MiB/token follows from it; give "
+    "the run's own figure, --mib-per-token (its summary read_MiB / tokens), or refsim replay's "
+    "decode-only hit without a knob, --hit-pct")
+"""Why ``refsim memory --hit-kind cumulative`` is refused (bmoe-engine.md: ``cache_hit_pct`` is
+lifetime hits / lookups, prefill included; a dropped expert is looked up and missed but not read,
+docs/streaming-knobs.md)."""
+
+
 def memory_whatif(device: DeviceModel, name: str, model: str, t_mib: float, io_threads: int,
-                  overlap: bool, hit_pct: float | None = None) -> list[MemoryCase]:
+                  overlap: bool, hit_pct: float | None = None,
+                  mib_per_token: float | None = None) -> list[MemoryCase]:
     """What a device predicts from a model's bytes alone (``refsim memory --device``).
 
     ``refsim memory`` knows the model's token cycle ``T`` (``t_mib``: Σ trunk layers ``min(k,
@@ -139,18 +272,28 @@ def memory_whatif(device: DeviceModel, name: str, model: str, t_mib: float, io_t
     - ``hit P%`` (``hit_pct`` given): ``(1 - P/100) × T`` MiB/token — P read as the byte-weighted
       decode hit share (equal to the decode-only hit % when every layer's expert slice has the
       same bytes);
+    - ``run M MiB/token`` (``mib_per_token`` given): a run's own decode MiB/token (the engine's
+      summary ``read_MiB / tokens``: prefill excluded, with whatever knobs it ran -- a dropped
+      expert's skipped read is already out of it). This is how a figure measured with
+      ``--drop-cold-experts`` enters: the engine's ``cache_hit_pct`` (cumulative, prefill
+      included, dropped misses counted) fixes no read level (:data:`ENGINE_HIT_REFUSAL`);
     - ``all misses``: ``T`` MiB/token, every routed expert read from flash (the cache's worst).
 
     Raises
     ------
     ConfigError
-        ``hit_pct`` outside 0..100; the device's own refusals (:func:`device_whatif`).
+        ``hit_pct`` outside 0..100; ``mib_per_token`` negative or not finite; the device's own
+        refusals (:func:`device_whatif`).
     """
     if hit_pct is not None and not 0.0 <= hit_pct <= 100.0:
         raise ConfigError(f"--hit-pct: expected 0..100, got {hit_pct!r}")
+    if mib_per_token is not None and not 0.0 <= mib_per_token < float("inf"):
+        raise ConfigError(f"--mib-per-token: expected a finite number >= 0, got {mib_per_token!r}")
     levels = [("all hits", 0.0)]
     if hit_pct is not None:
         levels.append((f"hit {hit_pct:g}%", (1.0 - hit_pct / 100.0) * t_mib))
+    if mib_per_token is not None:
+        levels.append((f"run {mib_per_token:g} MiB/token", mib_per_token))
     levels.append(("all misses", t_mib))
     return [MemoryCase(case, x, device_whatif(device, name, x, 1.0, model, io_threads, overlap))
             for case, x in levels]
