@@ -56,7 +56,6 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "StreamKnobs": "knobs", "MAX_PREFETCH": "knobs", "PREDICT_SPEC_MAX_DEFAULT": "knobs",
     "LayerHooks": "hooks", "RouteAhead": "route_ahead", "PredictPrefetch": "stale_gate",
     "PredictProbe": "predict", "PredictorStats": "predict",
-    "VerifyRouting": "verify_route", "VerifyRouter": "verify_route",
 })
 __all__ = ["StreamKnobs", "MAX_PREFETCH", "PREDICT_SPEC_MAX_DEFAULT", "LayerHooks", "RouteAhead",
-           "PredictPrefetch", "PredictProbe", "PredictorStats", "VerifyRouting", "VerifyRouter"]
+           "PredictPrefetch", "PredictProbe", "PredictorStats"]
