@@ -93,7 +93,7 @@ class PolicyRow:
 def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 3,
                   coverage: float = 1.0, accept: float = 0.5, seed: int = 0, knobs=None,
                   verify: str | None = None, predictor: str = "oracle",
-                  rejected: str = "foreign") -> PolicyRow:
+                  rejected: str = "foreign", on_event=None) -> PolicyRow:
     """Replay the trace's decode positions as the loop with ``policy`` would decode them.
 
     Parameters
@@ -115,6 +115,9 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
     predictor : {'oracle', 'previous'}
     rejected : {'foreign', 'same'}
         Routes of rejected draft positions (module docstring).
+    on_event : callable, optional
+        Called with each target decode's :class:`~refsim.events.DecodeEvent` once the cache has
+        applied it (``accepted`` set on a verify: its first ``1 + accepted`` positions are confirmed).
 
     Returns
     -------
@@ -179,6 +182,8 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
         else:
             ev = DecodeEvent(DecodeKind.PLAIN, pos[sl], r, weights=wt, dropped=dr)
         cache.apply(ev)
+        if on_event is not None:
+            on_event(ev)
         if w:
             pol.observe(w, n_acc)
         decodes += 1
@@ -191,3 +196,39 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
                      positions=positions, mib_per_token=s.mib_per_token,
                      hit_pct_decode=s.hit_pct_decode,
                      weight_discarded_pct=100.0 * discarded / total_w if total_w else 0.0)
+
+
+def policy_rows(trace, budget_bytes: int, policies, draft: int = 3, coverage: float = 1.0,
+                accept: float = 0.5, seed: int = 0, knobs=None) -> list[PolicyRow]:
+    """The rows a trace what-if prints for ``--spec-policy``: no drafts (``off``), ``fixed``
+    (today's engine), then each of ``policies`` not already listed, all on one acceptance stream
+    (:func:`policy_replay` with the same ``draft``, ``coverage``, ``accept``, ``seed``, ``knobs``).
+
+    Parameters
+    ----------
+    trace : refsim.trace.RouteTrace
+    budget_bytes : int
+    policies : iterable of str
+        ``--spec-policy`` texts.
+    draft, coverage, accept, seed, knobs
+        As :func:`policy_replay`.
+
+    Returns
+    -------
+    list of PolicyRow
+        ``off (no drafts)`` first, ``fixed`` second.
+
+    Raises
+    ------
+    ConfigError
+        A policy text :func:`refsim.spec.policies.parse_spec_policy` refuses (checked before any
+        replay), or the stream's ``accept`` outside [0, 1).
+    """
+    from dataclasses import replace
+    texts = ["fixed"] + [p for p in policies if p != "fixed"]
+    for p in texts:
+        parse_spec_policy(p)
+    per_position_accept(accept, draft)
+    off = replace(policy_replay(trace, budget_bytes, "fixed", draft, 0.0, accept, seed, knobs),
+                  policy="off (no drafts)")
+    return [off] + [policy_replay(trace, budget_bytes, p, draft, coverage, accept, seed, knobs) for p in texts]
