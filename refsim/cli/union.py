@@ -6,8 +6,8 @@ import dataclasses
 import json
 
 from refsim.cache import ExpertCache
-from refsim.cli.common import (add_knob_args, cache_mib, int_list, knobs_from_args,
-                               warn_below_token_cycle)
+from refsim.cli.common import (add_knob_args, cache_mib, draft_width, fraction, int_list, knobs_from_args,
+                               seed, warn_below_token_cycle)
 from refsim.cli.device import add_device_args, device_figures, load_device_args
 from refsim.errors import UsageError
 from refsim.fmt import NA, budget_mib, num, ratio
@@ -33,16 +33,90 @@ def add_parser(sub) -> None:
                    help="cache budget in MiB for the replay (omit: union sizes only)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object instead of the table (keys: docs/cache-studies.md)")
+    g = p.add_argument_group("draft policy on an acceptance stream (docs/spec-policies.md)")
+    g.add_argument("--spec-policy", action="append", default=None, metavar="NAME[:K=V,...]",
+                   help="also replay the decode positions as the loop with this draft policy would decode "
+                        "them (fixed, backoff, cost, union; repeatable), against no drafts and fixed; needs "
+                        "--cache-mb")
+    g.add_argument("--draft", type=draft_width, default=None, metavar="N",
+                   help="--spec-policy: the candidate's draft tokens per step, 1..8 (default 3)")
+    g.add_argument("--accept", type=fraction, default=None, metavar="F",
+                   help="--spec-policy: acceptance of a --draft N verify on the stream, in [0, 1) "
+                        "(default 0.5)")
+    g.add_argument("--coverage", type=fraction, default=None, metavar="F",
+                   help="--spec-policy: share of steps with a candidate, in [0, 1] (default 1)")
+    g.add_argument("--seed", type=seed, default=None, metavar="N",
+                   help="--spec-policy: the acceptance stream's seed (default 0)")
     add_knob_args(p)
     add_device_args(p)
     add_executor_args(p)
     p.set_defaults(func=run)
 
 
+POLICY_STREAM = {"draft": 3, "accept": 0.5, "coverage": 1.0, "seed": 0}
+"""Defaults of the acceptance stream ``--spec-policy`` replays on (:mod:`refsim.studies.spec_policy`)."""
+
+
+def _policy_args(args, budget) -> dict | None:
+    """The stream's settings when ``--spec-policy`` is given (None otherwise); usage errors for a
+    stream flag without it, for it without ``--cache-mb``, and ``--accept 1``."""
+    given = [f"--{k}" for k in POLICY_STREAM if getattr(args, k) is not None]
+    if not args.spec_policy:
+        if given:
+            raise UsageError(f"{given[0]} without --spec-policy: it sets the acceptance stream the policies "
+                             f"replay on")
+        return None
+    if budget is None:
+        raise UsageError("--spec-policy without --cache-mb: the policies are compared by the replay's reads")
+    st = {k: (v if getattr(args, k) is None else getattr(args, k)) for k, v in POLICY_STREAM.items()}
+    if st["accept"] >= 1.0:
+        raise UsageError(f"argument --accept: expected a number in [0, 1), got '{args.accept:g}'")
+    from refsim.spec.policies import parse_spec_policy
+    for p in args.spec_policy:
+        parse_spec_policy(p)
+    return st
+
+
+def policy_table(trace, budget, knobs, st: dict, policies) -> list:
+    """:func:`refsim.studies.spec_policy.policy_rows` of one trace for the CLI."""
+    from refsim.studies.spec_policy import policy_rows
+    return policy_rows(trace, budget, policies, st["draft"], st["coverage"], st["accept"], st["seed"],
+                       knobs if knobs is not None and knobs.any_on else None)
+
+
+def policy_dict(row) -> dict:
+    """One policy row as ``--json`` prints it."""
+    d = dataclasses.asdict(row)
+    d["positions_per_decode"] = row.positions_per_decode
+    d["tokens_per_decode"] = row.tokens_per_decode
+    return d
+
+
+def policy_lines(rows, args, device) -> list[str]:
+    """The policy block's table: one line per row, ``x fixed`` against the second row."""
+    width = max(len("policy"), *(len(r.policy) for r in rows))
+    head = (f"{'policy':<{width}}  {'decodes':>7}  {'pos/dec':>7}  {'tok/dec':>7}  {'MiB/token':>9}  "
+            f"{'x fixed':>7}  {'hit_dec%':>8}")
+    if device is not None:
+        head += f"  {'pred_tok/s':>10}"
+    out = [head]
+    fixed = rows[1].mib_per_token
+    for r in rows:
+        line = (f"{r.policy:<{width}}  {r.decodes:>7}  {r.positions_per_decode:>7.3f}  {r.tokens_per_decode:>7.3f}  "
+                f"{num(r.mib_per_token, 2):>9}  {num(ratio(r.mib_per_token, fixed), 2):>7}  "
+                f"{num(r.hit_pct_decode, 3):>8}")
+        if device is not None:
+            d = device_figures(args, device, r.mib_per_token or 0.0, r.tokens_per_decode)
+            line += f"  {num(d.predicted_tok_s, 3):>10}"
+        out.append(line)
+    return out
+
+
 def run(args) -> int:
     budget = ExpertCache.mib_to_bytes(args.cache_mb) if args.cache_mb is not None else None
     if args.device is not None and budget is None:
         raise UsageError("--device without --cache-mb: the predicted time needs the replay's reads")
+    stream = _policy_args(args, budget)
     spec = ExecutorSpec.from_args(args)
     paths = expand_traces(args.trace)
     if spec.dask is not None:
@@ -63,6 +137,9 @@ def run(args) -> int:
     if budget is not None:      # as replay and sweep: T of the widest trace (docs/cache-studies.md)
         warn_below_token_cycle("union", [budget], max(h.token_cycle_bytes for _, h in headers))
     knobs_on = knobs.any_on
+    policies = None
+    if stream is not None:      # after the grid: each trace read again, as a cell does
+        policies = [policy_table(read_trace(p), budget, knobs, stream, args.spec_policy) for p in paths]
     if args.json:
         def rows(pairs_or_rows):
             out = []
@@ -79,6 +156,9 @@ def run(args) -> int:
                           for (tpath, h), pairs in zip(headers, per_trace)]}
         if len(paths) > 1:
             doc["pooled"] = rows(pool_union(per_trace))
+        if policies is not None:
+            doc["spec_policy"] = {"stream": stream,
+                                  "traces": [[policy_dict(r) for r in rs] for rs in policies]}
         print(json.dumps(doc))
         return 0
     for tpath, h in headers:
@@ -104,6 +184,7 @@ def run(args) -> int:
         print(head)
         for line in table_lines([r for r, _ in per_trace[0]], args, device, budget, knobs_on):
             print(line)
+        print_policies(paths, policies, stream, args, device, knobs_on)
         return 0
     width = max(len("trace"), *(len(p) for p in paths))
     print(f"{'trace':<{width}}  {head}")
@@ -117,7 +198,24 @@ def run(args) -> int:
     print(head)
     for line in table_lines(pool_union(per_trace), args, device, budget, knobs_on):
         print(line)
+    print_policies(paths, policies, stream, args, device, knobs_on)
     return 0
+
+
+def print_policies(paths, policies, stream, args, device, knobs_on) -> None:
+    """The ``--spec-policy`` block (nothing without it): per trace, the policies' table."""
+    if policies is None:
+        return
+    print(f"draft policies (refsim.studies.spec_policy): the decode positions as the loop with each policy "
+          f"would decode them, on an acceptance stream (--draft {stream['draft']}: a candidate on "
+          f"{stream['coverage']:g} of the steps, acceptance {stream['accept']:g}, seed {stream['seed']}); "
+          f"a rejected draft routes as the position half the trace away; predicted routes: the trace's own"
+          + ("; knobs on" if knobs_on else ""))
+    for path, rows in zip(paths, policies):
+        if len(paths) > 1:
+            print(f"trace: {path}")
+        for line in policy_lines(rows, args, device):
+            print(line)
 
 
 def table_lines(rows, args, device, budget, knobs_on) -> list[str]:

@@ -212,7 +212,7 @@ class Routing:
     margin : (n_pos, n_layer) float32 ndarray
         :func:`route_topk`'s selection margin (NaN where not routed).
     dropped : (n_pos, n_layer, k) bool ndarray
-        Slots the drop seam dropped.
+        Slots the drop seam (or the ``cap`` verify routing) dropped.
     pred_routes, pred_weights : (n_pos, n_layer, k) ndarrays
         The stale-gate rankings made (-1 / NaN elsewhere).
     """
@@ -229,6 +229,7 @@ class Routing:
         self.dropped = np.zeros((n_pos, n_layer, k), dtype=bool)
         self.pred_routes = np.full((n_pos, n_layer, k), NOT_ROUTED, dtype=np.int16)
         self.pred_weights = np.full((n_pos, n_layer, k), np.nan, dtype=np.float32)
+        self.verify_dropped = False
 
     def rank(self, j: int, x: np.ndarray) -> np.ndarray:
         """Layer j's router on gate input x (n, n_embd): its top-k ids (n, k) (the probe's ranking)."""
@@ -247,10 +248,18 @@ class Routing:
         2. ``--route-ahead`` / ``--predict-prefetch``: the stale gate ranks layer il+N's router on the
            last row's gate input (:func:`refsim.streaming.stale_gate.predict_layer`) and tells the
            drop seam at once.
+        2b. Lossy verify routing (``hooks.verify``, a verify decode only): ``consensus`` moves slots (the
+           moved routing is recorded), ``cap`` drops slots (recorded in ``dropped``; the experts run the
+           survivors, :func:`refsim.streaming.drop.apply_drop`); :mod:`refsim.streaming.verify_route`.
         3. The routing is recorded (``routes``, ``weights``, ``margin``).
         4. ``--predict-log``: the probe scores the last row's routing.
         5. ``--drop-cold-experts``: the drop seam applies the rule
            (:func:`refsim.streaming.drop.gate_layer`).
+
+        Raises
+        ------
+        ConfigError
+            Verify routing and the drop seam on the same graph.
 
         Parameters
         ----------
@@ -277,6 +286,15 @@ class Routing:
                 predict_layer(self.ranker, il, f[-1:], self.stale, row, self.pred_routes, self.pred_weights,
                               self.gate)
         at = slice(None) if rows.size == self.margin.shape[0] else rows   # every row: a slice (a cheaper write)
+        run = None
+        if hooks is not None and hooks.verify is not None and hooks.verify.applies(hooks.phase, rows.size):
+            if self.gate is not None:
+                raise ConfigError("lossy verify routing with --drop-cold-experts: not modelled (the drop "
+                                  "seam and the verify rule would both decide this layer's reads)")
+            ids, run_ids, run_w, vdrop = hooks.verify.layer(ids, w)
+            self.dropped[rows, il] = vdrop
+            self.verify_dropped |= bool(vdrop.any())
+            run = run_ids, run_w
         self.routes[at, il] = ids
         self.weights[at, il] = w
         self.margin[at, il] = m
@@ -285,13 +303,13 @@ class Routing:
                 hooks.probe.layer(il, ids[-1], f[-1:], self.rank)
             if self.gate is not None:
                 ids, w, self.dropped[rows, il] = gate_layer(self.gate, il, rows, ids, w)
-        return ids, w
+        return (ids, w) if run is None else run
 
     def result_fields(self) -> dict:
         """The :class:`refsim.forward.result.DecodeResult` fields of the routing: ``dropped`` only with a
         drop seam, the rankings only with a ranker."""
         return dict(routes=self.routes, weights=self.weights, route_margin=self.margin,
-                    dropped=self.dropped if self.gate is not None else None,
+                    dropped=self.dropped if self.gate is not None or self.verify_dropped else None,
                     pred_routes=self.pred_routes if self.ranker is not None else None,
                     pred_weights=self.pred_weights if self.ranker is not None else None)
 

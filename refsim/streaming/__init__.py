@@ -13,6 +13,7 @@ temporal prefetch    --prefetch K           (cache only)    queue ids of l+1..l+
 stale-gate prefetch  --predict-prefetch     stale_gate.py   retain / speculate at t-2     predictor -> predict_layer
 route-ahead          --route-ahead N        route_ahead.py  early reads after L-N         ahead -> commit_ahead
 predict log          --predict-log          predict.py      none (scores only)            probe -> probe.layer
+verify routing       (refsim's, lossy)      verify_route.py dropped/moved slots recorded  verify -> VerifyRouter.layer
 ===================  =====================  ==============  ============================  ===============================
 
 In more words (the forward side is :func:`refsim.forward.routing.route_layer`, the per-layer hook
@@ -33,6 +34,11 @@ sequence written once for every pass):
 - **predict log**: ``--predict-log`` (``refsim run`` only) -> :mod:`~.predict` (``PredictProbe``,
   ``PredictorStats``) -> none (it scores, the cache does not act) -> ``LayerHooks.probe``:
   ``probe.layer`` after each layer's routing.
+
+- **verify routing** (refsim's experiment, not an engine flag; lossy): ``cap:U`` / ``consensus:T`` ->
+  :mod:`~.verify_route` (``cap_layer``, ``consensus_layer``, ``VerifyRouter``) -> the event records the
+  capped slots as dropped (no lookup, no read) or the moved routing -> ``LayerHooks.verify``: applied to
+  a verify decode's rows only; the trace study (:mod:`refsim.studies.spec_policy`) calls the same rule.
 
 - :mod:`~.knobs`: :class:`StreamKnobs`, the cache-side flags of one run or replay with the engine's
   validation (ranges, the pairs it rejects), and the flag constants (``MAX_PREFETCH``,

@@ -3,7 +3,8 @@
 A reference pass asks one narrow question per MoE layer through an object it is handed
 (docs/architecture.md, "The drop seam"). That object is a :class:`LayerHooks`: the drop seam
 (``gate``, per graph), the ``--predict-log`` probe (``probe``), ``--route-ahead N``
-(``ahead``) and ``--predict-prefetch`` (``predictor``). Each is optional; the pass calls the ones
+(``ahead``), ``--predict-prefetch`` (``predictor``) and the lossy verify routing (``verify``,
+:mod:`refsim.streaming.verify_route`; refsim's experiment, not an engine flag). Each is optional; the pass calls the ones
 it holds in one fixed order after each layer's router (:func:`refsim.forward.routing.route_layer`).
 
 A target says whether its pass takes hooks by its ``hooks`` attribute
@@ -23,6 +24,7 @@ from refsim.streaming.knobs import StreamKnobs
 from refsim.streaming.predict import PredictProbe
 from refsim.streaming.route_ahead import RouteAhead
 from refsim.streaming.stale_gate import PredictPrefetch
+from refsim.streaming.verify_route import VerifyRouter
 
 
 @dataclass
@@ -42,6 +44,12 @@ class LayerHooks:
         ``--route-ahead N``: commits the ranking made N layers early.
     predictor : PredictPrefetch, optional
         ``--predict-prefetch``: the stale-gate ranking of layer il+2 made at layer il.
+    verify : VerifyRouter, optional
+        Lossy verify routing (``cap:U`` / ``consensus:T``): applied to the rows of a verify decode
+        (a decode graph of more than one position, :meth:`VerifyRouter.applies`), never to a
+        plain decode or a prefill. Not combinable with the drop seam (the pass refuses the pair).
+    phase : int
+        The current graph's phase (0 prefill, 1 decode), set by :meth:`begin_graph`.
 
     Notes
     -----
@@ -53,6 +61,8 @@ class LayerHooks:
     probe: PredictProbe | None = None
     ahead: RouteAhead | None = None
     predictor: PredictPrefetch | None = None
+    verify: VerifyRouter | None = None
+    phase: int = 1
 
     def arm(self, knobs: StreamKnobs, n_layer: int, predict_log: bool = False) -> None:
         """Set one run's hooks from its knobs: ``ahead`` with ``--route-ahead N``, ``predictor`` with
@@ -69,11 +79,14 @@ class LayerHooks:
 
     @property
     def idle(self) -> bool:
-        """No hook is set: the pass may take a path without the per-layer seam."""
+        """No hook is set: the pass may take a path without the per-layer seam. ``verify`` does not
+        count: it never changes a one-position decode, the only graph such a path serves."""
         return self.gate is None and self.probe is None and self.ahead is None and self.predictor is None
 
     def begin_graph(self, phase: int) -> None:
-        """A graph starts (0 prefill, 1 decode): tell the probe, route-ahead and the predictor."""
+        """A graph starts (0 prefill, 1 decode): remember the phase; tell the probe, route-ahead and
+        the predictor."""
+        self.phase = phase
         for hook in (self.probe, self.ahead, self.predictor):
             if hook is not None:
                 hook.begin_graph(phase)

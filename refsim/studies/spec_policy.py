@@ -21,13 +21,9 @@ routes of the position half the trace away (``(p + j + n_dec // 2) mod n_dec``),
 same text that is not this one; ``'same'`` keeps the trace's (what ``refsim union`` assumes, a
 lower bound on the widening).
 
-Lossy verify routing (applied to verify decodes only; labelled lossy):
-
-- ``cap:U`` -- per layer keep the U experts of the batch union with the largest summed weight;
-  the other slots are dropped (not read; their weight is discarded);
-- ``consensus:T`` -- at positions after the first, a slot whose weight share (weight / the
-  position's summed weight) is below T is moved to the highest-summed-weight expert of the batch
-  union the position does not have yet; the moved slot's weight counts as discarded.
+Lossy verify routing (applied to verify decodes only; labelled lossy): ``cap:U`` and
+``consensus:T``, the rules of :mod:`refsim.streaming.verify_route` (the live forward pass calls
+the same functions).
 
 Times: :func:`refsim.timing.whatif.device_whatif` at the replay's MiB/token and tokens per decode
 (predicted, never measured).
@@ -43,6 +39,7 @@ from refsim.cache import CacheSummary, ExpertCache
 from refsim.errors import ConfigError
 from refsim.events import DecodeEvent, DecodeKind
 from refsim.spec.policies import StepView, parse_spec_policy
+from refsim.streaming.verify_route import cap_union, consensus, parse_verify_routing  # noqa: F401  (cap_union, consensus: re-exported, the one rule)
 from refsim.studies.union import decode_positions
 
 
@@ -69,48 +66,6 @@ def acceptance_stream(n: int, coverage: float, accept: float, draft: int, seed: 
     ok = rng.random((n, draft)) < q
     run = np.where(ok.all(axis=1), draft, np.argmin(ok, axis=1)).astype(np.int64)
     return has, run
-
-
-def cap_union(routes, weights, cap: int):
-    """(dropped (n, n_layer, k) bool, discarded weight) for ``cap:U`` on one verify batch."""
-    n, n_layer, k = routes.shape
-    dropped = np.zeros(routes.shape, bool)
-    for il in range(n_layer):
-        ids, w = routes[:, il].ravel().astype(np.int64), weights[:, il].ravel()
-        ok = ids >= 0
-        uniq = np.unique(ids[ok])
-        if uniq.size <= cap:
-            continue
-        tot = np.array([w[ok & (ids == e)].sum() for e in uniq])
-        keep = set(uniq[np.argsort(-tot, kind="stable")[:cap]].tolist())
-        dropped[:, il] = np.isin(routes[:, il], list(keep), invert=True) & (routes[:, il] >= 0)
-    return dropped, float(weights[dropped].sum())
-
-
-def consensus(routes, weights, share: float):
-    """(new routes, discarded weight) for ``consensus:T`` on one verify batch."""
-    out = routes.copy()
-    n, n_layer, k = routes.shape
-    moved = 0.0
-    for il in range(n_layer):
-        ids, w = routes[:, il].astype(np.int64), weights[:, il]
-        uniq = np.unique(ids[ids >= 0])
-        tot = {int(e): float(w[ids == e].sum()) for e in uniq}
-        order = sorted(tot, key=lambda e: -tot[e])
-        for j in range(1, n):
-            s = float(w[j][ids[j] >= 0].sum())
-            have = set(out[j, il].tolist())
-            for slot in np.argsort(w[j]):
-                if ids[j, slot] < 0 or s <= 0 or w[j, slot] / s >= share:
-                    continue
-                for e in order:
-                    if e not in have:
-                        have.discard(int(out[j, il, slot]))
-                        out[j, il, slot] = e
-                        have.add(e)
-                        moved += float(w[j, slot])
-                        break
-    return out, moved
 
 
 @dataclass(frozen=True)
@@ -150,7 +105,7 @@ class PolicyRow:
 def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 3,
                   coverage: float = 1.0, accept: float = 0.5, seed: int = 0, knobs=None,
                   verify: str | None = None, predictor: str = "oracle",
-                  rejected: str = "foreign") -> PolicyRow:
+                  rejected: str = "foreign", on_event=None) -> PolicyRow:
     """Replay the trace's decode positions as the loop with ``policy`` would decode them.
 
     Parameters
@@ -172,6 +127,9 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
     predictor : {'oracle', 'previous'}
     rejected : {'foreign', 'same'}
         Routes of rejected draft positions (module docstring).
+    on_event : callable, optional
+        Called with each target decode's :class:`~refsim.events.DecodeEvent` once the cache has
+        applied it (``accepted`` set on a verify: its first ``1 + accepted`` positions are confirmed).
 
     Returns
     -------
@@ -188,10 +146,8 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
         raise ConfigError(f"rejected: expected foreign or same, got {rejected!r}")
     h = trace.header
     pos, routes, dropped, weights = decode_positions(trace.events, with_weights=True)
-    if verify is not None:
-        kind, _, val = verify.partition(":")
-        if kind not in ("cap", "consensus") or not val:
-            raise ConfigError(f"verify routing: expected cap:U or consensus:T, got {verify!r}")
+    rule = None if verify is None else parse_verify_routing(verify)
+    if rule is not None:
         if weights is None:
             raise ConfigError("verify routing variants need the trace's weights")
     pol = parse_spec_policy(policy)
@@ -227,13 +183,10 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
                 dr[n_acc + 1:] = dropped[far]
         if wt is not None:
             total_w += float(np.nansum(wt[r >= 0]))
-        if w and verify is not None:
-            kind, _, val = verify.partition(":")
-            if kind == "cap":
-                d2, lost = cap_union(r, wt, int(val))
+        if w and rule is not None:
+            r, d2, lost = rule.event(r, wt)
+            if d2 is not None:
                 dr = d2 if dr is None else (dr | d2)
-            else:
-                r, lost = consensus(r, wt, float(val))
             discarded += lost
         if w:
             ev = DecodeEvent(DecodeKind.VERIFY, pos[sl], r, weights=wt, dropped=dr, n_draft=w,
@@ -241,6 +194,8 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
         else:
             ev = DecodeEvent(DecodeKind.PLAIN, pos[sl], r, weights=wt, dropped=dr)
         cache.apply(ev)
+        if on_event is not None:
+            on_event(ev)
         if w:
             pol.observe(w, n_acc)
             verifies += 1
@@ -260,3 +215,39 @@ def policy_replay(trace, budget_bytes: int, policy: str = "fixed", draft: int = 
                      **{f"{name}_{what}": cache.stats.total(what, (kind,))
                         for name, kind in (("plain", DecodeKind.PLAIN), ("verify", DecodeKind.VERIFY))
                         for what in ("read_bytes", "lookups", "hits")})
+
+
+def policy_rows(trace, budget_bytes: int, policies, draft: int = 3, coverage: float = 1.0,
+                accept: float = 0.5, seed: int = 0, knobs=None) -> list[PolicyRow]:
+    """The rows a trace what-if prints for ``--spec-policy``: no drafts (``off``), ``fixed``
+    (today's engine), then each of ``policies`` not already listed, all on one acceptance stream
+    (:func:`policy_replay` with the same ``draft``, ``coverage``, ``accept``, ``seed``, ``knobs``).
+
+    Parameters
+    ----------
+    trace : refsim.trace.RouteTrace
+    budget_bytes : int
+    policies : iterable of str
+        ``--spec-policy`` texts.
+    draft, coverage, accept, seed, knobs
+        As :func:`policy_replay`.
+
+    Returns
+    -------
+    list of PolicyRow
+        ``off (no drafts)`` first, ``fixed`` second.
+
+    Raises
+    ------
+    ConfigError
+        A policy text :func:`refsim.spec.policies.parse_spec_policy` refuses (checked before any
+        replay), or the stream's ``accept`` outside [0, 1).
+    """
+    from dataclasses import replace
+    texts = ["fixed"] + [p for p in policies if p != "fixed"]
+    for p in texts:
+        parse_spec_policy(p)
+    per_position_accept(accept, draft)
+    off = replace(policy_replay(trace, budget_bytes, "fixed", draft, 0.0, accept, seed, knobs),
+                  policy="off (no drafts)")
+    return [off] + [policy_replay(trace, budget_bytes, p, draft, coverage, accept, seed, knobs) for p in texts]

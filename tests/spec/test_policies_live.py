@@ -63,3 +63,42 @@ def test_policies_are_greedy_on_the_trained_moes_and_replay(name, policy, tmp_pa
     assert (rep.summary.lookups, rep.summary.hits, rep.summary.read_bytes) == (
         st_.total("lookups"), st_.total("hits"), st_.total("read_bytes"))
     assert rep.residency_agree == rep.residency_rows > 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_policies_with_the_mtp_head_are_greedy_and_replay(policy, tmp_path):
+    """--mtp on the trained qwen35moe (its MTP head drafts): every policy emits greedy's tokens; the
+    run's events (the head's decodes included) replay to the same counters, and its route trace
+    holds the run's target decodes. (An --mtp route trace holds no head rows, as the engine's,
+    docs/trace-format.md, so a trace replay lacks the head's lookups: the counters are the events'.)"""
+    from refsim.cache import ExpertCache
+    from refsim.events import DecodeKind
+    from refsim.model import open_model
+    from refsim.spec import run_generation
+    from refsim.spec.mtp import mtp_source_for
+    from refsim.trace import TraceHeader
+    path = TRAINED["tiny-moe35"]
+    ref = _run(path, CODE, 24)
+    model = open_model(str(path))
+    cfg = SpecConfig.from_flags(mtp=True, draft=3, spec_policy=policy)
+    target, source = mtp_source_for(model, cfg)
+    eb = [model.expert_bytes(il) for il in range(target.n_layer)]
+    live = ExpertCache(eb, model.spec.n_expert, 2 << 20)
+    res = run_generation(target, source, ref.prompt, 24, cache=live, draft_max=3, policy=cfg.make_policy())
+    assert res.tokens.tolist() == ref.result.tokens.tolist()
+    assert any(s.n_draft for s in res.steps)
+    again = ExpertCache(eb, model.spec.n_expert, 2 << 20)
+    for e in res.events:
+        again.apply(e)
+    for name in ("lookups", "hits", "read_bytes"):
+        assert again.stats.total(name) == live.stats.total(name), name
+    trace = tmp_path / "run.route.csv"
+    s = model.spec
+    res.write_trace(str(trace), TraceHeader(model=str(path), arch=s.arch, n_layer=target.n_layer,
+                                            n_expert=s.n_expert, n_expert_used=s.n_expert_used,
+                                            expert_bytes=eb,
+                                            dense_bytes=[model.dense_bytes(il) for il in range(target.n_layer)]))
+    target_events = [e for e in res.events if not e.kind.draft_context]
+    assert [(e.kind, e.positions.tolist()) for e in read_trace(trace).events] == [
+        (e.kind, e.positions.tolist()) for e in target_events]
+    assert any(e.kind is DecodeKind.VERIFY for e in target_events)

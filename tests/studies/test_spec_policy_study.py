@@ -1,5 +1,7 @@
 """The draft-policy trace study (refsim/studies/spec_policy.py, tools/spec_policy_study.py)."""
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +83,80 @@ def test_tool_small_budget():
         "off (no drafts), drop 0.75", "fixed, drop 0.75", "backoff, drop 0.75",
         "fixed + cap:12 (lossy)"]
     assert lines[1].endswith("+0.0 % |")
+
+
+# ── every policy is lossless in replay; --spec-policy on refsim union ──────────────────────────
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from refsim.cli import main  # noqa: E402
+from refsim.events import DecodeKind  # noqa: E402
+from refsim.studies.spec_policy import policy_rows  # noqa: E402
+from refsim.studies.union import decode_positions  # noqa: E402
+from refsim.testing.traces import event_streams  # noqa: E402
+
+POLICY_TEXTS = ["fixed", "backoff", "backoff:patience=1,cooldown=2", "cost", "cost:mibs=3000", "union",
+                "union:mib=0", "union:mib=64"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(event_streams(speculative=False), st.sampled_from(POLICY_TEXTS), st.integers(1, 8),
+       st.floats(0.0, 1.0), st.floats(0.0, 0.95), st.integers(0, 2 ** 16), st.integers(1, 80),
+       st.sampled_from(["oracle", "previous"]))
+def test_every_policy_confirms_greedys_tokens_in_replay(stream, policy, draft, coverage, accept, seed,
+                                                        budget_kb, predictor):
+    """A policy only picks widths: the replayed decodes confirm the trace's decode positions (greedy's
+    tokens) exactly once each, in order, whatever the stream, budget or predictor."""
+    pos, _, _ = decode_positions(stream.events)
+    evs = []
+    row = policy_replay(stream, budget_kb << 10, policy, draft, coverage, accept, seed,
+                        predictor=predictor, on_event=evs.append)
+    confirmed = [p for e in evs for p in e.positions[:1 + (e.accepted or 0)].tolist()]
+    assert confirmed == pos.tolist()
+    assert all(e.n_pos <= draft + 1 and (e.kind is DecodeKind.VERIFY) == (e.n_pos > 1) for e in evs)
+    assert (row.tokens, row.decodes, row.positions) == (pos.size, len(evs), sum(e.n_pos for e in evs))
+    assert not row.lossy and row.weight_discarded_pct == 0
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason=skip_reason(TRACE))
+def test_union_spec_policy_rows_are_the_studys(capsys):
+    """refsim union --spec-policy prints policy_rows (the study's code): at the phone copy cell the
+    docs' table (docs/spec-policies.md: off 144.7, fixed 183.9, backoff 165.0 MiB/token)."""
+    args = ["union", str(TRACE), "--cache-mb", "3000", "--window", "4", "--spec-policy", "backoff",
+            "--coverage", "0.142", "--drop-cold-experts", "0.75"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, ln in enumerate(out) if ln.startswith("draft policies"))
+    assert "--draft 3: a candidate on 0.142 of the steps, acceptance 0.5, seed 0" in out[at]
+    table = {ln[:15].strip(): ln[15:].split() for ln in out[at + 2:]}
+    assert list(table) == ["off (no drafts)", "fixed", "backoff"]
+    assert [v[3] for v in table.values()] == ["144.71", "183.94", "165.05"]
+    assert [v[4] for v in table.values()] == ["0.79", "1.00", "0.90"]
+    assert main(args + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    from refsim.streaming.knobs import StreamKnobs
+    from refsim.trace import read_trace
+    rows = policy_rows(read_trace(str(TRACE)), 3000 << 20, ["backoff"], 3, 0.142, 0.5, 0,
+                       StreamKnobs(drop_frac=0.75))
+    assert doc["spec_policy"]["stream"] == {"draft": 3, "accept": 0.5, "coverage": 0.142, "seed": 0}
+    got = doc["spec_policy"]["traces"][0]
+    assert [r["policy"] for r in got] == ["off (no drafts)", "fixed", "backoff"]
+    assert [r["mib_per_token"] for r in got] == [r.mib_per_token for r in rows]
+    assert [r["tokens_per_decode"] for r in got] == [r.tokens_per_decode for r in rows]
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason=skip_reason(TRACE))
+@pytest.mark.parametrize("extra, msg", [
+    (["--accept", "0.3"], "--accept without --spec-policy"),
+    (["--spec-policy", "fixed"], "--spec-policy without --cache-mb"),
+    (["--spec-policy", "fixed", "--cache-mb", "100", "--accept", "1"], r"argument --accept: expected a number in \[0, 1\)"),
+    (["--spec-policy", "nope", "--cache-mb", "100"], "argument --spec-policy: expected one of"),
+])
+def test_union_spec_policy_usage_errors(extra, msg, capsys):
+    try:
+        rc = main(["union", str(TRACE), "--window", "1"] + extra)
+    except SystemExit as e:          # argparse's own refusals exit; the checks after parsing return
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert re.search(msg, err) and len(err.strip().splitlines()[-1]) > 0, err
