@@ -397,7 +397,8 @@ def _line(p) -> str:
         d = p.delta
         delta = f"{d.point:+.1f} [{d.lo:+.1f}, {d.hi:+.1f}]"
         verdict = p.verdict
-        be = ("never" if p.breakeven_acceptance is not None and math.isnan(p.breakeven_acceptance)
+        be = ("n/a" if p.breakeven_acceptance is None else
+              "never" if math.isnan(p.breakeven_acceptance)
               else f"{100 * p.breakeven_acceptance:.1f}%")
     hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
     return (f"{p.budget_mib:>7g}  {label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "

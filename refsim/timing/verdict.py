@@ -87,7 +87,8 @@ class SpecConfig:
     min_match : int
         ``m`` (``--ngram-min-match``); 0 unless n-gram.
     acceptance : float or None
-        Accepted / drafted, 0..1 (None: not known yet; required to price).
+        Accepted / drafted, 0..1 (None: not known yet, required to price unless the coverage is
+        0; a measured configuration that drafted nothing has none).
     coverage : float or None
         Drafted decodes / decodes, 0..1 (n-gram; MTP is 1, ``off`` 0).
     source : str
@@ -122,7 +123,8 @@ class SpecConfig:
                  drafted: int, accepted: int, source: str, policy: str = "fixed") -> "SpecConfig":
         """A configuration from the counters of a run or replay of the engine's loop.
 
-        acceptance ``accepted / drafted`` (0 when nothing was drafted), coverage ``drafted_steps
+        acceptance ``accepted / drafted`` (None when nothing was drafted: a ratio over zero
+        events is undefined, docs/cli.md "Numbers"), coverage ``drafted_steps
         / decodes`` (the engine's ``drafted_steps``: decodes that verified at least one draft),
         drafts per drafted decode ``drafted / drafted_steps`` (None when none drafted). ``off``
         keeps no counters.
@@ -141,7 +143,7 @@ class SpecConfig:
                               f"{drafted_steps}, drafted {drafted}, accepted {accepted} are not "
                               f"one run's")
         return cls(kind, draft, min_match if kind == "ngram" else 0,
-                   acceptance=accepted / drafted if drafted else 0.0,
+                   acceptance=accepted / drafted if drafted else None,
                    coverage=drafted_steps / decodes if decodes else 0.0, source=source,
                    mean_drafts=drafted / drafted_steps if drafted_steps else None, policy=policy)
 
@@ -205,8 +207,12 @@ class SpecConfig:
 
     @property
     def tokens_per_decode(self) -> float:
-        """``1 + c d alpha`` (``d``: :attr:`drafts`)."""
-        return 1.0 + self.drafted_fraction * self.drafts * self._alpha()
+        """``1 + c d alpha`` (``d``: :attr:`drafts`); 1 when ``c`` is 0, whatever alpha (a
+        configuration that drafted nothing has no acceptance)."""
+        c = self.drafted_fraction
+        if c == 0.0:
+            return 1.0
+        return 1.0 + c * self.drafts * self._alpha()
 
 
 _ITEM = re.compile(r"^(off|ngram|mtp)((?::[a-z_]+=[^:,]+)*)$")
@@ -392,8 +398,9 @@ class Device:
 class Price:
     """One configuration at one budget (ms per emitted token for every term).
 
-    ``delta`` is None for ``off``; ``breakeven_acceptance`` is None for ``off``, nan when even
-    every draft accepted loses, 0 when no acceptance is needed.
+    ``delta`` is None for ``off``; ``breakeven_acceptance`` is None for ``off`` and for a
+    measured configuration that drafted nothing (n/a), nan when even every draft accepted loses,
+    0 when no acceptance is needed.
     """
 
     config: SpecConfig
@@ -548,10 +555,16 @@ def breakeven_acceptance(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: fl
                          tol: float = 1e-9, off_reads: dict | None = None) -> float | None:
     """The acceptance at which the point change against ``off`` is 0 (None for ``off``; 0.0 when
     no acceptance is needed; nan when every draft accepted still loses). Bisection on ``alpha`` in
-    [0, 1]. ``off_reads``: the baseline's own replay when it runs at another budget (``--cache-mb
+    [0, 1]. An n-gram configuration of coverage 0 (nothing drafted) has the break-even of its
+    drafted decodes where it does not depend on the coverage (the baseline at the same reads, no
+    memory term: ``c (t_w - t_1 (1 + d alpha))`` changes sign at one alpha whatever ``c > 0``),
+    else the sign of its change (0.0 or nan). None too for a measured configuration that drafted
+    nothing (no acceptance: its drafted decodes were never seen). ``off_reads``: the baseline's own replay when it runs at another budget (``--cache-mb
     auto``: speculation's memory leaves the cache); default ``reads``."""
     if cfg.kind == "off":
         return None
+    if cfg.drafted_fraction == 0.0 and cfg.acceptance is None:
+        return None                     # measured, nothing drafted: no drafted decode to price
     off = SpecConfig("off")
     e = dv.eps.value
     t_off = sum(_ms_terms(dv, dv.model, off, reads if off_reads is None else off_reads, e,
@@ -561,6 +574,11 @@ def breakeven_acceptance(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: fl
         s = replace(cfg, acceptance=a)
         return t_off - sum(_ms_terms(dv, dv.model, s, reads, e, memory_ms).values())
     if cfg.kind == "ngram" and cfg.drafted_fraction == 0.0:
+        if off_reads is None and memory_ms == 0.0:
+            # the change is 0 at coverage 0 whatever alpha; at any coverage c > 0 its sign is
+            # that of c (t_w - t_1 (1 + d alpha)): the break-even does not depend on c, so it is
+            # the one of every draft decode (coverage 1), the limit of a coverage going to 0
+            return breakeven_acceptance(dv, replace(cfg, coverage=1.0), reads, tol=tol)
         return 0.0 if gap(0.0) >= 0 else math.nan
     if gap(0.0) >= 0.0:
         return 0.0

