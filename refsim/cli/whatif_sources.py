@@ -179,11 +179,14 @@ class TraceSource:
                             coverage=c.drafted_fraction, accept=alpha, seed=POLICY_SEED,
                             knobs=self.knobs if self.knobs.any_on else None, rejected="same")
         m = from_policy_row(row)
-        # an assumed acceptance stays labelled assumed (every output marks it); a measured one
-        # says it was replayed
-        src = (c.source if c.source == "assumed" else
-               f"{c.source}; {self.policy.label()} on a seeded acceptance stream "
-               f"(refsim.studies.spec_policy, seed {POLICY_SEED})")
+        # the acceptance and coverage shown are the replay's own counters (the policy changes
+        # both): measured, whatever the stream was drawn with (assumed in --spec, or measured
+        # from --tokens), which the label names
+        stream = (f"measured: {self.policy.label()} replay of the assumed acceptance {alpha:g} "
+                  f"and coverage {c.drafted_fraction:g} (--spec)" if c.source == "assumed" else
+                  f"{c.source}; {self.policy.label()}")
+        src = (f"{stream} on a seeded acceptance stream (refsim.studies.spec_policy, seed "
+               f"{POLICY_SEED})")
         cfg = m.config(c.kind, c.draft, c.min_match, src, self.policy.label())
         return cfg, m.reads(c.width, self.reads_at(mib)[1]), self.reads_at(off_mib), _counts(m)
 

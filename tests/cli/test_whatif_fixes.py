@@ -93,3 +93,29 @@ def test_nothing_drafted_is_na(device_file, capsys):
     assert code == 0
     cells = out.splitlines()[-1].split()
     assert cells[2] == "n/a" and cells[-1] == "n/a"
+
+
+# D2 -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["backoff", "cost"])
+def test_policy_replay_figures_are_labelled_measured(device_file, capsys, policy):
+    """With a policy other than fixed on a trace, the acceptance and coverage shown are the
+    replay's counters (the policy changes both): measured, not "assumed (given in --spec)"; the
+    label names the assumed stream they were replayed from. The fixed rows stay assumed."""
+    args = [DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+            "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.4,mtp:d=2:acceptance=0.8",
+            "--head-ms", "10"]
+    doc = whatif_json(capsys, *args, "--spec-policy", policy)
+    for row, given in zip(doc["rows"][1:], ("acceptance 0.5 and coverage 0.4",
+                                            "acceptance 0.8 and coverage 1")):
+        assert row["acceptance_source"].startswith(f"measured: {policy} replay of the assumed "
+                                                    f"{given} (--spec)")
+        assert not any("given by the user" in n for n in row["notes"])
+    code, out, _ = whatif(capsys, *args, "--spec-policy", policy)
+    assert code == 0 and "assumed (given in --spec)" not in out
+    assert all("*" not in line.split()[2:4] and not line.split()[2].endswith("*")
+               for line in out.splitlines()[-2:])
+    fixed = whatif_json(capsys, *args)
+    assert [r["acceptance_source"] for r in fixed["rows"]] == ["", "assumed", "assumed"]
+    assert all("acceptance and coverage assumed (given by the user)" in r["notes"]
+               for r in fixed["rows"][1:])
