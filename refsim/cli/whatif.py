@@ -154,11 +154,22 @@ def _sigma(args) -> tuple:
     return t.value, f"published byte-identical repeats: {t.source}"
 
 
-def _configs(args):
+def _check_spec(args, live):
+    """``--spec``'s items (:func:`refsim.timing.verdict.parse_spec_list`), and what the command
+    line alone shows they need, before any input is read (usage errors, exit 2)."""
     from refsim.timing.verdict import parse_spec_list
     cfgs = parse_spec_list(args.spec)
     if (args.tokens is None) != (args.prompt_len is None):
         raise UsageError("--tokens and --prompt-len go together")
+    mtp = [c.label for c in cfgs if c.kind == "mtp"]
+    if mtp and live is None and args.gguf is None and args.head_ms is None:
+        raise UsageError(f"--spec {mtp[0]}: the MTP head's compute needs --gguf MODEL.gguf (its "
+                         f"tensor table) or --head-ms MS on a trace")
+    return cfgs
+
+
+def _configs(args, cfgs):
+    """``cfgs`` with the n-gram items' acceptance and coverage from ``--tokens`` if given."""
     if args.tokens is None:
         return cfgs
     from refsim.spec.whatif import ngram_whatif, read_token_file
@@ -242,11 +253,13 @@ def run(args) -> int:
     from refsim.cli.whatif_sources import (LiveSource, TraceSource, check_live_configs,
                                            check_live_flags, live_model, open_live_model)
     from refsim.timing.verdict import Device, price
-    loaded = load_device_args(args)
-    if loaded is None:
+    if args.device is None:
         raise UsageError("--device is required: the verdict is a device's")
     live = live_model(args.source)
     check_live_flags(args, live)
+    cfgs = _check_spec(args, live)
+    eps = _eps(args)
+    loaded = load_device_args(args)
     policy = _policy(args)
     if args.plot is not None:
         from refsim.fileio import check_outputs
@@ -260,9 +273,8 @@ def run(args) -> int:
     if args.baseline is not None:
         cal = _calibrate(args.baseline, dev, model)
         dev = cal.device
-    eps = _eps(args)
     sigma, sigma_src = _sigma(args)
-    cfgs = _configs(args)
+    cfgs = _configs(args, cfgs)
     model_file = model_path = None
     if live is not None:
         model_path, model_file = open_live_model(live)

@@ -53,7 +53,8 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from refsim.errors import ConfigError
+from refsim.errors import ConfigError, UsageError
+from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
 from refsim.timing.band import DEFAULT_LEVEL, Band, delta_band, tok_s_band
 from refsim.timing.decode import decode_terms
 from refsim.timing.head import head_ms_per_token
@@ -222,46 +223,62 @@ def parse_spec_list(text: str) -> list[SpecConfig]:
     """``off,ngram:d=3:m=3:acceptance=0.442:coverage=0.150,mtp:d=3:acceptance=0.824``.
 
     ``off`` is always priced (it is the baseline) and is added first when not listed. Keys:
-    ``d`` (draft), ``m`` (n-gram min match), ``acceptance``, ``coverage``.
+    ``d`` (draft; an integer in 1..8, ``refsim run --draft``'s range,
+    :data:`refsim.spec.constants.DRAFT_MAX_LIMIT`), ``m`` (n-gram min match; 1..12, ``--ngram-min-
+    match``'s, :data:`refsim.spec.constants.NGRAM_MAX_MATCH`), ``acceptance`` and ``coverage``
+    (numbers in [0, 1]).
 
     Raises
     ------
-    ConfigError
-        One line naming the item and what was expected.
+    UsageError
+        One line naming the item and what was expected (the command line alone is wrong: the CLI
+        exits 2, docs/cli.md "Conventions"): an item of another form (empty included), an
+        unknown or repeated key, a missing ``d=`` or ``m=``, a value outside its range, an item
+        listed twice.
     """
     out = []
     for item in (s.strip() for s in text.split(",")):
         mt = _ITEM.match(item)
         if not mt:
-            raise ConfigError(f"--spec {item!r}: expected off, ngram:d=D:m=M[:acceptance=A:coverage=C] "
-                              f"or mtp:d=D[:acceptance=A]")
+            raise UsageError(f"--spec {item!r}: expected off, ngram:d=D:m=M[:acceptance=A:"
+                             f"coverage=C] or mtp:d=D[:acceptance=A]")
         kind, kv = mt.group(1), {}
         for pair in filter(None, mt.group(2).split(":")):
             k, v = pair.split("=", 1)
             if k in kv:
-                raise ConfigError(f"--spec {item!r}: {k} given twice")
+                raise UsageError(f"--spec {item!r}: {k} given twice")
             kv[k] = v
         allowed = {"off": set(), "ngram": {"d", "m", "acceptance", "coverage"},
                    "mtp": {"d", "acceptance"}}[kind]
         if set(kv) - allowed:
-            raise ConfigError(f"--spec {item!r}: unknown key(s) {', '.join(sorted(set(kv) - allowed))}"
-                              f" (expected {', '.join(sorted(allowed)) or 'none'})")
+            raise UsageError(f"--spec {item!r}: unknown key(s) {', '.join(sorted(set(kv) - allowed))}"
+                             f" (expected {', '.join(sorted(allowed)) or 'none'})")
         try:
             d = int(kv.get("d", 0))
             m = int(kv.get("m", 0))
             a = float(kv["acceptance"]) if "acceptance" in kv else None
             c = float(kv["coverage"]) if "coverage" in kv else None
         except ValueError:
-            raise ConfigError(f"--spec {item!r}: d and m are integers, acceptance and coverage "
-                              f"numbers") from None
+            raise UsageError(f"--spec {item!r}: d and m are integers, acceptance and coverage "
+                             f"numbers") from None
         if kind != "off" and "d" not in kv:
-            raise ConfigError(f"--spec {item!r}: d= is required")
+            raise UsageError(f"--spec {item!r}: d= is required")
         if kind == "ngram" and "m" not in kv:
-            raise ConfigError(f"--spec {item!r}: m= is required")
+            raise UsageError(f"--spec {item!r}: m= is required")
+        if kind != "off" and not 1 <= d <= DRAFT_MAX_LIMIT:
+            raise UsageError(f"--spec {item!r}: d={kv['d']}, expected an integer >= 1 and at most "
+                             f"{DRAFT_MAX_LIMIT} (refsim run --draft's 1..{DRAFT_MAX_LIMIT})")
+        if kind == "ngram" and not 1 <= m <= NGRAM_MAX_MATCH:
+            raise UsageError(f"--spec {item!r}: m={kv['m']}, expected an integer >= 1 and at most "
+                             f"{NGRAM_MAX_MATCH} (refsim run --ngram-min-match's "
+                             f"1..{NGRAM_MAX_MATCH})")
+        for what, v in (("acceptance", a), ("coverage", c)):
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise UsageError(f"--spec {item!r}: {what} {kv[what]}, expected a number in 0..1")
         out.append(SpecConfig(kind, d, m, a, c))
     labels = [c.label for c in out]
     if len(set(labels)) != len(labels):
-        raise ConfigError(f"--spec: a configuration is listed twice ({', '.join(labels)})")
+        raise UsageError(f"--spec: a configuration is listed twice ({', '.join(labels)})")
     if "off" not in labels:
         out.insert(0, SpecConfig("off"))
     return out

@@ -108,8 +108,8 @@ def test_acceptance_from_a_token_stream(device_file, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, code, msg", [
-    (["--spec", "ngram:d=3"], 1, "m= is required"),
-    (["--spec", "mtp:d=2:acceptance=0.5"], 1, "tensor table"),
+    (["--spec", "ngram:d=3"], 2, "m= is required"),          # D9: a usage error
+    (["--spec", "mtp:d=2:acceptance=0.5"], 2, "tensor table"),  # D9: a usage error
     (["--spec", "ngram:d=3:m=3:coverage=0.2"], 1, "no acceptance"),
     (["--spec", "ngram:d=3:m=3"], 1, "no coverage"),
     (["--spec", "off", "--position-cost-interval", "0.5,0.1"], 2, "--position-cost-interval"),

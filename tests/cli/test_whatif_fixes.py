@@ -119,3 +119,47 @@ def test_policy_replay_figures_are_labelled_measured(device_file, capsys, policy
     assert [r["acceptance_source"] for r in fixed["rows"]] == ["", "assumed", "assumed"]
     assert all("acceptance and coverage assumed (given by the user)" in r["notes"]
                for r in fixed["rows"][1:])
+
+
+# D3, D9 ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, msg", [
+    ("off,mtp:d=20:acceptance=0.9", "d=20, expected an integer >= 1 and at most 8"),
+    ("off,mtp:d=100:acceptance=0.5", "d=100, expected an integer >= 1 and at most 8"),
+    ("off,ngram:d=9:m=3:acceptance=0.5:coverage=0.2", "d=9, expected"),
+    ("off,ngram:d=3:m=13:acceptance=0.5:coverage=0.2", "m=13, expected an integer >= 1 and at "
+                                                      "most 12"),
+    ("off,ngram:d=3:m=0:acceptance=0.5:coverage=0.2", "m=0, expected"),
+    ("bogus", "'bogus': expected off"), ("", "'': expected off"), (",,", "'': expected off"),
+    ("off,ngram:d=0:m=3:acceptance=0.5:coverage=0.2", "d=0, expected"),
+    ("off,ngram:d=3:m=3:acceptance=1.5:coverage=0.2", "acceptance 1.5, expected a number in 0..1"),
+    ("off,ngram:d=3:m=3:acceptance=nan:coverage=0.2", "acceptance nan, expected"),
+    ("off,ngram:d=3:m=3:coverage=-0.1:acceptance=0.5", "coverage -0.1, expected"),
+    ("off,ngram:d=3:m=3:x=1", "unknown key(s) x"), ("off,ngram:d=3", "m= is required"),
+    ("off,ngram:d=3:d=3:m=3", "d given twice"), ("off,mtp:d=2,mtp:d=2", "listed twice"),
+    ("off,mtp:d=3", "--spec mtp:d=3: the MTP head's compute needs --gguf"),
+])
+def test_spec_mistakes_are_usage_errors(device_file, capsys, spec, msg):
+    """Every --spec mistake the command line alone shows exits 2 with one line naming --spec (not
+    --window, a flag whatif has not), d and m in run's ranges (refsim.spec.constants), before
+    the trace is read (a missing trace does not hide it)."""
+    extra = ["--head-ms", "1"] if "d=20" in spec or "d=100" in spec else []
+    for source in (DEMO, "no-such-trace.csv"):
+        code, out, err = whatif(capsys, source, "--device", device_file, "--cache-mb", "64",
+                                "--spec", spec, *extra)
+        assert code == 2 and out == ""
+        last = err.splitlines()[-1]
+        assert last.startswith("refsim whatif: error: --spec") and msg in last, last
+        assert "--window" not in err
+
+
+def test_spec_bounds_are_runs():
+    """One place defines them: the bounds --spec takes are refsim run's (spec.constants)."""
+    from refsim.errors import UsageError
+    from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
+    from refsim.timing.verdict import parse_spec_list
+    ok = parse_spec_list(f"ngram:d={DRAFT_MAX_LIMIT}:m={NGRAM_MAX_MATCH},mtp:d=1")
+    assert [c.label for c in ok] == ["off", "ngram:d=8:m=12", "mtp:d=1"]
+    for bad in (f"mtp:d={DRAFT_MAX_LIMIT + 1}", f"ngram:d=1:m={NGRAM_MAX_MATCH + 1}"):
+        with pytest.raises(UsageError):
+            parse_spec_list(bad)
