@@ -102,7 +102,8 @@ def add_parser(sub) -> None:
                    help="the MTP head's compute per emitted token, ms (assumed); or --gguf")
     p.add_argument("--gguf", metavar="MODEL.gguf",
                    help="with a TRACE: the model's tensor table (the MTP head's share of a "
-                        "trunk position, the memory ledger); a MODEL source is its own")
+                        "trunk position, the memory ledger), the trace's own model (checked as "
+                        "refsim replay --model does); a MODEL source is its own")
     p.add_argument("--position-cost-interval", metavar="LO,HI", default=None,
                    help=f"the interval eps is swept over in the band (default "
                         f"{DEFAULT_EPS_INTERVAL[0]:g},{DEFAULT_EPS_INTERVAL[1]:g}: what the shared "
@@ -295,6 +296,11 @@ def run(args) -> int:
     else:
         from refsim.trace import read_trace
         trace = read_trace(args.source)
+        if model_file is not None:
+            # the model must be the trace's (refsim replay --model's check): its tensor table
+            # prices the head and the ledger of this trace's reads
+            from refsim.io.layout import layout_from_model
+            layout_from_model(model_file).check_trace(trace.header, args.source)
         knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="whatif")
         source = TraceSource(trace, sorted({1} | {c.width for c in cfgs}), knobs, policy,
                              args.spec_policy)

@@ -184,7 +184,30 @@ def twin(tmp_path_factory):
     return qwen36_twin(str(tmp_path_factory.mktemp("twin") / "q36.gguf"))
 
 
-def test_ram_and_auto_budget_use_the_ledger(device_file, twin, capsys):
+@pytest.fixture(scope="module")
+def twin_trace(twin, tmp_path_factory):
+    """A short synthetic route trace of the twin's shape (its layers, experts, top-k and expert
+    bytes): whatif refuses a --gguf that is not the trace's model (D4)."""
+    from refsim.cache import ExpertCache
+    from refsim.io.layout import layout_from_model
+    from refsim.model import open_model
+    from refsim.testing.routes import synthetic_run_events
+    from refsim.trace.format import TraceHeader
+    from refsim.trace.writer import write_trace
+    m = open_model(twin)
+    eb = layout_from_model(m).expert_bytes
+    n_layer, n_expert, k = len(eb), m.spec.n_expert, m.spec.n_expert_used
+    h = TraceHeader("q36-twin", m.spec.arch, n_layer, n_expert, k, eb, [0] * n_layer)
+    events = synthetic_run_events(8, 24, n_layer, n_expert, k, seed=5)
+    cache = ExpertCache(h.expert_bytes, h.n_expert, 2 << 30)
+    recs = [cache.apply(e) for e in events]
+    path = tmp_path_factory.mktemp("twin_trace") / "q36.route.csv"
+    write_trace(path, h, events, [r.trace_residency() for r in recs],
+                [r.charged_bytes for r in recs])
+    return str(path)
+
+
+def test_ram_and_auto_budget_use_the_ledger(device_file, twin, twin_trace, capsys):
     """--ram-mb: the speculative memory (ledger.speculation_bytes) against what RAM leaves beside
     the plain run's contexts, dense weights, the engine's floor and the cache; --cache-mb auto: each
     configuration at its own auto budget, off as the baseline at its own."""
@@ -192,7 +215,8 @@ def test_ram_and_auto_budget_use_the_ledger(device_file, twin, capsys):
     from refsim.model import open_model
     m = open_model(twin)
     spec = "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.3,mtp:d=3:acceptance=0.8"
-    base = ["whatif", DEMO, "--device", device_file, "--gguf", twin, "--spec", spec, "--json"]
+    base = ["whatif", twin_trace, "--device", device_file, "--gguf", twin, "--spec", spec,
+            "--json"]
     plain = memory_ledger(m, 2048, 0, False, ram_mb=24000)
     ng = memory_ledger(m, 2048, 3, False, ram_mb=24000)
     mtp = memory_ledger(m, 2048, 3, True, ram_mb=24000)

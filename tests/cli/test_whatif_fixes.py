@@ -163,3 +163,20 @@ def test_spec_bounds_are_runs():
     for bad in (f"mtp:d={DRAFT_MAX_LIMIT + 1}", f"ngram:d=1:m={NGRAM_MAX_MATCH + 1}"):
         with pytest.raises(UsageError):
             parse_spec_list(bad)
+
+
+# D4 -------------------------------------------------------------------------------------------
+
+def test_gguf_must_be_the_traces_model(device_file, tmp_path, capsys):
+    """--gguf on a trace of another model is refused with refsim replay --model's one line (the
+    same check, SliceLayout.check_trace), exit 1 (the input refuses it)."""
+    from refsim.testing.twins import qwen36_twin
+    twin = qwen36_twin(str(tmp_path / "q36.gguf"))
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+                            "off,mtp:d=2:acceptance=0.5", "--gguf", twin)
+    assert code == 1 and out == ""
+    want = f"{DEMO}: {twin} has 256 experts per layer, the trace 32: not the model the trace " \
+           f"was recorded with"
+    assert err.splitlines() == [f"refsim whatif: error: {want}"]
+    assert main(["replay", DEMO, "--model", twin, "--cache-mb", "64"]) == 1
+    assert want in capsys.readouterr().err
