@@ -239,7 +239,17 @@ class _Ledger:
 
 
 def _calibrate(spec: str, dev, model: str):
-    """:func:`refsim.timing.calibrate.calibrate_floor` on the session's plain run ``spec``."""
+    """:func:`refsim.timing.calibrate.calibrate_floor` on the session's plain run ``spec``.
+
+    The run must be of a model the device was fitted on (``refsim timing predict``'s rule,
+    :meth:`refsim.timing.model.DeviceModel.compute_floor`) and of the model whose floor is priced
+    (``model``): a run of another model says nothing about this one's floor.
+
+    Raises
+    ------
+    ConfigError
+        Not a plain run; a model the device does not know; another model than ``model``.
+    """
     from refsim.errors import ConfigError
     from refsim.timing.calibrate import calibrate_floor
     from refsim.timing.plain import load_plain_runs
@@ -247,7 +257,12 @@ def _calibrate(spec: str, dev, model: str):
     if not runs:
         raise ConfigError(f"--baseline {spec}: not a plain run ({'; '.join(notes) or 'nothing read'}"
                           f"): the floor is calibrated on plain decoding only")
-    return calibrate_floor(dev, runs[0], model)
+    run = runs[0]
+    dev.compute_floor(run.model, where=f"--baseline {run.label}")
+    if run.model != model:
+        raise ConfigError(f"--baseline {run.label}: a run of model {run.model!r}, the compute "
+                          f"floor priced is {model!r}'s: the baseline must be a run of that model")
+    return calibrate_floor(dev, run, model)
 
 
 def run(args) -> int:

@@ -180,3 +180,51 @@ def test_gguf_must_be_the_traces_model(device_file, tmp_path, capsys):
     assert err.splitlines() == [f"refsim whatif: error: {want}"]
     assert main(["replay", DEMO, "--model", twin, "--cache-mb", "64"]) == 1
     assert want in capsys.readouterr().err
+
+
+# D5 -------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def phone(tmp_path_factory):
+    """The phone 07-12 fit on its four qwen runs (skipped without the shared folder)."""
+    from refsim.testing.shared import require_shared
+    from refsim.timing.fit import fit_device
+    from refsim.timing.plain import load_plain_runs
+    d = require_shared("real-runs", "phone-2026-07-12-cache-lanes")
+    specs = [f"{d}/qwen_c{c}_l{l}.csv@model=qwen,io_threads={l}" for c in (2000, 4000)
+             for l in (2, 4)]
+    runs, _ = load_plain_runs(specs, 50)
+    dev = fit_device(runs)
+    path = tmp_path_factory.mktemp("phone") / "phone.json"
+    path.write_text(dev.to_json())
+    return dev, str(path), specs
+
+
+def test_baseline_of_another_model_is_refused(phone, tmp_path, capsys):
+    """--baseline takes timing predict's rule: a run of a model the device was not fitted on is
+    refused with its one line (the desktop Qwen3.6 run against the phone's Qwen3-30B fit); and a
+    run of a known model other than the floor priced (--device-model) is refused too."""
+    import dataclasses
+    from refsim.testing.shared import require_shared
+    from refsim.timing.model import Param
+    dev, path, specs = phone
+    desk = str(require_shared("real-runs", "desktop-2026-07-24-qwen36") / "pc-A-io4.csv")
+    code, out, err = whatif(capsys, DEMO, "--device", path, "--cache-mb", "64", "--spec", "off",
+                            "--baseline", desk)
+    assert code == 1 and out == ""
+    line = err.splitlines()
+    assert len(line) == 1 and "model 'Qwen_Qwen3.6-35B-A3B-Q4_K_M.gguf' was not among the " \
+                              "fitted runs (known: qwen)" in line[0]
+    assert main(["timing", "predict", path, desk]) == 1
+    assert "was not among the fitted runs (known: qwen)" in capsys.readouterr().err
+    two = dataclasses.replace(dev, compute={**dev.compute, "other": Param(90.0)})
+    p2 = tmp_path / "two.json"
+    p2.write_text(two.to_json())
+    code, out, err = whatif(capsys, DEMO, "--device", str(p2), "--device-model", "other",
+                            "--io-threads", "2", "--cache-mb", "64", "--spec", "off",
+                            "--baseline", specs[2])
+    assert code == 1 and "a run of model 'qwen', the compute floor priced is 'other'" in err
+    # the run of the priced model still calibrates
+    code, out, err = whatif(capsys, DEMO, "--device", path, "--io-threads", "2", "--cache-mb",
+                            "64", "--spec", "off", "--baseline", specs[2], "--json")
+    assert code == 0 and json.loads(out)["calibration"]["baseline"] == specs[2]
