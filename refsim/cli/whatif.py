@@ -31,7 +31,7 @@ from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, pos
                                token_ids)
 from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
-from refsim.cache.expert_cache import CACHE_MB_RANGE
+from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.errors import UsageError
 from refsim.validators import cache_mib, positive_mib
 
@@ -321,7 +321,8 @@ def run(args) -> int:
                              args.spec_policy)
 
     prices, measured = [], []
-    budgets = ([None] if args.cache_mb == "auto" else args.cache_mb)
+    # a repeated budget is priced once, the first kept (timing breakeven's rule)
+    budgets = ([None] if args.cache_mb == "auto" else list(dict.fromkeys(args.cache_mb)))
     for fixed in budgets:
         at = {c.label: (led.auto_mib(c) if fixed is None else fixed) for c in cfgs}
         off_mib = at["off"]
@@ -410,6 +411,13 @@ def _finite(x):
     return x
 
 
+def _budget(mib: float) -> str:
+    """A budget as the shortest MiB text giving back the same bytes (:func:`refsim.fmt.budget_mib`,
+    replay's; docs/cli.md "Numbers")."""
+    from refsim.fmt import budget_mib
+    return budget_mib(ExpertCache.mib_to_bytes(mib))
+
+
 def _pct(v) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}"
 
@@ -434,6 +442,6 @@ def _line(p) -> str:
               "never" if math.isnan(p.breakeven_acceptance)
               else f"{100 * p.breakeven_acceptance:.1f}%")
     hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
-    return (f"{p.budget_mib:>7g}  {label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
+    return (f"{_budget(p.budget_mib):>7}  {label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
             f"{p.tokens_per_decode:>7.2f} {p.mib_per_token:>8.2f} {hit:>6} {band:>22} {delta:>24}  "
             f"{verdict:<12} {be:>10}")

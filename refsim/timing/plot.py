@@ -154,6 +154,8 @@ def plot_whatif(prices, path: str, title: str = "") -> dict:
     ConfigError
         matplotlib missing; the path cannot be written.
     """
+    from refsim.cache import ExpertCache
+    from refsim.fmt import budget_mib
     plt = pyplot()
     budgets = sorted({p.budget_mib for p in prices})
     configs = list(dict.fromkeys(p.config.label for p in prices))
@@ -177,7 +179,7 @@ def plot_whatif(prices, path: str, title: str = "") -> dict:
     ax_d.axhline(0.0, color="k", lw=0.8)
     for ax in (ax_t, ax_d):
         ax.set_xticks(range(len(budgets)))
-        ax.set_xticklabels([f"{b:g}" for b in budgets])
+        ax.set_xticklabels([budget_mib(ExpertCache.mib_to_bytes(b)) for b in budgets])
         ax.set_xlabel("cache budget (MiB)")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)

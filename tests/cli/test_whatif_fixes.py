@@ -228,3 +228,33 @@ def test_baseline_of_another_model_is_refused(phone, tmp_path, capsys):
     code, out, err = whatif(capsys, DEMO, "--device", path, "--io-threads", "2", "--cache-mb",
                             "64", "--spec", "off", "--baseline", specs[2], "--json")
     assert code == 0 and json.loads(out)["calibration"]["baseline"] == specs[2]
+
+
+# D11 ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("given, shown", [("123456.789", "123456.789"),
+                                          ("1099511627776", "1099511627776"), ("0.1", "0.1"),
+                                          ("256", "256")])
+def test_budget_prints_as_the_shortest_text_of_its_bytes(device_file, capsys, given, shown):
+    """docs/cli.md "Numbers": a budget prints as the shortest MiB text that gives back the same
+    bytes (refsim.fmt.budget_mib, replay's), not %g's 123457 or 1.09951e+12."""
+    from refsim.cache import ExpertCache
+    from refsim.fmt import budget_mib
+    code, out, _ = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", given, "--spec",
+                          "off")
+    assert code == 0
+    assert out.splitlines()[-1].split()[0] == shown == budget_mib(ExpertCache.mib_to_bytes(
+        float(given)))
+
+
+def test_a_repeated_budget_is_priced_once(device_file, capsys):
+    """--cache-mb 256,64,256: timing breakeven's rule, the first kept."""
+    args = [DEMO, "--device", device_file, "--spec", "off,ngram:d=2:m=2:acceptance=0.5:"
+            "coverage=0.5"]
+    rows = whatif_json(capsys, *args, "--cache-mb", "256,64,256")["rows"]
+    assert [(r["budget_mib"], r["config"]) for r in rows] == [
+        (256.0, "off"), (256.0, "ngram:d=2:m=2"), (64.0, "off"), (64.0, "ngram:d=2:m=2")]
+    assert rows == whatif_json(capsys, *args, "--cache-mb", "256,64")["rows"]
+    code, out, _ = whatif(capsys, *args, "--cache-mb", "256,256")
+    assert code == 0 and [ln.split()[0] for ln in out.splitlines()[-2:]] == ["256", "256"]
+    assert len([ln for ln in out.splitlines() if ln.split()[1:2] == ["off"]]) == 1
