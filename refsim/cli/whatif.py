@@ -332,7 +332,8 @@ def run(args) -> int:
             prices.append(price(dv, cfg, reads, budget_mib=mib,
                                 spec_mib=led.spec_mib(c) if led else 0.0,
                                 headroom_mib=led.headroom_mib(mib) if led else None,
-                                off_reads=off_reads))
+                                off_reads=off_reads,
+                                memory=None if led or c.kind == "off" else _no_ledger()))
             measured.append(counts)
     what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:
@@ -409,6 +410,15 @@ def _finite(x):
     if isinstance(x, list):
         return [_finite(v) for v in x]
     return x
+
+
+def _no_ledger():
+    """The memory term of a speculation row without a model's ledger (no ``--gguf``): its
+    speculative memory is unknown, so pressure is not assessed (docs/timing.md "Memory")."""
+    from refsim.timing.terms import exact
+    return exact("memory", 0.0, "ms/token", "not_modelled",
+                 "speculative memory unknown (no --gguf: the memory ledger is the model's): memory "
+                 "pressure not assessed")
 
 
 def _budget(mib: float) -> str:

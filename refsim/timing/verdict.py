@@ -704,11 +704,16 @@ def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term) -> tup
             lo, hi = at[e.lo][name], at[e.hi][name]
             if dv.work is not None:
                 kind, s = "derived", "nextn block vs trunk by bytes (refsim.timing.head)"
-            else:
+                note = "interval: eps at its ends"          # the catch-up's extra positions
+            else:                                           # a given cost: eps does not move it
                 kind, s = dv.head.kind, dv.head.source
+                note = dv.head.note or f"interval: {dv.head.source}'s own (given, not swept)"
             out.append(Term(name, v, min(lo, v, dv.head.lo if dv.work is None else v),
                             max(hi, v, dv.head.hi if dv.work is None else v), "ms/token", kind, s,
-                            "interval: eps at its ends"))
+                            note))
+        elif name == "head":
+            out.append(exact(name, v, "ms/token", "derived",
+                             f"no MTP head: {cfg.kind} drafts without one"))
         else:
             out.append(exact(name, v, "ms/token", "fitted", src))
     return tuple(out)

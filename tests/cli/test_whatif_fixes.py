@@ -258,3 +258,44 @@ def test_a_repeated_budget_is_priced_once(device_file, capsys):
     code, out, _ = whatif(capsys, *args, "--cache-mb", "256,256")
     assert code == 0 and [ln.split()[0] for ln in out.splitlines()[-2:]] == ["256", "256"]
     assert len([ln for ln in out.splitlines() if ln.split()[1:2] == ["off"]]) == 1
+
+
+# D12 ------------------------------------------------------------------------------------------
+
+def test_explain_sources_are_true(device_file, capsys):
+    """--explain: off/ngram rows have no head (derived 0, not "fitted: device"); a --head-ms head
+    is not swept with eps (its note says so, not "eps at its ends"); without --gguf a speculation
+    row's memory is not_modelled (its speculative memory is unknown), off's stays derived 0."""
+    doc = whatif_json(capsys, DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+                      "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.4,mtp:d=2:acceptance=0.8",
+                      "--head-ms", "10")
+    terms = [{t["name"]: t for t in r["terms"]} for r in doc["rows"]]
+    for t, kind in zip(terms[:2], ("off", "ngram")):
+        assert (t["head"]["kind"], t["head"]["value"]) == ("derived", 0.0)
+        assert t["head"]["source"] == f"no MTP head: {kind} drafts without one"
+    h = terms[2]["head"]
+    assert (h["kind"], h["value"], h["lo"], h["hi"]) == ("assumed", 10.0, 10.0, 10.0)
+    assert h["source"] == "--head-ms" and "eps" not in h["note"]
+    assert (terms[0]["memory"]["kind"], terms[0]["memory"]["source"]) == ("derived",
+                                                                          "no speculative memory")
+    for t in terms[1:]:
+        m = t["memory"]
+        assert (m["kind"], m["value"], m["lo"], m["hi"]) == ("not_modelled", 0.0, 0.0, 0.0)
+        assert "no --gguf" in m["source"]
+    code, out, _ = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+                          "off,mtp:d=2:acceptance=0.8", "--head-ms", "10", "--explain")
+    assert code == 0
+    head = [ln for ln in out.splitlines() if ln.strip().startswith("head =")]
+    assert "fitted" not in head[0] and "eps at its ends" not in head[1]
+
+
+def test_explain_head_from_the_tensor_table_is_swept(capsys, tmp_path, device_file):
+    """With the model's tensor table the head's catch-up pays eps per extra position: its
+    interval is eps at its ends (a live MTP model: its own table)."""
+    from refsim.model import write_synthetic
+    m = write_synthetic(tmp_path / "q35.gguf", "qwen35moe", "F32", nextn=True, seed=3)
+    doc = whatif_json(capsys, str(m), "--device", device_file, "--cache-mb", "4", "--spec",
+                      "off,mtp:d=2", "-n", "8")
+    h = {t["name"]: t for t in doc["rows"][1]["terms"]}["head"]
+    assert h["kind"] == "derived" and h["note"] == "interval: eps at its ends"
+    assert h["lo"] < h["value"] < h["hi"]
