@@ -66,6 +66,10 @@ KINDS = ("off", "ngram", "mtp")
 
 VERDICTS = ("gains", "within noise", "loses")
 
+OFF_POLICY = "none"
+"""The ``policy`` of an ``off`` row: it drafts nothing, so no draft policy acts (every row has a
+policy field, docs/timing.md "The draft policy")."""
+
 STORM_OFF_TOK_S = 4.43
 STORM_SPEC_TOK_S = 3.14
 """The largest loss a major-fault storm is measured to cost: the phone's copy prompt, thermally
@@ -441,7 +445,8 @@ class Price:
         raise KeyError(name)
 
     def row(self) -> dict:
-        """The interface row (``--json``/``--csv``): the issue's names first."""
+        """The interface row (``--json``/``--csv``): the issue's names first; ``policy`` is
+        :data:`OFF_POLICY` for ``off``."""
         d = self.delta
         out = {"config": self.config.label, "budget_mib": self.budget_mib,
                 "eff_tok_s": self.eff_tok_s.point, "eff_tok_s_lo": self.eff_tok_s.lo,
@@ -450,7 +455,7 @@ class Price:
                 "delta_lo_pct": 0.0 if d is None else d.lo,
                 "delta_hi_pct": 0.0 if d is None else d.hi,
                 "verdict": self.verdict or "baseline",
-                "policy": self.config.policy if self.config.kind != "off" else "",
+                "policy": self.config.policy if self.config.kind != "off" else OFF_POLICY,
                 "acceptance": self.config.acceptance, "coverage": self.config.coverage,
                 "acceptance_source": self.config.source if self.config.kind != "off" else "",
                 "positions_per_decode": self.positions_per_decode,

@@ -299,3 +299,20 @@ def test_explain_head_from_the_tensor_table_is_swept(capsys, tmp_path, device_fi
     h = {t["name"]: t for t in doc["rows"][1]["terms"]}["head"]
     assert h["kind"] == "derived" and h["note"] == "interval: eps at its ends"
     assert h["lo"] < h["value"] < h["hi"]
+
+
+# D13 ------------------------------------------------------------------------------------------
+
+def test_every_row_has_a_policy(device_file, capsys):
+    """docs/timing.md: every row has a policy; off's is none (it drafts nothing), in --json and
+    --csv alike, with or without --spec-policy."""
+    import csv
+    import io
+    args = [DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+            "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.4"]
+    for extra, pol in (([], "fixed"), (["--spec-policy", "backoff"], "backoff")):
+        rows = whatif_json(capsys, *args, *extra)["rows"]
+        assert [r["policy"] for r in rows] == ["none", pol]
+        code, out, _ = whatif(capsys, *args, *extra, "--csv")
+        assert code == 0
+        assert [r["policy"] for r in csv.DictReader(io.StringIO(out))] == ["none", pol]

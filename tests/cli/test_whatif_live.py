@@ -145,7 +145,7 @@ def test_spec_policy_fixed_is_the_default_row(device_file, capsys):
         a = whatif_json(capsys, *args)
         b = whatif_json(capsys, *args, "--spec-policy", "fixed")
         assert a == b and a["spec_policy"] == "fixed"
-        assert [r["policy"] for r in a["rows"]] == ["", "fixed"]
+        assert [r["policy"] for r in a["rows"]] == ["none", "fixed"]   # D13: off has policy none
 
 
 def test_spec_policy_on_a_trace_is_the_study_replay(device_file, tmp_path, capsys):
