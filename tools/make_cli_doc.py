@@ -55,7 +55,7 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--cache-floor-mb`, `--cache-ceil-mb` | a number of MiB from 0 to 2^40 (1 EiB) |
 | `--ram-mb` | a number of MiB > 0 and at most 2^40 (1 EiB) |
 | `--mtp-p-min` | a probability in [0, 1] |
-| `memory --hit-pct` | a percentage in [0, 100] |
+| `memory --hit-pct`, `whatif --noise-pct` | a percentage in [0, 100] |
 | `--drop-cold-experts` | a number in [0, 1] (`drop-replay --frac`: fractions like 0.5,0.75,1.0, each a number in [0, 1]) |
 | `--prefetch`, `--route-ahead` | an integer in 0..8 (the engine's range) |
 | `--prompt-tokens`, `--corpus` | token ids like 1,5,77, each an integer in 0..2147483647 |

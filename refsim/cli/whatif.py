@@ -33,7 +33,7 @@ from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.errors import UsageError
-from refsim.validators import cache_mib, positive_mib
+from refsim.validators import cache_mib, percent, positive_mib
 
 DEFAULT_EPS_INTERVAL = (0.0, 1.2)
 """The interval ``eps`` is swept over unless ``--position-cost-interval`` says otherwise: what the
@@ -111,9 +111,9 @@ def add_parser(sub) -> None:
     p.add_argument("--baseline", metavar="RUN.csv[@k=v,...]",
                    help="the same session's plain run (engine metrics CSV): re-fits the device's "
                         "compute floor and nothing else, and says by how much")
-    p.add_argument("--noise-pct", type=nonneg_float, default=None, metavar="SD",
-                   help="run-to-run noise, sd of ln tok/s of one run in %% (default: the engine's "
-                        "published byte-identical repeats, refsim.timing.noise)")
+    p.add_argument("--noise-pct", type=percent, default=None, metavar="SD",
+                   help="run-to-run noise, sd of ln tok/s of one run in %%, 0..100 (default: the "
+                        "engine's published byte-identical repeats, refsim.timing.noise)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object with a rows list")
     out.add_argument("--csv", action="store_true", help="CSV rows")

@@ -182,7 +182,8 @@ def plot_whatif(prices, path: str, title: str = "") -> dict:
         ax.set_xticklabels([budget_mib(ExpertCache.mib_to_bytes(b)) for b in budgets])
         ax.set_xlabel("cache budget (MiB)")
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:       # only off: no change bars, no legend
+            ax.legend(fontsize=8)
     ax_t.set_ylabel("effective tok/s (predicted, band)")
     ax_d.set_ylabel("change against off, % (predicted, band)")
     finish_figure(plt, fig, path, title)

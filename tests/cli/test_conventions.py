@@ -146,7 +146,7 @@ TABLE = [
     (WHATIF + ["--cache-mb", "8"], "-n/--n-predict", "-n", INT1, ()),
     (WHATIF + ["--cache-mb", "8"], "--prompt-tokens", "--prompt-tokens", IDS, ("0",)),
     (WHATIF + ["--cache-mb", "8"], "--head-ms", "--head-ms", "a finite number >= 0", ("0", "99999999999999999999")),
-    (WHATIF + ["--cache-mb", "8"], "--noise-pct", "--noise-pct", "a finite number >= 0", ("0", "99999999999999999999")),
+    (WHATIF + ["--cache-mb", "8"], "--noise-pct", "--noise-pct", "a percentage in [0, 100]", ("0",)),   # D7: bounded
     (WHATIF + ["--cache-mb", "8"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
     (WHATIF + ["--cache-mb", "8"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
     (WHATIF + ["--cache-mb", "8"], "--io-threads", "--io-threads", INT1, ()),

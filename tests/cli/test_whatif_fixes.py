@@ -31,7 +31,10 @@ def device_file(tmp_path_factory):
 
 
 def whatif(capsys, *args):
-    code = main(["whatif", *args])
+    try:
+        code = main(["whatif", *args])
+    except SystemExit as exc:            # argparse's own usage errors
+        code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -316,3 +319,38 @@ def test_every_row_has_a_policy(device_file, capsys):
         code, out, _ = whatif(capsys, *args, *extra, "--csv")
         assert code == 0
         assert [r["policy"] for r in csv.DictReader(io.StringIO(out))] == ["none", pol]
+
+
+# D7 -------------------------------------------------------------------------------------------
+
+def test_plot_of_off_alone_warns_nothing(device_file, tmp_path, capsys):
+    """--plot with only off: no change bars, so no legend on that panel (matplotlib's "No
+    artists with labels found" UserWarning reached stderr before)."""
+    import warnings
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "off.png"
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        code, _, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "64,256",
+                              "--spec", "off", "--plot", str(out))
+    assert code == 0 and err == ""
+    assert [str(w.message) for w in got] == []
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("bad", ["1e308", "100.5", "1e400", "-1", "nan"])
+def test_noise_pct_is_a_percentage(device_file, capsys, bad):
+    """--noise-pct is a percentage in [0, 100] (a usage error past it: 1e308 overflowed numpy and
+    printed a band [0, inf]); 100 still prices a finite band."""
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+                            "off", "--noise-pct", bad)
+    assert code == 2 and out == ""
+    assert err.splitlines()[-1] == (f"refsim whatif: error: argument --noise-pct: expected a "
+                                    f"percentage in [0, 100], got '{bad}'")
+    import math
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = whatif_json(capsys, DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+                          "off", "--noise-pct", "100")["rows"][0]
+    assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("eff_tok_s_lo", "eff_tok_s_hi"))
