@@ -296,8 +296,10 @@ def run(args) -> int:
         model_path, model_file = open_live_model(live)
         check_live_configs(cfgs, live, model_file)
     elif args.gguf is not None:
+        from refsim.cli.whatif_sources import check_mtp_block
         from refsim.model import open_model
         model_file = open_model(args.gguf)
+        check_mtp_block(cfgs, f"--gguf {args.gguf}", model_file)
     if (args.cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
         raise UsageError("--cache-mb auto and --ram-mb need --gguf: the memory ledger is the model's")
     if args.cache_mb == "auto" and args.ram_mb is None:

@@ -22,11 +22,14 @@ import os
 import sys
 
 from refsim import MIB
-from refsim.errors import ConfigError, UsageError
+from refsim.errors import ConfigError, UsageError, warning_line
 
 BUILTIN = "builtin"
 """``refsim whatif builtin ...``: the built-in synthetic qwen3moe (``refsim run``'s default model,
 made once under ``$REFSIM_CACHE`` or ``~/.cache/refsim``; no download)."""
+
+TRACE_MAGIC = b"# route_trace v1"
+"""The first bytes of a route trace (refsim.trace.format)."""
 
 LIVE_SOURCE = "measured: live run"
 """The acceptance source of every configuration a live run measured."""
@@ -39,14 +42,16 @@ def live_model(text: str) -> str | None:
     """The model ``text`` names when ``whatif`` runs it live, else None (a route trace).
 
     A file wins over a name: a file that begins with the GGUF magic is a model, any other file
-    a trace; ``builtin`` names the built-in model and ``gemma-3-270m`` the named model of
+    a trace (the trace reader names what is wrong with it), except an empty file or a ``.gguf``
+    that is neither, refused naming both; ``builtin`` names the built-in model and ``gemma-3-270m`` the named model of
     ``refsim run`` (:data:`refsim.session.NAMED_MODELS`). A missing path ending in ``.gguf`` is
     a missing model.
 
     Raises
     ------
     ConfigError
-        ``MODEL X: no such file``, or a file that cannot be read.
+        ``MODEL X: no such file``, a file that cannot be read, an empty file, a ``.gguf`` file
+        that is neither a GGUF nor a trace.
     """
     from refsim.session import NAMED_MODELS
     if text == "-":
@@ -54,9 +59,15 @@ def live_model(text: str) -> str | None:
     if os.path.isfile(text):
         try:
             with open(text, "rb") as f:
-                return text if f.read(4) == b"GGUF" else None
+                head = f.read(len(TRACE_MAGIC))
         except OSError as exc:
             raise ConfigError(f"{text}: cannot read: {exc.strerror}") from None
+        if head[:4] == b"GGUF":
+            return text
+        if not head or (text.lower().endswith(".gguf") and head != TRACE_MAGIC):
+            got = "an empty file" if not head else f"{head[:4]!r} at byte 0"
+            raise ConfigError(f"TRACE|MODEL {text}: expected a GGUF model (magic 'GGUF') or a "
+                              f"route trace ('# route_trace v1'), got {got}")
     if text == BUILTIN or text in NAMED_MODELS:
         return text
     if text.lower().endswith(".gguf"):
@@ -125,8 +136,21 @@ def check_live_configs(cfgs, live: str, model) -> None:
         if c.kind != "off" and (c.acceptance is not None or c.coverage is not None):
             raise UsageError(f"--spec {c.label}: acceptance=/coverage= with MODEL {live}: the live "
                              f"run measures them (give them with a TRACE)")
+    check_mtp_block(cfgs, f"MODEL {live}", model)
+
+
+def check_mtp_block(cfgs, what: str, model) -> None:
+    """An ``mtp:`` item needs a model with an MTP (nextn) block (its head and ledger): ``what``
+    names the model as the user gave it (``MODEL X``, ``--gguf X``).
+
+    Raises
+    ------
+    ConfigError
+        An ``mtp:`` item and ``nextn_predict_layers = 0``.
+    """
+    for c in cfgs:
         if c.kind == "mtp" and model.spec.nextn_predict_layers <= 0:
-            raise ConfigError(f"--spec {c.label}: MODEL {live} has no MTP (nextn) block "
+            raise ConfigError(f"--spec {c.label}: {what} has no MTP (nextn) block "
                               f"(nextn_predict_layers = 0); use ngram: items")
 
 
@@ -216,6 +240,11 @@ class LiveSource:
         self._said: set = set()
 
     def _warn(self, line: str) -> None:
+        # simulate() words its lines as refsim run's; this is whatif's run (the one form,
+        # refsim.errors.warning_line)
+        run = warning_line("run", "")
+        if line.startswith(run):
+            line = warning_line("whatif", line[len(run):])
         if line not in self._said:
             self._said.add(line)
             print(line, file=sys.stderr)

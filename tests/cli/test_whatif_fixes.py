@@ -354,3 +354,51 @@ def test_noise_pct_is_a_percentage(device_file, capsys, bad):
         row = whatif_json(capsys, DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
                           "off", "--noise-pct", "100")["rows"][0]
     assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("eff_tok_s_lo", "eff_tok_s_hi"))
+
+
+# D15 ------------------------------------------------------------------------------------------
+
+def test_live_warnings_are_whatifs(device_file, capsys):
+    """A live run's warning is whatif's line (refsim.errors.warning_line), not refsim run's."""
+    code, _, err = whatif(capsys, "builtin", "--device", device_file, "--cache-mb", "0.01",
+                          "--spec", "off", "-n", "4")
+    assert code == 0
+    lines = err.splitlines()
+    assert lines and all(ln.startswith("refsim whatif: warning: ") for ln in lines)
+    assert lines[0].startswith("refsim whatif: warning: budget 0.01 MiB is below one token cycle")
+    assert "refsim run" not in err
+
+
+def test_gguf_without_mtp_names_spec_not_runs_flags(device_file, tmp_path, capsys):
+    """An mtp: item with a --gguf that has no nextn block: one line naming --spec and --gguf (not
+    run's --mtp/--ngram), with or without --ram-mb, before any pricing."""
+    from refsim.model import write_synthetic
+    model = str(write_synthetic(tmp_path / "q3.gguf", "qwen3moe", "F32", seed=3))
+    trace = str(tmp_path / "q3.route.csv")
+    assert main(["run", model, "-n", "8", "--cache-mb", "1", "--route-trace", trace]) == 0
+    capsys.readouterr()
+    for extra in (["--ram-mb", "4000"], ["--head-ms", "3"], []):
+        code, out, err = whatif(capsys, trace, "--device", device_file, "--cache-mb", "1",
+                                "--spec", "off,mtp:d=2:acceptance=0.5", "--gguf", model, *extra)
+        assert code == 1 and out == ""
+        assert err.splitlines() == [f"refsim whatif: error: --spec mtp:d=2: --gguf {model} has no "
+                                    f"MTP (nextn) block (nextn_predict_layers = 0); use ngram: "
+                                    f"items"]
+
+
+@pytest.mark.parametrize("content, got", [(b"", "an empty file"),
+                                          (b"garbage\n", "b'garb' at byte 0")])
+def test_a_gguf_that_is_neither_names_both(device_file, tmp_path, capsys, content, got):
+    """MODEL.gguf that is empty or not a GGUF: whatif says what it expected, a GGUF model or a
+    route trace (not only the trace reader's '# route_trace v1'); an empty file of any name too."""
+    for name in ("m.gguf", "t.csv"):
+        if name == "t.csv" and content:
+            continue                 # any other non-GGUF file is a trace: the reader's message
+        path = tmp_path / name
+        path.write_bytes(content)
+        code, out, err = whatif(capsys, str(path), "--device", device_file, "--cache-mb", "4",
+                                "--spec", "off")
+        assert code == 1 and out == ""
+        assert err.splitlines() == [f"refsim whatif: error: TRACE|MODEL {path}: expected a GGUF "
+                                    f"model (magic 'GGUF') or a route trace ('# route_trace v1'), "
+                                    f"got {got}"]
