@@ -81,7 +81,9 @@ def add_parser(sub) -> None:
                    help="context length for the ledger (default 2048, or n_ctx_train if smaller)")
     p.add_argument("--spec", required=True, metavar="LIST",
                    help="configurations: off,ngram:d=3:m=3[:acceptance=A:coverage=C],"
-                        "mtp:d=3[:acceptance=A] (off is always priced: the baseline)")
+                        "mtp:d=3[:acceptance=A] (off is always priced: the baseline); d in 1..8 "
+                        "and m in 1..12 (refsim run's --draft and --ngram-min-match), A and C "
+                        "in [0, 1]")
     p.add_argument("--tokens", metavar="FILE",
                    help="with a TRACE: token ids (prompt then generated): the n-gram items' "
                         "acceptance and coverage, exact (refsim ngram-whatif)")
