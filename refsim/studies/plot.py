@@ -8,7 +8,7 @@ import os
 
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fileio import OutputKind, atomic_path, resolve_output
+from refsim.fileio import OutputKind, open_output, resolve_output
 from refsim.fmt import num
 
 INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
@@ -84,10 +84,19 @@ def finish_figure(plt, fig, path: str, title: str = "") -> None:
 
 def _save(fig, path: str) -> None:
     """Save ``fig`` to ``path`` in the format its extension names (:func:`plot_format`), by
-    :func:`refsim.fileio.atomic_path`'s rules (a regular file: temp file + rename)."""
+    :func:`refsim.fileio.open_output`'s rules (a regular file: temp file + rename; a FIFO or
+    device: written in place).
+
+    The figure is rendered to bytes in memory first, then written in one stream: matplotlib's
+    PDF writer (and its PNG writer given a path) seeks back in its file, which a FIFO, a pipe or
+    ``/dev/stdout`` on a pipe refuse (``ESPIPE``, "File or stream is not seekable").
+    """
+    import io
     fmt = plot_format(path)
-    with atomic_path(path, "--plot", suffix=f".{fmt}") as tmp:
-        fig.savefig(tmp, format=fmt, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=110)
+    with open_output(path, "--plot", binary=True) as fh:
+        fh.write(buf.getvalue())
 
 
 def plot_sweep(result, path: str, title: str = "", tok_s: list | None = None) -> None:

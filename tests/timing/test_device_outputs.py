@@ -240,6 +240,25 @@ def test_breakeven_plot_shows_the_table(tmp_path, capsys, device_file):
     assert not (tmp_path / "b.gif").exists()
 
 
+def test_breakeven_plot_to_a_fifo_is_streamed(tmp_path, capsys, device_file):
+    """``timing breakeven --plot FIFO`` (a reader attached): the PDF is streamed whole, not
+    "write failed: File or stream is not seekable" (matplotlib's PDF writer seeks; the figure is
+    rendered in memory first)."""
+    import os
+    from pathlib import Path
+    from refsim.testing.fifo import read_fifo_in_background
+    pytest.importorskip("matplotlib")
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    fifo = tmp_path / "fifo1.pdf"
+    os.mkfifo(fifo)
+    t, got = read_fifo_in_background(fifo)
+    assert main(["timing", "breakeven", str(demo), "--device", device_file, "--cache-mb", "256",
+                 "--draft", "1..3", "--plot", str(fifo)]) == 0
+    t.join(30)
+    assert capsys.readouterr().err == ""
+    assert len(got) == 1 and got[0].startswith(b"%PDF-") and got[0].rstrip().endswith(b"%%EOF")
+
+
 # --- page faults: can the shared runs price one? (docs/timing.md, "Page faults") ---------------
 
 def test_page_fault_cost_is_not_identified_by_the_shared_runs():
