@@ -127,7 +127,7 @@ def plot_sweep(result, path: str, title: str = "", tok_s: list | None = None) ->
         fig, (ax_hit, ax_mib, ax_tps) = plt.subplots(1, 3, figsize=(17, 4.8))
         for i, pol in enumerate(result.policies):
             idx = [j for j, r in enumerate(result.rows) if r.policy == pol]
-            ax_tps.plot([result.rows[j].budget_mib for j in idx], [tok_s[j] for j in idx], "-o",
+            ax_tps.plot([result.rows[j].budget_mib for j in idx], [math.nan if tok_s[j] is None else tok_s[j] for j in idx], "-o",
                         ms=3, color=f"C{i}", label=pol)
         ax_tps.set_xlabel("cache budget (MiB)")
         ax_tps.set_ylabel("predicted decode tok/s (device model, not measured)")

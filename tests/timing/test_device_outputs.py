@@ -259,6 +259,71 @@ def test_breakeven_plot_to_a_fifo_is_streamed(tmp_path, capsys, device_file):
     assert len(got) == 1 and got[0].startswith(b"%PDF-") and got[0].rstrip().endswith(b"%%EOF")
 
 
+# --- a prefill-only trace (D10): nothing to price is n/a, and the refusals name the file ------
+
+def _prefill_only(tmp_path):
+    """traces/demo.route.csv without its phase-1 rows: one prefill event, 0 decoded tokens."""
+    from pathlib import Path
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    lines = demo.read_text().splitlines(keepends=True)
+    body = [ln for ln in lines if not ln.startswith("#")]
+    keep = [ln for ln in lines if ln.startswith("#")] + body[:1] + [
+        ln for ln in body[1:] if ln.split(",")[1] == "0"]
+    assert len(keep) < len(lines)
+    path = tmp_path / "prefill.route.csv"
+    path.write_text("".join(keep))
+    return path
+
+
+def test_replay_of_a_prefill_only_trace_prices_nothing(tmp_path, capsys, device_file):
+    """0 decoded tokens: MiB/token is n/a, so is the device's s/token and tok/s (it priced a
+    decode reading 0 MiB: 0.1080 s/token, 9.259 tok/s, before)."""
+    import json
+    path = _prefill_only(tmp_path)
+    argv = ["replay", str(path), "--cache-mb", "256", "--device", device_file]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "0 decoded tokens" in lines[2] and lines[6].endswith("n/a MiB/token")
+    assert lines[-1] == (f"device {device_file} (predicted, not measured): n/a s/token, n/a tok/s "
+                         f"(no decoded tokens to price; 4 lanes, serial, compute floor of m)")
+    assert main(argv + ["--json"]) == 0
+    dev = json.loads(capsys.readouterr().out)["device"]
+    assert dev == {"device": device_file, "model": "m", "io_threads": 4, "overlap": False,
+                   "position_cost": 0.38, "ms_per_decode": None, "predicted_s_per_token": None,
+                   "predicted_tok_s": None, "predicted_effective_tok_s": None}
+
+
+def test_sweep_of_a_prefill_only_trace_prints_na_tok_s(tmp_path, capsys, device_file):
+    path = _prefill_only(tmp_path)
+    csv = tmp_path / "s.csv"
+    assert main(["sweep", str(path), "--cache-mb", "256", "--policy", "lru", "--device",
+                 device_file, "--csv", str(csv)]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row[0] == "256" and row[-2:] == ["n/a", "n/a"]          # MiB/token, pred_tok/s
+    assert csv.read_text().splitlines()[1].endswith(",nan")        # predicted_tok_s
+
+
+@pytest.mark.parametrize("argv", [["union", "{p}", "--cache-mb", "256"],
+                                  ["timing", "breakeven", "{p}", "--cache-mb", "256",
+                                   "--device", "{d}"]])
+def test_union_and_breakeven_name_the_prefill_only_trace(tmp_path, capsys, device_file, argv):
+    path = _prefill_only(tmp_path)
+    assert main([a.format(p=path, d=device_file) for a in argv]) == 1
+    out, err = capsys.readouterr()
+    cmd = " ".join(argv[:2]) if argv[0] == "timing" else argv[0]
+    assert out == "" and err == (f"refsim {cmd}: error: {path}: the trace has no decode positions "
+                                 f"(phase 1 rows); expected a trace with decoded tokens\n")
+
+
+def test_device_line_says_1_lane():
+    """"(1 lane, ...)", not "(1 lanes, ...)" (D15); the price itself is unchanged."""
+    from refsim.timing.whatif import memory_whatif
+    one = memory_whatif(device(), "d", "m", 0.09375, 1, False)[0].whatif
+    assert one.line().endswith("(1 lane, serial, compute floor of m)")
+    four = memory_whatif(device(), "d", "m", 0.09375, 4, False)[0].whatif
+    assert four.line().endswith("(4 lanes, serial, compute floor of m)")
+
+
 # --- page faults: can the shared runs price one? (docs/timing.md, "Page faults") ---------------
 
 def test_page_fault_cost_is_not_identified_by_the_shared_runs():
