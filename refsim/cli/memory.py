@@ -26,7 +26,7 @@ from refsim.cli.common import (draft_width, mib, nonneg_float, nonneg_int, perce
                                positive_mib)
 from refsim.cli.device import add_device_args, load_device_args
 from refsim.errors import ConfigError, UsageError
-from refsim.fmt import num
+from refsim.fmt import num, plural
 
 CTX_DEFAULT = 2048
 """``--ctx`` when not given (clamped to the model's ``n_ctx_train``)."""
@@ -161,7 +161,7 @@ def _device_lines(args, loaded, model, led, budget) -> None:
     cases = memory_whatif(dev, name, key, t_mib, args.io_threads, args.overlap, args.hit_pct,
                           args.mib_per_token)
     print(f"device {name} (predicted, not measured): plain decoding, one position per decode, "
-          f"expert cache on, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}, "
+          f"expert cache on, {plural(args.io_threads, 'lane')}, {'--overlap' if args.overlap else 'serial'}, "
           f"compute floor of {key}"
           + (f"; hit % = {HIT_DEFINITION}" if args.hit_pct is not None else ""))
     width = max(12, *(len(c.case) + 1 for c in cases))

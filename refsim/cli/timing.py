@@ -14,7 +14,7 @@ from refsim.cli.common import (add_knob_args, check_outputs, int_list, knobs_fro
                                nonneg_float, nonneg_int, positive_int, report_stream)
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
-from refsim.fmt import budget_mib
+from refsim.fmt import budget_mib, plural
 from refsim.spec.constants import DRAFT_MAX_LIMIT
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
 from refsim.timing.breakeven import DEFAULT_EPS, breakeven
@@ -312,7 +312,7 @@ def run_breakeven(args) -> int:
         lo, hi = EPS_RANGE
         bands = {b: (at(u, lo), at(u, hi)) for b, u in unions.items()}
         label = f"position cost {lo:g}-{hi:g}"
-        where = (f"{os.path.basename(args.trace)}; {args.io_threads} lanes, {mode}; predicted")
+        where = (f"{os.path.basename(args.trace)}; {plural(args.io_threads, 'lane')}, {mode}; predicted")
         if len(budgets_mib) == 1:
             (b,) = budgets_mib
             plot_breakeven(table[b], args.plot, (*bands[b], label),
@@ -333,7 +333,7 @@ def run_breakeven(args) -> int:
                           "rows": rows}))
         return 0
     print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); "
-          f"{args.io_threads} lanes; {mode}; extra position {args.position_cost:g} x C; "
+          f"{plural(args.io_threads, 'lane')}; {mode}; extra position {args.position_cost:g} x C; "
           f"drafting {args.draft_ms:g} ms per drafted decode"
           + (f"; knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
              if knobs.any_on else ""))
