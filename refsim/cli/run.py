@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
                     "once (under $REFSIM_CACHE or ~/.cache/refsim) and used.")
     p.add_argument("model", nargs="?", help="GGUF model, or gemma-3-270m: the real Gemma-3-270M "
                                             "Q4_K_M from its installed package, assembled once "
-                                            "(default: the built-in synthetic qwen3moe)")
+                                            "(default, or builtin: the built-in synthetic qwen3moe)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
     g.add_argument("--prompt-tokens", metavar="IDS", type=token_ids, help="prompt token ids, e.g. 1,5,77")

@@ -259,6 +259,22 @@ def test_breakeven_plot_to_a_fifo_is_streamed(tmp_path, capsys, device_file):
     assert len(got) == 1 and got[0].startswith(b"%PDF-") and got[0].rstrip().endswith(b"%%EOF")
 
 
+def test_memory_mib_per_token_is_bounded(tmp_path, capsys, device_file, q3):
+    """``--mib-per-token 1e30`` printed 5.9e26 s/token; beyond 2^40 MiB (the MiB ceiling of every
+    MiB flag: 2^60 bytes, an int64's) it is a usage error; 2^40 itself is priced by the rule."""
+    argv = ["memory", str(q3), "--device", device_file, "--mib-per-token"]
+    assert main(argv + ["1e30"]) == 2               # a usage error
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == ("refsim memory: error: argument --mib-per-token: expected a number of MiB from "
+                   "0 to 2^40 (1 EiB), got '1e+30'")
+    assert main(argv + [str(2 ** 40), "--json"]) == 0
+    import json
+    case = json.loads(capsys.readouterr().out)["device"]["cases"][-2]
+    # serial, 4 lanes: t(x) = 108 + 1.325 x ms (test_memory_whatif_hand_worked)
+    assert case["mib_per_token"] == 2 ** 40
+    assert case["predicted_s_per_token"] == pytest.approx((108 + 1.325 * 2 ** 40) / 1000)
+
+
 # --- a prefill-only trace (D10): nothing to price is n/a, and the refusals name the file ------
 
 def _prefill_only(tmp_path):
