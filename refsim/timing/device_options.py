@@ -64,6 +64,9 @@ class DeviceOptions:
         ConfigError
             The device file's refusals (:func:`refsim.timing.model.load_device`), an unknown or
             missing ``--device-model`` (:func:`refsim.timing.whatif.resolve_model`).
+
+        Logs (``logging``, logger ``refsim.timing``) a warning when ``--io-threads`` is outside
+        the lane counts the device was fitted on (:meth:`~refsim.timing.model.DeviceModel.lanes_warning`).
         """
         if self.device is None:
             from refsim.errors import UsageError
@@ -78,7 +81,12 @@ class DeviceOptions:
         from refsim.timing import load_device
         from refsim.timing.whatif import resolve_model
         dev = load_device(self.device)
-        return dev, self.device, resolve_model(dev, self.device_model)
+        loaded = dev, self.device, resolve_model(dev, self.device_model)
+        text = dev.lanes_warning(self.io_threads)
+        if text is not None:       # the CLI prints it as "refsim CMD: warning: ..." (one line)
+            import logging
+            logging.getLogger("refsim.timing").warning(text)
+        return loaded
 
     def figures(self, loaded, mib_per_token: float | None, tokens_per_decode: float = 1.0,
                 draft_s_per_token: float = 0.0, cache: bool = True,
