@@ -172,4 +172,6 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    write_text_atomic(sys.argv[1] if len(sys.argv) > 1 else "docs/cli.md", render())
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(
+        lambda: write_text_atomic(sys.argv[1] if len(sys.argv) > 1 else "docs/cli.md", render())))
