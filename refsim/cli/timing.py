@@ -18,6 +18,7 @@ from refsim.fmt import budget_mib, plural
 from refsim.spec.constants import DRAFT_MAX_LIMIT
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
 from refsim.timing.breakeven import DEFAULT_EPS, breakeven
+from refsim.timing.defaults import EPS_INTERVAL
 from refsim.timing.model import PARAMS
 from refsim.timing.whatif import DEFAULT_IO_THREADS
 from refsim.timing.runs import split_spec
@@ -80,7 +81,8 @@ def add_parser(sub) -> None:
     b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
     b.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
                    help=f"compute of each extra verify position as a fraction of one position's "
-                        f"(default {DEFAULT_EPS}; docs/timing.md gives 0.2-0.4)")
+                        f"(default {DEFAULT_EPS}; the shared prefills allow "
+                        f"{EPS_INTERVAL[0]:g}-{EPS_INTERVAL[1]:g}, docs/whatif-terms.md)")
     b.add_argument("--draft-ms", type=nonneg_float, default=0.0, metavar="MS",
                    help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
     b.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -88,7 +90,8 @@ def add_parser(sub) -> None:
     b.add_argument("--plot", metavar="OUT.png",
                    help="figure (.png, .pdf or .svg by the extension): acceptance needed and "
                         "tokens needed against the draft width, with the band of position costs "
-                        "0.2-0.4 (needs matplotlib)")
+                        f"{EPS_INTERVAL[0]:g}-{EPS_INTERVAL[1]:g} (refsim whatif's interval; needs "
+                        "matplotlib)")
     b.set_defaults(func=run_breakeven)
 
     v = tsub.add_parser("validate", help="leave-one-run-out check of the model on one device's runs",
@@ -307,9 +310,8 @@ def run_breakeven(args) -> int:
     table = {b: at(u, args.position_cost) for b, u in unions.items()}
     mode = '--overlap' if args.overlap else 'serial'
     if args.plot is not None:
-        from refsim.timing.breakeven import EPS_RANGE
         from refsim.timing.plot import plot_breakeven, plot_breakeven_budgets
-        lo, hi = EPS_RANGE
+        lo, hi = EPS_INTERVAL                      # whatif's band interval (docs/timing.md)
         bands = {b: (at(u, lo), at(u, hi)) for b, u in unions.items()}
         label = f"position cost {lo:g}-{hi:g}"
         where = (f"{os.path.basename(args.trace)}; {plural(args.io_threads, 'lane')}, {mode}; predicted")

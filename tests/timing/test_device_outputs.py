@@ -275,6 +275,33 @@ def test_memory_mib_per_token_is_bounded(tmp_path, capsys, device_file, q3):
     assert case["predicted_s_per_token"] == pytest.approx((108 + 1.325 * 2 ** 40) / 1000)
 
 
+def test_breakeven_plot_band_is_whatif_s_interval(tmp_path, capsys, device_file, monkeypatch):
+    """The figure's band is the table at position costs 0 and 1.2, the interval ``refsim whatif``
+    sweeps (it was 0.2-0.4 while whatif's band was [0, 1.2]), and says so in its label."""
+    from pathlib import Path
+    import refsim.timing.plot as tplot
+    from refsim.cli.whatif import DEFAULT_EPS_INTERVAL
+    from refsim.studies.union import union_study
+    from refsim.timing.breakeven import breakeven
+    from refsim.timing.defaults import EPS_INTERVAL
+    from refsim.trace import read_trace
+    assert EPS_INTERVAL == DEFAULT_EPS_INTERVAL == (0.0, 1.2)     # one interval, both commands
+    got = {}
+    monkeypatch.setattr(tplot, "plot_breakeven",
+                        lambda rows, path, band, title="": got.update(rows=rows, band=band))
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    assert main(["timing", "breakeven", str(demo), "--device", device_file, "--cache-mb", "256",
+                 "--draft", "1..3", "--plot", str(tmp_path / "b.png")]) == 0
+    union = union_study(read_trace(str(demo)), [1, 2, 3, 4], 256 * MIB)
+    lo, hi, label = got["band"]
+    assert label == "position cost 0-1.2"
+    for rows, eps in ((got["rows"], 0.38), (lo, 0.0), (hi, 1.2)):
+        assert rows == breakeven(device(), union, "m", 4, False, True, eps)
+    # the test device at d = 3: acceptance needed 21.4 % at eps 0, 110.3 % at eps 1.2
+    assert [round(r.acceptance_needed_pct, 1) for r in (lo[-1], got["rows"][-1], hi[-1])] == \
+        [21.4, 49.5, 110.3]
+
+
 # --- a prefill-only trace (D10): nothing to price is n/a, and the refusals name the file ------
 
 def _prefill_only(tmp_path):
