@@ -199,8 +199,11 @@ def _report_requests(rm) -> None:
         print(f"leave-one-run-out |error| over {lo['runs']} runs: per MiB median "
               f"{lo['per_mib']['median_pct']:.1f}%, worst {lo['per_mib']['worst_pct']:.1f}%; by "
               f"requests median {lo['requests']['median_pct']:.1f}%, worst "
-              f"{lo['requests']['worst_pct']:.1f}%: --device outputs use "
-              f"{'the request term' if rm.better else 'the per-MiB term'}")
+              f"{lo['requests']['worst_pct']:.1f}%: " + (
+                  "--device outputs use the request term where they count requests (replay "
+                  "--model, layout), the per-MiB term elsewhere" if rm.better else
+                  "--device outputs use the per-MiB term, except serial layout --device: it prices by "
+                  "requests, the one term that sees the requests a layout changes"))
 
 
 def run_predict(args) -> int:
