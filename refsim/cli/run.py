@@ -192,10 +192,15 @@ def _print_text(report, split=None) -> None:
     print(f"prompt: {len(report.prompt)} tokens; generated {result.n_gen}{_stop_note(result)}: "
           f"{report.text!r}")
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
+    from refsim.telemetry.lines import drafted_decodes_line
     for line in summary_lines(stats):
         print(line)
         if split is not None and line.startswith("mtp: of "):
             print(split.line())             # after the engine's own flash-split line
+        if " tokens per verify decode (" in line:   # the engine's figure is per decode: say so
+            extra = drafted_decodes_line(stats)
+            if extra is not None:
+                print(extra)
     if config.spec.policy != "fixed":
         s = result.steps
         print(f"draft policy: {config.spec.policy} (lossless: it picks the width only); "
