@@ -104,3 +104,26 @@ def test_fit_records_the_desktop_runs_lanes():
     assert dataclasses.replace(dev, lanes=()).lanes_warning(1) is None
     assert dev.lanes_warning(1).startswith("--io-threads 1 is outside the lane counts the device "
                                            "was fitted on (4, 8)")
+
+
+def test_desktop_runs_cannot_tell_b_from_zero():
+    """The evidence behind keeping the desktop's b (docs/timing.md, "Lane counts outside the
+    fit"): leave one run out, b fitted against b held at 0 (every run's lanes set equal for the
+    fit, so b folds into a), each held-out run predicted at its own lanes."""
+    import numpy as np
+    from refsim.timing import fit_device, load_runs, predict_run
+    shared = os.environ.get("REFSIM_SHARED")
+    folder = Path(shared or "/nonexistent") / "real-runs" / "desktop-2026-07-24-qwen36"
+    if not folder.is_dir():
+        pytest.skip("REFSIM_SHARED real-runs not available")
+    runs, _ = load_runs(sorted(str(p) for p in folder.glob("*.csv")), trim=50)
+    free, held = [], []
+    for i, run in enumerate(runs):
+        rest = runs[:i] + runs[i + 1:]
+        d_held = fit_device([dataclasses.replace(r, lanes=4) for r in rest], jackknife=False)
+        assert not d_held.params["b"].identified and d_held.value("b") == 0.0
+        free.append(abs(predict_run(fit_device(rest, jackknife=False), run).error_pct))
+        held.append(abs(predict_run(d_held, run).error_pct))
+    assert (round(float(np.median(free)), 2), round(float(np.median(held)), 2)) == (1.12, 1.16)
+    assert (round(max(free), 2), round(max(held), 2)) == (4.99, 4.90)
+    assert max(abs(f - h) for f, h in zip(free, held)) < 0.7     # no run moves by 0.7 pp
