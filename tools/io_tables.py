@@ -90,4 +90,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from refsim.interrupt import run_interruptible
+    raise SystemExit(run_interruptible(main))

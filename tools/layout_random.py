@@ -37,4 +37,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(main, sys.argv[1:]))

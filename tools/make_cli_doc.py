@@ -52,7 +52,7 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--ngram-min-match`, `ngram --min-match` | an integer in 1..12 (`ngram`: 1..`--max-match`) |
 | `--max-match` | an integer in 1..64 |
 | `--cache-mb` | a number of MiB from 2^-20 (one byte) to 2^40 (1 EiB); `sweep`, `timing breakeven`: a list of them |
-| `--cache-floor-mb`, `--cache-ceil-mb` | a number of MiB from 0 to 2^40 (1 EiB) |
+| `--cache-floor-mb`, `--cache-ceil-mb`, `memory --mib-per-token` | a number of MiB from 0 to 2^40 (1 EiB) |
 | `--ram-mb` | a number of MiB > 0 and at most 2^40 (1 EiB) |
 | `--mtp-p-min` | a probability in [0, 1] |
 | `memory --hit-pct`, `whatif --noise-pct` | a percentage in [0, 100] |
@@ -172,4 +172,6 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    write_text_atomic(sys.argv[1] if len(sys.argv) > 1 else "docs/cli.md", render())
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(
+        lambda: write_text_atomic(sys.argv[1] if len(sys.argv) > 1 else "docs/cli.md", render())))

@@ -35,4 +35,5 @@ def main(out: str = "traces/demo.route.csv") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(main, *sys.argv[1:]))

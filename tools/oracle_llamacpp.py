@@ -381,4 +381,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.exit(main())
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(main))

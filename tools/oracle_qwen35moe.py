@@ -407,4 +407,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(_HERE))
-    sys.exit(main())
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(main))

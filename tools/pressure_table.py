@@ -115,4 +115,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(main))

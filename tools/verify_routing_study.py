@@ -226,4 +226,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(main))

@@ -196,4 +196,5 @@ def _cell_predictor(off, cell, work, eps_term, effective: bool = False):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from refsim.interrupt import run_interruptible
+    sys.exit(run_interruptible(main))

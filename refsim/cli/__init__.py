@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import sys
 
-INTERRUPTED_EXIT = 130
-"""Exit code after Ctrl-C: 128 + SIGINT (2)."""
+from refsim.interrupt import INTERRUPTED_EXIT  # noqa: F401  (re-exported: exit code after Ctrl-C)
 
 # Workflow order; each name is a module in this package.
 COMMANDS = ["replay", "sweep", "union", "drop_replay", "analyze", "view", "bench", "timing", "inspect",
@@ -196,12 +195,8 @@ def _log_handler(prog: str):
 def interrupted(command: str | None = None) -> int:
     """Print the one Ctrl-C line (naming the subcommand once it is known) and return
     :data:`INTERRUPTED_EXIT`."""
-    name = f"refsim {command}" if command else "refsim"
-    try:
-        print(f"{name}: interrupted (outputs not completed were not written)", file=sys.stderr)
-    except OSError:
-        pass
-    return INTERRUPTED_EXIT
+    from refsim.interrupt import report_interrupted
+    return report_interrupted(f"refsim {command}" if command else "refsim")
 
 
 if __name__ == "__main__":  # pragma: no cover

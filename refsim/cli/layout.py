@@ -9,6 +9,7 @@ from refsim.cli.common import cache_mib, nonneg_int
 from refsim.cli.device import add_device_args, device_figures
 from refsim.cli.io_flags import block_size
 from refsim.errors import ConfigError, UsageError
+from refsim.fmt import plural
 from refsim.io.window import ENGINE_BLOCK_BYTES
 
 COLUMNS = ("trace", "layout", "eval_decodes", "tokens", "slices_per_token", "requests_per_token",
@@ -203,7 +204,7 @@ def run(args) -> int:
         return 0
     print(f"layout: {args.model}; fitted on {len(fit_events)} decodes; held-apart decodes "
           f"evaluated; --merge-gap {args.merge_gap}, block {args.block_size} B, "
-          f"{cfg.lanes} lanes {'--overlap' if args.overlap else 'serial'}")
+          f"{plural(cfg.lanes, 'lane')} {'--overlap' if args.overlap else 'serial'}")
     print(",".join(COLUMNS))
     for r in rows:
         print(",".join(_cell(r[c]) for c in COLUMNS))

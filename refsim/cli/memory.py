@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from refsim import MIB
-from refsim.cli.common import (draft_width, mib, nonneg_float, nonneg_int, percent, positive_int,
-                               positive_mib)
+from refsim import MAX_CACHE_MIB, MIB
+from refsim.cli.common import (MIB_RANGE, draft_width, mib, nonneg_float, nonneg_int, percent,
+                               positive_int, positive_mib)
 from refsim.cli.device import add_device_args, load_device_args
 from refsim.errors import ConfigError, UsageError
-from refsim.fmt import num
+from refsim.fmt import num, plural
 
 CTX_DEFAULT = 2048
 """``--ctx`` when not given (clamped to the model's ``n_ctx_train``)."""
@@ -36,7 +36,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("memory", help="memory ledger and the --cache-mb auto budget",
                               description="Memory a run holds outside the expert cache, and the "
                                           "engine's --cache-mb auto budget with and without speculation.")
-    p.add_argument("model", help="GGUF model (header-only files work)")
+    p.add_argument("model", help="GGUF model (header-only files work), or a name refsim run "
+                                 "takes: builtin, gemma-3-270m")
     p.add_argument("--ctx", type=positive_int, default=None,
                    help="context length in tokens, 1..the model's n_ctx_train (default 2048, or "
                         "n_ctx_train if smaller)")
@@ -69,7 +70,8 @@ def add_parser(subparsers) -> None:
                         "misses counted), is refused: no read level follows from it")
     g.add_argument("--mib-per-token", type=nonneg_float, default=None, metavar="M",
                    help="with --device: also predict plain decoding at a run's own MiB/token (the "
-                        "engine's summary read_MiB / tokens, with --drop-cold-experts or not)")
+                        "engine's summary read_MiB / tokens, with --drop-cold-experts or not; at "
+                        "most 2^40)")
     p.set_defaults(func=run)
 
 
@@ -91,8 +93,14 @@ def run(args) -> int:
     if args.hit_kind == "cumulative":
         from refsim.timing.whatif import ENGINE_HIT_REFUSAL
         raise UsageError(ENGINE_HIT_REFUSAL)
+    if args.mib_per_token is not None and args.mib_per_token > MAX_CACHE_MIB:
+        # the project's MiB ceiling (docs/cli.md): 2^40 MiB = 2^60 bytes, the largest MiB count
+        # whose bytes an int64 holds; beyond it the "prediction" is an overflow, not a device time
+        raise UsageError(f"argument --mib-per-token: expected {MIB_RANGE}, got "
+                         f"'{args.mib_per_token:g}'")
     device = load_device_args(args)
-    model = open_model(args.model)
+    from refsim.session import named_model_path
+    model = open_model(named_model_path(args.model))   # builtin, gemma-3-270m: refsim run's names
     n_ctx_train = model.spec.n_ctx_train
     if args.ctx is None:
         args.ctx = min(CTX_DEFAULT, n_ctx_train) if n_ctx_train > 0 else CTX_DEFAULT
@@ -161,7 +169,7 @@ def _device_lines(args, loaded, model, led, budget) -> None:
     cases = memory_whatif(dev, name, key, t_mib, args.io_threads, args.overlap, args.hit_pct,
                           args.mib_per_token)
     print(f"device {name} (predicted, not measured): plain decoding, one position per decode, "
-          f"expert cache on, {args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}, "
+          f"expert cache on, {plural(args.io_threads, 'lane')}, {'--overlap' if args.overlap else 'serial'}, "
           f"compute floor of {key}"
           + (f"; hit % = {HIT_DEFINITION}" if args.hit_pct is not None else ""))
     width = max(12, *(len(c.case) + 1 for c in cases))

@@ -315,7 +315,7 @@ def run(args) -> int:
     # the device was fitted on the engine's read_bytes, which are windows: with --model, price those
     mib = (io_summary.window_mib_per_token if io_summary is not None
            else report.summary.mib_per_token)
-    timed = device_figures(args, device, mib or 0.0,
+    timed = device_figures(args, device, mib,                  # None (no decoded token): n/a
                            tokens_per_decode(trace, report.summary.tokens),
                            positions_per_decode=positions_per_decode(trace))
     by_req = device_by_requests(args, device, io_summary, trace, report, timed)

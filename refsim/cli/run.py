@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
                     "once (under $REFSIM_CACHE or ~/.cache/refsim) and used.")
     p.add_argument("model", nargs="?", help="GGUF model, or gemma-3-270m: the real Gemma-3-270M "
                                             "Q4_K_M from its installed package, assembled once "
-                                            "(default: the built-in synthetic qwen3moe)")
+                                            "(default, or builtin: the built-in synthetic qwen3moe)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (byte-level tokens of the file's vocab)")
     g.add_argument("--prompt-tokens", metavar="IDS", type=token_ids, help="prompt token ids, e.g. 1,5,77")
@@ -192,10 +192,15 @@ def _print_text(report, split=None) -> None:
     print(f"prompt: {len(report.prompt)} tokens; generated {result.n_gen}{_stop_note(result)}: "
           f"{report.text!r}")
     print(f"tokens: {' '.join(str(t) for t in result.tokens.tolist())}")
+    from refsim.telemetry.lines import drafted_decodes_line
     for line in summary_lines(stats):
         print(line)
         if split is not None and line.startswith("mtp: of "):
             print(split.line())             # after the engine's own flash-split line
+        if " tokens per verify decode (" in line:   # the engine's figure is per decode: say so
+            extra = drafted_decodes_line(stats)
+            if extra is not None:
+                print(extra)
     if config.spec.policy != "fixed":
         s = result.steps
         print(f"draft policy: {config.spec.policy} (lossless: it picks the width only); "

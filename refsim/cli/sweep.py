@@ -13,7 +13,7 @@ from refsim.cli.device import (add_device_args, device_figures, load_device_args
                                n_target_decodes, n_target_positions, positions_per_decode,
                                tokens_per_decode)
 from refsim.errors import UsageError
-from refsim.fmt import num
+from refsim.fmt import num, plural
 from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
 from refsim.scale.grid import TraceRef, pool_sweep, prefixed, remember, sweep_grid
 from refsim.scale.inputs import expand_traces
@@ -128,7 +128,7 @@ def run(args) -> int:
         tok_s = [[_tok_s(args, device, r, f[3], res.tokens) for r in res.rows]
                  for f, res in zip(facts, results)]
         d = device_figures(args, device, 0.0)
-        print(f"pred_tok/s: device {args.device} (predicted, not measured; {d.io_threads} lanes, "
+        print(f"pred_tok/s: device {args.device} (predicted, not measured; {plural(d.io_threads, 'lane')}, "
               f"{'--overlap' if d.overlap else 'serial'}, compute floor of {d.model})", file=out)
     if not many:
         result, tok_s = results[0], tok_s[0] if tok_s is not None else None
@@ -182,8 +182,9 @@ def _pooled(facts) -> _Decodes:
 
 def _tok_s(args, device, r, decodes: _Decodes, tokens: int) -> float:
     """Predicted tok/s of sweep point ``r``: its MiB/token, the trace's tokens and positions per
-    target decode (the compute is paid per position: issue 29 item 1)."""
-    return device_figures(args, device, r.summary.mib_per_token or 0.0,
+    target decode (the compute is paid per position: issue 29 item 1); None (``n/a``) when the
+    trace decoded no token."""
+    return device_figures(args, device, r.summary.mib_per_token,   # None (no token): n/a
                           tokens_per_decode(decodes, tokens),
                           positions_per_decode=positions_per_decode(decodes)).predicted_tok_s
 

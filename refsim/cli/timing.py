@@ -14,10 +14,11 @@ from refsim.cli.common import (add_knob_args, check_outputs, int_list, knobs_fro
                                nonneg_float, nonneg_int, positive_int, report_stream)
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
-from refsim.fmt import budget_mib
+from refsim.fmt import budget_mib, plural
 from refsim.spec.constants import DRAFT_MAX_LIMIT
 from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
 from refsim.timing.breakeven import DEFAULT_EPS, breakeven
+from refsim.timing.defaults import EPS_INTERVAL
 from refsim.timing.model import PARAMS
 from refsim.timing.whatif import DEFAULT_IO_THREADS
 from refsim.timing.runs import split_spec
@@ -80,7 +81,8 @@ def add_parser(sub) -> None:
     b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
     b.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
                    help=f"compute of each extra verify position as a fraction of one position's "
-                        f"(default {DEFAULT_EPS}; docs/timing.md gives 0.2-0.4)")
+                        f"(default {DEFAULT_EPS}; the shared prefills allow "
+                        f"{EPS_INTERVAL[0]:g}-{EPS_INTERVAL[1]:g}, docs/whatif-terms.md)")
     b.add_argument("--draft-ms", type=nonneg_float, default=0.0, metavar="MS",
                    help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
     b.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -88,7 +90,8 @@ def add_parser(sub) -> None:
     b.add_argument("--plot", metavar="OUT.png",
                    help="figure (.png, .pdf or .svg by the extension): acceptance needed and "
                         "tokens needed against the draft width, with the band of position costs "
-                        "0.2-0.4 (needs matplotlib)")
+                        f"{EPS_INTERVAL[0]:g}-{EPS_INTERVAL[1]:g} (refsim whatif's interval; needs "
+                        "matplotlib)")
     b.set_defaults(func=run_breakeven)
 
     v = tsub.add_parser("validate", help="leave-one-run-out check of the model on one device's runs",
@@ -196,8 +199,11 @@ def _report_requests(rm) -> None:
         print(f"leave-one-run-out |error| over {lo['runs']} runs: per MiB median "
               f"{lo['per_mib']['median_pct']:.1f}%, worst {lo['per_mib']['worst_pct']:.1f}%; by "
               f"requests median {lo['requests']['median_pct']:.1f}%, worst "
-              f"{lo['requests']['worst_pct']:.1f}%: --device outputs use "
-              f"{'the request term' if rm.better else 'the per-MiB term'}")
+              f"{lo['requests']['worst_pct']:.1f}%: " + (
+                  "--device outputs use the request term where they count requests (replay "
+                  "--model, layout), the per-MiB term elsewhere" if rm.better else
+                  "--device outputs use the per-MiB term, except serial layout --device: it prices by "
+                  "requests, the one term that sees the requests a layout changes"))
 
 
 def run_predict(args) -> int:
@@ -307,12 +313,11 @@ def run_breakeven(args) -> int:
     table = {b: at(u, args.position_cost) for b, u in unions.items()}
     mode = '--overlap' if args.overlap else 'serial'
     if args.plot is not None:
-        from refsim.timing.breakeven import EPS_RANGE
         from refsim.timing.plot import plot_breakeven, plot_breakeven_budgets
-        lo, hi = EPS_RANGE
+        lo, hi = EPS_INTERVAL                      # whatif's band interval (docs/timing.md)
         bands = {b: (at(u, lo), at(u, hi)) for b, u in unions.items()}
         label = f"position cost {lo:g}-{hi:g}"
-        where = (f"{os.path.basename(args.trace)}; {args.io_threads} lanes, {mode}; predicted")
+        where = (f"{os.path.basename(args.trace)}; {plural(args.io_threads, 'lane')}, {mode}; predicted")
         if len(budgets_mib) == 1:
             (b,) = budgets_mib
             plot_breakeven(table[b], args.plot, (*bands[b], label),
@@ -333,7 +338,7 @@ def run_breakeven(args) -> int:
                           "rows": rows}))
         return 0
     print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); "
-          f"{args.io_threads} lanes; {mode}; extra position {args.position_cost:g} x C; "
+          f"{plural(args.io_threads, 'lane')}; {mode}; extra position {args.position_cost:g} x C; "
           f"drafting {args.draft_ms:g} ms per drafted decode"
           + (f"; knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
              if knobs.any_on else ""))

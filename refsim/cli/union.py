@@ -10,7 +10,7 @@ from refsim.cli.common import (add_knob_args, cache_mib, draft_width, fraction, 
                                seed, warn_below_token_cycle)
 from refsim.cli.device import add_device_args, device_figures, load_device_args
 from refsim.errors import UsageError
-from refsim.fmt import NA, budget_mib, num, ratio
+from refsim.fmt import NA, budget_mib, num, plural, ratio
 from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
 from refsim.scale.grid import TraceRef, pool_union, prefixed, remember, union_grid
 from refsim.scale.inputs import expand_traces
@@ -170,7 +170,7 @@ def run(args) -> int:
         head += f"  {'decodes':>7}  {'read_MiB':>9}  {'MiB/token':>9}  {'x w=1':>6}  {'hit_dec%':>8}"
         if device is not None:
             d = device_figures(args, device, 0.0)
-            print(f"pred_tok/s: device {args.device} (predicted, not measured; {d.io_threads} lanes, "
+            print(f"pred_tok/s: device {args.device} (predicted, not measured; {plural(d.io_threads, 'lane')}, "
                   f"{'--overlap' if d.overlap else 'serial'}, compute floor of {d.model}, every "
                   f"draft accepted: w tokens per decode, extra position {d.position_cost:g} x C"
                   + (f"; priced on the knob columns, --drop-cold-experts {knobs.drop_frac:g} "

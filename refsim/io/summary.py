@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from refsim import MIB
 from refsim.cache.summary import GENERATION_KINDS
-from refsim.fmt import num, ratio
+from refsim.fmt import num, plural, ratio
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class IoSummary:
         return (f"windows: {num(self.decode_window_read_bytes / MIB, 1)} MiB in decode "
                 f"(+{num(over, 3)}% over the slices), {num(self.window_mib_per_token, 2)} "
                 f"MiB/token; {num(self.requests_per_token, 1)} requests/token of "
-                f"{num(kib, 1)} KiB; block {self.block_bytes} B, {mode}, {self.lanes} lanes "
+                f"{num(kib, 1)} KiB; block {self.block_bytes} B, {mode}, {plural(self.lanes, 'lane')} "
                 f"{'--overlap' if self.overlap else 'serial'}: busiest lane "
                 f"{num(lane, 2)} MiB/token" + self._merge_text())
 

@@ -8,7 +8,7 @@ import os
 
 from refsim import MIB
 from refsim.errors import ConfigError
-from refsim.fileio import OutputKind, atomic_path, resolve_output
+from refsim.fileio import OutputKind, open_output, resolve_output
 from refsim.fmt import num
 
 INSTALL_HINT = "matplotlib is not installed; install it with: pip install 'refsim[plot]'"
@@ -84,10 +84,19 @@ def finish_figure(plt, fig, path: str, title: str = "") -> None:
 
 def _save(fig, path: str) -> None:
     """Save ``fig`` to ``path`` in the format its extension names (:func:`plot_format`), by
-    :func:`refsim.fileio.atomic_path`'s rules (a regular file: temp file + rename)."""
+    :func:`refsim.fileio.open_output`'s rules (a regular file: temp file + rename; a FIFO or
+    device: written in place).
+
+    The figure is rendered to bytes in memory first, then written in one stream: matplotlib's
+    PDF writer (and its PNG writer given a path) seeks back in its file, which a FIFO, a pipe or
+    ``/dev/stdout`` on a pipe refuse (``ESPIPE``, "File or stream is not seekable").
+    """
+    import io
     fmt = plot_format(path)
-    with atomic_path(path, "--plot", suffix=f".{fmt}") as tmp:
-        fig.savefig(tmp, format=fmt, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=110)
+    with open_output(path, "--plot", binary=True) as fh:
+        fh.write(buf.getvalue())
 
 
 def plot_sweep(result, path: str, title: str = "", tok_s: list | None = None) -> None:
@@ -118,7 +127,7 @@ def plot_sweep(result, path: str, title: str = "", tok_s: list | None = None) ->
         fig, (ax_hit, ax_mib, ax_tps) = plt.subplots(1, 3, figsize=(17, 4.8))
         for i, pol in enumerate(result.policies):
             idx = [j for j, r in enumerate(result.rows) if r.policy == pol]
-            ax_tps.plot([result.rows[j].budget_mib for j in idx], [tok_s[j] for j in idx], "-o",
+            ax_tps.plot([result.rows[j].budget_mib for j in idx], [math.nan if tok_s[j] is None else tok_s[j] for j in idx], "-o",
                         ms=3, color=f"C{i}", label=pol)
         ax_tps.set_xlabel("cache budget (MiB)")
         ax_tps.set_ylabel("predicted decode tok/s (device model, not measured)")

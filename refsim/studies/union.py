@@ -225,10 +225,18 @@ def union_study(trace, windows, budget_bytes: int | None = None,
     Raises
     ------
     ConfigError
-        If a width is < 1 or exceeds the number of decode positions, or the trace has none.
+        If a width is < 1 or exceeds the number of decode positions, or the trace has none
+        (``"<trace path>: the trace has no decode positions (phase 1 rows); expected a trace with
+        decoded tokens"``).
     """
     h = trace.header
-    positions, routes, dropped, weights = decode_positions(trace.events, with_weights=True)
+    try:
+        positions, routes, dropped, weights = decode_positions(trace.events, with_weights=True)
+    except ConfigError as exc:           # a prefill-only trace: name the file (docs/cli.md)
+        path = getattr(trace, "path", None)
+        if path is None:
+            raise
+        raise ConfigError(f"{path}: {exc}; expected a trace with decoded tokens") from None
     knobs_on = knobs is not None and knobs.any_on
     if knobs_on and budget_bytes is None:
         raise ConfigError("--drop-cold-experts/--prefetch: the union replay needs --cache-mb")

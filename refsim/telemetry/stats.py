@@ -150,6 +150,13 @@ class RunStats:
         return _div(self.tokens, self.decodes)
 
     @property
+    def tokens_per_drafted_decode(self) -> float | None:
+        """(verify_decodes + accepted) / verify_decodes: the tokens a decode that carried a draft
+        confirmed on average (its own token and its accepted drafts); None without one. Not the
+        engine's "tokens per verify decode", which divides by every decode."""
+        return _div(self.verify_decodes + self.accepted, self.verify_decodes)
+
+    @property
     def coverage_pct(self) -> float | None:
         """100 × drafted_steps / decodes."""
         return pct(self.drafted_steps, self.decodes)

@@ -12,6 +12,13 @@ EPS_RANGE = (0.2, 0.4)
 """The honest range of the position cost (docs/timing.md, "What the shared runs identify"): 0.20
 with the MTP head's time inside the host's compute figure, 0.38 without, rounded out to 0.4."""
 
+EPS_INTERVAL = (0.0, 1.2)
+"""The interval the position cost is swept over in a band (``refsim whatif``'s default
+``--position-cost-interval``, ``timing breakeven --plot``'s band): what the shared devices' prefills
+allow at a verify width of 4 (docs/whatif-terms.md, "eps per verify width": desktop [0, 1.204],
+phone 07-12 [0.071, 0.999]). Wider than :data:`EPS_RANGE`, which is the spread of the one
+speculation cell's derivation only."""
+
 DEFAULT_IO_THREADS = 4
 """I/O lanes a what-if assumes unless told (the engine's default ``--io-threads``,
 bmoe-engine.md §3.4)."""

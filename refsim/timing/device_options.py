@@ -64,6 +64,9 @@ class DeviceOptions:
         ConfigError
             The device file's refusals (:func:`refsim.timing.model.load_device`), an unknown or
             missing ``--device-model`` (:func:`refsim.timing.whatif.resolve_model`).
+
+        Logs (``logging``, logger ``refsim.timing``) a warning when ``--io-threads`` is outside
+        the lane counts the device was fitted on (:meth:`~refsim.timing.model.DeviceModel.lanes_warning`).
         """
         if self.device is None:
             from refsim.errors import UsageError
@@ -78,22 +81,31 @@ class DeviceOptions:
         from refsim.timing import load_device
         from refsim.timing.whatif import resolve_model
         dev = load_device(self.device)
-        return dev, self.device, resolve_model(dev, self.device_model)
+        loaded = dev, self.device, resolve_model(dev, self.device_model)
+        text = dev.lanes_warning(self.io_threads)
+        if text is not None:       # the CLI prints it as "refsim CMD: warning: ..." (one line)
+            import logging
+            logging.getLogger("refsim.timing").warning(text)
+        return loaded
 
-    def figures(self, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,
+    def figures(self, loaded, mib_per_token: float | None, tokens_per_decode: float = 1.0,
                 draft_s_per_token: float = 0.0, cache: bool = True,
                 positions_per_decode: float | None = None):
         """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if reading ``mib_per_token``
         MiB (2^20 bytes) per confirmed token, ``tokens_per_decode`` tokens and
         ``positions_per_decode`` positions (default: as many as tokens) per target decode; or
-        None when ``loaded`` (:meth:`load`'s value) is None."""
+        None when ``loaded`` (:meth:`load`'s value) is None. ``mib_per_token`` None (no decoded
+        token: a prefill-only trace) gives the device's configuration with every time ``None``
+        (:meth:`~refsim.timing.whatif.DeviceWhatIf.undefined`: ``n/a``, never the price of a
+        decode that reads nothing)."""
         if loaded is None:
             return None
         from refsim.timing.whatif import device_whatif
         dev, name, model = loaded
-        return device_whatif(dev, name, mib_per_token, tokens_per_decode, model, self.io_threads,
-                             self.overlap, cache, self.position_cost, draft_s_per_token,
-                             positions_per_decode)
+        whatif = device_whatif(dev, name, 0.0 if mib_per_token is None else mib_per_token,
+                               tokens_per_decode, model, self.io_threads, self.overlap, cache,
+                               self.position_cost, draft_s_per_token, positions_per_decode)
+        return whatif.undefined() if mib_per_token is None else whatif
 
     def run_figures(self, loaded, result, n_gen: int, work=None):
         """A finished run's predicted s/token, tok/s and effective tok/s

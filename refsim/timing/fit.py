@@ -212,7 +212,8 @@ def fit_device(runs: list[RunData], name: str = "", jackknife: bool = True) -> D
     return DeviceModel(params=params, compute=comp, name=name or f"{len(runs)} runs",
                        trim=runs[0].trim, fitted_on=tuple(r.label for r in runs),
                        serial_runs=sum(not r.overlap for r in runs),
-                       overlap_runs=sum(r.overlap for r in runs), notes=tuple(notes))
+                       overlap_runs=sum(r.overlap for r in runs), notes=tuple(notes),
+                       lanes=tuple(sorted({r.lanes for r in runs})))
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,9 @@ class DeviceModel:
     serial_runs, overlap_runs : int
         How many of the runs were serial / overlap (a model with no serial run cannot predict a
         serial one, and likewise).
+    lanes : tuple of int
+        The I/O lane counts (``io_threads``) of the runs, sorted, each once; ``()`` for a device
+        file written before refsim recorded them (then no lane count is known to be outside).
     """
 
     params: dict
@@ -108,9 +111,27 @@ class DeviceModel:
     requests: dict | None = None
     """The serial flash term by requests and lanes (:mod:`refsim.timing.requests`, ``timing fit
     --io-model requests``), as its JSON object; None: per MiB only (the file has no such key)."""
+    lanes: tuple = ()
 
     def value(self, key: str) -> float:
         return self.params[key].value
+
+    def lanes_warning(self, lanes: int) -> str | None:
+        """The warning for a prediction at ``lanes`` I/O lanes outside the range of lane counts
+        the device was fitted on, or None (inside it, or the lane counts are unknown).
+
+        The lane term ``b / L`` (docs/timing.md, "Fitting") is a line through the fitted lane
+        counts only: outside them it is an extrapolation, and a ``b`` the runs do not tell from 0
+        (the desktop's -0.094 ± 0.064) then predicts fewer lanes faster.
+        """
+        if not self.lanes or min(self.lanes) <= lanes <= max(self.lanes):
+            return None
+        b = self.params["b"]
+        se = "" if b.se is None else f" ± {b.se:.3f}"
+        fitted = ", ".join(str(n) for n in self.lanes)
+        return (f"--io-threads {lanes} is outside the lane counts the device was fitted on "
+                f"({fitted}): its lane term b/L (b = {b.value:.3f}{se} ms*lane/MiB) is "
+                f"extrapolated there, not measured")
 
     def compute_floor(self, model: str, where: str = "") -> float:
         """``C[model]`` in ms/token.
@@ -180,6 +201,8 @@ class DeviceModel:
             "compute_ms": {m: p(c) for m, c in sorted(self.compute.items())},
             "notes": list(self.notes),
         }
+        if self.lanes:
+            doc["lanes"] = list(self.lanes)
         if self.requests is not None:
             doc["requests"] = self.requests
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
@@ -295,6 +318,7 @@ def load_device(path: str) -> DeviceModel:
     need = {"format", "name", "trim", "fitted_on", "serial_runs", "overlap_runs", "units",
             "params", "compute_ms", "notes"}
     need |= {"requests"} & set(doc)         # optional: the request term (timing fit --io-model)
+    need |= {"lanes"} & set(doc)            # optional: the runs' lane counts (older files lack it)
     if set(doc) != need:
         extra, missing = sorted(set(doc) - need), sorted(need - set(doc))
         raise ConfigError(f"{path}: keys differ from a device file's (missing {missing}, "
@@ -328,9 +352,16 @@ def load_device(path: str) -> DeviceModel:
         if c.value <= 0:
             raise ConfigError(f"{path}: compute_ms[{m!r}].value: expected > 0, got {c.value!r}")
         compute[m] = c
+    lanes = doc.get("lanes", [])
+    if not isinstance(lanes, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1 << 31 for n in lanes) \
+            or lanes != sorted(set(lanes)):
+        raise ConfigError(f"{path}: lanes: expected a sorted list of distinct integers 1..2^31 "
+                          f"(the runs' io_threads)")
     dev = DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
                       fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
-                      overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]))
+                      overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]),
+                      lanes=tuple(lanes))
     if "requests" in doc:
         from dataclasses import replace
 

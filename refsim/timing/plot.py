@@ -26,7 +26,7 @@ def plot_breakeven(rows, path: str, band: tuple | None = None, title: str = "") 
         Output (``.png``, ``.pdf`` or ``.svg``).
     band : (rows_lo, rows_hi, label), optional
         The same rows at two other position costs, drawn as a band around the curve (the
-        uncertainty docs/timing.md gives, 0.2-0.4).
+        command's: :data:`refsim.timing.defaults.EPS_INTERVAL`, 0-1.2, ``refsim whatif``'s band).
     title : str, optional
 
     Returns

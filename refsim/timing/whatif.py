@@ -21,9 +21,10 @@ column, ``run``'s figure): ``refsim whatif``'s price (docs/timing.md, "One price
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from refsim.errors import ConfigError
+from refsim.fmt import NA, plural
 from refsim.timing.breakeven import DEFAULT_EPS, decode_ms
 from refsim.timing.defaults import DEFAULT_IO_THREADS  # noqa: F401  (re-exported)
 from refsim.timing.model import DeviceModel
@@ -31,27 +32,41 @@ from refsim.timing.model import DeviceModel
 
 @dataclass(frozen=True)
 class DeviceWhatIf:
-    """Predicted times of one what-if on one device (s = seconds)."""
+    """Predicted times of one what-if on one device (s = seconds).
+
+    The four times are ``None`` (text ``n/a``, JSON ``null``) when the what-if has no decoded
+    token to price (a prefill-only trace: MiB/token undefined; :meth:`undefined`).
+    """
 
     device: str
     model: str
     io_threads: int
     overlap: bool
     position_cost: float
-    ms_per_decode: float
-    predicted_s_per_token: float
-    predicted_tok_s: float
-    predicted_effective_tok_s: float
+    ms_per_decode: float | None
+    predicted_s_per_token: float | None
+    predicted_tok_s: float | None
+    predicted_effective_tok_s: float | None
+
+    def undefined(self) -> "DeviceWhatIf":
+        """This what-if's device and configuration with every time ``None``: nothing to price
+        (no decoded token; docs/cli.md, "Numbers": a ratio over zero events is n/a)."""
+        return replace(self, ms_per_decode=None, predicted_s_per_token=None, predicted_tok_s=None,
+                       predicted_effective_tok_s=None)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def line(self) -> str:
+        config = (f"{plural(self.io_threads, 'lane')}, {'--overlap' if self.overlap else 'serial'}, "
+                  f"compute floor of {self.model}")
+        if self.predicted_s_per_token is None:
+            return (f"device {self.device} (predicted, not measured): {NA} s/token, {NA} tok/s "
+                    f"(no decoded tokens to price; {config})")
         eff = (f", effective {self.predicted_effective_tok_s:.3f} tok/s"
                if self.predicted_effective_tok_s != self.predicted_tok_s else "")
         return (f"device {self.device} (predicted, not measured): {self.predicted_s_per_token:.4f} "
-                f"s/token, {self.predicted_tok_s:.3f} tok/s{eff} ({self.io_threads} lanes, "
-                f"{'--overlap' if self.overlap else 'serial'}, compute floor of {self.model})")
+                f"s/token, {self.predicted_tok_s:.3f} tok/s{eff} ({config})")
 
 
 def resolve_model(device: DeviceModel, model: str | None, flag: str = "--device-model") -> str:

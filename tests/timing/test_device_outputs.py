@@ -240,6 +240,133 @@ def test_breakeven_plot_shows_the_table(tmp_path, capsys, device_file):
     assert not (tmp_path / "b.gif").exists()
 
 
+def test_breakeven_plot_to_a_fifo_is_streamed(tmp_path, capsys, device_file):
+    """``timing breakeven --plot FIFO`` (a reader attached): the PDF is streamed whole, not
+    "write failed: File or stream is not seekable" (matplotlib's PDF writer seeks; the figure is
+    rendered in memory first)."""
+    import os
+    from pathlib import Path
+    from refsim.testing.fifo import read_fifo_in_background
+    pytest.importorskip("matplotlib")
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    fifo = tmp_path / "fifo1.pdf"
+    os.mkfifo(fifo)
+    t, got = read_fifo_in_background(fifo)
+    assert main(["timing", "breakeven", str(demo), "--device", device_file, "--cache-mb", "256",
+                 "--draft", "1..3", "--plot", str(fifo)]) == 0
+    t.join(30)
+    assert capsys.readouterr().err == ""
+    assert len(got) == 1 and got[0].startswith(b"%PDF-") and got[0].rstrip().endswith(b"%%EOF")
+
+
+def test_memory_mib_per_token_is_bounded(tmp_path, capsys, device_file, q3):
+    """``--mib-per-token 1e30`` printed 5.9e26 s/token; beyond 2^40 MiB (the MiB ceiling of every
+    MiB flag: 2^60 bytes, an int64's) it is a usage error; 2^40 itself is priced by the rule."""
+    argv = ["memory", str(q3), "--device", device_file, "--mib-per-token"]
+    assert main(argv + ["1e30"]) == 2               # a usage error
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == ("refsim memory: error: argument --mib-per-token: expected a number of MiB from "
+                   "0 to 2^40 (1 EiB), got '1e+30'")
+    assert main(argv + [str(2 ** 40), "--json"]) == 0
+    import json
+    case = json.loads(capsys.readouterr().out)["device"]["cases"][-2]
+    # serial, 4 lanes: t(x) = 108 + 1.325 x ms (test_memory_whatif_hand_worked)
+    assert case["mib_per_token"] == 2 ** 40
+    assert case["predicted_s_per_token"] == pytest.approx((108 + 1.325 * 2 ** 40) / 1000)
+
+
+def test_breakeven_plot_band_is_whatif_s_interval(tmp_path, capsys, device_file, monkeypatch):
+    """The figure's band is the table at position costs 0 and 1.2, the interval ``refsim whatif``
+    sweeps (it was 0.2-0.4 while whatif's band was [0, 1.2]), and says so in its label."""
+    from pathlib import Path
+    import refsim.timing.plot as tplot
+    from refsim.cli.whatif import DEFAULT_EPS_INTERVAL
+    from refsim.studies.union import union_study
+    from refsim.timing.breakeven import breakeven
+    from refsim.timing.defaults import EPS_INTERVAL
+    from refsim.trace import read_trace
+    assert EPS_INTERVAL == DEFAULT_EPS_INTERVAL == (0.0, 1.2)     # one interval, both commands
+    got = {}
+    monkeypatch.setattr(tplot, "plot_breakeven",
+                        lambda rows, path, band, title="": got.update(rows=rows, band=band))
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    assert main(["timing", "breakeven", str(demo), "--device", device_file, "--cache-mb", "256",
+                 "--draft", "1..3", "--plot", str(tmp_path / "b.png")]) == 0
+    union = union_study(read_trace(str(demo)), [1, 2, 3, 4], 256 * MIB)
+    lo, hi, label = got["band"]
+    assert label == "position cost 0-1.2"
+    for rows, eps in ((got["rows"], 0.38), (lo, 0.0), (hi, 1.2)):
+        assert rows == breakeven(device(), union, "m", 4, False, True, eps)
+    # the test device at d = 3: acceptance needed 21.4 % at eps 0, 110.3 % at eps 1.2
+    assert [round(r.acceptance_needed_pct, 1) for r in (lo[-1], got["rows"][-1], hi[-1])] == \
+        [21.4, 49.5, 110.3]
+
+
+# --- a prefill-only trace (D10): nothing to price is n/a, and the refusals name the file ------
+
+def _prefill_only(tmp_path):
+    """traces/demo.route.csv without its phase-1 rows: one prefill event, 0 decoded tokens."""
+    from pathlib import Path
+    demo = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
+    lines = demo.read_text().splitlines(keepends=True)
+    body = [ln for ln in lines if not ln.startswith("#")]
+    keep = [ln for ln in lines if ln.startswith("#")] + body[:1] + [
+        ln for ln in body[1:] if ln.split(",")[1] == "0"]
+    assert len(keep) < len(lines)
+    path = tmp_path / "prefill.route.csv"
+    path.write_text("".join(keep))
+    return path
+
+
+def test_replay_of_a_prefill_only_trace_prices_nothing(tmp_path, capsys, device_file):
+    """0 decoded tokens: MiB/token is n/a, so is the device's s/token and tok/s (it priced a
+    decode reading 0 MiB: 0.1080 s/token, 9.259 tok/s, before)."""
+    import json
+    path = _prefill_only(tmp_path)
+    argv = ["replay", str(path), "--cache-mb", "256", "--device", device_file]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "0 decoded tokens" in lines[2] and lines[6].endswith("n/a MiB/token")
+    assert lines[-1] == (f"device {device_file} (predicted, not measured): n/a s/token, n/a tok/s "
+                         f"(no decoded tokens to price; 4 lanes, serial, compute floor of m)")
+    assert main(argv + ["--json"]) == 0
+    dev = json.loads(capsys.readouterr().out)["device"]
+    assert dev == {"device": device_file, "model": "m", "io_threads": 4, "overlap": False,
+                   "position_cost": 0.38, "ms_per_decode": None, "predicted_s_per_token": None,
+                   "predicted_tok_s": None, "predicted_effective_tok_s": None}
+
+
+def test_sweep_of_a_prefill_only_trace_prints_na_tok_s(tmp_path, capsys, device_file):
+    path = _prefill_only(tmp_path)
+    csv = tmp_path / "s.csv"
+    assert main(["sweep", str(path), "--cache-mb", "256", "--policy", "lru", "--device",
+                 device_file, "--csv", str(csv)]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row[0] == "256" and row[-2:] == ["n/a", "n/a"]          # MiB/token, pred_tok/s
+    assert csv.read_text().splitlines()[1].endswith(",nan")        # predicted_tok_s
+
+
+@pytest.mark.parametrize("argv", [["union", "{p}", "--cache-mb", "256"],
+                                  ["timing", "breakeven", "{p}", "--cache-mb", "256",
+                                   "--device", "{d}"]])
+def test_union_and_breakeven_name_the_prefill_only_trace(tmp_path, capsys, device_file, argv):
+    path = _prefill_only(tmp_path)
+    assert main([a.format(p=path, d=device_file) for a in argv]) == 1
+    out, err = capsys.readouterr()
+    cmd = " ".join(argv[:2]) if argv[0] == "timing" else argv[0]
+    assert out == "" and err == (f"refsim {cmd}: error: {path}: the trace has no decode positions "
+                                 f"(phase 1 rows); expected a trace with decoded tokens\n")
+
+
+def test_device_line_says_1_lane():
+    """"(1 lane, ...)", not "(1 lanes, ...)" (D15); the price itself is unchanged."""
+    from refsim.timing.whatif import memory_whatif
+    one = memory_whatif(device(), "d", "m", 0.09375, 1, False)[0].whatif
+    assert one.line().endswith("(1 lane, serial, compute floor of m)")
+    four = memory_whatif(device(), "d", "m", 0.09375, 4, False)[0].whatif
+    assert four.line().endswith("(4 lanes, serial, compute floor of m)")
+
+
 # --- page faults: can the shared runs price one? (docs/timing.md, "Page faults") ---------------
 
 def test_page_fault_cost_is_not_identified_by_the_shared_runs():

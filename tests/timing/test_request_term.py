@@ -193,3 +193,33 @@ def test_a_damaged_requests_object_is_one_config_error(tmp_path_factory, where, 
         load_device(str(path))
     except ConfigError as exc:
         assert str(path) in str(exc)
+
+
+def test_fit_says_which_term_each_device_output_uses(tmp_path, capsys):
+    """``timing fit --io-model requests`` said "--device outputs use the per-MiB term" while
+    ``layout --device`` prices by requests whenever the file carries the term (serial reads): the
+    line now names the exception, and ``layout``'s pricing is checked to be what it says."""
+    from types import SimpleNamespace
+
+    from refsim.cli.layout import predicted_ms
+    from refsim.events import DecodeKind
+    base = require_shared("real-runs")
+    specs = [str(p) for p in sorted(base.glob("desktop-2026-07-24-qwen36/*.csv"))]
+    dev_path = tmp_path / "d.json"
+    assert main(["timing", "fit", *specs, "--io-model", "requests", "--out", str(dev_path)]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if "outputs use" in ln][0]
+    assert line.endswith(": --device outputs use the per-MiB term, except serial layout --device: it "
+                         "prices by requests, the one term that sees the requests a layout changes")
+    dev = load_device(str(dev_path))
+    (model,) = dev.compute
+    assert not requests_from_json(str(dev_path), dev.requests, dev).better
+    # layout's pricing of one evaluation (two plain decodes, 2 tokens): by requests, as said
+    args = SimpleNamespace(overlap=False, io_threads=4, position_cost=0.38, device=str(dev_path),
+                           device_model=None)
+    s = SimpleNamespace(window_mib_per_token=100.0, decode_window_read_bytes=200 * 2 ** 20,
+                        lane_bytes_per_token=30 * 2 ** 20, decode_rounds=40, decode_batches=80)
+    trace = SimpleNamespace(events=[SimpleNamespace(kind=DecodeKind.PLAIN, n_pos=1)] * 2)
+    ms, used = predicted_ms(args, (dev, str(dev_path), model), s, trace, [0, 1], 2)
+    assert used == "requests" and ms > 0
+    args.overlap = True                 # under --overlap the stall is per MiB: the line's "serial"
+    assert predicted_ms(args, (dev, str(dev_path), model), s, trace, [0, 1], 2)[1] == "per_mib"
