@@ -33,12 +33,8 @@ from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.errors import UsageError
+from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
 from refsim.validators import cache_mib, percent, positive_mib
-
-DEFAULT_EPS_INTERVAL = (0.0, 1.2)
-"""The interval ``eps`` is swept over unless ``--position-cost-interval`` says otherwise: what the
-shared devices' prefills allow at a verify width of 4 (docs/whatif-terms.md, "eps per verify
-width": desktop [0, 1.204], phone 07-12 [0.071, 0.999])."""
 
 COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", "delta_pct",
            "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
