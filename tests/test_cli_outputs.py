@@ -254,3 +254,14 @@ def test_plot_to_dev_stdout_on_a_pipe(tmp_path):
     at = proc.stdout.find(b"\x89PNG\r\n\x1a\n")
     assert at > 0 and proc.stdout[:at].startswith(b"model: ")
     assert proc.stdout.endswith(b"IEND\xaeB`\x82")
+
+
+@pytest.mark.parametrize("argv", [["replay", str(DEMO), "--cache-mb", "256"],
+                                  ["union", str(DEMO), "--cache-mb", "256"]])
+def test_a_closed_stdout_is_one_line_not_a_traceback(argv):
+    # `refsim ... >&-`: Python starts with sys.stdout None; print() then drops every line and a
+    # flush raised AttributeError (a traceback); the command now refuses before it runs
+    r = _cli(argv, stdout=None, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
+    assert r.returncode == 1
+    assert r.stderr == (f"refsim {argv[0]}: error: standard output is closed; expected it open "
+                        "(redirect it to a file or /dev/null)\n")

@@ -150,6 +150,10 @@ def _run(argv: list[str] | None, seen: dict) -> int:
         make_parser().print_help()
         print("refsim: error: the following arguments are required: COMMAND", file=sys.stderr)
         return 2
+    if sys.stdout is None:      # started with stdout closed (`>&-`): every report would be lost
+        print(f"{getattr(args, '_parser', parser).prog}: error: standard output is closed; "
+              "expected it open (redirect it to a file or /dev/null)", file=sys.stderr)
+        return 1
     from refsim import progress
     progress.configure(not (getattr(args, "quiet", False) or getattr(args, "json", False)))
     try:
