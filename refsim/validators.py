@@ -107,6 +107,17 @@ def nonneg_float(text: str) -> float:
     return _number(text, _strict_float, lambda v: 0 <= v < math.inf, "a finite number >= 0")
 
 
+MAX_MS = 1e7
+"""Largest ms (per token) a flag takes: the bound a device file's parameters have
+(:data:`refsim.timing.model.MAX_ABS_PARAM`; a real device is orders of magnitude below)."""
+
+
+def milliseconds(text: str) -> float:
+    """``type=`` validator: a number of ms in ``0..1e7`` (:data:`MAX_MS`; ``--head-ms``,
+    ``--draft-ms``): beyond it every rate prints 0.000 and says nothing."""
+    return _number(text, _strict_float, lambda v: 0 <= v <= MAX_MS, "a number of ms from 0 to 1e7")
+
+
 MIB_RANGE = "a number of MiB from 0 to 2^40 (1 EiB)"
 """What the other MiB flags accept (``--cache-floor-mb``, ``--cache-ceil-mb``: 0 has a meaning)."""
 

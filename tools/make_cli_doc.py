@@ -47,7 +47,8 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `--resamples` | an integer in 1..100000 |
 | `--block-size` | an integer in 1..1048576 and a power of two |
 | `replay --o-direct` | an integer in 0..1 |
-| `--position-cost`, `--draft-ms` | a finite number >= 0 |
+| `--position-cost` | a finite number >= 0 |
+| `--draft-ms`, `whatif --head-ms` | a number of ms from 0 to 1e7 (the bound a device file's parameters have) |
 | `--draft` | an integer in 1..8 (lists in `ngram-whatif`: each in 1..8) |
 | `--ngram-min-match`, `ngram --min-match` | an integer in 1..12 (`ngram`: 1..`--max-match`) |
 | `--max-match` | an integer in 1..64 |

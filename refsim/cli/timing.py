@@ -12,6 +12,7 @@ import numpy as np
 
 from refsim.cli.common import (add_knob_args, check_outputs, int_list, knobs_from_args,
                                nonneg_float, nonneg_int, positive_int, report_stream)
+from refsim.validators import milliseconds
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
 from refsim.fmt import budget_mib, plural
@@ -83,7 +84,7 @@ def add_parser(sub) -> None:
                    help=f"compute of each extra verify position as a fraction of one position's "
                         f"(default {DEFAULT_EPS}; the shared prefills allow "
                         f"{EPS_INTERVAL[0]:g}-{EPS_INTERVAL[1]:g}, docs/whatif-terms.md)")
-    b.add_argument("--draft-ms", type=nonneg_float, default=0.0, metavar="MS",
+    b.add_argument("--draft-ms", type=milliseconds, default=0.0, metavar="MS",
                    help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
     b.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_knob_args(b)

@@ -34,7 +34,7 @@ from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.errors import UsageError
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
-from refsim.validators import cache_mib, percent, positive_mib
+from refsim.validators import cache_mib, milliseconds, percent, positive_mib
 
 COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", "delta_pct",
            "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
@@ -96,7 +96,7 @@ def add_parser(sub) -> None:
                      help="prompt token ids, e.g. 1,5,77")
     g.add_argument("-n", "--n-predict", type=positive_int, default=None, metavar="N",
                    help="tokens to generate per run (default 32)")
-    p.add_argument("--head-ms", type=nonneg_float, metavar="MS",
+    p.add_argument("--head-ms", type=milliseconds, metavar="MS",
                    help="the MTP head's compute per emitted token, ms (assumed); or --gguf")
     p.add_argument("--gguf", metavar="MODEL.gguf",
                    help="with a TRACE: the model's tensor table (the MTP head's share of a "

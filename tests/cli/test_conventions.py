@@ -83,7 +83,7 @@ TABLE = [
     (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--position-cost",
      "--position-cost", "a finite number >= 0", ("0", "99999999999999999999")),
     (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--draft-ms",
-     "--draft-ms", "a finite number >= 0", ("0", "99999999999999999999")),
+     "--draft-ms", "a number of ms from 0 to 1e7", ("0", "10000000")),   # bounded as a device file
     (["replay", "t.csv"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
     (["replay", "t.csv"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
     (["replay", "t.csv"], "--route-ahead", "--route-ahead", "an integer in 0..8", ("0",)),
@@ -145,7 +145,7 @@ TABLE = [
     (WHATIF + ["--cache-mb", "8"], "--prompt-len", "--prompt-len", INT1, ()),
     (WHATIF + ["--cache-mb", "8"], "-n/--n-predict", "-n", INT1, ()),
     (WHATIF + ["--cache-mb", "8"], "--prompt-tokens", "--prompt-tokens", IDS, ("0",)),
-    (WHATIF + ["--cache-mb", "8"], "--head-ms", "--head-ms", "a finite number >= 0", ("0", "99999999999999999999")),
+    (WHATIF + ["--cache-mb", "8"], "--head-ms", "--head-ms", "a number of ms from 0 to 1e7", ("0", "10000000")),
     (WHATIF + ["--cache-mb", "8"], "--noise-pct", "--noise-pct", "a percentage in [0, 100]", ("0",)),   # D7: bounded
     (WHATIF + ["--cache-mb", "8"], "--drop-cold-experts", "--drop-cold-experts", "a number in [0, 1]", ("0",)),
     (WHATIF + ["--cache-mb", "8"], "--prefetch", "--prefetch", "an integer in 0..8", ("0",)),
@@ -283,3 +283,13 @@ def test_the_documented_ranges_are_the_validators():
         if not expected.startswith("N") and "(at most" not in expected:
             assert expected in doc.CONVENTIONS, expected
     assert doc.CONVENTIONS in doc.render()
+
+
+def test_the_ms_flags_share_the_device_files_bound():
+    from refsim.timing.model import MAX_ABS_PARAM
+    from refsim.validators import MAX_MS, milliseconds
+    assert MAX_MS == MAX_ABS_PARAM == 1e7
+    assert milliseconds("1e7") == 1e7 and milliseconds("0") == 0.0
+    for bad in ("1.0000001e7", "1e300", "-1", "nan", "inf"):
+        with pytest.raises(argparse.ArgumentTypeError, match="a number of ms from 0 to 1e7"):
+            milliseconds(bad)
