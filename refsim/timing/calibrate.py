@@ -32,7 +32,7 @@ import numpy as np
 
 from refsim.errors import ConfigError
 from refsim.timing.fit import huber_lstsq, predict_run
-from refsim.timing.model import DeviceModel, Param
+from refsim.timing.model import MAX_ABS_PARAM, DeviceModel, Param
 from refsim.timing.runs import RunData
 from refsim.timing.terms import Term
 
@@ -164,7 +164,8 @@ def calibrate_floor(device: DeviceModel, run: RunData, model: str | None = None,
     ConfigError
         An unknown method; fewer than ``2 * QUARTERS`` kept tokens; no positive floor (the run is
         faster than the device's flash and bookkeeping alone, or its CPU time is below the
-        bookkeeping terms); the device's refusals (a mode it was not fitted on).
+        bookkeeping terms); a floor above :data:`refsim.timing.model.MAX_ABS_PARAM` (a damaged
+        time column); the device's refusals (a mode it was not fitted on).
     """
     if method not in METHODS:
         raise ConfigError(f"calibration method {method!r}: expected one of {', '.join(METHODS)}")
@@ -178,6 +179,10 @@ def calibrate_floor(device: DeviceModel, run: RunData, model: str | None = None,
     if not c > 0:
         raise ConfigError(f"{run.label}: the re-fitted compute floor is {c:.3g} ms/token (<= 0): the "
                           f"run's CPU time is below the device's bookkeeping terms alone")
+    if not c <= MAX_ABS_PARAM:      # a damaged time column (wall_ms 1e300) is not a slow device
+        raise ConfigError(f"{run.label}: the re-fitted compute floor is {c:.3g} ms/token; expected at "
+                          f"most {MAX_ABS_PARAM:g}, the bound a device file's parameters have (check "
+                          f"the run's time columns)")
     edges = np.linspace(0, run.n, QUARTERS + 1).astype(int)
     parts = [est(slice(a, b)) for a, b in zip(edges[:-1], edges[1:])]
     floor = Term("C", c, min([c] + parts), max([c] + parts), "ms/token", "fitted",

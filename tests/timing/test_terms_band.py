@@ -278,3 +278,13 @@ def test_bootstrap_width_of_the_desktop_floor():
             d.token_ms(r.x, r.model, r.lanes, r.overlap, r.cache)["wall"].mean())), dev, reps)
         halves.append(100 * (b.hi - b.lo) / 2 / b.point)
     assert [round(h, 1) for h in halves] == [0.9, 1.5, 2.2]
+
+
+def test_calibration_refuses_a_floor_beyond_a_device_parameters_bound():
+    # a baseline whose time column is damaged (one token's wall_ms 1e300 in the recheck) re-fitted
+    # C to a ~300-digit ms/token and every rate printed 0.000; a floor above the bound a device
+    # file's parameters have (1e7 ms) is refused, the bound itself still accepted
+    with pytest.raises(ConfigError, match=r"run.csv: the re-fitted compute floor is 1e\+300 ms/token; "
+                                          r"expected at most 1e\+07"):
+        calibrate_floor(device(), run(np.linspace(0.0, 40.0, 16), 1e300))
+    assert calibrate_floor(device(), run(np.linspace(0.0, 40.0, 16), 1e7)).floor.value == pytest.approx(1e7)
