@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -301,6 +302,9 @@ def read_header(path: str | os.PathLike) -> GGUFHeader:
     """
     path = os.fspath(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):     # checked before open: a FIFO would block
+            raise ModelFormatError(f"{path}: not a regular file (a FIFO, pipe, device or folder); "
+                                   f"expected a GGUF file, which is read by mapping it")
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:

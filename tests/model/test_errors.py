@@ -1,5 +1,6 @@
 """Bad input: every malformed file gives ModelFormatError naming the file; nothing crashes or hangs."""
 
+import os
 import struct
 
 import pytest
@@ -166,3 +167,18 @@ def test_mutated_headers_give_clean_errors(tmp_path, valid, edits, which):
                     m.dequantize(name)
                 except ModelFormatError:
                     pass
+
+
+def test_a_fifo_or_folder_is_named_not_called_an_empty_file(tmp_path, capsys):
+    # `cat model.gguf | refsim memory /dev/stdin` and a FIFO said "empty file, not a GGUF"; the
+    # reader maps the file, so a pipe is refused for what it is, before any open (no block on a
+    # FIFO without a writer)
+    fifo = tmp_path / "m.gguf"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        with pytest.raises(ModelFormatError, match=r": not a regular file \(a FIFO, pipe, device or "
+                                                   r"folder\); expected a GGUF file"):
+            open_model(path)
+    assert main(["memory", str(fifo)]) == 1
+    assert capsys.readouterr().err == (f"refsim memory: error: {fifo}: not a regular file (a FIFO, pipe, "
+                                       "device or folder); expected a GGUF file, which is read by mapping it\n")
