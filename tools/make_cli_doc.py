@@ -114,8 +114,12 @@ zero events prints `n/a` (JSON `null`, `nan` in a numeric CSV column), never `0.
 simulator does not measure (flash I/O seconds, MiB/s) print `n/a`. Small values keep at least
 two significant digits. A budget prints as the shortest MiB text that gives back the same bytes.
 
-**Ctrl-C** at any moment, imports included, prints one line (`refsim CMD: interrupted ...`) and
-exits 130.
+**Ctrl-C** at any moment once the command's `main` has started (it installs the handler before it
+builds the parser; every later import, numpy and Numba included, is covered) prints one line (`refsim CMD: interrupted
+...`) and exits 130; the same for the `tools/` scripts once their `main` runs. Before that, in the
+interpreter's start-up, the console script's wrapper and the import of the `refsim` package (the
+first 50-60 ms of a process on the 2-core test machine), the signal is Python's: a short
+traceback, exit 1 or 130.
 """
 
 
