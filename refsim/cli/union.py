@@ -123,6 +123,7 @@ def run(args) -> int:
         require_dask()
     device = load_device_args(args)
     refs, headers, knobs, warned = [], [], None, set()
+    kept = []       # --spec-policy: the traces as read, replayed again below (a FIFO reads once)
     for path in paths:                 # every trace is checked before any cell runs
         trace = read_trace(path)
         if trace.header.n_expert_used not in warned:
@@ -132,14 +133,17 @@ def run(args) -> int:
         remember(ref, trace)
         refs.append(ref)
         headers.append((trace.path, trace.header))
+        if stream is not None:
+            kept.append(trace)
         del trace
     per_trace = union_grid(refs, args.window, budget, knobs, spec)
     if budget is not None:      # as replay and sweep: T of the widest trace (docs/cache-studies.md)
         warn_below_token_cycle("union", [budget], max(h.token_cycle_bytes for _, h in headers))
     knobs_on = knobs.any_on
     policies = None
-    if stream is not None:      # after the grid: each trace read again, as a cell does
-        policies = [policy_table(read_trace(p), budget, knobs, stream, args.spec_policy) for p in paths]
+    if stream is not None:      # after the grid, on the traces read above (never read twice)
+        policies = [policy_table(t, budget, knobs, stream, args.spec_policy) for t in kept]
+        del kept
     if args.json:
         def rows(pairs_or_rows):
             out = []

@@ -13,7 +13,10 @@ Where the reads and the acceptance come from (:mod:`refsim.cli.whatif_sources`):
   labelled *assumed* in every output) or, for n-gram items without them, from a token stream
   (``--tokens FILE --prompt-len P``: :func:`refsim.spec.whatif.ngram_whatif`, exact for greedy
   decoding); with ``--spec-policy`` other than ``fixed``, a policy replay on a seeded acceptance
-  stream (:func:`refsim.studies.spec_policy.policy_replay`);
+  stream (:func:`refsim.studies.spec_policy.policy_replay`), each speculation row preceded by
+  ``fixed`` through the same replay and stream (``[fixed replay]``; JSON ``fixed_replay_rows``,
+  each naming its policy row by ``policy_row``): the policy is the only difference between the
+  two, not between the policy row and the union replay's rows of no ``--spec-policy``;
 - a model (``MODEL.gguf``, ``builtin``): every configuration run live at every budget through
   :func:`refsim.session.simulate` (``refsim run``'s path, ``--spec-policy`` included), its
   acceptance, coverage, drafts per decode and reads its own counters (``measured: live run``).
@@ -88,7 +91,8 @@ def add_parser(sub) -> None:
                    help="draft policy of every speculation configuration (fixed, backoff, cost, "
                         "union; docs/spec-policies.md; default fixed): with MODEL the live run's "
                         "own; with a TRACE a policy replay on a seeded acceptance stream of the "
-                        "configuration's acceptance and coverage")
+                        "configuration's acceptance and coverage, each row after a [fixed replay] "
+                        "row of the same replay and stream")
     g = p.add_argument_group("live run (with MODEL)")
     one = g.add_mutually_exclusive_group()
     one.add_argument("--prompt", metavar="TEXT", help="prompt text (default refsim run's)")
@@ -321,6 +325,10 @@ def run(args) -> int:
                              args.spec_policy)
 
     prices, measured = [], []
+    # with a policy on a trace, each speculation row also gets `fixed` through the policy's own
+    # replay (same stream, same rejected rule): the policy's delta is read against it, not against
+    # the union replay's rows of no --spec-policy (docs/timing.md "The draft policy")
+    replayed = {}       # index in prices of a policy row -> (its fixed-replay price, measured)
     # a repeated budget is priced once, the first kept (timing breakeven's rule)
     budgets = ([None] if args.cache_mb == "auto" else list(dict.fromkeys(args.cache_mb)))
     for fixed in budgets:
@@ -328,12 +336,19 @@ def run(args) -> int:
         off_mib = at["off"]
         for c in cfgs:
             mib = at[c.label]
-            cfg, reads, off_reads, counts = source.priced(c, mib, off_mib)
-            prices.append(price(dv, cfg, reads, budget_mib=mib,
-                                spec_mib=led.spec_mib(c) if led else 0.0,
-                                headroom_mib=led.headroom_mib(mib) if led else None,
-                                off_reads=off_reads,
-                                memory=None if led or c.kind == "off" else _no_ledger()))
+
+            def priced(fixed_replay: bool):
+                cfg, reads, off_reads, counts = (source.priced(c, mib, off_mib, fixed_replay=True)
+                                                 if fixed_replay else source.priced(c, mib, off_mib))
+                return price(dv, cfg, reads, budget_mib=mib,
+                             spec_mib=led.spec_mib(c) if led else 0.0,
+                             headroom_mib=led.headroom_mib(mib) if led else None,
+                             off_reads=off_reads,
+                             memory=None if led or c.kind == "off" else _no_ledger()), counts
+            if policy is not None and live is None and c.kind != "off":
+                replayed[len(prices)] = priced(True)
+            pr, counts = priced(False)
+            prices.append(pr)
             measured.append(counts)
     what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:
@@ -358,6 +373,11 @@ def run(args) -> int:
                                     "notes": list(p.notes)}
                          | ({} if m is None else {"measured": m})
                          for p, m in zip(prices, measured)]}
+        if replayed:
+            doc["fixed_replay_rows"] = [
+                p.row() | {"policy_row": i, "terms": [t.as_dict() for t in p.terms], "notes": list(p.notes),
+                           "measured": m}
+                for i, (p, m) in sorted(replayed.items())]
         print(json.dumps(_finite(doc), indent=1, allow_nan=False))
         return 0
     if args.csv:
@@ -382,7 +402,8 @@ def run(args) -> int:
     if policy is not None:
         how = ("the live run's own" if live is not None else
                "replayed on a seeded acceptance stream of each configuration's acceptance and "
-               "coverage (refsim.studies.spec_policy)")
+               "coverage (refsim.studies.spec_policy); [fixed replay]: the same replay with "
+               "fixed, the row the policy's differs from by the policy alone")
         print(f"draft policy: {policy_label} (lossless: it picks the width only), {how}")
     if cal is not None:
         print(cal.line())
@@ -393,11 +414,12 @@ def run(args) -> int:
     print(f"{'budget':>7}  {'config':<16} {'accept':>7} {'cover':>6} {'pos/dec':>7} {'tok/dec':>7} "
           f"{'MiB/tok':>8} {'hit%':>6} {'eff_tok/s [band]':>22} {'delta% [band]':>24}  "
           f"{'verdict':<12} {'break-even':>10}")
-    for p in prices:
-        print(_line(p))
-        if args.explain:
-            for t in p.terms:
-                print(f"         {t.line()}")
+    for i, p in enumerate(prices):
+        for q, tag in (((replayed[i][0], "fixed replay"),) if i in replayed else ()) + ((p, None),):
+            print(_line(q, tag))
+            if args.explain:
+                for t in q.terms:
+                    print(f"         {t.line()}")
     return 0
 
 
@@ -432,9 +454,12 @@ def _pct(v) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}"
 
 
-def _line(p) -> str:
+def _line(p, tag: str | None = None) -> str:
+    """One table row; ``tag`` (``fixed replay``) bracketed after the configuration instead of its
+    policy."""
     c = p.config
-    label = c.label if c.kind == "off" or c.policy == "fixed" else f"{c.label} [{c.policy}]"
+    label = (f"{c.label} [{tag}]" if tag is not None else
+             c.label if c.kind == "off" or c.policy == "fixed" else f"{c.label} [{c.policy}]")
     mark = "*" if c.kind != "off" and c.source == "assumed" else ""
     acc = "" if c.kind == "off" else _pct(c.acceptance) + mark
     # MTP drafts every decode unless a live run or a policy replay measured its coverage

@@ -186,8 +186,12 @@ class TraceSource:
             self._replays[mib] = reads_from_union(rows, on)
         return self._replays[mib]
 
-    def priced(self, c, mib: float, off_mib: float):
-        """``(config, reads, off_reads, measured)`` of configuration ``c`` at ``mib`` MiB."""
+    def priced(self, c, mib: float, off_mib: float, fixed_replay: bool = False):
+        """``(config, reads, off_reads, measured)`` of configuration ``c`` at ``mib`` MiB.
+
+        ``fixed_replay``: with a policy other than ``fixed``, ``c`` replayed with ``fixed`` by the
+        policy's own replay (the same seeded stream and ``rejected='same'`` rule): the row the
+        policy's row differs from by the policy alone (docs/timing.md "The draft policy")."""
         if self.policy is None or c.kind == "off":
             return c, self.reads_at(mib), (self.reads_at(off_mib) if mib != off_mib else None), None
         from refsim.cache import ExpertCache
@@ -199,19 +203,22 @@ class TraceSource:
             raise ConfigError(f"--spec-policy {self.policy_text} on a trace: {c.label} acceptance "
                               f"{alpha:g}; the seeded acceptance stream needs an acceptance "
                               f"below 1")
-        row = policy_replay(self.trace, ExpertCache.mib_to_bytes(mib), self.policy_text, c.draft,
+        from refsim.spec.policies import parse_spec_policy
+        pol, text = ((parse_spec_policy("fixed"), "fixed") if fixed_replay else
+                     (self.policy, self.policy_text))
+        row = policy_replay(self.trace, ExpertCache.mib_to_bytes(mib), text, c.draft,
                             coverage=c.drafted_fraction, accept=alpha, seed=POLICY_SEED,
                             knobs=self.knobs if self.knobs.any_on else None, rejected="same")
         m = from_policy_row(row)
         # the acceptance and coverage shown are the replay's own counters (the policy changes
         # both): measured, whatever the stream was drawn with (assumed in --spec, or measured
         # from --tokens), which the label names
-        stream = (f"measured: {self.policy.label()} replay of the assumed acceptance {alpha:g} "
+        stream = (f"measured: {pol.label()} replay of the assumed acceptance {alpha:g} "
                   f"and coverage {c.drafted_fraction:g} (--spec)" if c.source == "assumed" else
-                  f"{c.source}; {self.policy.label()}")
+                  f"{c.source}; {pol.label()}")
         src = (f"{stream} on a seeded acceptance stream (refsim.studies.spec_policy, seed "
                f"{POLICY_SEED})")
-        cfg = m.config(c.kind, c.draft, c.min_match, src, self.policy.label())
+        cfg = m.config(c.kind, c.draft, c.min_match, src, pol.label())
         return cfg, m.reads(c.width, self.reads_at(mib)[1]), self.reads_at(off_mib), _counts(m)
 
 
