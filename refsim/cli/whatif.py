@@ -36,6 +36,7 @@ from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.errors import UsageError
+from refsim.fmt import CSV_NA
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
 from refsim.validators import cache_mib, milliseconds, percent, positive_mib
 
@@ -44,6 +45,8 @@ COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", 
            "positions_per_decode", "tokens_per_decode", "mib_per_token", "hit_pct", "ms_per_token",
            "breakeven_acceptance", "compute_ms", "extra_positions_ms", "bookkeeping_ms",
            "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms", "policy")
+TEXT_COLUMNS = ("config", "verdict", "acceptance_source", "policy")
+"""The CSV's text columns; the others are numbers, where n/a is ``nan`` (docs/cli.md, "Numbers")."""
 
 
 def _budgets(text: str):
@@ -385,7 +388,8 @@ def run(args) -> int:
         w.writerow(COLUMNS)
         for p in prices:
             r = p.row()
-            w.writerow(["" if r[k] is None else r[k] for k in COLUMNS])
+            w.writerow([(CSV_NA if k not in TEXT_COLUMNS else "") if r[k] is None else r[k]
+                        for k in COLUMNS])
         return 0
     knob_text = (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
                  if knobs.any_on else "")

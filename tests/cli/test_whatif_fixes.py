@@ -402,3 +402,20 @@ def test_a_gguf_that_is_neither_names_both(device_file, tmp_path, capsys, conten
         assert err.splitlines() == [f"refsim whatif: error: TRACE|MODEL {path}: expected a GGUF "
                                     f"model (magic 'GGUF') or a route trace ('# route_trace v1'), "
                                     f"got {got}"]
+
+
+def test_csv_writes_nan_for_an_undefined_number_and_nothing_for_absent_text(device_file, capsys):
+    """docs/cli.md "Numbers": n/a is ``nan`` in a numeric CSV column (the off row's acceptance,
+    coverage and break-even were empty fields); text columns stay empty where absent."""
+    import csv
+    import io
+    from refsim.cli.whatif import COLUMNS, TEXT_COLUMNS
+    code, out, _ = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "64", "--spec",
+                          "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.4", "--csv")
+    assert code == 0
+    off, ngram = list(csv.DictReader(io.StringIO(out)))
+    assert (off["acceptance"], off["coverage"], off["breakeven_acceptance"]) == ("nan", "nan", "nan")
+    assert (ngram["acceptance"], ngram["coverage"]) == ("0.5", "0.4")
+    for row in (off, ngram):
+        assert all(row[k] != "" for k in COLUMNS if k not in TEXT_COLUMNS)
+        assert all(row[k] != "nan" for k in TEXT_COLUMNS)
