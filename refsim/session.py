@@ -385,7 +385,7 @@ class RunReport(Table):
         return dataclass_columns(self.result.steps, StepRecord, STEP_COLUMNS)
 
 
-def simulate(config: RunConfig, warn=None) -> RunReport:
+def simulate(config: RunConfig, warn=None, cmd: str = "run") -> RunReport:
     """Run one generation: the body of ``refsim run``, without printing.
 
     Every input is checked before the model is built or opened where it can be (output paths,
@@ -401,6 +401,9 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
         budget below one token cycle); the CLI prints it on stderr. None: issued as a
         :class:`refsim.errors.RefsimWarning` with :func:`warnings.warn`. Either way the lines are
         also in :attr:`RunReport.warnings`.
+    cmd : str, default "run"
+        The subcommand the warning lines name (``refsim CMD: warning: ...``): ``whatif`` when
+        its live source runs a configuration.
 
     Returns
     -------
@@ -486,7 +489,7 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
                       else sum(expert_bytes) * spec.n_expert // 2)
         knobs = config.knobs
         narrow = low_topk_warning(knobs, spec.n_expert_used)
-        warning(warning_line("run", narrow) if narrow else None)
+        warning(warning_line(cmd, narrow) if narrow else None)
         cache = ExpertCache(expert_bytes, spec.n_expert, budget, knobs)
         ahead, probe = _wire_knobs(target, config, knobs, spec.arch)
     writer = contextlib.nullcontext()
@@ -519,7 +522,7 @@ def simulate(config: RunConfig, warn=None) -> RunReport:
     t_bytes = model.t_bytes()
     summary = CacheSummary.from_stats(cache.stats, budget, result.n_gen, t_bytes)
     knob_summary = KnobSummary.from_stats(cache.stats, knobs) if knobs.any_on else None
-    warning(below_token_cycle_warning("run", [budget], t_bytes))
+    warning(below_token_cycle_warning(cmd, [budget], t_bytes))
     _write_metrics(config, result, stats, path, spec.arch, device)
     text = _ids_text(model, result.tokens, tokenizer)
     # priced per position as refsim whatif prices the run's configuration; the MTP head's

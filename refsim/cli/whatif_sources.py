@@ -22,7 +22,7 @@ import os
 import sys
 
 from refsim import MIB
-from refsim.errors import ConfigError, UsageError, warning_line
+from refsim.errors import ConfigError, UsageError
 
 BUILTIN = "builtin"
 """``refsim whatif builtin ...``: the built-in synthetic qwen3moe (``refsim run``'s default model,
@@ -247,11 +247,7 @@ class LiveSource:
         self._said: set = set()
 
     def _warn(self, line: str) -> None:
-        # simulate() words its lines as refsim run's; this is whatif's run (the one form,
-        # refsim.errors.warning_line)
-        run = warning_line("run", "")
-        if line.startswith(run):
-            line = warning_line("whatif", line[len(run):])
+        # simulate(cmd="whatif") names this command; each line once over all the runs
         if line not in self._said:
             self._said.add(line)
             print(line, file=sys.stderr)
@@ -273,7 +269,7 @@ class LiveSource:
             report = simulate(RunConfig(model=self.model, prompt=self.args.prompt,
                                         prompt_tokens=self.args.prompt_tokens,
                                         n_predict=self.n_predict, spec=spec, cache_mb=mib,
-                                        knobs=self.knobs), warn=self._warn)
+                                        knobs=self.knobs), warn=self._warn, cmd="whatif")
             self._runs[key] = from_steps(report.result.steps)
         return self._runs[key]
 
