@@ -33,8 +33,13 @@ speculative memory adds: the ``off`` cell's published majflt/token times ``q(E0 
 q(E0, P0) - 1`` (``a`` the ledger's speculation MiB, ``E0`` the fit's eviction, ``P0`` the
 evictable pool at the recipe, ``q = E / P``), times ``t_f`` ms per fault; interval: ``E0``'s and
 ``t_f``'s ends and the off cell's published range. On the host (``--cache-mb auto``) the
-speculative memory leaves the cache instead; that shrink is not replayed here (kind
-``not_modelled``, an exact 0).
+speculative memory leaves the cache instead (the engine sizes the cache once at load from what
+memory is left, bmoe-engine.md §3.3): a speculation cell is replayed at the matched budget
+scaled by ``(B - a) / B`` (:func:`auto_cell_budget`), ``B`` the host's published auto budget
+(:data:`HOST_AUTO_BUDGET_MIB`) and ``a`` what the ledger's auto rule takes from it for the cell
+(speculative memory, and the nextn block's dense tensors with ``--mtp``) at the desktop runs'
+``n_ctx`` and ``anon`` dense weights; the off cell stays at the matched budget (``price(..., off_reads=)``). The memory
+term is then an exact 0 (the memory left the cache; nothing is resident beyond it).
 
 MiB = 2^20 bytes; deltas in % of the ``off`` cell's tok/s.
 """
@@ -56,6 +61,10 @@ HOST_CRITERION_PTS = 10.0
 """The issue's bound on a host band: no wider than +-10 points."""
 INSIDE_CRITERION = 0.80
 """The issue's bound: at least 80 % of the published deltas inside their bands."""
+
+HOST_N_CTX = 2048
+"""``n_ctx`` of the host's runs: the desktop recording set's preamble (``n_ctx=2048``, every
+run of real-runs/desktop-2026-07-24-qwen36; the same 8-core, 14.8 GiB host)."""
 
 
 @dataclass(frozen=True)
@@ -111,12 +120,25 @@ class Session:
     budget: str
     """``auto`` (``--cache-mb auto``) or a fixed budget in MiB as published."""
     source: str
+    auto_mib: tuple = ()
+    """``auto`` only: the plain run's auto budget, MiB: ``(value,)`` when published, or
+    ``(value, other end)`` when assumed (the band takes the hull over both; docs/timing.md)."""
 
     @property
     def off(self) -> PublishedCell:
         return self.cells[0]
 
 
+HOST_AUTO_BUDGET_MIB = 3219.0
+"""The host's ``--cache-mb auto`` budget of a plain run, MiB: published for the MTP session
+(bmoe-engine.md §7, "MTP draft context cost: the auto budget fell from 3219 to 2697 MiB"; the
+2697 of the speculation run is a check, never an input). The prose and copy sessions (same
+model, host and recipe) publish none: this value is assumed, with
+:data:`HOST_AUTO_BUDGET_HI_MIB` as the interval's other end."""
+HOST_AUTO_BUDGET_HI_MIB = 7420.0
+"""The largest ``--cache-mb auto`` budget the same host chose in its recorded runs, MiB
+(real-runs/desktop-2026-07-24-qwen36: ``cache_mb=`` 5280, 7127, 7184, 7304, 7420 in the
+preambles of its auto runs; "auto sizing tracks free RAM", findings.md)."""
 _HOST_RECIPE = "--overlap --cache-mb auto --drop-cold-experts 0.75, 256 greedy tokens"
 SESSIONS = (
     Session("host mtp", HOST, (
@@ -124,13 +146,15 @@ SESSIONS = (
         PublishedCell("host mtp d2", "mtp", 7.66, 30.3, 2, 0, 0.714, 1.0, 2.42),
         PublishedCell("host mtp d3", "mtp", 8.19, 33.7, 3, 0, 0.601, 1.0, 2.78),
         PublishedCell("host mtp d4", "mtp", 7.64, 31.1, 4, 0, 0.524, 1.0, 3.08),
-    ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'MTP, host' (engine-docs/mtp.md): {_HOST_RECIPE}"),
+    ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'MTP, host' (engine-docs/mtp.md): {_HOST_RECIPE}",
+       (HOST_AUTO_BUDGET_MIB,)),
     Session("host prose", HOST, (
         PublishedCell("host prose off", "off", 5.80, 46.0),
         PublishedCell("host prose mtp d3", "mtp", 8.80, 42.2, 3, 0, 0.604, 1.0, 2.81, 7.32),
         PublishedCell("host prose ngram d3 m3", "ngram", 6.51, 32.3, 3, 3, 0.222, 0.074, 1.05,
                       assumed="m 3 (the default; the copy sweep's d3 m3 row is this table's ngram 3)"),
-    ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'n-gram vs MTP, host', prose: {_HOST_RECIPE}"),
+    ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'n-gram vs MTP, host', prose: {_HOST_RECIPE}",
+       (HOST_AUTO_BUDGET_MIB, HOST_AUTO_BUDGET_HI_MIB)),
     Session("host copy", HOST, (
         PublishedCell("host copy off", "off", 5.45, 58.1),
         PublishedCell("host copy mtp d3", "mtp", 7.40, 65.5, 3, 0, 0.824, 1.0, 3.46, 6.43),
@@ -139,7 +163,8 @@ SESSIONS = (
         PublishedCell("host copy ngram d3 m8", "ngram", 5.49, 66.1, 3, 8, 0.750, 0.034, 1.08),
         PublishedCell("host copy ngram d1 m5", "ngram", 5.56, 59.7, 1, 5, 0.826, 0.097, 1.08),
     ), 0.75, 4, True, "auto", f"bmoe-engine.md §7 'n-gram vs MTP, host', copy-heavy and the "
-                              f"--ngram-min-match sweep: {_HOST_RECIPE}"),
+                              f"--ngram-min-match sweep: {_HOST_RECIPE}",
+       (HOST_AUTO_BUDGET_MIB, HOST_AUTO_BUDGET_HI_MIB)),
     Session("phone mtp", PHONE, (
         PublishedCell("phone mtp off", "off", 5.82, 69.3, majflt=(69.0, 109.0)),
         PublishedCell("phone mtp d2", "mtp", 5.59, 93.8, 2, 0, 0.69, 1.0, None, majflt=(230.0,)),
@@ -244,6 +269,11 @@ class Row:
     """The :class:`refsim.timing.verdict.Device` it was priced on."""
     reads: dict = field(default_factory=dict)
     """The union replay's ``{width: Reads}`` it was priced with."""
+    cell_budget_mib: int | None = None
+    """The budget the cell itself was replayed at when it differs from ``budget_mib`` (``--cache-mb
+    auto``: :func:`auto_cell_budget`); None: ``budget_mib``."""
+    off_reads: dict | None = None
+    """The off cell's replay when the cell ran at ``cell_budget_mib`` (``price(..., off_reads=)``)."""
 
     @property
     def band(self):
@@ -382,6 +412,47 @@ def speculation_mib(twin, cell: PublishedCell, n_ctx: int = 4096) -> float:
     from refsim.cache.ledger import memory_ledger
     led = memory_ledger(twin, n_ctx, cell.draft, cell.kind == "mtp", dense_weights="ahwb")
     return led.speculation_bytes / MIB
+
+
+def auto_cell_budget(twin, cell: PublishedCell, matched_mib: int,
+                     auto_mib: float = HOST_AUTO_BUDGET_MIB, n_ctx: int = HOST_N_CTX,
+                     dense_weights: str = "anon") -> tuple:
+    """``(budget MiB, shrink MiB)``: the trace budget a ``--cache-mb auto`` speculation cell is
+    replayed at, and how much the engine's auto budget falls for the cell's configuration.
+
+    The engine's auto budget (:func:`refsim.cache.ledger.auto_budget`, bmoe-engine.md §3.3) is
+    computed by the memory ledger for the plain run and for the cell's configuration at the one
+    memory ``R`` that gives the plain run ``auto_mib`` (the published budget); the difference is
+    the speculative memory (snapshots, the MTP draft context) plus, with ``--mtp`` and ``anon``
+    or ``ahwb`` dense weights, the nextn block's dense tensors. The cache keeps ``B_cell /
+    auto_mib`` of its capacity; the trace's matched budget ``matched_mib`` (the off cell's) is
+    scaled by the same fraction and rounded to a whole MiB (the trace's model is not the cells',
+    so capacity, not MiB, is carried over).
+
+    Example (the Qwen3.6 twin, n_ctx 2048, anon): MTP d3 shrinks the budget by 277.4 MiB (253.1
+    of speculative memory and 24.4 of nextn dense), so the host MTP session's 8182 MiB becomes
+    ``round(8182 x 2941.6 / 3219)`` = 7477 MiB.
+
+    Raises
+    ------
+    ConfigError
+        The ledger's refusals; a configuration whose budget is not below the plain one's linear
+        range (the rule's floor or cap reached).
+    """
+    from refsim import MIB
+    from refsim.cache.ledger import memory_ledger
+    probe = auto_mib + 10000.0           # in the rule's linear range for a budget of a few GiB
+
+    def budget(ram_mb: float, c: PublishedCell) -> float:
+        led = memory_ledger(twin, n_ctx, c.draft if c.kind != "off" else 0, c.kind == "mtp",
+                            ram_mb=ram_mb, dense_weights=dense_weights)
+        return led.budget_bytes / MIB
+    ram = probe - (budget(probe, replace(cell, kind="off")) - auto_mib)
+    b_off, b_cell = budget(ram, replace(cell, kind="off")), budget(ram, cell)
+    if abs(b_off - auto_mib) > 1e-6 or not 0.0 < b_cell <= b_off:
+        raise ConfigError(f"{cell.name}: the auto budget {auto_mib:g} MiB is outside the ledger's "
+                          f"linear range (plain {b_off:.1f}, cell {b_cell:.1f} MiB)")
+    return max(1, round(matched_mib * b_cell / auto_mib)), auto_mib - b_cell
 
 
 def pressure_memory(twin, off: PublishedCell, cell: PublishedCell, budget_mib: float = 3000.0,
@@ -527,10 +598,23 @@ def validate(inputs: Inputs, sessions=SESSIONS, n_boot: int = 200, seed: int = 0
         for cell in specs:
             cfg = spec_config(cell)
             eps = eps_at(dev, cfg.width)
-            memory = (pressure_memory(inputs.twin, s.off, cell) if s.device == PHONE else
-                      exact("memory", 0.0, "ms/token", "not_modelled",
-                            "--cache-mb auto: the speculative memory leaves the cache; the smaller "
-                            "budget is not replayed here"))
+            cell_budget, cell_reads, off_reads = None, reads, None
+            alt = []                        # (reads, memory) at the auto budget's other end
+            if s.budget == "auto":
+                b0 = s.auto_mib[0]
+                cell_budget, a = auto_cell_budget(inputs.twin, cell, budget, b0)
+                cell_reads = reads_at(inputs.trace, cell_budget, s.drop_frac, [cfg.width])
+                off_reads = reads
+                memory = exact("memory", 0.0, "ms/token", "derived",
+                               f"--cache-mb auto: the auto budget falls {a:.1f} MiB (ledger, "
+                               f"n_ctx {HOST_N_CTX}, anon dense) and the memory leaves the "
+                               f"cache: the cell is replayed at {cell_budget} MiB = {budget} x "
+                               f"({b0:g} - {a:.1f}) / {b0:g}")
+                for b1 in s.auto_mib[1:]:
+                    cb1, _ = auto_cell_budget(inputs.twin, cell, budget, b1)
+                    alt.append(reads_at(inputs.trace, cb1, s.drop_frac, [cfg.width]))
+            else:
+                memory = pressure_memory(inputs.twin, s.off, cell)
             rates = [("tok/s", cell.tok_s, False)]
             if cell.kind == "mtp" and cell.effective_tok_s is not None:
                 rates.append(("effective", cell.effective_tok_s, True))
@@ -542,10 +626,23 @@ def validate(inputs: Inputs, sessions=SESSIONS, n_boot: int = 200, seed: int = 0
                 dv = Device(cal.device, "cell", s.lanes, s.overlap, eps, cache=True,
                             sigma=dev.sigma.value, replicates=reps,
                             work=inputs.work if head is None else None, head=head)
-                p = price(dv, cfg, reads, budget_mib=float(budget), memory=memory)
+                p = price(dv, cfg, cell_reads, budget_mib=float(cell_budget or budget),
+                          memory=memory, off_reads=off_reads)
+                if alt:
+                    p = _budget_hull(p, [price(dv, cfg, r, memory=memory, off_reads=off_reads)
+                                         for r in alt])
                 rows.append(Row(s.name, s.off, cell, rate, 100.0 * (published / s.off.tok_s - 1.0), p,
-                                budget, off_mib, dv, reads))
+                                budget, off_mib, dv, cell_reads, cell_budget, off_reads))
     return Result(tuple(rows), criteria(rows), budgets, cals, params, tuple(notes))
+
+
+def _budget_hull(p, others):
+    """``p`` with its tok/s and change bands widened to the hull of ``others``' (the same cell
+    priced at the assumed auto budget's other end): the point stays ``p``'s."""
+    from refsim.timing.verdict import band_hull, verdict_of
+    tok = band_hull([p.eff_tok_s] + [o.eff_tok_s for o in others])
+    delta = band_hull([p.delta] + [o.delta for o in others])
+    return replace(p, eff_tok_s=tok, delta=delta, verdict=verdict_of(delta))
 
 
 def criteria(rows) -> Criteria:
@@ -561,12 +658,14 @@ def criteria(rows) -> Criteria:
 
 def markdown(result: Result) -> list[str]:
     """The table of docs/timing.md "Published verdicts, predicted", as lines."""
-    out = ["| cell | rate | budget MiB (plain MiB/tok: trace / cell) | MiB/tok predicted / published "
+    out = ["| cell | rate | budget MiB, off → cell (plain MiB/tok: trace / cell) | MiB/tok predicted / published "
            "| published Δ | predicted Δ [band] | inside | sign agrees |",
            "|---|---|---|---|---|---|---|---|"]
     for r in result.rows:
         b = r.band
-        out.append(f"| {r.cell.name} | {r.rate} | {r.budget_mib} ({r.off_mib_per_token:.1f} / "
+        at = (f"{r.budget_mib}" if r.cell_budget_mib is None else
+              f"{r.budget_mib} → {r.cell_budget_mib}")
+        out.append(f"| {r.cell.name} | {r.rate} | {at} ({r.off_mib_per_token:.1f} / "
                    f"{r.off.mib_per_token:g}) | "
                    f"{r.price.mib_per_token:.1f} / {r.cell.mib_per_token:g} | "
                    f"{r.published_pct:+.1f} % | {b.point:+.1f} % [{b.lo:+.1f}, {b.hi:+.1f}] | "
@@ -620,4 +719,5 @@ def recorded_fault_check(row: Row, fit=None):
                f"{row.off.name} {sum(row.off.majflt) / len(row.off.majflt):g} majflt/token x t_f "
                f"{tf.value:.4f} ms ({fit.source})", "interval: t_f's")
     p = row.price
-    return mem, price(row.dv, p.config, row.reads, budget_mib=p.budget_mib, memory=mem)
+    return mem, price(row.dv, p.config, row.reads, budget_mib=p.budget_mib, memory=mem,
+                      off_reads=row.off_reads)

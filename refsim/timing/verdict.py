@@ -557,7 +557,7 @@ def _tok_s_fn(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float):
     return staged
 
 
-def _band_hull(bands: list, at: int = 0) -> Band:
+def band_hull(bands: list, at: int = 0) -> Band:
     """The hull of ``bands``, its point (and parts, notes) that of ``bands[at]``: the band at the
     memory term's value, not at an end of its interval."""
     b0 = bands[at]
@@ -660,11 +660,11 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
              if cfg.kind != "off" and cfg.source == "assumed" else ())
     mems = sorted({mem.lo, mem.value, mem.hi})
     at = mems.index(mem.value)
-    tok = _band_hull([tok_s_band(_tok_s_fn(dv, cfg, reads, m), dv.model, dv.replicates, dv.eps,
+    tok = band_hull([tok_s_band(_tok_s_fn(dv, cfg, reads, m), dv.model, dv.replicates, dv.eps,
                                  dv.sigma, dv.level) for m in mems], at)
     delta = verdict = None
     if cfg.kind != "off":
-        delta = _band_hull([delta_band(_tok_s_fn(dv, cfg, reads, m), _tok_s_fn(dv, off, base, 0.0),
+        delta = band_hull([delta_band(_tok_s_fn(dv, cfg, reads, m), _tok_s_fn(dv, off, base, 0.0),
                                        dv.model, dv.replicates, dv.eps, dv.sigma, dv.level)
                             for m in mems], at)
         verdict = verdict_of(delta)
