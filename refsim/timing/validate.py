@@ -460,10 +460,13 @@ def pressure_memory(twin, off: PublishedCell, cell: PublishedCell, budget_mib: f
     """The memory term of a phone cell, ms per emitted token (module docstring): the faults the
     speculative memory adds over the ``off`` cell's published faults, priced at ``t_f``.
 
-    ``faults = majflt_off x (q(E0 + a, P0 + a) / q(E0, P0) - 1)`` with
+    ``faults = majflt_off x (q(E0 + a, P0 + e) / q(E0, P0) - 1)`` with
     :func:`refsim.timing.pressure.majflt_at_excess` (the touched MiB cancel in the ratio),
-    ``ms = t_f x faults``; the interval takes ``E0``'s, ``t_f``'s and the off cell's published
-    range's ends together (low with low).
+    ``ms = t_f x faults``; ``a`` the resident demand the cell's configuration adds
+    (:func:`refsim.cache.demand.model_demand` of its ledger less the plain one's: the speculative
+    memory, and with ``--mtp`` the nextn block's dense tensors, pinned under ``ahwb``), ``e`` the
+    part of it reclaim can take (the speculative memory: anonymous pages). The interval takes
+    ``E0``'s, ``t_f``'s and the off cell's published range's ends together (low with low).
 
     Raises
     ------
@@ -477,21 +480,26 @@ def pressure_memory(twin, off: PublishedCell, cell: PublishedCell, budget_mib: f
     fit = fit or PHONE_FIT
     if not off.majflt:
         raise ConfigError(f"{off.name}: no published majflt/token; the memory term needs the base's")
-    base = model_demand(twin, memory_ledger(twin, n_ctx, 0, False, dense_weights="ahwb"),
-                        int(budget_mib * MIB))
+    def demand(c: PublishedCell):
+        led = memory_ledger(twin, n_ctx, c.draft if c.kind != "off" else 0, c.kind == "mtp",
+                            dense_weights="ahwb")
+        return model_demand(twin, led, int(budget_mib * MIB))
+    base, with_spec = demand(off), demand(cell)
     p0 = base.evictable_bytes / MIB
-    a = speculation_mib(twin, cell, n_ctx)
+    a = (with_spec.total_bytes - base.total_bytes) / MIB
+    e_add = (with_spec.evictable_bytes - base.evictable_bytes) / MIB
 
     def ms(e0: float, tf: float, base_faults: float) -> float:
         q = lambda e, p: majflt_at_excess(fit, e, p, 1.0).value  # noqa: E731
-        return tf * base_faults * (q(e0 + a, p0 + a) / q(e0, p0) - 1.0)
+        return tf * base_faults * (q(e0 + a, p0 + e_add) / q(e0, p0) - 1.0)
 
     e0, tf = fit.evicted, fit.ms_per_fault
     v = ms(e0.value, tf.value, sum(off.majflt) / len(off.majflt))
     ends = sorted([ms(e0.lo, tf.lo, min(off.majflt)), ms(e0.hi, tf.hi, max(off.majflt))])
     return Term("memory", v, min(ends[0], v), max(ends[1], v), "ms/token", "fitted",
-                f"memory-pressure model ({fit.source}): speculation adds {a:.1f} MiB (ledger, "
-                f"n_ctx {n_ctx}) to E0 {e0.value:.0f} and P0 {p0:.0f} MiB; {off.name} "
+                f"memory-pressure model ({fit.source}): speculation adds {a:.1f} MiB resident "
+                f"(ledger, n_ctx {n_ctx}, ahwb) to E0 {e0.value:.0f} MiB and {e_add:.1f} to P0 "
+                f"{p0:.0f} MiB; {off.name} "
                 f"{'-'.join(f'{x:g}' for x in off.majflt)} majflt/token; t_f {tf.value:.4f} ms",
                 "interval: E0, t_f and the off cell's faults at their ends")
 
