@@ -198,3 +198,32 @@ def model_demand(model, ledger, cache_bytes: int) -> ResidentDemand:
         return resident_demand(ledger, cache_bytes)
     from refsim.model.bytes import row_size
     return resident_demand(ledger, cache_bytes, ti.n_bytes, row_size(ti.ggml_type, int(ti.shape_gguf[0])))
+
+
+def added_demand(model, plain, spec, cache_bytes: int) -> tuple[int, int]:
+    """``(resident, evictable)`` bytes a speculation configuration adds to a plain run at the same
+    expert-cache budget: :func:`model_demand` of the ``spec`` ledger less the ``plain`` one's,
+    total and evictable. Speculation's own memory (rollback snapshots, the MTP draft context) is
+    anonymous; with ``--mtp`` the nextn block's dense tensors load too (ledger ``dense_bytes``),
+    pinned under ``ahwb`` (resident, not evictable), anonymous under ``anon``, page cache under
+    ``mmap``/``warm`` (both).
+
+    Parameters
+    ----------
+    model : refsim.model.Model
+    plain, spec : refsim.cache.ledger.MemoryLedger
+        The plain run's and the speculation run's ledgers (same model, ``n_ctx`` and
+        ``--dense-weights``).
+    cache_bytes : int
+        The expert cache budget both run at.
+
+    Raises
+    ------
+    ConfigError
+        The two ledgers differ in ``--dense-weights`` or ``n_ctx``; :func:`resident_demand`'s.
+    """
+    if plain.dense_weights != spec.dense_weights or plain.n_ctx != spec.n_ctx:
+        raise ConfigError(f"added demand: the ledgers differ (dense {plain.dense_weights} vs "
+                          f"{spec.dense_weights}, n_ctx {plain.n_ctx} vs {spec.n_ctx})")
+    a, b = model_demand(model, plain, cache_bytes), model_demand(model, spec, cache_bytes)
+    return b.total_bytes - a.total_bytes, b.evictable_bytes - a.evictable_bytes

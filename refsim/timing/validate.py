@@ -474,20 +474,16 @@ def pressure_memory(twin, off: PublishedCell, cell: PublishedCell, budget_mib: f
         The off cell has no published faults.
     """
     from refsim import MIB
-    from refsim.cache.demand import model_demand
+    from refsim.cache.demand import added_demand, model_demand
     from refsim.cache.ledger import memory_ledger
     from refsim.timing.pressure import PHONE_FIT, majflt_at_excess
     fit = fit or PHONE_FIT
     if not off.majflt:
         raise ConfigError(f"{off.name}: no published majflt/token; the memory term needs the base's")
-    def demand(c: PublishedCell):
-        led = memory_ledger(twin, n_ctx, c.draft if c.kind != "off" else 0, c.kind == "mtp",
-                            dense_weights="ahwb")
-        return model_demand(twin, led, int(budget_mib * MIB))
-    base, with_spec = demand(off), demand(cell)
-    p0 = base.evictable_bytes / MIB
-    a = (with_spec.total_bytes - base.total_bytes) / MIB
-    e_add = (with_spec.evictable_bytes - base.evictable_bytes) / MIB
+    plain = memory_ledger(twin, n_ctx, 0, False, dense_weights="ahwb")
+    led = memory_ledger(twin, n_ctx, cell.draft, cell.kind == "mtp", dense_weights="ahwb")
+    p0 = model_demand(twin, plain, int(budget_mib * MIB)).evictable_bytes / MIB
+    a, e_add = (x / MIB for x in added_demand(twin, plain, led, int(budget_mib * MIB)))
 
     def ms(e0: float, tf: float, base_faults: float) -> float:
         q = lambda e, p: majflt_at_excess(fit, e, p, 1.0).value  # noqa: E731

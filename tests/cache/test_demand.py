@@ -102,3 +102,25 @@ def test_errors():
         resident_demand(_ledger(), 0).touched_bytes(-1.0, 0)
     with pytest.raises(ConfigError, match="n_past"):
         resident_demand(_ledger(), 0).touched_bytes(float("nan"), 0)
+
+
+@pytest.mark.parametrize("mode", ["mmap", "warm", "anon", "ahwb"])
+def test_added_demand_by_residency(tmp_path, mode):
+    """What MTP d3 and n-gram d3 add at 3000 MiB (Qwen3.6 twin, n_ctx 4096): speculation's memory
+    (snapshots 188.4 MiB; MTP also the draft context, 257.1 in all) is anonymous, evictable; with
+    --mtp the nextn block's dense tensors (24.4 MiB) load too: pinned under ahwb (resident, not
+    evictable), evictable otherwise."""
+    from refsim.cache.demand import added_demand
+    m = open_model(qwen36_twin(str(tmp_path / "q36.gguf")))
+    plain = memory_ledger(m, 4096, 0, False, dense_weights=mode)
+    mtp = memory_ledger(m, 4096, 3, True, dense_weights=mode)
+    ngram = memory_ledger(m, 4096, 3, False, dense_weights=mode)
+    nextn_dense = mtp.dense_bytes - plain.dense_bytes
+    assert nextn_dense / MIB == pytest.approx(24.38, abs=0.005)
+    total, evict = added_demand(m, plain, mtp, 3000 * MIB)
+    assert total == mtp.speculation_bytes + nextn_dense
+    assert evict == mtp.speculation_bytes + (0 if mode == "ahwb" else nextn_dense)
+    assert added_demand(m, plain, ngram, 3000 * MIB) == (ngram.snapshot_bytes,) * 2
+    assert ngram.snapshot_bytes / MIB == pytest.approx(188.44, abs=0.005)
+    with pytest.raises(ConfigError, match="ledgers differ"):
+        added_demand(m, plain, memory_ledger(m, 2048, 3, True, dense_weights=mode), 3000 * MIB)
