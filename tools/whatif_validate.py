@@ -34,6 +34,10 @@ def main(argv=None) -> int:
               f"eps_P {dev.eps_prefill.value:.3f} [{dev.eps_prefill.lo:.3f}, "
               f"{dev.eps_prefill.hi:.3f}] at P = {dev.n_prompt} ({dev.eps_source}); noise sd "
               f"{100 * dev.sigma.value:.2f} % of one run")
+        if dev.auto_sigma is not None:
+            a = dev.auto_sigma
+            print(f"- {name}: --cache-mb auto budget, run to run: sd {a.value:.4f} of ln cache_mb "
+                  f"[{a.lo:.4f}, {a.hi:.4f}] ({a.source})")
     for s in SESSIONS:
         cal = result.calibrations[s.name]
         budget, mib = result.budgets[s.name]

@@ -21,12 +21,13 @@ def device_inputs(tmpdir: str, specs_filter=None) -> dict:
     """``{'host': DeviceInputs, 'phone': DeviceInputs}``.
 
     host: the desktop set (Qwen3.6 Q4_K_M), eps from its chosen prefill group with the twin's
-    tensor table. phone: the 2026-07-22 drop-cold set (the cells' model and recipe); its own
+    tensor table, and the spread of its runs' ``--cache-mb auto`` budgets. phone: the 2026-07-22 drop-cold set (the cells' model and recipe); its own
     prefills do not identify eps (docs/whatif-terms.md), so eps is the same phone's 2026-07-12
     Qwen3-30B prefill reading (plain runs, no tensor table). ``specs_filter`` (a callable on a
     spec list) lets a test add or remove runs.
     """
     from refsim.timing.identify import identify_device
+    from refsim.timing.noise import auto_budget_sigma
     from refsim.timing.plain import load_plain_runs
     from refsim.timing.validate import HOST, PHONE, DeviceInputs, noise_sigma
     keep = specs_filter or (lambda specs: specs)
@@ -40,7 +41,8 @@ def device_inputs(tmpdir: str, specs_filter=None) -> dict:
             key, eps_p = terms.eps_prefill[QWEN36]
             out[cls] = DeviceInputs(terms, tuple(runs), eps_p, key[1], inp.work[QWEN36],
                                     f"{name} prefill group {key}",
-                                    noise_sigma(HOST, terms.device, terms.repeats))
+                                    noise_sigma(HOST, terms.device, terms.repeats),
+                                    auto_budget_sigma(specs))
         else:
             lanes = set_inputs(PHONE_LANES, tmpdir)
             lt = identify_device(keep(lanes.specs), lanes.sizes, lanes.work, name=PHONE_LANES,

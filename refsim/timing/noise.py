@@ -28,6 +28,7 @@ per-position cost's interval (refsim.timing.positions), not this term.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,3 +181,41 @@ def shared_repeats(runs, configs: dict, dead_keys=(), device: str = "") -> list[
                           "recorded runs with byte-identical per-token reads",
                           f"differ only in {', '.join(differ) or 'nothing'}"))
     return out
+
+
+def auto_budget_sigma(paths, name: str = "auto_budget_sigma") -> Term:
+    """Run-to-run spread of the ``--cache-mb auto`` budget on one device: the standard deviation
+    (``ddof = 1``) of ``ln cache_mb`` over the recorded runs whose preamble says ``cache_auto=1``.
+
+    The engine sizes the cache once at load from the memory the system reports available
+    (bmoe-engine.md §3.3), so two runs of one configuration get different budgets ("auto sized
+    itself differently per run (5.3-7.4 GiB, tracking free RAM)": the desktop findings). A cell
+    priced against another cell of an auto session ran at a budget that differs by this spread
+    (``sqrt(2) sigma`` for two runs), which :mod:`refsim.timing.noise`'s ``sigma`` leaves out:
+    there the reads are given. The interval: the leave-one-out estimates' extremes.
+
+    Parameters
+    ----------
+    paths : iterable of str
+        Metrics CSVs (``path@overrides`` specs are cut at ``@``).
+
+    Raises
+    ------
+    ConfigError
+        Fewer than three auto runs (no leave-one-out spread); a file's reader errors.
+    """
+    from refsim.telemetry.metrics_reader import read_metrics
+    got = []
+    for spec in paths:
+        run = read_metrics(str(spec).split("@")[0], sidecar=False)
+        if run.config.get("cache_auto") == "1" and run.config.get("cache_mb", "0") != "0":
+            got.append((os.path.basename(run.path), float(run.config["cache_mb"])))
+    if len(got) < 3:
+        raise ConfigError(f"auto budget spread: {len(got)} run(s) with cache_auto=1, expected >= 3")
+    logs = np.log([b for _, b in got])
+    loo = [float(np.std(np.delete(logs, i), ddof=1)) for i in range(logs.size)]
+    sd = float(np.std(logs, ddof=1))
+    return Term(name, sd, min(loo + [sd]), max(loo + [sd]), "sd of ln cache_mb (one run)", "fitted",
+                "cache_mb of the --cache-mb auto runs: "
+                + ", ".join(f"{n} {b:g}" for n, b in got),
+                f"{len(got)} runs; interval: the leave-one-out estimates")

@@ -27,6 +27,11 @@ engine's reported ``tok/s`` is "computed from decode time alone and drafting hap
 decodes" (engine-docs/mtp.md, "Reading the numbers"), so a reported rate is priced with the head
 term at an exact 0.
 
+The band of an auto session's cell also spans the budget it may have run at
+(:func:`auto_budget_ends`): the assumed auto budget's interval and the device's run-to-run
+spread of the auto budget (:func:`refsim.timing.noise.auto_budget_sigma`, from the recorded
+runs' ``cache_mb``), as a hull, like the memory term's interval.
+
 The memory term: on the phone (fixed 3000 MiB budget) the memory-pressure model
 (refsim.timing.pressure, fitted on the 2026-07-22 phone runs, plain) prices the faults the
 speculative memory adds: the ``off`` cell's published majflt/token times ``q(E0 + a, P0 + a) /
@@ -218,6 +223,10 @@ class DeviceInputs:
         Which runs identified ``eps_prefill``.
     sigma : Term
         Run-to-run noise of this device class (refsim.timing.noise).
+    auto_sigma : Term or None
+        Run-to-run spread of the ``--cache-mb auto`` budget on this device
+        (:func:`refsim.timing.noise.auto_budget_sigma`, from its recorded auto runs); None: not
+        recorded (the sessions at a fixed budget do not need it).
     """
 
     terms: object
@@ -227,6 +236,7 @@ class DeviceInputs:
     eps_work: object
     eps_source: str
     sigma: Term
+    auto_sigma: Term | None = None
 
 
 @dataclass(frozen=True)
@@ -455,6 +465,41 @@ def auto_cell_budget(twin, cell: PublishedCell, matched_mib: int,
     return max(1, round(matched_mib * b_cell / auto_mib)), auto_mib - b_cell
 
 
+def auto_budget_ends(twin, cell: PublishedCell, matched_mib: int, auto_mib: tuple,
+                     auto_sigma: Term | None, level: float = 0.9) -> tuple:
+    """The budgets, MiB, an auto session's speculation cell is priced at: first the point
+    (:func:`auto_cell_budget` at ``auto_mib[0]``), then the band's other ends: the same at each
+    other assumed auto budget (``auto_mib[1:]``), and each of those times ``exp(-+ z sqrt(2)
+    sigma)`` (``sigma`` = ``auto_sigma``, the device's run-to-run spread of the auto budget; two
+    runs, the off cell's and the cell's, each drew their own; ``z`` the normal quantile of the
+    band's ``level``), rounded and kept inside :data:`BUDGET_RANGE_MIB`. Duplicates are dropped.
+
+    Example: host prose MTP d3, matched 5483 MiB, auto (3219, 7420), sigma 0.1431: the point 5010
+    (5483 x 2941.6 / 3219); k = exp(1.6449 x 1.4142 x 0.1431) = 1.39507; then 3591 and 6989 (5010
+    / k, 5010 k), 5278 (at 7420 MiB: 5483 x 7142.6 / 7420), 3783 and 7363.
+
+    Raises
+    ------
+    ConfigError
+        :func:`auto_cell_budget`'s.
+    """
+    import math
+    from statistics import NormalDist
+    ks = [1.0]
+    if auto_sigma is not None and auto_sigma.value > 0:
+        k = math.exp(NormalDist().inv_cdf(0.5 + level / 2) * math.sqrt(2.0) * auto_sigma.value)
+        ks += [1.0 / k, k]
+    out = []
+    lo, hi = BUDGET_RANGE_MIB
+    for b in auto_mib:
+        cb = auto_cell_budget(twin, cell, matched_mib, b)[0]
+        for k in ks:
+            x = min(hi, max(lo, round(cb * k)))
+            if x not in out:
+                out.append(x)
+    return tuple(out)
+
+
 def pressure_memory(twin, off: PublishedCell, cell: PublishedCell, budget_mib: float = 3000.0,
                     n_ctx: int = 4096, fit=None) -> Term:
     """The memory term of a phone cell, ms per emitted token (module docstring): the faults the
@@ -581,6 +626,7 @@ def validate(inputs: Inputs, sessions=SESSIONS, n_boot: int = 200, seed: int = 0
     ConfigError
         A session without an ``off`` first, a budget the trace cannot match, the pricing's errors.
     """
+    from refsim.timing.band import DEFAULT_LEVEL
     from refsim.timing.verdict import Device, price
     rows, budgets, cals, notes = [], {}, {}, []
     params = _device_parameters(inputs)
@@ -614,8 +660,8 @@ def validate(inputs: Inputs, sessions=SESSIONS, n_boot: int = 200, seed: int = 0
                                f"n_ctx {HOST_N_CTX}, anon dense) and the memory leaves the "
                                f"cache: the cell is replayed at {cell_budget} MiB = {budget} x "
                                f"({b0:g} - {a:.1f}) / {b0:g}")
-                for b1 in s.auto_mib[1:]:
-                    cb1, _ = auto_cell_budget(inputs.twin, cell, budget, b1)
+                for cb1 in auto_budget_ends(inputs.twin, cell, budget, s.auto_mib,
+                                            dev.auto_sigma, DEFAULT_LEVEL)[1:]:
                     alt.append(reads_at(inputs.trace, cb1, s.drop_frac, [cfg.width]))
             else:
                 memory = pressure_memory(inputs.twin, s.off, cell)
