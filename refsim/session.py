@@ -183,7 +183,8 @@ class RunConfig:
         d = self.device
         device = dataclasses.replace(
             d, io_threads=v.check_value("--io-threads", _text(d.io_threads), v.positive_int),
-            position_cost=v.check_value("--position-cost", _text(d.position_cost), v.nonneg_float))
+            position_cost=None if d.position_cost is None else
+            v.check_value("--position-cost", _text(d.position_cost), v.nonneg_float))
         object.__setattr__(self, "device", device)
         if self.knobs.traced != (self.route_trace is not None):
             object.__setattr__(self, "knobs",

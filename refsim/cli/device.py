@@ -24,9 +24,11 @@ def add_device_args(p, positions: bool = True):
     g.add_argument("--overlap", action="store_true",
                    help="with --device: the engine's --overlap (reads overlapped with compute)")
     if positions:
-        g.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
+        g.add_argument("--position-cost", type=nonneg_float, default=None, metavar="EPS",
                        help=f"with --device: compute of each extra verify position as a fraction "
-                            f"of one position's (default {DEFAULT_EPS}; docs/timing.md)")
+                            f"of one position's (default: the device file's own, identified from "
+                            f"its runs' prefills by timing fit --gguf; else {DEFAULT_EPS}, "
+                            f"assumed: docs/timing.md)")
     return g
 
 
@@ -41,11 +43,37 @@ def load_device_args(args):
 
 def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,
                    draft_s_per_token: float = 0.0, cache: bool = True,
-                   positions_per_decode: float | None = None):
+                   positions_per_decode: float | None = None, width: int | None = None):
     """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if, or None without ``--device``
-    (:meth:`~refsim.timing.device_options.DeviceOptions.figures`)."""
+    (:meth:`~refsim.timing.device_options.DeviceOptions.figures`; ``width``: a drafted decode's
+    positions, for its eps)."""
     return DeviceOptions.from_args(args).figures(loaded, mib_per_token, tokens_per_decode,
-                                                 draft_s_per_token, cache, positions_per_decode)
+                                                 draft_s_per_token, cache, positions_per_decode,
+                                                 width)
+
+
+def verify_width(events) -> int:
+    """Positions of a trace's widest target decode (``1 + --draft`` when it drafted; 1 without
+    speculation): the width a drafted decode's extra positions are priced at."""
+    from refsim.events import DecodeKind
+    return max((e.n_pos for e in events if e.kind in (DecodeKind.PLAIN, DecodeKind.VERIFY)),
+               default=1)
+
+
+def eps_line(args, loaded, widths) -> str:
+    """What the extra positions are priced at, for a header line: ``--position-cost``'s value,
+    the device file's eps at each of ``widths``, or the labelled default."""
+    opts = DeviceOptions.from_args(args)
+    terms = {w: opts.eps_term(loaded, w) for w in widths if w > 1}
+    if not terms:
+        return "no extra positions"
+    kinds = {t.kind for t in terms.values()}
+    if kinds == {"fitted"}:
+        return "extra position eps(w) x C from the device file (" + ", ".join(
+            f"w={w} {t.value:.3f}" for w, t in terms.items()) + ")"
+    v = next(iter(terms.values())).value
+    why = "--position-cost" if opts.position_cost is not None else "assumed: the device file does not identify it"
+    return f"extra position {v:g} x C ({why})"
 
 
 def n_target_decodes(trace) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from refsim.cli.common import cache_mib, nonneg_int
-from refsim.cli.device import add_device_args, device_figures
+from refsim.cli.device import add_device_args, device_figures, verify_width
 from refsim.cli.io_flags import block_size
 from refsim.errors import ConfigError, UsageError
 from refsim.fmt import plural
@@ -126,7 +126,7 @@ def predicted_ms(args, device, s, trace, indices, tokens):
     dev, name, model = device
     if dev.requests is None or args.overlap or not decodes:
         whatif = device_figures(args, device, s.window_mib_per_token, tpd,
-                                positions_per_decode=ppd)
+                                positions_per_decode=ppd, width=verify_width(target))
         return 1000.0 * whatif.predicted_s_per_token, "per_mib"
     import numpy as np
 
@@ -136,8 +136,10 @@ def predicted_ms(args, device, s, trace, indices, tokens):
     f = IoFeatures(*(np.array([v / decodes]) for v in (
         s.decode_window_read_bytes / MIB, (s.lane_bytes_per_token or 0.0) * tokens / MIB,
         s.decode_rounds, s.decode_batches)))
+    from refsim.timing.device_options import DeviceOptions
     whatif = request_whatif(rm, name, f, tpd, model, args.io_threads, args.overlap,
-                            args.position_cost, positions_per_decode=ppd)
+                            DeviceOptions.from_args(args).eps(device, verify_width(target)),
+                            positions_per_decode=ppd)
     return 1000.0 * whatif.predicted_s_per_token, "requests"
 
 

@@ -16,7 +16,7 @@ from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
 from refsim.jit import reference_if_small
-from refsim.cli.device import (add_device_args, device_figures, load_device_args,
+from refsim.cli.device import (add_device_args, device_figures, load_device_args, verify_width,
                                n_target_decodes, n_target_positions, positions_per_decode,
                                tokens_per_decode)
 from refsim.cli.io_flags import add_io_args, check_io_args, io_tally, request_writer
@@ -248,8 +248,10 @@ def device_by_requests(args, device, io_summary, trace, report, per_mib):
         io_summary.decode_window_read_bytes / MIB,
         (io_summary.lane_bytes_per_token or 0.0) * gen / MIB,
         io_summary.decode_rounds, io_summary.decode_batches)))
+    from refsim.timing.device_options import DeviceOptions
     req = request_whatif(rm, name, f, tokens_per_decode(trace, gen), model, args.io_threads,
-                         args.overlap, args.position_cost,
+                         args.overlap,
+                         DeviceOptions.from_args(args).eps(device, verify_width(trace.events)),
                          positions_per_decode=positions_per_decode(trace))
     used = "requests" if rm.better else "per_mib"
     other = per_mib if used == "requests" else req
@@ -317,7 +319,8 @@ def run(args) -> int:
            else report.summary.mib_per_token)
     timed = device_figures(args, device, mib,                  # None (no decoded token): n/a
                            tokens_per_decode(trace, report.summary.tokens),
-                           positions_per_decode=positions_per_decode(trace))
+                           positions_per_decode=positions_per_decode(trace),
+                           width=verify_width(trace.events) if device is not None else None)
     by_req = device_by_requests(args, device, io_summary, trace, report, timed)
     if by_req is not None and by_req["used"] == "requests":
         timed = by_req["whatif"]

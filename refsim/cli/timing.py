@@ -45,6 +45,13 @@ def add_parser(sub) -> None:
     f.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
     f.add_argument("--out", required=True, metavar="DEVICE.json", help="the device file to write (- = stdout)")
     f.add_argument("--name", default="", help="a name stored in the device file")
+    f.add_argument("--gguf", action="append", default=[], metavar="[KEY=]MODEL.gguf",
+                   help="the runs' model's tensor table (a header-only twin works: refsim synth "
+                        "--like): identifies the compute of a verify decode's extra positions "
+                        "(eps) from the runs' serial prefills and stores it in the device file, "
+                        "where every --device command takes it (docs/whatif-terms.md); KEY = the "
+                        "compute floor it belongs to (default: the file's name if that is a key, "
+                        "else the device's only one); repeatable")
     _io_model(f)
     _common(f)
     f.set_defaults(func=run_fit)
@@ -80,9 +87,10 @@ def add_parser(sub) -> None:
     b.add_argument("--io-threads", type=positive_int, default=DEFAULT_IO_THREADS, metavar="L",
                    help="I/O lanes (default 4, the engine's)")
     b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
-    b.add_argument("--position-cost", type=nonneg_float, default=DEFAULT_EPS, metavar="EPS",
+    b.add_argument("--position-cost", type=nonneg_float, default=None, metavar="EPS",
                    help=f"compute of each extra verify position as a fraction of one position's "
-                        f"(default {DEFAULT_EPS}; the shared prefills allow "
+                        f"(default: the device file's at each draft's width, identified by timing "
+                        f"fit --gguf; else {DEFAULT_EPS}, assumed; the shared prefills allow "
                         f"{EPS_INTERVAL[0]:g}-{EPS_INTERVAL[1]:g}, docs/whatif-terms.md)")
     b.add_argument("--draft-ms", type=milliseconds, default=0.0, metavar="MS",
                    help="drafting cost per drafted decode, ms (the MTP head's; default 0)")
@@ -150,13 +158,84 @@ def run_fit(args) -> int:
         feats = [run_features(r) for r in runs]
         rm = with_loo(fit_requests(runs, feats, dev), runs, feats)
         dev = replace(dev, requests=rm.as_dict())
+    eps_notes = []
+    if args.gguf:
+        from dataclasses import replace
+        pc, eps_notes = _position_cost(args, dev)
+        dev = replace(dev, position_cost=pc)
     write_text_atomic(args.out, dev.to_json(), what="--out")
     with contextlib.redirect_stdout(report_stream({"--out": args.out})):   # stderr if --out -
-        return _report_fit(args, dev, runs, preds, rm)
+        return _report_fit(args, dev, runs, preds, rm, eps_notes)
 
 
-def _report_fit(args, dev, runs, preds, rm=None) -> int:
+def _gguf_keys(args, dev) -> dict:
+    """``{compute-floor key: GGUF path}`` from ``--gguf [KEY=]PATH`` (the ``run_fit`` help)."""
+    import os
+    out = {}
+    keys = sorted(dev.compute)
+    for item in args.gguf:
+        key, eq, path = item.partition("=")
+        if not eq or os.path.exists(item):
+            key, path = "", item
+        if not key:
+            base = os.path.basename(path)
+            if base in dev.compute:
+                key = base
+            elif len(keys) == 1 and len(args.gguf) == 1:
+                key = keys[0]
+            else:
+                raise ConfigError(f"--gguf {item}: which compute floor? give KEY=PATH with KEY one "
+                                  f"of {', '.join(keys)}")
+        if key not in dev.compute:
+            raise ConfigError(f"--gguf {item}: {key!r} is not a compute floor of these runs "
+                              f"({', '.join(keys)})")
+        if key in out:
+            raise ConfigError(f"--gguf: {key!r} given twice")
+        out[key] = path
+    return out
+
+
+def _position_cost(args, dev) -> tuple:
+    """``(position_cost, notes)``: per model given ``--gguf``, the eps readings of its serial
+    prefill group (:func:`refsim.timing.identify.identify_device` on the same runs;
+    :func:`refsim.timing.positions.position_cost_entry`). An overlap group only bounds eps
+    (docs/whatif-terms.md): such a model gets no entry, and a note says so."""
+    from refsim.model import open_model
+    from refsim.timing.identify import identify_device
+    from refsim.timing.positions import position_cost_entry
+    from refsim.timing.prefill import ExpertSizes
+    from refsim.timing.work import position_work
+    paths = _gguf_keys(args, dev)
+    sizes, work = {}, {}
+    for key, path in paths.items():
+        model = open_model(path)
+        work[key] = position_work(model)
+        sizes[key] = ExpertSizes.from_model_bytes(model.bytes, model.spec.n_expert_used,
+                                                  f"{path}'s tensor table")
+    terms = identify_device(args.runs, sizes, work, name=args.name, trim=args.trim)
+    pc, notes = {}, []
+    for key in paths:
+        got = terms.eps_prefill.get(key)
+        if got is None:
+            notes.append(f"{key}: no run has prefill figures; eps not identified")
+            continue
+        group, eps_p = got
+        if group[3]:
+            notes.append(f"{key}: only --overlap prefills (an overlap prefill bounds eps, it does not "
+                         f"identify it: eps_P {eps_p.value:.3f} [{eps_p.lo:.3f}, {eps_p.hi:.3f}]); "
+                         f"not stored")
+            continue
+        src = (f"prefills of {args.name or dev.name or 'these runs'}: {group[1]} positions, "
+               f"{group[2]} threads, {'cache' if group[4] else 'no cache'}; "
+               f"{eps_p.source}")
+        pc[key] = position_cost_entry(eps_p, group[1], work[key], source=src[:4096])
+    return pc, notes
+
+
+def _report_fit(args, dev, runs, preds, rm=None, eps_notes=()) -> int:
     """The ``timing fit`` report (JSON or text) on ``sys.stdout``."""
+    for note in eps_notes:
+        print(f"{args._parser.prog}: note: {note}", file=sys.stderr)
     if args.json:
         doc = json.loads(dev.to_json())
         doc["residuals"] = [p.as_dict() for p in preds]
@@ -180,6 +259,14 @@ def _report_fit(args, dev, runs, preds, rm=None) -> int:
               f"error {p.error_pct:+.1f}%")
     if rm is not None:
         _report_requests(rm)
+    if dev.position_cost:
+        from refsim.timing.positions import device_eps
+        for key in sorted(dev.position_cost):
+            e = [device_eps(dev, key, w) for w in (2, 4)]
+            print(f"  eps[{key}]  extra position, fraction of C: w=2 {e[0].value:.3f} "
+                  f"[{e[0].lo:.3f}, {e[0].hi:.3f}], w=4 {e[1].value:.3f} [{e[1].lo:.3f}, "
+                  f"{e[1].hi:.3f}]  (prefill {dev.position_cost[key]['n_prompt']} positions and "
+                  f"the tensor table; docs/whatif-terms.md)")
     print(f"wrote {args.out}")
     return 0
 
@@ -283,6 +370,17 @@ def _validate_pair(args, runs) -> int:
     return 0
 
 
+def _eps_words(eps_of: dict) -> str:
+    """``extra position ... x C`` for the breakeven header: one value, or each draft's."""
+    terms = list(eps_of.values())
+    if {t.kind for t in terms} == {"fitted"}:
+        return "extra position eps(w) x C from the device file (" + ", ".join(
+            f"d{d} {t.value:.3f}" for d, t in eps_of.items()) + ")"
+    why = "--position-cost" if terms[0].source == "--position-cost" else \
+        "assumed: the device file does not identify it"
+    return f"extra position {terms[0].value:g} x C ({why})"
+
+
 def run_breakeven(args) -> int:
     from refsim import MIB
     from refsim.cache import ExpertCache
@@ -306,12 +404,20 @@ def run_breakeven(args) -> int:
     unions = {b: union_study(trace, widths, ExpertCache.mib_to_bytes(b),
                              knobs if knobs.any_on else None) for b in budgets_mib}
 
-    def at(union, eps: float):
-        rows = breakeven(dev, union, model, args.io_threads, args.overlap, True, eps, args.draft_ms,
-                         knobs=knobs.any_on)
-        return [r for r in rows if r.draft in set(args.draft)]
+    from refsim.timing.positions import resolve_eps
+    eps_of = {d: resolve_eps(dev, model, d + 1, args.position_cost) for d in args.draft}
 
-    table = {b: at(u, args.position_cost) for b, u in unions.items()}
+    def at(union, eps: float | None):
+        """Rows of the chosen drafts at ``eps`` (None: each draft at its own width's eps)."""
+        out = []
+        for e in sorted({eps_of[d].value for d in args.draft} if eps is None else {eps}):
+            rows = breakeven(dev, union, model, args.io_threads, args.overlap, True, e,
+                             args.draft_ms, knobs=knobs.any_on)
+            out += [r for r in rows if r.draft in set(args.draft)
+                    and (eps is not None or eps_of[r.draft].value == e)]
+        return sorted(out, key=lambda r: r.draft)
+
+    table = {b: at(u, None) for b, u in unions.items()}
     mode = '--overlap' if args.overlap else 'serial'
     if args.plot is not None:
         from refsim.timing.plot import plot_breakeven, plot_breakeven_budgets
@@ -334,12 +440,15 @@ def run_breakeven(args) -> int:
         print(json.dumps({"trace": args.trace, "device": args.device, "model": model,
                           "budgets_mib": [ExpertCache.mib_to_bytes(b) / MIB for b in budgets_mib],
                           "io_threads": args.io_threads, "overlap": args.overlap,
-                          "position_cost": args.position_cost, "draft_ms": args.draft_ms,
+                          "position_cost": args.position_cost,
+                          "eps_by_draft": {str(d): eps_of[d].value for d in args.draft},
+                          "eps_source": sorted({eps_of[d].source for d in args.draft}),
+                          "draft_ms": args.draft_ms,
                           "drop_cold_experts": knobs.drop_frac, "prefetch": knobs.prefetch,
                           "rows": rows}))
         return 0
     print(f"trace: {args.trace}; device: {args.device} (compute floor of {model}); "
-          f"{plural(args.io_threads, 'lane')}; {mode}; extra position {args.position_cost:g} x C; "
+          f"{plural(args.io_threads, 'lane')}; {mode}; {_eps_words(eps_of)}; "
           f"drafting {args.draft_ms:g} ms per drafted decode"
           + (f"; knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
              if knobs.any_on else ""))

@@ -8,7 +8,7 @@ import json
 from refsim.cache import ExpertCache
 from refsim.cli.common import (add_knob_args, cache_mib, draft_width, fraction, int_list, knobs_from_args,
                                seed, warn_below_token_cycle)
-from refsim.cli.device import add_device_args, device_figures, load_device_args
+from refsim.cli.device import add_device_args, device_figures, eps_line, load_device_args
 from refsim.errors import UsageError
 from refsim.fmt import NA, budget_mib, num, plural, ratio
 from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
@@ -176,7 +176,7 @@ def run(args) -> int:
             d = device_figures(args, device, 0.0)
             print(f"pred_tok/s: device {args.device} (predicted, not measured; {plural(d.io_threads, 'lane')}, "
                   f"{'--overlap' if d.overlap else 'serial'}, compute floor of {d.model}, every "
-                  f"draft accepted: w tokens per decode, extra position {d.position_cost:g} x C"
+                  f"draft accepted: w tokens per decode, {eps_line(args, device, sorted(set(args.window)))}"
                   + (f"; priced on the knob columns, --drop-cold-experts {knobs.drop_frac:g} "
                      f"--prefetch {knobs.prefetch}" if knobs_on else "") + ")")
             head += f"  {'pred_tok/s':>10}"
@@ -255,5 +255,6 @@ def _predicted(args, device, r, knobs_on: bool):
     from refsim.timing.whatif import width_whatif
     dev, name, model = device
     mib = r.knob_mib_per_token if knobs_on else r.mib_per_token
+    from refsim.timing.device_options import DeviceOptions
     return width_whatif(dev, name, model, args.io_threads, args.overlap, r.window, mib or 0.0,
-                        args.position_cost)
+                        DeviceOptions.from_args(args).eps(device, r.window))

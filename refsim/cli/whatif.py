@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import sys
@@ -132,24 +133,56 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _eps(args):
-    from refsim.timing.terms import Term
-    lo, hi = DEFAULT_EPS_INTERVAL
-    if args.position_cost_interval is not None:
-        try:
-            lo, hi = (float(x) for x in args.position_cost_interval.split(","))
-        except ValueError:
-            raise UsageError(f"--position-cost-interval {args.position_cost_interval!r}: "
-                             f"expected LO,HI") from None
-    v = args.position_cost
-    if not (0.0 <= lo <= v <= hi and math.isfinite(hi)):
+def _eps_interval(args):
+    """``--position-cost-interval`` as ``(lo, hi)``; without it, with ``--position-cost``, the
+    shared prefills' interval (:data:`refsim.timing.defaults.EPS_INTERVAL`); else None (the
+    device file's own interval, or the default's). Usage errors."""
+    if args.position_cost_interval is None:
+        if args.position_cost is None:
+            return None
+        lo, hi = DEFAULT_EPS_INTERVAL
+        if not lo <= args.position_cost <= hi:
+            raise UsageError(f"--position-cost-interval {lo:g},{hi:g}: expected 0 <= LO <= "
+                             f"--position-cost ({args.position_cost:g}) <= HI")
+        return lo, hi
+    try:
+        lo, hi = (float(x) for x in args.position_cost_interval.split(","))
+    except ValueError:
+        raise UsageError(f"--position-cost-interval {args.position_cost_interval!r}: "
+                         f"expected LO,HI") from None
+    if not (0.0 <= lo <= hi and math.isfinite(hi)):
+        raise UsageError(f"--position-cost-interval {lo:g},{hi:g}: expected 0 <= LO <= HI, finite")
+    if args.position_cost is not None and not lo <= args.position_cost <= hi:
         raise UsageError(f"--position-cost-interval {lo:g},{hi:g}: expected 0 <= LO <= "
-                         f"--position-cost ({v:g}) <= HI")
-    return Term("eps", v, lo, hi, "fraction of C per extra position", "assumed",
-                "--position-cost" + (" (default 0.38: bmoe-engine.md §7 host MTP d3, a speculation "
-                                     "cell)" if v == 0.38 else ""),
-                "interval: --position-cost-interval" if args.position_cost_interval else
-                "interval: the shared prefills' (docs/whatif-terms.md)")
+                         f"--position-cost ({args.position_cost:g}) <= HI")
+    return lo, hi
+
+
+def _eps(args, dev, model: str, width: int):
+    """The eps Term of a ``width``-position configuration (:func:`refsim.timing.positions.
+    resolve_eps`: ``--position-cost``, else the device file's reading, else the labelled
+    default), its interval replaced by ``--position-cost-interval`` when given.
+
+    Raises
+    ------
+    UsageError
+        ``--position-cost-interval`` that does not hold the value.
+    """
+    from dataclasses import replace
+
+    from refsim.timing.positions import resolve_eps
+    iv = _eps_interval(args)
+    t = resolve_eps(dev, model, width, args.position_cost, iv)
+    if iv is not None:
+        if not iv[0] <= t.value <= iv[1]:
+            raise UsageError(f"--position-cost-interval {iv[0]:g},{iv[1]:g}: does not hold eps "
+                             f"{t.value:g} at width {width} ({t.source})")
+        t = replace(t, lo=iv[0], hi=iv[1],
+                    note="interval: --position-cost-interval" if args.position_cost_interval
+                    else "interval: the shared prefills' (docs/whatif-terms.md)")
+    elif t.kind == "assumed":
+        t = replace(t, note="interval: the shared prefills' (docs/whatif-terms.md)")
+    return t
 
 
 def _sigma(args) -> tuple:
@@ -279,7 +312,7 @@ def run(args) -> int:
     live = live_model(args.source)
     check_live_flags(args, live)
     cfgs = _check_spec(args, live)
-    eps = _eps(args)
+    _eps_interval(args)
     loaded = load_device_args(args)
     policy = _policy(args)
     if args.plot is not None:
@@ -311,6 +344,8 @@ def run(args) -> int:
         raise UsageError("--cache-mb auto needs --ram-mb R")
     led = _Ledger(model_file, args) if model_file is not None else None
     work, head = _head(args, model_file)
+    eps_of = {c.label: _eps(args, dev, model, c.width) for c in cfgs}
+    eps = eps_of[next((c.label for c in cfgs if c.kind != "off"), cfgs[0].label)]
     dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head)
     if live is not None:
         knobs = knobs_from_args(args, None, traced=False, cmd="whatif")
@@ -343,7 +378,7 @@ def run(args) -> int:
             def priced(fixed_replay: bool):
                 cfg, reads, off_reads, counts = (source.priced(c, mib, off_mib, fixed_replay=True)
                                                  if fixed_replay else source.priced(c, mib, off_mib))
-                return price(dv, cfg, reads, budget_mib=mib,
+                return price(dataclasses.replace(dv, eps=eps_of[c.label]), cfg, reads, budget_mib=mib,
                              spec_mib=led.spec_mib(c) if led else 0.0,
                              headroom_mib=led.headroom_mib(mib) if led else None,
                              off_reads=off_reads,
@@ -364,7 +399,8 @@ def run(args) -> int:
                 "n_predict": source.n_predict})
         doc |= {"device": name, "device_model": model,
                 "overlap": args.overlap, "io_threads": args.io_threads,
-                "eps": eps.as_dict(), "noise_sd": sigma, "noise_source": sigma_src,
+                "eps": eps.as_dict(), "eps_by_config": {k: t.as_dict() for k, t in eps_of.items()},
+                "noise_sd": sigma, "noise_source": sigma_src,
                 "calibration": None if cal is None else {
                     "baseline": args.baseline, "before_ms": cal.before_ms,
                     "floor": cal.floor.as_dict(), "moved_ms": cal.moved_ms,
@@ -411,7 +447,16 @@ def run(args) -> int:
         print(f"draft policy: {policy_label} (lossless: it picks the width only), {how}")
     if cal is not None:
         print(cal.line())
-    print(f"band {int(100 * dv.level)} %: eps {eps.value:g} [{eps.lo:g}, {eps.hi:g}], noise sd "
+    spec_eps = {k: t for k, t in eps_of.items() if k != "off"} or eps_of
+    shown = sorted({(t.value, t.lo, t.hi) for t in spec_eps.values()})
+    eps_text = ((f"eps {eps.value:.3f} [{eps.lo:.3f}, {eps.hi:.3f}]" if eps.kind == "fitted" else
+                 f"eps {eps.value:g} [{eps.lo:g}, {eps.hi:g}]") if len(shown) == 1 else
+                "eps " + ", ".join(f"{k} {t.value:.3f} [{t.lo:.3f}, {t.hi:.3f}]"
+                                   for k, t in spec_eps.items()))
+    eps_from = ("the device file's" if {t.kind for t in spec_eps.values()} == {"fitted"} else
+                "--position-cost" if args.position_cost is not None else
+                "assumed: the device file does not identify it")
+    print(f"band {int(100 * dv.level)} %: {eps_text} ({eps_from}), noise sd "
           f"{100 * sigma:.2f} % ({sigma_src}); parameters' spread not estimated (no runs given)")
     if any(p.config.kind != "off" and p.config.source == "assumed" for p in prices):
         print("acceptance/coverage marked * are assumed (given in --spec)")

@@ -29,16 +29,17 @@ class DeviceOptions:
         ``--io-threads L``: I/O lanes (default 4, the engine's).
     overlap : bool
         ``--overlap``: reads overlapped with compute (the engine's flag).
-    position_cost : float
+    position_cost : float or None
         ``--position-cost EPS``: compute of each extra verify position as a fraction of one
-        position's (default 0.38; docs/timing.md).
+        position's; None (the default): the device file's own reading at each verify width
+        (``timing fit --gguf``), else 0.38 labelled assumed (:func:`refsim.timing.positions.resolve_eps`).
     """
 
     device: str | None = None
     device_model: str | None = None
     io_threads: int = DEFAULT_IO_THREADS
     overlap: bool = False
-    position_cost: float = DEFAULT_EPS
+    position_cost: float | None = None
 
     @classmethod
     def from_args(cls, args) -> "DeviceOptions":
@@ -47,7 +48,7 @@ class DeviceOptions:
         return cls(device=getattr(args, "device", None), device_model=getattr(args, "device_model", None),
                    io_threads=getattr(args, "io_threads", DEFAULT_IO_THREADS),
                    overlap=bool(getattr(args, "overlap", False)),
-                   position_cost=getattr(args, "position_cost", DEFAULT_EPS))
+                   position_cost=getattr(args, "position_cost", None))
 
     def load(self, lanes_used: bool = False):
         """``(device, name, model)``: the :class:`~refsim.timing.model.DeviceModel` read from
@@ -74,7 +75,7 @@ class DeviceOptions:
                                 ("--io-threads",
                                  self.io_threads != DEFAULT_IO_THREADS and not lanes_used),
                                 ("--overlap", self.overlap and not lanes_used),
-                                ("--position-cost", self.position_cost != DEFAULT_EPS)):
+                                ("--position-cost", self.position_cost is not None)):
                 if given:
                     raise UsageError(f"{flag} without --device: it sets the device model's what-if")
             return None
@@ -88,23 +89,42 @@ class DeviceOptions:
             logging.getLogger("refsim.timing").warning(text)
         return loaded
 
+    def eps_term(self, loaded, width: int):
+        """The :class:`~refsim.timing.terms.Term` a ``width``-position decode is priced with on
+        ``loaded`` (:meth:`load`'s value): ``--position-cost`` if given, else the device file's
+        reading, else the labelled default (:func:`refsim.timing.positions.resolve_eps`)."""
+        from refsim.timing.positions import resolve_eps
+        dev, _, model = loaded
+        return resolve_eps(dev, model, width, self.position_cost)
+
+    def eps(self, loaded, width: int) -> float:
+        """:meth:`eps_term`'s value."""
+        return self.eps_term(loaded, width).value
+
     def figures(self, loaded, mib_per_token: float | None, tokens_per_decode: float = 1.0,
                 draft_s_per_token: float = 0.0, cache: bool = True,
-                positions_per_decode: float | None = None):
+                positions_per_decode: float | None = None, width: int | None = None):
         """The :class:`refsim.timing.whatif.DeviceWhatIf` of a what-if reading ``mib_per_token``
         MiB (2^20 bytes) per confirmed token, ``tokens_per_decode`` tokens and
         ``positions_per_decode`` positions (default: as many as tokens) per target decode; or
         None when ``loaded`` (:meth:`load`'s value) is None. ``mib_per_token`` None (no decoded
         token: a prefill-only trace) gives the device's configuration with every time ``None``
         (:meth:`~refsim.timing.whatif.DeviceWhatIf.undefined`: ``n/a``, never the price of a
-        decode that reads nothing)."""
+        decode that reads nothing). ``width``: the positions of a drafted decode, for the cost of
+        its extra positions (:meth:`eps`; default: ``positions_per_decode`` (or
+        ``tokens_per_decode``) rounded up)."""
         if loaded is None:
             return None
+        import math
+
         from refsim.timing.whatif import device_whatif
         dev, name, model = loaded
+        if width is None:
+            width = math.ceil(positions_per_decode if positions_per_decode is not None
+                              else tokens_per_decode)
         whatif = device_whatif(dev, name, 0.0 if mib_per_token is None else mib_per_token,
                                tokens_per_decode, model, self.io_threads, self.overlap, cache,
-                               self.position_cost, draft_s_per_token, positions_per_decode)
+                               self.eps(loaded, width), draft_s_per_token, positions_per_decode)
         return whatif.undefined() if mib_per_token is None else whatif
 
     def run_figures(self, loaded, result, n_gen: int, work=None):
@@ -126,7 +146,7 @@ class DeviceOptions:
         from refsim.timing.whatif import price_device, priced_whatif, run_config
         dev, name, model = loaded
         cfg, reads = run_config(result, n_gen)
-        dv = price_device(dev, model, self.io_threads, self.overlap, self.position_cost,
+        dv = price_device(dev, model, self.io_threads, self.overlap, self.eps(loaded, cfg.width),
                           cache=result.cache is not None, work=work)
         return priced_whatif(dv, name, cfg, reads)
 
@@ -137,7 +157,7 @@ class DeviceOptions:
         if loaded is None:
             return None
         import os
-        from refsim.timing.whatif import predicted_run_times
+        from refsim.timing.whatif import predicted_run_times, run_width
         dev, name, model = loaded
         return predicted_run_times(dev, os.path.basename(name), result, model, self.io_threads,
-                                   self.overlap, self.position_cost)
+                                   self.overlap, self.eps(loaded, run_width(result)))

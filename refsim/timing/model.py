@@ -112,6 +112,10 @@ class DeviceModel:
     """The serial flash term by requests and lanes (:mod:`refsim.timing.requests`, ``timing fit
     --io-model requests``), as its JSON object; None: per MiB only (the file has no such key)."""
     lanes: tuple = ()
+    position_cost: dict = field(default_factory=dict)
+    """Per model file name, the readings that identify the compute of a verify decode's extra
+    positions (``timing fit --gguf``; :func:`read_position_cost_doc` gives the layout,
+    :func:`refsim.timing.positions.device_eps` the value at a width); ``{}``: not identified."""
 
     def value(self, key: str) -> float:
         return self.params[key].value
@@ -205,6 +209,8 @@ class DeviceModel:
             doc["lanes"] = list(self.lanes)
         if self.requests is not None:
             doc["requests"] = self.requests
+        if self.position_cost:
+            doc["position_cost"] = self.position_cost
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
@@ -291,6 +297,68 @@ def read_requests_doc(path: str, doc) -> tuple:
     return params, tail, tuple(held), loo
 
 
+POSITION_WIDTHS = tuple(range(2, 10))
+"""Verify widths (``1 + --draft``, draft 1..8) a device file's ``position_cost`` gives the
+tensor-size reading at."""
+MAX_EPS = 10.0
+"""Bound on an ``eps`` figure in a device file (one extra position costing ten whole decodes is
+not a device: the shared prefills give at most 4.7 at an end, docs/whatif-terms.md)."""
+MAX_PROMPT = 1 << 20
+"""Bound on the identifying prefill's positions ``n_prompt``."""
+
+
+def _triple(path: str, where: str, obj, hi: float = MAX_EPS) -> list:
+    if not isinstance(obj, list) or len(obj) != 3:
+        raise ConfigError(f"{path}: {where}: expected [value, lo, hi]")
+    v, lo, up = (_num(path, f"{where}[{i}]", x) for i, x in enumerate(obj))
+    if not 0.0 <= lo <= v <= up <= hi:
+        raise ConfigError(f"{path}: {where}: expected 0 <= lo <= value <= hi <= {hi:g}, got {obj!r}")
+    return [v, lo, up]
+
+
+def read_position_cost_doc(path: str, doc) -> dict:
+    """Validate a device file's optional ``position_cost`` object (untrusted input) and return it
+    as read. Per model file name (1..:data:`MAX_MODELS`), an object with:
+
+    - ``eps_prefill``: ``[value, lo, hi]``, ``eps`` at the prefill's width (refsim.timing.positions,
+      ``prefill_eps``), each in ``0..MAX_EPS``;
+    - ``n_prompt``: the prefill's positions ``P`` (2..:data:`MAX_PROMPT`);
+    - ``work_ratio``: a verify position's multiplies over a prefill position's (>= 1, <= 100);
+    - ``bytes_eps``: ``null`` (no tensor table) or one ``[value, lo, hi]`` in ``0..1`` per width of
+      :data:`POSITION_WIDTHS`, the tensor-size reading;
+    - ``source``: what identified it (text).
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the key.
+    """
+    keys = {"eps_prefill", "n_prompt", "work_ratio", "bytes_eps", "source"}
+    if not isinstance(doc, dict) or not 1 <= len(doc) <= MAX_MODELS:
+        raise ConfigError(f"{path}: position_cost: expected an object of 1..{MAX_MODELS} models")
+    for m, o in doc.items():
+        at = f"position_cost[{m!r}]"
+        if not isinstance(o, dict) or set(o) != keys:
+            raise ConfigError(f"{path}: {at}: expected an object with keys {', '.join(sorted(keys))}")
+        _triple(path, f"{at}.eps_prefill", o["eps_prefill"])
+        n = o["n_prompt"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= MAX_PROMPT:
+            raise ConfigError(f"{path}: {at}.n_prompt: expected an integer 2..{MAX_PROMPT}, got {n!r}")
+        r = _num(path, f"{at}.work_ratio", o["work_ratio"])
+        if not 1.0 <= r <= 100.0:
+            raise ConfigError(f"{path}: {at}.work_ratio: expected 1..100, got {r!r}")
+        b = o["bytes_eps"]
+        if b is not None:
+            if not isinstance(b, list) or len(b) != len(POSITION_WIDTHS):
+                raise ConfigError(f"{path}: {at}.bytes_eps: expected null or {len(POSITION_WIDTHS)} "
+                                  f"[value, lo, hi] (widths {POSITION_WIDTHS[0]}..{POSITION_WIDTHS[-1]})")
+            for w, t in zip(POSITION_WIDTHS, b):
+                _triple(path, f"{at}.bytes_eps[w={w}]", t, hi=1.0)
+        if not isinstance(o["source"], str) or len(o["source"]) > 4096:
+            raise ConfigError(f"{path}: {at}.source: expected a string of at most 4096 characters")
+    return doc
+
+
 def load_device(path: str) -> DeviceModel:
     """Read a device file written by ``refsim timing fit`` (validated: untrusted input).
 
@@ -319,6 +387,7 @@ def load_device(path: str) -> DeviceModel:
             "params", "compute_ms", "notes"}
     need |= {"requests"} & set(doc)         # optional: the request term (timing fit --io-model)
     need |= {"lanes"} & set(doc)            # optional: the runs' lane counts (older files lack it)
+    need |= {"position_cost"} & set(doc)    # optional: eps identified (timing fit --gguf)
     if set(doc) != need:
         extra, missing = sorted(set(doc) - need), sorted(need - set(doc))
         raise ConfigError(f"{path}: keys differ from a device file's (missing {missing}, "
@@ -362,9 +431,10 @@ def load_device(path: str) -> DeviceModel:
                       fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
                       overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]),
                       lanes=tuple(lanes))
+    from dataclasses import replace
     if "requests" in doc:
-        from dataclasses import replace
-
         read_requests_doc(path, doc["requests"])          # validated here, kept as read
         dev = replace(dev, requests=doc["requests"])
+    if "position_cost" in doc:
+        dev = replace(dev, position_cost=read_position_cost_doc(path, doc["position_cost"]))
     return dev

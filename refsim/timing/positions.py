@@ -303,3 +303,89 @@ def published_eps_checks() -> list[Term]:
         (2.35, 1 + 3 * 0.52, 2.56), 4, "published: phone MTP draft 3, cpu-s/token 0.43-0.45 -> 0.74 "
         "(engine-docs/mtp.md)", "CPU time, not wall: counts fault service and spinning")
     return [host, d2, d3]
+
+
+def position_cost_entry(eps_prefill: Term, n_prompt: int, work=None, ctx: int = 256,
+                        source: str = "") -> dict:
+    """One model's ``position_cost`` entry of a device file (``timing fit --gguf``;
+    :func:`refsim.timing.model.read_position_cost_doc` gives the layout): the prefill reading
+    ``eps_prefill`` at ``n_prompt`` positions and, with the model's tensor table ``work``
+    (:func:`refsim.timing.work.position_work`), the verify/prefill multiplies ratio at context
+    ``ctx`` and the tensor-size reading at each width of
+    :data:`refsim.timing.model.POSITION_WIDTHS` -- what :func:`width_eps` combines, so the file
+    holds the readings and :func:`device_eps` applies the one rule.
+
+    Raises
+    ------
+    ConfigError
+        :func:`bytes_eps`'s; ``n_prompt`` < 2.
+    """
+    from refsim.timing.model import POSITION_WIDTHS
+    if n_prompt < 2:
+        raise ConfigError(f"position cost: prefill of {n_prompt} position(s); eps needs >= 2")
+    ratio, table = 1.0, None
+    if work is not None:
+        ratio = max(1.0, work.verify_elems(ctx) / work.prefill_elems(n_prompt))
+        table = [[t.value, t.lo, t.hi] for t in (bytes_eps(work, w) for w in POSITION_WIDTHS)]
+    return {"eps_prefill": [eps_prefill.value, eps_prefill.lo, eps_prefill.hi],
+            "n_prompt": int(n_prompt), "work_ratio": float(ratio), "bytes_eps": table,
+            "source": source or eps_prefill.source}
+
+
+def device_eps(device: DeviceModel, model: str, width: int) -> Term | None:
+    """``eps`` of a ``width``-position verify decode on ``device`` for compute floor ``model``,
+    from the readings its file holds (:func:`position_cost_entry`) through :func:`width_eps`; None
+    when the file does not identify it for that model. ``width`` is clamped to
+    :data:`refsim.timing.model.POSITION_WIDTHS` (at width 1 there is no extra position: any
+    value prices 0).
+
+    Examples: the desktop set fitted with the Qwen3.6 twin (``refsim timing fit ... --gguf``)
+    gives eps(4) = 0.581 [0, 1.204], as docs/whatif-terms.md's table.
+    """
+    from refsim.timing.model import POSITION_WIDTHS
+    e = device.position_cost.get(model)
+    if e is None:
+        return None
+    w = min(max(int(width), POSITION_WIDTHS[0]), POSITION_WIDTHS[-1])
+    v, lo, hi = e["eps_prefill"]
+    prefill = Term("eps_P", v, lo, hi, EPS_UNIT, "fitted", e["source"])
+    bt = None
+    if e["bytes_eps"] is not None:
+        bv, blo, bhi = e["bytes_eps"][POSITION_WIDTHS.index(w)]
+        bt = Term(f"eps_bytes(w={w})", bv, blo, bhi, EPS_UNIT, "derived", "the tensor table")
+    return width_eps(prefill, e["n_prompt"], w, e["work_ratio"], bt)
+
+
+def resolve_eps(device: DeviceModel, model: str, width: int, given: float | None = None,
+                interval: tuple | None = None) -> Term:
+    """The ``eps`` a ``--device`` figure prices a ``width``-position decode with, as a
+    :class:`Term` (issue 29 item 2: identified from data where the device file can):
+
+    1. ``given`` (``--position-cost EPS``): kind ``assumed``, interval ``interval`` (default the
+       exact value);
+    2. else the device file's own reading (:func:`device_eps`; ``timing fit --gguf``): kind
+       ``fitted``, its interval;
+    3. else :data:`refsim.timing.defaults.DEFAULT_EPS` (0.38, bmoe-engine.md §7's host MTP d3 cell:
+       a speculation cell), kind ``assumed``, interval ``interval`` (default
+       :data:`refsim.timing.defaults.EPS_INTERVAL`), its source saying the device does not
+       identify eps.
+
+    Raises
+    ------
+    ConfigError
+        ``given`` negative or not finite; an interval that does not hold the value.
+    """
+    from refsim.timing.defaults import DEFAULT_EPS, EPS_INTERVAL
+    if given is not None:
+        if not (given >= 0.0 and np.isfinite(given)):
+            raise ConfigError(f"--position-cost: expected a finite number >= 0, got {given!r}")
+        lo, hi = interval if interval is not None else (given, given)
+        return Term("eps", float(given), lo, hi, EPS_UNIT, "assumed", "--position-cost")
+    t = device_eps(device, model, width)
+    if t is not None:
+        return t
+    lo, hi = interval if interval is not None else EPS_INTERVAL
+    return Term("eps", DEFAULT_EPS, lo, hi, EPS_UNIT, "assumed",
+                f"default {DEFAULT_EPS:g}: the device file does not identify eps for {model!r} "
+                f"(refsim timing fit --gguf does, from the runs' prefills); {DEFAULT_EPS:g} is "
+                f"bmoe-engine.md §7's host MTP d3 cell, a speculation cell")

@@ -174,6 +174,13 @@ def width_whatif(device: DeviceModel, name: str, model: str, io_threads: int, ov
                          accepted_width_config(width), reads)
 
 
+def run_width(result) -> int:
+    """Positions of a finished run's drafted decode, ``1 + draft_max`` (1 without speculation):
+    the width its extra positions are priced at (:meth:`DeviceOptions.eps
+    <refsim.timing.device_options.DeviceOptions.eps>`)."""
+    return 1 if result.spec == "off" else 1 + int(result.draft_max)
+
+
 def run_config(result, n_gen: int):
     """``(SpecConfig, reads)`` of a finished run (:class:`refsim.spec.RunResult`), priced as
     ``refsim whatif`` prices a configuration: the run's own coverage (decodes that drafted /
