@@ -12,12 +12,12 @@ import numpy as np
 
 from refsim.cli.common import (add_knob_args, check_outputs, int_list, knobs_from_args,
                                nonneg_float, nonneg_int, positive_int, report_stream)
-from refsim.validators import milliseconds
+from refsim.validators import int_in, milliseconds
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
 from refsim.fmt import budget_mib, plural
 from refsim.spec.constants import DRAFT_MAX_LIMIT
-from refsim.timing import fit_device, leave_one_out, load_device, load_runs, predict_run
+from refsim.timing import DeviceModel, fit_device, leave_one_out, load_device, load_runs, predict_run
 from refsim.timing.breakeven import DEFAULT_EPS, breakeven
 from refsim.timing.defaults import EPS_INTERVAL
 from refsim.timing.model import PARAMS
@@ -52,6 +52,12 @@ def add_parser(sub) -> None:
                         "where every --device command takes it (docs/whatif-terms.md); KEY = the "
                         "compute floor it belongs to (default: the file's name if that is a key, "
                         "else the device's only one); repeatable")
+    f.add_argument("--boot", type=int_in(0, 1000), default=0, metavar="N",
+                   help="also store N bootstrap refits over the runs (resampled within each model "
+                        "and mode; 0..1000, default 0): refsim whatif's band then carries the "
+                        "parameters' spread (docs/whatif-terms.md); --seed picks the resamples")
+    f.add_argument("--seed", type=nonneg_int, default=0, metavar="S",
+                   help="with --boot: the resampling seed (default 0)")
     _io_model(f)
     _common(f)
     f.set_defaults(func=run_fit)
@@ -159,6 +165,13 @@ def run_fit(args) -> int:
         rm = with_loo(fit_requests(runs, feats, dev), runs, feats)
         dev = replace(dev, requests=rm.as_dict())
     eps_notes = []
+    if args.boot:
+        from dataclasses import replace
+
+        from refsim.timing.band import bootstrap_devices
+        reps, more = bootstrap_devices(runs, args.boot, args.seed)
+        dev = replace(dev, replicates=tuple(DeviceModel.replicate_doc(d) for d in reps))
+        eps_notes += list(more)
     if args.gguf:
         from dataclasses import replace
         pc, eps_notes = _position_cost(args, dev)
@@ -259,6 +272,9 @@ def _report_fit(args, dev, runs, preds, rm=None, eps_notes=()) -> int:
               f"error {p.error_pct:+.1f}%")
     if rm is not None:
         _report_requests(rm)
+    if dev.replicates:
+        print(f"bootstrap: {len(dev.replicates)} refits over the runs stored (seed {args.seed}): "
+              f"refsim whatif's band carries the parameters' spread")
     if dev.position_cost:
         from refsim.timing.positions import device_eps
         for key in sorted(dev.position_cost):

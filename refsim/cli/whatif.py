@@ -300,7 +300,25 @@ def _calibrate(spec: str, dev, model: str):
     if run.model != model:
         raise ConfigError(f"--baseline {run.label}: a run of model {run.model!r}, the compute "
                           f"floor priced is {model!r}'s: the baseline must be a run of that model")
-    return calibrate_floor(dev, run, model)
+    return calibrate_floor(dev, run, model), run
+
+
+def _replicates(dev, run, model: str) -> tuple:
+    """The device file's bootstrap refits (``timing fit --boot``), each with its floor re-fitted on
+    the ``--baseline`` run as the point fit's is (``run`` None: as stored); a refit the run cannot
+    calibrate (no positive floor) is left out."""
+    from refsim.errors import ConfigError
+    from refsim.timing.calibrate import calibrate_floor
+    reps = dev.replicate_devices()
+    if run is None:
+        return reps
+    out = []
+    for r in reps:
+        try:
+            out.append(calibrate_floor(r, run, model).device)
+        except ConfigError:
+            continue
+    return tuple(out)
 
 
 def run(args) -> int:
@@ -323,9 +341,11 @@ def run(args) -> int:
         plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
     dev, name, model = loaded
-    cal = None
+    cal = base_run = None
     if args.baseline is not None:
-        cal = _calibrate(args.baseline, dev, model)
+        cal, base_run = _calibrate(args.baseline, dev, model)
+    reps = _replicates(dev, base_run, model)
+    if cal is not None:
         dev = cal.device
     sigma, sigma_src = _sigma(args)
     cfgs = _configs(args, cfgs)
@@ -346,7 +366,8 @@ def run(args) -> int:
     work, head = _head(args, model_file)
     eps_of = {c.label: _eps(args, dev, model, c.width) for c in cfgs}
     eps = eps_of[next((c.label for c in cfgs if c.kind != "off"), cfgs[0].label)]
-    dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head)
+    dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head,
+                replicates=reps)
     if live is not None:
         knobs = knobs_from_args(args, None, traced=False, cmd="whatif")
         source = LiveSource(args, live, knobs, policy)
@@ -457,7 +478,11 @@ def run(args) -> int:
                 "--position-cost" if args.position_cost is not None else
                 "assumed: the device file does not identify it")
     print(f"band {int(100 * dv.level)} %: {eps_text} ({eps_from}), noise sd "
-          f"{100 * sigma:.2f} % ({sigma_src}); parameters' spread not estimated (no runs given)")
+          f"{100 * sigma:.2f} % ({sigma_src}); " + (
+              f"parameters' spread: {len(reps)} bootstrap refits stored in the device file"
+              + (" (each re-calibrated on --baseline)" if cal is not None else "") if reps else
+              "parameters' spread not estimated (the device file stores no bootstrap refits: "
+              "refsim timing fit --boot N)"))
     if any(p.config.kind != "off" and p.config.source == "assumed" for p in prices):
         print("acceptance/coverage marked * are assumed (given in --spec)")
     print(f"{'budget':>7}  {'config':<16} {'accept':>7} {'cover':>6} {'pos/dec':>7} {'tok/dec':>7} "

@@ -112,6 +112,10 @@ class DeviceModel:
     """The serial flash term by requests and lanes (:mod:`refsim.timing.requests`, ``timing fit
     --io-model requests``), as its JSON object; None: per MiB only (the file has no such key)."""
     lanes: tuple = ()
+    replicates: tuple = ()
+    """Bootstrap refits over the runs (``timing fit --boot N``): each ``{"params": {key: value},
+    "compute_ms": {model: value}}`` (:meth:`replicate_devices`); ``()``: none stored, a band's
+    parameter spread is then not estimated."""
     position_cost: dict = field(default_factory=dict)
     """Per model file name, the readings that identify the compute of a verify decode's extra
     positions (``timing fit --gguf``; :func:`read_position_cost_doc` gives the layout,
@@ -119,6 +123,26 @@ class DeviceModel:
 
     def value(self, key: str) -> float:
         return self.params[key].value
+
+    def replicate_devices(self) -> tuple:
+        """The stored bootstrap refits as :class:`DeviceModel` s (the point fit's name, run counts,
+        lanes and identified flags; no standard errors, no replicates, no ``position_cost``), for
+        :func:`refsim.timing.band.tok_s_band`."""
+        out = []
+        for r in self.replicates:
+            params = {k: Param(float(r["params"][k]), None, self.params[k].identified)
+                      for k in PARAMS}
+            compute = {m: Param(float(v)) for m, v in r["compute_ms"].items()}
+            out.append(DeviceModel(params=params, compute=compute, name=self.name, trim=self.trim,
+                                   fitted_on=self.fitted_on, serial_runs=self.serial_runs,
+                                   overlap_runs=self.overlap_runs, lanes=self.lanes))
+        return tuple(out)
+
+    @staticmethod
+    def replicate_doc(dev: "DeviceModel") -> dict:
+        """One refit as a device file's ``replicates`` item (values only)."""
+        return {"params": {k: dev.params[k].value for k in PARAMS},
+                "compute_ms": {m: c.value for m, c in sorted(dev.compute.items())}}
 
     def lanes_warning(self, lanes: int) -> str | None:
         """The warning for a prediction at ``lanes`` I/O lanes outside the range of lane counts
@@ -211,6 +235,8 @@ class DeviceModel:
             doc["requests"] = self.requests
         if self.position_cost:
             doc["position_cost"] = self.position_cost
+        if self.replicates:
+            doc["replicates"] = list(self.replicates)
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
@@ -303,6 +329,8 @@ tensor-size reading at."""
 MAX_EPS = 10.0
 """Bound on an ``eps`` figure in a device file (one extra position costing ten whole decodes is
 not a device: the shared prefills give at most 4.7 at an end, docs/whatif-terms.md)."""
+MAX_REPLICATES = 2000
+"""Bound on a device file's stored bootstrap refits (``timing fit --boot``)."""
 MAX_PROMPT = 1 << 20
 """Bound on the identifying prefill's positions ``n_prompt``."""
 
@@ -359,6 +387,42 @@ def read_position_cost_doc(path: str, doc) -> dict:
     return doc
 
 
+def read_replicates_doc(path: str, doc, compute_keys) -> tuple:
+    """Validate a device file's optional ``replicates`` list (untrusted input): at most
+    :data:`MAX_REPLICATES` objects ``{"params": {every key of PARAMS: number}, "compute_ms": {the
+    file's compute_ms keys: number > 0}}``, each number finite and bounded as the point fit's
+    (``h`` in 0..1, ``tail`` in its range). Returns them as a tuple.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file, the item and the key.
+    """
+    if not isinstance(doc, list) or not 1 <= len(doc) <= MAX_REPLICATES:
+        raise ConfigError(f"{path}: replicates: expected a list of 1..{MAX_REPLICATES} refits")
+    keys = set(compute_keys)
+    for i, r in enumerate(doc):
+        at = f"replicates[{i}]"
+        if not isinstance(r, dict) or set(r) != {"params", "compute_ms"}:
+            raise ConfigError(f"{path}: {at}: expected an object with keys params, compute_ms")
+        ps, cs = r["params"], r["compute_ms"]
+        if not isinstance(ps, dict) or set(ps) != set(PARAMS):
+            raise ConfigError(f"{path}: {at}.params: expected exactly the keys {', '.join(PARAMS)}")
+        for k in PARAMS:
+            v = _num(path, f"{at}.params.{k}", ps[k])
+            lim = {"h": (0.0, 1.0), "tail": (MIN_TAIL, MAX_TAIL)}.get(k)
+            if lim and not lim[0] <= v <= lim[1]:
+                raise ConfigError(f"{path}: {at}.params.{k}: expected {lim[0]:g}..{lim[1]:g}, "
+                                  f"got {v!r}")
+        if not isinstance(cs, dict) or set(cs) != keys:
+            raise ConfigError(f"{path}: {at}.compute_ms: expected the keys of compute_ms "
+                              f"({', '.join(sorted(keys))})")
+        for m in cs:
+            if _num(path, f"{at}.compute_ms[{m!r}]", cs[m]) <= 0:
+                raise ConfigError(f"{path}: {at}.compute_ms[{m!r}]: expected > 0")
+    return tuple(doc)
+
+
 def load_device(path: str) -> DeviceModel:
     """Read a device file written by ``refsim timing fit`` (validated: untrusted input).
 
@@ -388,6 +452,7 @@ def load_device(path: str) -> DeviceModel:
     need |= {"requests"} & set(doc)         # optional: the request term (timing fit --io-model)
     need |= {"lanes"} & set(doc)            # optional: the runs' lane counts (older files lack it)
     need |= {"position_cost"} & set(doc)    # optional: eps identified (timing fit --gguf)
+    need |= {"replicates"} & set(doc)       # optional: bootstrap refits (timing fit --boot)
     if set(doc) != need:
         extra, missing = sorted(set(doc) - need), sorted(need - set(doc))
         raise ConfigError(f"{path}: keys differ from a device file's (missing {missing}, "
@@ -437,4 +502,6 @@ def load_device(path: str) -> DeviceModel:
         dev = replace(dev, requests=doc["requests"])
     if "position_cost" in doc:
         dev = replace(dev, position_cost=read_position_cost_doc(path, doc["position_cost"]))
+    if "replicates" in doc:
+        dev = replace(dev, replicates=read_replicates_doc(path, doc["replicates"], compute))
     return dev
