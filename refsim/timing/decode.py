@@ -19,15 +19,77 @@ no two commands price one decode differently (issue 29, item 1).
 
 from __future__ import annotations
 
+import numpy as np
+
 from refsim.timing.model import DeviceModel
 
 TERMS = ("compute", "extra_positions", "bookkeeping", "contention", "flash", "stall")
 """The in-decode terms, in the order :func:`decode_terms` returns and sums them."""
 
 
+SERIAL_FLASH = "serial_flash"
+"""The key :func:`decode_term_arrays` adds beside :data:`TERMS`: the reads' serial flash time,
+``tail (i0 + x (a + b / L))`` ms, under ``--overlap`` too (there it is no term of the decode: the
+engine's ``io_ms`` column, which the metrics CSV fills with it for reference; docs/telemetry.md,
+"Predicted times")."""
+
+
+def decode_term_arrays(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool,
+                       x, width, eps: float, where: str = "") -> dict:
+    """The terms of ``n`` decodes at once, ms each (module docstring): the one implementation of
+    the rule; :func:`decode_terms` is its one-decode view.
+
+    Parameters
+    ----------
+    dev : DeviceModel
+    model : str
+        Which compute floor ``C``.
+    lanes : int
+        I/O lanes ``L`` (``--io-threads``).
+    overlap, cache : bool
+        The engine's ``--overlap``; the expert cache on.
+    x : array_like, shape (n,), float64
+        Flash MiB (2^20 bytes) each decode reads.
+    width : array_like, shape (n,), float64
+        Positions of each decode (>= 1; a mean is allowed).
+    eps : float
+        Compute of each extra position as a fraction of ``C``.
+    where : str
+        Names the option in the device's refusals (as :meth:`DeviceModel.token_ms`'s).
+
+    Returns
+    -------
+    dict of str -> ndarray, shape (n,), float64
+        Every key of :data:`TERMS` and :data:`SERIAL_FLASH`. Element ``i`` is, to the last bit,
+        what :func:`decode_terms` gives for ``x[i]``, ``width[i]`` (the same IEEE operations in
+        the same order, elementwise).
+
+    Raises
+    ------
+    ConfigError
+        The device's refusals (:meth:`DeviceModel.token_ms`: unknown model, a mode it was not
+        fitted on, a time <= 0).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    width = np.asarray(width, dtype=np.float64)
+    p = dev.token_ms(x, model, lanes, overlap, cache, where)
+    v, c, tail = dev.value, dev.compute_floor(model), dev.value("tail")
+    zero = np.zeros_like(x)
+    mgmt = (v("m0") + v("m1") * x) if cache else zero
+    contention = v("kappa") * x if overlap else zero
+    flash = tail * p["io"]
+    return {"compute": np.full_like(x, tail * c),
+            "extra_positions": tail * c * eps * (width - 1),
+            "bookkeeping": tail * mgmt, "contention": tail * contention,
+            "flash": zero if overlap else flash,
+            "stall": tail * p["stall"] if overlap else zero,
+            SERIAL_FLASH: flash}
+
+
 def decode_terms(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool, x: float,
                  width: float, eps: float) -> dict:
-    """One decode's terms, ms each (module docstring), keyed by :data:`TERMS`.
+    """One decode's terms, ms each (module docstring), keyed by :data:`TERMS`: element 0 of
+    :func:`decode_term_arrays` at ``[x]``, ``[width]``.
 
     Parameters
     ----------
@@ -51,14 +113,8 @@ def decode_terms(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache:
         The device's refusals (:meth:`DeviceModel.token_ms`: unknown model, a mode it was not
         fitted on, a time <= 0).
     """
-    p = dev.token_ms([x], model, lanes, overlap, cache)
-    v, c, tail = dev.value, dev.compute_floor(model), dev.value("tail")
-    mgmt = (v("m0") + v("m1") * x) if cache else 0.0
-    contention = v("kappa") * x if overlap else 0.0
-    return {"compute": tail * c, "extra_positions": tail * c * eps * (width - 1),
-            "bookkeeping": tail * mgmt, "contention": tail * contention,
-            "flash": 0.0 if overlap else tail * float(p["io"][0]),
-            "stall": tail * float(p["stall"][0]) if overlap else 0.0}
+    arrays = decode_term_arrays(dev, model, lanes, overlap, cache, [x], [width], eps)
+    return {k: float(arrays[k][0]) for k in TERMS}
 
 
 def decode_ms(dev: DeviceModel, x: float, width: float, model: str, lanes: int, overlap: bool,
