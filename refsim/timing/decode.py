@@ -11,10 +11,13 @@ per-position term, docs/timing.md "Break-even")::
     flash             tail (i0 + x (a + b / L))          serial only
     stall             tail max(0, s0 + s1 x - h C)       --overlap only
 
-:func:`decode_terms` returns them; :func:`refsim.timing.verdict.price` mixes them over a
-configuration's decode kinds (coverage, tokens per decode, the MTP head), and
-:func:`refsim.timing.breakeven.decode_ms`, :func:`refsim.timing.whatif.device_whatif` sum them, so
-no two commands price one decode differently (issue 29, item 1).
+:func:`decode_term_arrays` computes them for ``n`` decodes at once (the one implementation) and
+:func:`decode_terms` for one; :func:`refsim.timing.verdict.price` mixes them over a configuration's
+decode kinds (coverage, tokens per decode, the MTP head), :func:`refsim.timing.breakeven.decode_ms`
+and :func:`refsim.timing.whatif.device_whatif` sum them, and
+:func:`refsim.timing.whatif.predicted_run_times` (``run --csv --device``'s per-decode columns)
+maps them onto the engine's columns, so no two commands price one decode differently (issue 29,
+item 1).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 from refsim.timing.model import DeviceModel
 
 TERMS = ("compute", "extra_positions", "bookkeeping", "contention", "flash", "stall")
-"""The in-decode terms, in the order :func:`decode_terms` returns and sums them."""
+"""The in-decode terms, in the order :func:`decode_terms` returns and :func:`decode_ms` sums them."""
 
 
 SERIAL_FLASH = "serial_flash"
