@@ -92,29 +92,13 @@ def decode_term_arrays(dev: DeviceModel, model: str, lanes: int, overlap: bool, 
 def decode_terms(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool, x: float,
                  width: float, eps: float) -> dict:
     """One decode's terms, ms each (module docstring), keyed by :data:`TERMS`: element 0 of
-    :func:`decode_term_arrays` at ``[x]``, ``[width]``.
-
-    Parameters
-    ----------
-    dev : DeviceModel
-    model : str
-        Which compute floor ``C``.
-    lanes : int
-        I/O lanes ``L`` (``--io-threads``).
-    overlap, cache : bool
-        The engine's ``--overlap``; the expert cache on.
-    x : float
-        Flash MiB the decode reads.
-    width : float
-        Positions of the decode (>= 1; a mean is allowed).
-    eps : float
-        Compute of each extra position as a fraction of ``C``.
+    :func:`decode_term_arrays` at ``[x]``, ``[width]`` (the parameters are its, each for one
+    decode: ``x`` the flash MiB it reads, ``width`` its positions, floats), as Python floats.
 
     Raises
     ------
     ConfigError
-        The device's refusals (:meth:`DeviceModel.token_ms`: unknown model, a mode it was not
-        fitted on, a time <= 0).
+        As :func:`decode_term_arrays` (the device's refusals, :meth:`DeviceModel.token_ms`).
     """
     arrays = decode_term_arrays(dev, model, lanes, overlap, cache, [x], [width], eps)
     return {k: float(arrays[k][0]) for k in TERMS}
