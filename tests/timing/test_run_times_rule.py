@@ -34,7 +34,8 @@ def _run(decodes, cache: bool):
     """A finished run's fields predicted_run_times reads: per decode (read_bytes,
     draft_read_bytes, n_draft); ``cache`` None when the run had no expert cache."""
     steps = [SimpleNamespace(read_bytes=r, draft_read_bytes=d, n_draft=n) for r, d, n in decodes]
-    return SimpleNamespace(steps=steps, cache=SimpleNamespace(budget_bytes=8 * MIB) if cache else None)
+    cache = SimpleNamespace(budget_bytes=8 * MIB) if cache else None
+    return SimpleNamespace(steps=steps, cache=cache)
 
 
 def _bits(a) -> list[str]:
@@ -54,13 +55,14 @@ decode = st.tuples(st.integers(0, 4000 * MIB), st.integers(0, 64 * MIB), st.inte
 
 @settings(max_examples=200, deadline=None)
 @given(vals=params, c=st.floats(0.5, 2000.0), decodes=st.lists(decode, min_size=1, max_size=12),
-       eps=st.floats(0.0, 2.0), overlap=st.booleans(), cache=st.booleans(), lanes=st.integers(1, 16))
+       eps=st.floats(0.0, 2.0), overlap=st.booleans(), cache=st.booleans(),
+       lanes=st.integers(1, 16))
 def test_each_decode_is_decode_terms_to_the_last_bit(vals, c, decodes, eps, overlap, cache, lanes):
     """For every decode (x = (read_bytes - draft_read_bytes) / MiB >= 0, width 1 + n_draft in
     1..9): compute = compute + extra_positions + contention, mgmt = bookkeeping, stall = stall,
     wall = decode_ms (the terms' sum), io = the flash term serially and, under --overlap, the
     flash term the same decode has serially -- each equal to the scalar call's, bit for bit."""
-    decodes = [(r + d, d, n) for r, d, n in decodes]           # the draft's bytes are within the read
+    decodes = [(r + d, d, n) for r, d, n in decodes]    # the draft's bytes are within the read
     dev = _device(vals, c)
     t = predicted_run_times(dev, "dev.json", _run(decodes, cache), "m", lanes, overlap, eps)
     assert t.overlap is overlap and t.io_threads == lanes and t.device == "dev.json"
@@ -68,7 +70,8 @@ def test_each_decode_is_decode_terms_to_the_last_bit(vals, c, decodes, eps, over
         x, w = (r - d) / MIB, 1 + n
         s = decode_terms(dev, "m", lanes, overlap, cache, x, w, eps)
         serial = decode_terms(dev, "m", lanes, False, cache, x, w, eps)
-        assert _bits(t.compute_ms[i]) == _bits(s["compute"] + s["extra_positions"] + s["contention"])
+        compute = s["compute"] + s["extra_positions"] + s["contention"]
+        assert _bits(t.compute_ms[i]) == _bits(compute)
         assert _bits(t.mgmt_ms[i]) == _bits(s["bookkeeping"])
         assert _bits(t.stall_ms[i]) == _bits(s["stall"])
         assert _bits(t.io_ms[i]) == _bits(serial["flash"])
@@ -83,8 +86,10 @@ def test_each_decode_is_decode_terms_to_the_last_bit(vals, c, decodes, eps, over
 
 @settings(max_examples=100, deadline=None)
 @given(vals=params, c=st.floats(0.5, 2000.0),
-       xw=st.lists(st.tuples(st.floats(0.0, 5000.0), st.floats(1.0, 9.0)), min_size=1, max_size=10),
-       eps=st.floats(0.0, 2.0), overlap=st.booleans(), cache=st.booleans(), lanes=st.integers(1, 16))
+       xw=st.lists(st.tuples(st.floats(0.0, 5000.0), st.floats(1.0, 9.0)), min_size=1,
+                   max_size=10),
+       eps=st.floats(0.0, 2.0), overlap=st.booleans(), cache=st.booleans(),
+       lanes=st.integers(1, 16))
 def test_arrays_agree_with_the_device_rule(vals, c, xw, eps, overlap, cache, lanes):
     """decode_term_arrays against DeviceModel.token_ms, an independent sum of the device's rules:
     the terms sum to its wall plus the extra positions' compute, tail C eps (w - 1), to rounding;
@@ -100,7 +105,8 @@ def test_arrays_agree_with_the_device_rule(vals, c, xw, eps, overlap, cache, lan
     tail = vals["tail"]
     p = dev.token_ms(x, "m", lanes, overlap, cache)
     total = sum(arrays[k] for k in TERMS)
-    np.testing.assert_allclose(total, p["wall"] + tail * c * eps * (w - 1), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(total, p["wall"] + tail * c * eps * (w - 1), rtol=1e-12,
+                               atol=1e-9)
     np.testing.assert_allclose(arrays[SERIAL_FLASH], tail * p["io"], rtol=1e-15, atol=0)
     for i in range(len(x)):
         s = decode_terms(dev, "m", lanes, overlap, cache, float(x[i]), float(w[i]), eps)
