@@ -327,14 +327,17 @@ def predicted_run_times(device: DeviceModel, name: str, result, model: str, io_t
     ``BMOE_DONE`` (:class:`refsim.telemetry.predicted.PredictedTimes`).
 
     Decode ``i`` of ``w = 1 + n_draft`` positions reading ``x`` MiB (its ``read_bytes`` less the
-    draft source's ``draft_read_bytes``: drafting is outside the engine's ``wall_ms``) costs
-    :func:`refsim.timing.breakeven.decode_ms`, split as the engine's columns are (ms)::
+    draft source's ``draft_read_bytes``: drafting is outside the engine's ``wall_ms``) is priced
+    by the one decode rule, :func:`refsim.timing.decode.decode_term_arrays` (the terms of
+    :func:`refsim.timing.decode.decode_terms`, every decode at once), and its terms fill the
+    engine's columns (ms; docs/telemetry.md, "Predicted times")::
 
-        mgmt    = tail * cache * (m0 + m1 x)
-        compute = tail * (C (1 + eps (w - 1)) + overlap * kappa x)
-        io      = tail * (i0 + x (a + b / L))          (serial flash time, also under overlap)
-        stall   = tail * max(0, s0 + s1 x - h C)       (0 serially)
-        wall    = compute + mgmt + (stall if overlap else io)
+        compute = compute + extra_positions + contention
+        mgmt    = bookkeeping
+        io      = the serial flash time of the reads (the flash term serially; for reference
+                  under --overlap, where the decode waits for the stall instead)
+        stall   = stall                                   (0 serially)
+        wall    = the sum of the terms in TERMS order     (refsim.timing.decode.decode_ms)
 
     Raises
     ------
@@ -345,18 +348,14 @@ def predicted_run_times(device: DeviceModel, name: str, result, model: str, io_t
 
     from refsim import MIB
     from refsim.telemetry.predicted import PredictedTimes
+    from refsim.timing.decode import SERIAL_FLASH, TERMS, decode_term_arrays
     steps = result.steps
-    cache = result.cache is not None
     x = np.array([(s.read_bytes - getattr(s, "draft_read_bytes", 0)) / MIB for s in steps],
                  dtype=np.float64)
     w = np.array([1 + s.n_draft for s in steps], dtype=np.float64)
-    parts = device.token_ms(x, model, io_threads, overlap, cache, where=f"--device {name}")
-    v, c = device.value, device.compute_floor(model)
-    mgmt = v("m0") + v("m1") * x if cache else np.zeros_like(x)
-    compute = parts["cpu"] - mgmt + c * eps * (w - 1)
-    tail = v("tail")
-    flash = parts["stall"] if overlap else parts["io"]
+    t = decode_term_arrays(device, model, io_threads, overlap, result.cache is not None, x, w,
+                           eps, where=f"--device {name}")
     return PredictedTimes(device=name, overlap=overlap, io_threads=io_threads,
-                          wall_ms=tail * (compute + mgmt + flash), compute_ms=tail * compute,
-                          mgmt_ms=tail * mgmt, io_ms=tail * parts["io"],
-                          stall_ms=tail * parts["stall"])
+                          wall_ms=sum(t[k] for k in TERMS),
+                          compute_ms=t["compute"] + t["extra_positions"] + t["contention"],
+                          mgmt_ms=t["bookkeeping"], io_ms=t[SERIAL_FLASH], stall_ms=t["stall"])
