@@ -150,8 +150,8 @@ class SpecConfig:
         ------
         ConfigError
             Counters that cannot come from one run (negative, more accepted than drafted, more
-            drafted steps than decodes, more drafting passes than ``d`` per decode, or drafting
-            passes for a kind without a head).
+            drafted steps than decodes; fewer drafting passes than drafts verified, more than
+            ``d`` per decode, or drafting passes for a kind without a head).
         """
         if kind == "off":
             return cls("off", source=source)
@@ -160,9 +160,12 @@ class SpecConfig:
             raise ConfigError(f"{source}: counters decodes {decodes}, drafted steps "
                               f"{drafted_steps}, drafted {drafted}, accepted {accepted} are not "
                               f"one run's")
-        if draft_passes is not None and (kind != "mtp" or not 0 <= draft_passes <= draft * decodes):
+        if draft_passes is not None and kind != "mtp":
+            raise ConfigError(f"{source}: drafting passes are the MTP head's; {kind} has none")
+        if draft_passes is not None and not drafted <= draft_passes <= draft * decodes:
             raise ConfigError(f"{source}: {draft_passes} drafting passes over {decodes} decodes "
-                              f"of {kind}:d={draft} are not one run's")
+                              f"of {kind}:d={draft} ({drafted} drafts verified) are not one "
+                              f"run's (expected {drafted}..{draft * decodes})")
         return cls(kind, draft, min_match if kind == "ngram" else 0,
                    acceptance=accepted / drafted if drafted else None,
                    coverage=drafted_steps / decodes if decodes else 0.0, source=source,

@@ -261,6 +261,11 @@ def test_refusals():
         SpecConfig("ngram", 3, 3, acceptance=0.5, coverage=1.0, draft_passes=1.0)
     with pytest.raises(ConfigError, match="13 drafting passes over 4 decodes"):
         SpecConfig.measured("mtp", 3, 0, 4, 2, 5, 3, "run", draft_passes=13)
+    with pytest.raises(ConfigError, match="4 drafting passes"):     # 5 drafts verified
+        SpecConfig.measured("mtp", 3, 0, 4, 2, 5, 3, "run", draft_passes=4)
+    assert SpecConfig.measured("mtp", 3, 0, 4, 2, 5, 3, "run", draft_passes=5).draft_passes == 1.25
+    with pytest.raises(ConfigError, match="the MTP head's; ngram has none"):
+        SpecConfig.measured("ngram", 3, 3, 4, 2, 5, 3, "run", draft_passes=5)
 
 
 # --- properties -------------------------------------------------------------------------------------
@@ -303,6 +308,6 @@ def test_a_run_that_drafts_d_everywhere_prices_as_today(d, decodes, data):
         full = SpecConfig("mtp", d, acceptance=0.0, coverage=0.0, draft_passes=float(d))
     a, b = price(dv, assume_cfg, reads), price(dv, full, reads)
     assert a.row() == b.row()
-    fewer = SpecConfig.measured(*args, draft_passes=data.draw(st.integers(0, d * decodes)))
+    fewer = SpecConfig.measured(*args, draft_passes=data.draw(st.integers(drafted, d * decodes)))
     if drafted:
         assert price(dv, fewer, reads).term("head").value <= a.term("head").value
