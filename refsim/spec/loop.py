@@ -83,6 +83,14 @@ class StepRecord:
     draft_read_bytes : int
         The part of ``read_bytes`` read by the draft source's events (the MTP head's own
         routing: drafting and catch-up), for the ``mtp:`` flash split.
+    draft_passes : int
+        Draft-context decodes the draft source ran to propose this step's candidate (the MTP
+        head's drafting passes, one position each; 0 for n-gram and when there was no room to
+        draft). They run before a ``--spec-policy`` picks the width, so a policy that verifies
+        fewer tokens, or none, does not make them fewer (refsim.timing.head).
+    catchup_positions : int
+        Positions of the draft source's decodes after acceptance (the MTP catch-up over
+        ``[tok, d1..d_nacc]``: ``1 + n_acc``, at every decode, drafted or not; 0 for n-gram).
     """
 
     kind: DecodeKind
@@ -101,6 +109,8 @@ class StepRecord:
     cum_lookups: int = 0
     cum_hits: int = 0
     draft_read_bytes: int = 0
+    draft_passes: int = 0
+    catchup_positions: int = 0
 
 
 @dataclass
@@ -440,8 +450,10 @@ class SpeculativeLoop:
             for e in draft_events + (ev,):
                 self._tally(self._apply(e, events, records, gate if e is ev else None),
                             e is not ev, tally)
+            catchup = 0
             for e in self.draft_source.accept(res.n_acc):
                 self._tally(self._apply(e, events, records), True, tally)
+                catchup += int(e.positions.size)
             read, looks, hits, draft_read = tally
             confirmed = [tok] + res.emitted.tolist()
             emitted = 0
@@ -459,7 +471,9 @@ class SpeculativeLoop:
                 n_emitted=emitted, eog=res.eog, wall_s=w1 - w0, draft_s=draft_s,
                 loop_overhead_s=w0 - prev_end, read_bytes=read, lookups=looks, hits=hits,
                 cum_lookups=st.total("lookups") if st else 0,
-                cum_hits=st.total("hits") if st else 0, draft_read_bytes=draft_read))
+                cum_hits=st.total("hits") if st else 0, draft_read_bytes=draft_read,
+                draft_passes=sum(e.kind == DecodeKind.DRAFT for e in draft_events),
+                catchup_positions=catchup))
             prev_end = w1
             if res.eog:
                 eog, eog_token = True, int(drafts[res.n_acc - 1])

@@ -18,6 +18,14 @@ the mean read of each kind, so that ``price`` mixes them back to the run's own t
 A live run's counters are its :class:`refsim.spec.StepRecord` steps (``read_bytes``,
 ``lookups`` and ``hits`` include the draft source's own events: the MTP head's routing); a policy
 replay's are the cache's per kind (:class:`refsim.studies.spec_policy.PolicyRow`).
+
+The MTP head's compute (refsim.timing.head) follows what a live run ran: its drafting passes
+(``StepRecord.draft_passes``, summed over every decode, plain ones included: the head drafts
+before a policy picks the width) reach ``price`` as :attr:`SpecConfig.draft_passes`; its
+catch-up positions (``StepRecord.catchup_positions``) are ``decodes + accepted``, the run's
+tokens per decode times its decodes, which ``price`` already has (:attr:`Measured.catchup_positions`
+keeps the count, checked equal by the tests). A policy replay does not run the head: None, ``d``
+at every decode.
 """
 
 from __future__ import annotations
@@ -69,12 +77,20 @@ class Measured:
         Decodes that verified at least one (the engine's ``drafted_steps``).
     n_drafted, accepted : int
         Draft tokens verified and accepted over the drafted decodes.
+    draft_passes : int or None
+        The draft source's drafting passes over every decode (the MTP head's; 0 for n-gram);
+        None when not counted (a policy replay).
+    catchup_positions : int or None
+        Positions of the draft source's catch-up decodes over the run (MTP: ``decodes +
+        accepted``); None when not counted.
     """
 
     plain: DecodeCounts
     drafted: DecodeCounts
     n_drafted: int = 0
     accepted: int = 0
+    draft_passes: int | None = None
+    catchup_positions: int | None = None
 
     @property
     def decodes(self) -> int:
@@ -87,9 +103,11 @@ class Measured:
     def config(self, kind: str, draft: int, min_match: int, source: str,
                policy: str = "fixed") -> SpecConfig:
         """The configuration with this run's acceptance, coverage and drafts per drafted decode
-        (:meth:`refsim.timing.verdict.SpecConfig.measured`)."""
+        (:meth:`refsim.timing.verdict.SpecConfig.measured`) and, for MTP, the head's drafting
+        passes when counted."""
         return SpecConfig.measured(kind, draft, min_match, self.decodes, self.drafted.decodes,
-                                   self.n_drafted, self.accepted, source, policy)
+                                   self.n_drafted, self.accepted, source, policy,
+                                   draft_passes=self.draft_passes if kind == "mtp" else None)
 
     def reads(self, width: int, plain: Reads | None = None) -> dict:
         """``{1: Reads, width: Reads}`` of this run's plain and drafted decodes.
@@ -115,9 +133,13 @@ class Measured:
 
 def from_steps(steps) -> Measured:
     """:class:`Measured` of a live run's :class:`refsim.spec.StepRecord` steps (one per target
-    decode; ``read_bytes``, ``lookups``, ``hits`` with the draft source's events included)."""
+    decode; ``read_bytes``, ``lookups``, ``hits`` with the draft source's events included; the
+    draft source's drafting passes and catch-up positions summed over every decode, None when a
+    step does not carry them: a scripted record without the head's counters)."""
     plain, drafted = [0, 0, 0, 0], [0, 0, 0, 0]
     n_drafted = accepted = 0
+    passes: int | None = 0
+    catchup: int | None = 0
     for s in steps:
         acc = drafted if s.n_draft > 0 else plain
         acc[0] += 1
@@ -126,7 +148,11 @@ def from_steps(steps) -> Measured:
         acc[3] += int(s.hits)
         n_drafted += int(s.n_draft)
         accepted += int(s.n_acc)
-    return Measured(DecodeCounts(*plain), DecodeCounts(*drafted), n_drafted, accepted)
+        p, c = getattr(s, "draft_passes", None), getattr(s, "catchup_positions", None)
+        passes = None if passes is None or p is None else passes + int(p)
+        catchup = None if catchup is None or c is None else catchup + int(c)
+    return Measured(DecodeCounts(*plain), DecodeCounts(*drafted), n_drafted, accepted, passes,
+                    catchup)
 
 
 def from_policy_row(row) -> Measured:

@@ -31,9 +31,11 @@ docs/timing.md; ``tail`` multiplies every in-decode term)::
     contention        tail overlap kappa X_j
     flash             tail (i0 + X_j (a + b/L))        serial only
     stall             tail max(0, s0 + s1 X_j - h C)   --overlap only
-    head              C (d s_draft + s_catch (1 + eps (tpd - 1))) / tpd     MTP only (refsim.timing.head)
+    head              C (p s_draft + s_catch (1 + eps (tpd - 1))) / tpd     MTP only (refsim.timing.head)
     memory            memory_term(...)                  (see :func:`memory_term`)
 
+with ``p`` the head's drafting passes per decode: ``d`` (every decode drafts ``d``) unless a live
+run counted them (:attr:`SpecConfig.draft_passes`; they run before a policy picks the width).
 The in-decode terms sum to ``c t(d+1) + (1 - c) t(1)`` with ``t`` = :func:`refsim.timing.breakeven.decode_ms`
 (tested to the last bit); the head runs outside the verify decode's wall time, so it enters the
 *effective* rate only (the engine's ``mtp_draft_s/tok``, docs/telemetry.md). effective tok/s =
@@ -108,6 +110,13 @@ class SpecConfig:
         under; ``fixed`` (today's engine: every candidate verified) unless a live run or a policy
         replay measured another. Reported only: the policy acts through the measured coverage,
         drafts per decode and acceptance.
+    draft_passes : float or None
+        MTP only: the head's drafting passes per decode a live run counted (its
+        :class:`refsim.spec.StepRecord` ``draft_passes`` / decodes, 0..``d``). The passes run
+        before a policy picks the width, so they are not the verified drafts: fewer than ``d``
+        only where the run had no room to draft or ``--mtp-p-min`` stopped the head
+        (refsim.timing.head). None: ``d`` at every decode (an assumed configuration, a published
+        cell, a policy replay).
 
     An MTP configuration drafts every decode (``c = 1``) unless a measurement gives its
     coverage (:meth:`measured`: a live run's last decode has no room to draft; a policy may
@@ -122,23 +131,27 @@ class SpecConfig:
     source: str = "assumed"
     mean_drafts: float | None = None
     policy: str = "fixed"
+    draft_passes: float | None = None
 
     @classmethod
     def measured(cls, kind: str, draft: int, min_match: int, decodes: int, drafted_steps: int,
-                 drafted: int, accepted: int, source: str, policy: str = "fixed") -> "SpecConfig":
+                 drafted: int, accepted: int, source: str, policy: str = "fixed",
+                 draft_passes: int | None = None) -> "SpecConfig":
         """A configuration from the counters of a run or replay of the engine's loop.
 
         acceptance ``accepted / drafted`` (None when nothing was drafted: a ratio over zero
         events is undefined, docs/cli.md "Numbers"), coverage ``drafted_steps
         / decodes`` (the engine's ``drafted_steps``: decodes that verified at least one draft),
         drafts per drafted decode ``drafted / drafted_steps`` (None when none drafted). ``off``
-        keeps no counters.
+        keeps no counters. ``draft_passes`` (MTP, a live run): the head's drafting passes over
+        the run, kept per decode (:attr:`draft_passes`); None: ``d`` at every decode.
 
         Raises
         ------
         ConfigError
             Counters that cannot come from one run (negative, more accepted than drafted, more
-            drafted steps than decodes).
+            drafted steps than decodes; fewer drafting passes than drafts verified, more than
+            ``d`` per decode, or drafting passes for a kind without a head).
         """
         if kind == "off":
             return cls("off", source=source)
@@ -147,10 +160,18 @@ class SpecConfig:
             raise ConfigError(f"{source}: counters decodes {decodes}, drafted steps "
                               f"{drafted_steps}, drafted {drafted}, accepted {accepted} are not "
                               f"one run's")
+        if draft_passes is not None and kind != "mtp":
+            raise ConfigError(f"{source}: drafting passes are the MTP head's; {kind} has none")
+        if draft_passes is not None and not drafted <= draft_passes <= draft * decodes:
+            raise ConfigError(f"{source}: {draft_passes} drafting passes over {decodes} decodes "
+                              f"of {kind}:d={draft} ({drafted} drafts verified) are not one "
+                              f"run's (expected {drafted}..{draft * decodes})")
         return cls(kind, draft, min_match if kind == "ngram" else 0,
                    acceptance=accepted / drafted if drafted else None,
                    coverage=drafted_steps / decodes if decodes else 0.0, source=source,
-                   mean_drafts=drafted / drafted_steps if drafted_steps else None, policy=policy)
+                   mean_drafts=drafted / drafted_steps if drafted_steps else None, policy=policy,
+                   draft_passes=(None if draft_passes is None
+                                 else draft_passes / decodes if decodes else 0.0))
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -168,6 +189,10 @@ class SpecConfig:
         if self.mean_drafts is not None and not 0.0 <= self.mean_drafts <= self.draft:
             raise ConfigError(f"--spec {self.label}: mean drafts {self.mean_drafts!r}, expected "
                               f"0..{self.draft}")
+        if self.draft_passes is not None and (self.kind != "mtp"
+                                              or not 0.0 <= self.draft_passes <= self.draft):
+            raise ConfigError(f"--spec {self.label}: drafting passes per decode "
+                              f"{self.draft_passes!r}, expected 0..{self.draft} (MTP only)")
 
     @property
     def drafts(self) -> float:
@@ -490,7 +515,8 @@ def _head_ms(dv: Device, dev: DeviceModel, cfg: SpecConfig, eps: float, tpd: flo
     if dv.work is not None:
         c = dev.compute_floor(dv.floor_model)
         return head_ms_per_token(dv.work, exact("C", c, "ms", "fitted", ""),
-                                 exact("eps", eps, "", "fitted", ""), cfg.draft, tpd).value
+                                 exact("eps", eps, "", "fitted", ""), cfg.draft, tpd,
+                                 draft_passes=cfg.draft_passes).value
     if dv.head is not None:
         return dv.head.value
     raise ConfigError(f"--spec {cfg.label}: the MTP head's compute needs the model's tensor table "

@@ -188,8 +188,9 @@ def run_config(result, n_gen: int):
     (its acceptance: ``(tokens per decode - 1) / (coverage x drafts)``); the reads are the mean
     flash MiB of its plain decodes (width 1) and of its drafted ones (width ``draft_max + 1``),
     each decode's ``read_bytes`` (the MTP head's own reads included: the run's MiB/token). MTP
-    drafts on every decode (coverage 1): its reads are the mean over every decode and its drafts
-    per decode ``drafted / decodes``.
+    drafts on every decode (coverage 1): its reads are the mean over every decode, its drafts
+    per decode ``drafted / decodes`` and its head's drafting passes per decode the run's count
+    (``StepRecord.draft_passes``, refsim.timing.head).
 
     Raises
     ------
@@ -220,8 +221,10 @@ def run_config(result, n_gen: int):
     if plain:
         reads[1] = Reads(1, sum(x[i] for i in plain) / len(plain))
     kind = "mtp" if result.spec == "mtp" else "ngram"
+    passes = sum(s.draft_passes for s in steps) / n if kind == "mtp" else None
     cfg = SpecConfig(kind, d, acceptance=acceptance, coverage=None if kind == "mtp" else share,
-                     source="measured: the run", mean_drafts=min(float(d), mean_d))
+                     source="measured: the run", mean_drafts=min(float(d), mean_d),
+                     draft_passes=passes)
     return cfg, reads
 
 
