@@ -35,7 +35,7 @@ from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, pos
 from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
-from refsim.errors import UsageError
+from refsim.errors import ConfigError, UsageError
 from refsim.fmt import CSV_NA
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
 from refsim.validators import cache_mib, milliseconds, percent, positive_mib
@@ -162,7 +162,17 @@ def _sigma(args) -> tuple:
 
 def _check_spec(args, live):
     """``--spec``'s items (:func:`refsim.timing.verdict.parse_spec_list`), and what the command
-    line alone shows they need, before any input is read (usage errors, exit 2)."""
+    line alone shows they need, before any input is read (usage errors, exit 2).
+
+    Raises
+    ------
+    UsageError
+        :func:`~refsim.timing.verdict.parse_spec_list`'s; ``--tokens`` without ``--prompt-len``
+        or the reverse; an ``mtp:`` item on a trace without ``--gguf`` or ``--head-ms``; on a
+        trace, a speculation item without ``acceptance=`` (or an n-gram item without
+        ``coverage=``) that ``--tokens`` does not measure
+        (:attr:`refsim.timing.verdict.SpecConfig.tokens_per_decode`'s message).
+    """
     from refsim.timing.verdict import parse_spec_list
     cfgs = parse_spec_list(args.spec)
     if (args.tokens is None) != (args.prompt_len is None):
@@ -171,7 +181,24 @@ def _check_spec(args, live):
     if mtp and live is None and args.gguf is None and args.head_ms is None:
         raise UsageError(f"--spec {mtp[0]}: the MTP head's compute needs --gguf MODEL.gguf (its "
                          f"tensor table) or --head-ms MS on a trace")
+    if live is None:
+        for c in cfgs:
+            if _from_tokens(args, c):
+                continue                # measured from --tokens (_configs)
+            try:
+                c.tokens_per_decode     # SpecConfig's own refusal of a missing number
+            except ConfigError as exc:
+                # the command line lacks what the item needs (acceptance=, coverage= or
+                # --tokens): a usage error, SpecConfig's message
+                raise UsageError(str(exc)) from None
     return cfgs
+
+
+def _from_tokens(args, c) -> bool:
+    """Item ``c`` takes its acceptance and coverage from ``--tokens``: an n-gram item giving
+    neither, when ``--tokens`` is given."""
+    return (args.tokens is not None and c.kind == "ngram" and c.acceptance is None
+            and c.coverage is None)
 
 
 def _configs(args, cfgs):
@@ -182,7 +209,7 @@ def _configs(args, cfgs):
     stream = read_token_file(args.tokens)
     out = []
     for c in cfgs:
-        if c.kind == "ngram" and c.acceptance is None and c.coverage is None:
+        if _from_tokens(args, c):
             cell = ngram_whatif(stream, args.prompt_len, [c.draft], [c.min_match])[0]
             c = type(c).measured(c.kind, c.draft, c.min_match, cell.decodes, cell.drafted_steps,
                                  cell.drafted, cell.accepted,
@@ -255,7 +282,6 @@ def _calibrate(spec: str, dev, model: str):
     ConfigError
         Not a plain run; a model the device does not know; another model than ``model``.
     """
-    from refsim.errors import ConfigError
     from refsim.timing.calibrate import calibrate_floor
     from refsim.timing.plain import load_plain_runs
     runs, notes = load_plain_runs([spec], dev.trim)
