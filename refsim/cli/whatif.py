@@ -44,9 +44,14 @@ COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", 
            "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
            "positions_per_decode", "tokens_per_decode", "mib_per_token", "hit_pct", "ms_per_token",
            "breakeven_acceptance", "compute_ms", "extra_positions_ms", "bookkeeping_ms",
-           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms", "policy")
-TEXT_COLUMNS = ("config", "verdict", "acceptance_source", "policy")
+           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms", "policy", "row")
+TEXT_COLUMNS = ("config", "verdict", "acceptance_source", "policy", "row")
 """The CSV's text columns; the others are numbers, where n/a is ``nan`` (docs/cli.md, "Numbers")."""
+POLICY_ROW, FIXED_REPLAY_ROW = "policy", "fixed replay"
+"""The CSV's last column, ``row`` (not a price's field): ``fixed replay`` on a ``[fixed replay]``
+row (``--spec-policy`` on a trace: JSON ``fixed_replay_rows``, written just before the row of the
+policy it is read against, as in the table), ``policy`` on every other row (JSON ``rows``: priced
+with the ``policy`` column's policy)."""
 
 
 def _budgets(text: str):
@@ -412,10 +417,12 @@ def run(args) -> int:
     if args.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(COLUMNS)
-        for p in prices:
-            r = p.row()
-            w.writerow([(CSV_NA if k not in TEXT_COLUMNS else "") if r[k] is None else r[k]
-                        for k in COLUMNS])
+        for i, p in enumerate(prices):      # the table's rows in its order
+            for q, kind in (((replayed[i][0], FIXED_REPLAY_ROW),) if i in replayed else ()) \
+                    + ((p, POLICY_ROW),):
+                r = q.row() | {"row": kind}
+                w.writerow([(CSV_NA if k not in TEXT_COLUMNS else "") if r[k] is None else r[k]
+                            for k in COLUMNS])
         return 0
     knob_text = (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
                  if knobs.any_on else "")
