@@ -318,6 +318,7 @@ def run(args) -> int:
         from refsim.studies.plot import plot_format, require_matplotlib
         check_outputs({"--plot": args.plot}, {"MODEL" if live else "TRACE": args.source,
                                               "--device": args.device})
+        _check_plot_not_stdout(args)
         plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
     dev, name, model = loaded
@@ -458,6 +459,25 @@ def run(args) -> int:
                 for t in q.terms:
                     print(f"         {t.line()}")
     return 0
+
+
+def _check_plot_not_stdout(args) -> None:
+    """``--plot`` may not be standard output's file (``/dev/stdout``, or the file ``>`` sends the
+    output to): the table, ``--json`` or ``--csv`` always goes there, so the PNG would be mixed
+    with it. Compared by ``os.stat`` of the path and ``os.fstat`` of standard output (st_dev,
+    st_ino; :func:`refsim.cli.common.report_stream`'s test); the path is not opened.
+
+    Raises
+    ------
+    UsageError
+        ``--plot /dev/stdout: the same file as standard output, where the table goes; expected
+        another file``.
+    """
+    from refsim.cli.common import report_stream
+    if report_stream({"--plot": args.plot}) is not sys.stdout:
+        what = "--json" if args.json else "--csv" if args.csv else "the table"
+        raise UsageError(f"--plot {args.plot}: the same file as standard output, where {what} "
+                         f"goes; expected another file")
 
 
 def _finite(x):
