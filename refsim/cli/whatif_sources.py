@@ -191,16 +191,7 @@ class TraceSource:
 
         ``fixed_replay``: with a policy other than ``fixed``, ``c`` replayed with ``fixed`` by the
         policy's own replay (the same seeded stream and ``rejected='same'`` rule): the row the
-        policy's row differs from by the policy alone (docs/timing.md "The draft policy").
-
-        Raises
-        ------
-        UsageError
-            With a policy, an acceptance of 1 given in ``--spec`` (the seeded stream needs one
-            below 1).
-        ConfigError
-            The same acceptance measured from ``--tokens``.
-        """
+        policy's row differs from by the policy alone (docs/timing.md "The draft policy")."""
         if self.policy is None or c.kind == "off":
             return c, self.reads_at(mib), (self.reads_at(off_mib) if mib != off_mib else None), None
         from refsim.cache import ExpertCache
@@ -209,8 +200,7 @@ class TraceSource:
         alpha = c.acceptance
         c.tokens_per_decode                      # refuses a missing acceptance or coverage
         if alpha >= 1.0:
-            # given in --spec: the command line alone is wrong (exit 2); from --tokens: the data
-            raise (UsageError if c.source == "assumed" else ConfigError)(f"--spec-policy {self.policy_text} on a trace: {c.label} acceptance "
+            raise ConfigError(f"--spec-policy {self.policy_text} on a trace: {c.label} acceptance "
                               f"{alpha:g}; the seeded acceptance stream needs an acceptance "
                               f"below 1")
         from refsim.spec.policies import parse_spec_policy
