@@ -36,7 +36,7 @@ from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, pos
 from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
-from refsim.errors import UsageError
+from refsim.errors import ConfigError, UsageError
 from refsim.fmt import CSV_NA
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
 from refsim.validators import cache_mib, milliseconds, percent, positive_mib
@@ -45,9 +45,14 @@ COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", 
            "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
            "positions_per_decode", "tokens_per_decode", "mib_per_token", "hit_pct", "ms_per_token",
            "breakeven_acceptance", "compute_ms", "extra_positions_ms", "bookkeeping_ms",
-           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms", "policy")
-TEXT_COLUMNS = ("config", "verdict", "acceptance_source", "policy")
+           "contention_ms", "flash_ms", "stall_ms", "head_ms", "memory_ms", "policy", "row")
+TEXT_COLUMNS = ("config", "verdict", "acceptance_source", "policy", "row")
 """The CSV's text columns; the others are numbers, where n/a is ``nan`` (docs/cli.md, "Numbers")."""
+POLICY_ROW, FIXED_REPLAY_ROW = "policy", "fixed replay"
+"""The CSV's last column, ``row`` (not a price's field): ``fixed replay`` on a ``[fixed replay]``
+row (``--spec-policy`` on a trace: JSON ``fixed_replay_rows``, written just before the row of the
+policy it is read against, as in the table), ``policy`` on every other row (JSON ``rows``: priced
+with the ``policy`` column's policy)."""
 
 
 def _budgets(text: str):
@@ -195,7 +200,17 @@ def _sigma(args) -> tuple:
 
 def _check_spec(args, live):
     """``--spec``'s items (:func:`refsim.timing.verdict.parse_spec_list`), and what the command
-    line alone shows they need, before any input is read (usage errors, exit 2)."""
+    line alone shows they need, before any input is read (usage errors, exit 2).
+
+    Raises
+    ------
+    UsageError
+        :func:`~refsim.timing.verdict.parse_spec_list`'s; ``--tokens`` without ``--prompt-len``
+        or the reverse; an ``mtp:`` item on a trace without ``--gguf`` or ``--head-ms``; on a
+        trace, a speculation item without ``acceptance=`` (or an n-gram item without
+        ``coverage=``) that ``--tokens`` does not measure
+        (:attr:`refsim.timing.verdict.SpecConfig.tokens_per_decode`'s message).
+    """
     from refsim.timing.verdict import parse_spec_list
     cfgs = parse_spec_list(args.spec)
     if (args.tokens is None) != (args.prompt_len is None):
@@ -204,7 +219,24 @@ def _check_spec(args, live):
     if mtp and live is None and args.gguf is None and args.head_ms is None:
         raise UsageError(f"--spec {mtp[0]}: the MTP head's compute needs --gguf MODEL.gguf (its "
                          f"tensor table) or --head-ms MS on a trace")
+    if live is None:
+        for c in cfgs:
+            if _from_tokens(args, c):
+                continue                # measured from --tokens (_configs)
+            try:
+                c.tokens_per_decode     # SpecConfig's own refusal of a missing number
+            except ConfigError as exc:
+                # the command line lacks what the item needs (acceptance=, coverage= or
+                # --tokens): a usage error, SpecConfig's message
+                raise UsageError(str(exc)) from None
     return cfgs
+
+
+def _from_tokens(args, c) -> bool:
+    """Item ``c`` takes its acceptance and coverage from ``--tokens``: an n-gram item giving
+    neither, when ``--tokens`` is given."""
+    return (args.tokens is not None and c.kind == "ngram" and c.acceptance is None
+            and c.coverage is None)
 
 
 def _configs(args, cfgs):
@@ -215,7 +247,7 @@ def _configs(args, cfgs):
     stream = read_token_file(args.tokens)
     out = []
     for c in cfgs:
-        if c.kind == "ngram" and c.acceptance is None and c.coverage is None:
+        if _from_tokens(args, c):
             cell = ngram_whatif(stream, args.prompt_len, [c.draft], [c.min_match])[0]
             c = type(c).measured(c.kind, c.draft, c.min_match, cell.decodes, cell.drafted_steps,
                                  cell.drafted, cell.accepted,
@@ -288,7 +320,6 @@ def _calibrate(spec: str, dev, model: str):
     ConfigError
         Not a plain run; a model the device does not know; another model than ``model``.
     """
-    from refsim.errors import ConfigError
     from refsim.timing.calibrate import calibrate_floor
     from refsim.timing.plain import load_plain_runs
     runs, notes = load_plain_runs([spec], dev.trim)
@@ -338,6 +369,7 @@ def run(args) -> int:
         from refsim.studies.plot import plot_format, require_matplotlib
         check_outputs({"--plot": args.plot}, {"MODEL" if live else "TRACE": args.source,
                                               "--device": args.device})
+        _check_plot_not_stdout(args)
         plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
     dev, name, model = loaded
@@ -443,10 +475,12 @@ def run(args) -> int:
     if args.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(COLUMNS)
-        for p in prices:
-            r = p.row()
-            w.writerow([(CSV_NA if k not in TEXT_COLUMNS else "") if r[k] is None else r[k]
-                        for k in COLUMNS])
+        for i, p in enumerate(prices):      # the table's rows in its order
+            for q, kind in (((replayed[i][0], FIXED_REPLAY_ROW),) if i in replayed else ()) \
+                    + ((p, POLICY_ROW),):
+                r = q.row() | {"row": kind}
+                w.writerow([(CSV_NA if k not in TEXT_COLUMNS else "") if r[k] is None else r[k]
+                            for k in COLUMNS])
         return 0
     knob_text = (f", knobs --drop-cold-experts {knobs.drop_frac:g} --prefetch {knobs.prefetch}"
                  if knobs.any_on else "")
@@ -495,6 +529,25 @@ def run(args) -> int:
                 for t in q.terms:
                     print(f"         {t.line()}")
     return 0
+
+
+def _check_plot_not_stdout(args) -> None:
+    """``--plot`` may not be standard output's file (``/dev/stdout``, or the file ``>`` sends the
+    output to): the table, ``--json`` or ``--csv`` always goes there, so the PNG would be mixed
+    with it. Compared by ``os.stat`` of the path and ``os.fstat`` of standard output (st_dev,
+    st_ino; :func:`refsim.cli.common.report_stream`'s test); the path is not opened.
+
+    Raises
+    ------
+    UsageError
+        ``--plot /dev/stdout: the same file as standard output, where the table goes; expected
+        another file``.
+    """
+    from refsim.cli.common import report_stream
+    if report_stream({"--plot": args.plot}) is not sys.stdout:
+        what = "--json" if args.json else "--csv" if args.csv else "the table"
+        raise UsageError(f"--plot {args.plot}: the same file as standard output, where {what} "
+                         f"goes; expected another file")
 
 
 def _finite(x):

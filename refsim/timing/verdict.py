@@ -246,6 +246,35 @@ class SpecConfig:
 
 
 _ITEM = re.compile(r"^(off|ngram|mtp)((?::[a-z_]+=[^:,]+)*)$")
+_INTEGER = re.compile(r"0|[1-9][0-9]*")
+"""``d=``/``m=``: plain decimal digits, no sign, space, ``_`` or leading zero (``int()`` takes
+``+3``, ``03``, `` 3`` and ``1_0``; the engine's flags are written ``--draft 3``)."""
+_REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""``acceptance=``/``coverage=``: a decimal number (``0.442``, ``.5``, ``1``, ``5e-1``): what
+``float()`` took before, less ``nan``, ``inf``, spaces, ``_`` and non-ASCII digits."""
+
+
+def _spec_number(item: str, key: str, text: str):
+    """The value ``text`` of key ``key`` of ``--spec`` item ``item``: an int for ``d``/``m``
+    (:data:`_INTEGER`), a float for ``acceptance``/``coverage`` (:data:`_REAL`).
+
+    Raises
+    ------
+    UsageError
+        ``--spec 'ngram:d=+3:m=3': d=+3, expected plain decimal digits (d and m are integers: no
+        sign, space, _ or leading zero)``; ``--spec 'mtp:d=3:acceptance=nan': acceptance nan,
+        expected a number in 0..1 written in decimal (such as 0.442: no nan, inf, space or _)``
+        (the range check's form).
+    """
+    if key in ("d", "m"):
+        if not _INTEGER.fullmatch(text):
+            raise UsageError(f"--spec {item!r}: {key}={text}, expected plain decimal digits (d and m "
+                             f"are integers: no sign, space, _ or leading zero)")
+        return int(text)
+    if not _REAL.fullmatch(text):
+        raise UsageError(f"--spec {item!r}: {key} {text}, expected a number in 0..1 written in "
+                         f"decimal (such as 0.442: no nan, inf, space or _)")
+    return float(text)
 
 
 def parse_spec_list(text: str) -> list[SpecConfig]:
@@ -255,15 +284,17 @@ def parse_spec_list(text: str) -> list[SpecConfig]:
     ``d`` (draft; an integer in 1..8, ``refsim run --draft``'s range,
     :data:`refsim.spec.constants.DRAFT_MAX_LIMIT`), ``m`` (n-gram min match; 1..12, ``--ngram-min-
     match``'s, :data:`refsim.spec.constants.NGRAM_MAX_MATCH`), ``acceptance`` and ``coverage``
-    (numbers in [0, 1]).
+    (numbers in [0, 1]). ``d`` and ``m`` are plain decimal digits without a leading zero;
+    ``acceptance`` and ``coverage`` decimal numbers, never ``nan``, ``inf`` or with ``_`` or
+    spaces (:func:`_spec_number`).
 
     Raises
     ------
     UsageError
         One line naming the item and what was expected (the command line alone is wrong: the CLI
         exits 2, docs/cli.md "Conventions"): an item of another form (empty included), an
-        unknown or repeated key, a missing ``d=`` or ``m=``, a value outside its range, an item
-        listed twice.
+        unknown or repeated key, a missing ``d=`` or ``m=``, a value not written as its key's
+        (:func:`_spec_number`), a value outside its range, an item listed twice.
     """
     out = []
     for item in (s.strip() for s in text.split(",")):
@@ -282,14 +313,9 @@ def parse_spec_list(text: str) -> list[SpecConfig]:
         if set(kv) - allowed:
             raise UsageError(f"--spec {item!r}: unknown key(s) {', '.join(sorted(set(kv) - allowed))}"
                              f" (expected {', '.join(sorted(allowed)) or 'none'})")
-        try:
-            d = int(kv.get("d", 0))
-            m = int(kv.get("m", 0))
-            a = float(kv["acceptance"]) if "acceptance" in kv else None
-            c = float(kv["coverage"]) if "coverage" in kv else None
-        except ValueError:
-            raise UsageError(f"--spec {item!r}: d and m are integers, acceptance and coverage "
-                             f"numbers") from None
+        num = {k: _spec_number(item, k, v) for k, v in kv.items()}
+        d, m = num.get("d", 0), num.get("m", 0)
+        a, c = num.get("acceptance"), num.get("coverage")
         if kind != "off" and "d" not in kv:
             raise UsageError(f"--spec {item!r}: d= is required")
         if kind == "ngram" and "m" not in kv:

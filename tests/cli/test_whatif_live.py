@@ -219,7 +219,8 @@ def test_spec_policy_live_is_the_runs_own(device_file, capsys):
      "argument --spec-policy: expected one of"),
     ([DEMO, "--spec", "off,ngram:d=3:m=3:acceptance=1:coverage=0.2", "--spec-policy", "backoff"], 1,
      "needs an acceptance below 1"),
-    ([DEMO, "--spec", "off,ngram:d=3:m=3", "--spec-policy", "backoff"], 1, "no coverage"),
+    # the command line lacks the item's numbers: a usage error (issue 29 CLI defects; was 1)
+    ([DEMO, "--spec", "off,ngram:d=3:m=3", "--spec-policy", "backoff"], 2, "no coverage"),
 ])
 def test_bad_input_is_one_line(device_file, plain_model, tmp_path, capsys, args, code, msg):
     bad = tmp_path / "bad.gguf"
