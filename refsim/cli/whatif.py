@@ -293,7 +293,19 @@ class _Ledger:
                              ram_mb=self.ram or 0.0)
 
     def spec_mib(self, cfg) -> float:
-        return self.ledger(cfg).speculation_bytes / MIB if cfg.kind != "off" else 0.0
+        """What the configuration adds to the plain run's resident demand, MiB: the speculative
+        memory and, with ``--mtp``, the nextn block's dense tensors where the dense set is
+        resident (``anon``/``ahwb``: as :meth:`headroom_mib` counts the trunk's), the rule of
+        :func:`refsim.cache.demand.added_demand` less the page cache (which headroom leaves out)."""
+        if cfg.kind == "off":
+            return 0.0
+        from refsim.cache.demand import added_demand
+        from refsim.cache.ledger import memory_ledger
+        led = self.ledger(cfg)
+        plain = memory_ledger(self.model, self.ctx, 0, False, ram_mb=self.ram or 0.0)
+        total, _ = added_demand(self.model, plain, led, 0)
+        page = (led.dense_bytes - plain.dense_bytes) if led.dense_weights not in ("anon", "ahwb") else 0
+        return (total - page) / MIB
 
     def auto_mib(self, cfg) -> float:
         return self.ledger(cfg).budget_bytes / MIB

@@ -261,3 +261,27 @@ def test_breakeven_and_whatif_price_a_width_alike(device_file, capsys):
         assert 100 * w["breakeven_acceptance"] == pytest.approx(b["acceptance_needed_pct"], abs=1e-6)
         # per emitted token at acceptance 0.5: verify_ms / (1 + d/2)
         assert w["ms_per_token"] == pytest.approx(b["verify_ms"] / (1 + b["draft"] / 2), rel=1e-12)
+
+
+def test_mtp_adds_its_resident_nextn_dense(device_file, twin, twin_trace, capsys):
+    """--mtp loads the nextn block's dense tensors too (anon, the ledger's default: resident), so
+    the MTP row adds speculation_bytes + that dense to the plain run's demand: at a budget that
+    leaves 10 MiB more than the speculative memory alone, the MTP row does not fit (it fit when
+    only the speculative memory was counted)."""
+    from refsim.cache.ledger import memory_ledger
+    from refsim.model import open_model
+    m = open_model(twin)
+    plain = memory_ledger(m, 2048, 0, False, ram_mb=24000)
+    mtp = memory_ledger(m, 2048, 3, True, ram_mb=24000)
+    nextn = (mtp.dense_bytes - plain.dense_bytes) / MIB
+    assert nextn > 10.0
+    left = (plain.ram_bytes - plain.context_bytes - plain.dense_bytes) / MIB - plain.floor_mb
+    b = left - mtp.speculation_bytes / MIB - 10.0
+    assert main(["whatif", twin_trace, "--device", device_file, "--gguf", twin, "--spec",
+                 "off,mtp:d=3:acceptance=0.8", "--json", "--cache-mb", f"{b:.6f}",
+                 "--ram-mb", "24000"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    memo = [t for t in rows[1]["terms"] if t["name"] == "memory"][0]
+    assert memo["kind"] == "not_modelled"
+    added = mtp.speculation_bytes / MIB + nextn
+    assert f"speculative memory {added:.1f} MiB exceeds the {left - b:.1f} MiB" in memo["source"]
