@@ -28,6 +28,7 @@ from refsim.errors import UsageError
 from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
 from refsim.timing import DeviceModel, Param
 from refsim.timing.verdict import parse_spec_list
+from tests.cli.test_whatif_fixes import whatif
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "traces" / "demo.route.csv")
@@ -44,14 +45,6 @@ def device_file(tmp_path_factory):
                                 overlap_runs=2).to_json())
     return str(path)
 
-
-def whatif(capsys, *args):
-    try:
-        code = main(["whatif", *args])
-    except SystemExit as exc:            # argparse's own usage errors
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 # 1. --spec numbers -------------------------------------------------------------------------------

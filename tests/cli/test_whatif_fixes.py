@@ -31,6 +31,8 @@ def device_file(tmp_path_factory):
 
 
 def whatif(capsys, *args):
+    """``(exit code, stdout, stderr)`` of ``refsim whatif ARGS`` in-process (argparse's usage
+    errors give their code); test_whatif_cli_defects uses it too."""
     try:
         code = main(["whatif", *args])
     except SystemExit as exc:            # argparse's own usage errors
