@@ -45,6 +45,7 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `-n`, `--ctx`, `-k`, `--prompt-len`, `--top`, `--io-threads`, `--workers` | an integer in 1..2147483647 (`int32_t`, the engine's and llama.cpp's counts) |
 | `--ubatch`, `--eog`, `--trim`, `--turn`, `--max-steps`, `--data-start`, `--merge-gap` | an integer in 0..2147483647 |
 | `--resamples` | an integer in 1..100000 |
+| `timing fit --boot` | an integer in 0..1000 |
 | `--block-size` | an integer in 1..1048576 and a power of two |
 | `replay --o-direct` | an integer in 0..1 |
 | `--position-cost` | a finite number >= 0 |

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from refsim.cli.common import (add_knob_args, check_outputs, int_list, knobs_from_args,
-                               nonneg_float, nonneg_int, positive_int, report_stream)
+                               nonneg_float, nonneg_int, positive_int, report_stream, seed)
 from refsim.validators import int_in, milliseconds
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
                    help="also store N bootstrap refits over the runs (resampled within each model "
                         "and mode; 0..1000, default 0): refsim whatif's band then carries the "
                         "parameters' spread (docs/whatif-terms.md); --seed picks the resamples")
-    f.add_argument("--seed", type=nonneg_int, default=0, metavar="S",
+    f.add_argument("--seed", type=seed, default=0, metavar="S",
                    help="with --boot: the resampling seed (default 0)")
     _io_model(f)
     _common(f)

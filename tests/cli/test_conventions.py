@@ -72,6 +72,8 @@ TABLE = [
     (["bench", "r.csv"], "--resamples", "--resamples", "an integer in 1..100000", ()),
     (["bench", "r.csv"], "--seed", "--seed", "an integer in 0..4294967295", ("0",)),
     (["timing", "fit", "r.csv", "--out", "d.json"], "--trim", "--trim", INT0, ("0",)),
+    (["timing", "fit", "r.csv", "--out", "d.json"], "--boot", "--boot", "an integer in 0..1000", ("0",)),
+    (["timing", "fit", "r.csv", "--out", "d.json"], "--seed", "--seed", "an integer in 0..4294967295", ("0",)),
     (["timing", "predict", "d.json", "r.csv"], "--trim", "--trim", INT0, ("0",)),
     (["timing", "validate", "r.csv"], "--trim", "--trim", INT0, ("0",)),
     (["timing", "breakeven", "t.csv", "--device", "d.json"], "--cache-mb", "--cache-mb",
