@@ -285,3 +285,13 @@ def test_mtp_adds_its_resident_nextn_dense(device_file, twin, twin_trace, capsys
     assert memo["kind"] == "not_modelled"
     added = mtp.speculation_bytes / MIB + nextn
     assert f"speculative memory {added:.1f} MiB exceeds the {left - b:.1f} MiB" in memo["source"]
+
+
+def test_trace_budget_below_token_cycle_warns(device_file, capsys):
+    """As replay and union: a budget below one token cycle (the demo trace's T = 85.6 MiB) is
+    warned once on stderr; the table is still printed; a budget above it is not warned."""
+    assert main(["whatif", DEMO, "--device", device_file, "--cache-mb", "64,256", "--spec", "off"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("refsim whatif: warning: budget 64 MiB is below one token cycle T = 85.6 MiB") == 1
+    assert main(["whatif", DEMO, "--device", device_file, "--cache-mb", "256", "--spec", "off"]) == 0
+    assert "below one token cycle" not in capsys.readouterr().err
