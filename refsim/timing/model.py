@@ -444,6 +444,8 @@ def load_device(path: str) -> DeviceModel:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
         raise ConfigError(f"{path}: not a JSON device file{where}") from None
+    except RecursionError:              # nesting deeper than the parser's stack: no device file
+        raise ConfigError(f"{path}: JSON nested too deeply; not a device file") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"{path}: expected a JSON object with \"format\": \"{FORMAT}\" "
                           f"(written by refsim timing fit)")

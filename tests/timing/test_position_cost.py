@@ -243,3 +243,14 @@ def test_a_file_without_eps_prices_as_before(tmp_path, capsys):
     assert main(["union", trace, "--device", str(p), "--cache-mb", "3000", "--window", "1,4"]) == 0
     assert "extra position 0.38 x C (assumed: the device file does not identify it)" in \
         capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["[" * 200000 + "]" * 200000, '{"a":' * 50000 + "1" + "}" * 50000])
+def test_deeply_nested_device_file_is_one_line_error(tmp_path, text):
+    """A file under the 1 MiB cap nested deeper than the JSON parser's stack (a new-user find: it
+    was a RecursionError traceback)."""
+    p = tmp_path / "deep.json"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match="nested too deeply") as exc:
+        load_device(str(p))
+    assert str(p) in str(exc.value)
