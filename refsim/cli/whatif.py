@@ -181,7 +181,8 @@ def _eps(args, dev, model: str, width: int):
     if iv is not None:
         if not iv[0] <= t.value <= iv[1]:
             raise UsageError(f"--position-cost-interval {iv[0]:g},{iv[1]:g}: does not hold eps "
-                             f"{t.value:g} at width {width} ({t.source})")
+                             f"{t.value:g} of a {width}-position verify decode ("
+                             f"{'the device file' if t.kind == 'fitted' else t.kind})")
         t = replace(t, lo=iv[0], hi=iv[1],
                     note="interval: --position-cost-interval" if args.position_cost_interval
                     else "interval: the shared prefills' (docs/whatif-terms.md)")
@@ -408,7 +409,10 @@ def run(args) -> int:
         raise UsageError("--cache-mb auto needs --ram-mb R")
     led = _Ledger(model_file, args) if model_file is not None else None
     work, head = _head(args, model_file)
-    eps_of = {c.label: _eps(args, dev, model, c.width) for c in cfgs}
+    from refsim.timing.positions import resolve_eps
+    # off has no extra position: its eps prices nothing and is not checked against the interval
+    eps_of = {c.label: (_eps(args, dev, model, c.width) if c.kind != "off" else
+                        resolve_eps(dev, model, 2, args.position_cost)) for c in cfgs}
     eps = eps_of[next((c.label for c in cfgs if c.kind != "off"), cfgs[0].label)]
     dv = Device(dev, model, args.io_threads, args.overlap, eps, sigma=sigma, work=work, head=head,
                 replicates=reps)
@@ -524,7 +528,10 @@ def run(args) -> int:
                  f"eps {eps.value:g} [{eps.lo:g}, {eps.hi:g}]") if len(shown) == 1 else
                 "eps " + ", ".join(f"{k} {t.value:.3f} [{t.lo:.3f}, {t.hi:.3f}]"
                                    for k, t in spec_eps.items()))
-    eps_from = ("the device file's" if {t.kind for t in spec_eps.values()} == {"fitted"} else
+    eps_from = (("the device file's" + (", interval --position-cost-interval"
+                                        if args.position_cost_interval and len(eps_of) > 1
+                                        else ""))
+                if {t.kind for t in spec_eps.values()} == {"fitted"} else
                 "--position-cost" if args.position_cost is not None else
                 "assumed: the device file does not identify it")
     print(f"band {int(100 * dv.level)} %: {eps_text} ({eps_from}), noise sd "

@@ -254,3 +254,20 @@ def test_deeply_nested_device_file_is_one_line_error(tmp_path, text):
     with pytest.raises(ConfigError, match="nested too deeply") as exc:
         load_device(str(p))
     assert str(p) in str(exc.value)
+
+
+def test_whatif_interval_checks_only_drafting_configurations(desktop, tmp_path, capsys):
+    """off drafts nothing: --position-cost-interval is not checked against its eps (a recheck
+    find: `--spec off --position-cost-interval 0,0.2` was refused); a drafting configuration's
+    eps outside the interval is refused in one short line naming its width."""
+    p = tmp_path / "d.json"
+    p.write_text(desktop.to_json())
+    from pathlib import Path
+    demo = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
+    base = ["whatif", demo, "--device", str(p), "--cache-mb", "256", "--position-cost-interval", "0,0.2"]
+    assert main([*base, "--spec", "off"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--spec", "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]      # after argparse's usage lines
+    assert "does not hold eps 0.58" in err and "4-position verify decode (the device file)" in err
+    assert len(err) < 200
