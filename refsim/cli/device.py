@@ -62,8 +62,9 @@ def verify_width(events) -> int:
 
 def eps_line(args, loaded, widths) -> str:
     """What the extra positions are priced at, for a header line: ``--position-cost``'s value,
-    the device file's eps at each of ``widths``, or the labelled default."""
-    opts = DeviceOptions.from_args(args)
+    the device file's eps at each of ``widths``, or the labelled default. ``args``: the parsed
+    flags, or a :class:`DeviceOptions`."""
+    opts = args if isinstance(args, DeviceOptions) else DeviceOptions.from_args(args)
     terms = {w: opts.eps_term(loaded, w) for w in widths if w > 1}
     if not terms:
         return "no extra positions"

@@ -230,6 +230,21 @@ def _print_text(report, split=None) -> None:
           f"{report.min_margin:.4g}")
     if report.device is not None:
         print(report.device.line())
+        if report.result.spec != "off":
+            print(f"  {_eps_words(report)}")
+
+
+def _eps_words(report) -> str:
+    """Where the device line's extra-position cost comes from (``--position-cost``, the device
+    file's eps at the run's verify width, or the labelled default): refsim.cli.device.eps_line."""
+    from refsim.cli.device import eps_line
+    from refsim.timing import load_device
+    from refsim.timing.whatif import resolve_model, run_width
+    opts = report.config.device
+    dev = load_device(opts.device)
+    w = run_width(report.result)
+    return eps_line(opts, (dev, opts.device, resolve_model(dev, opts.device_model)), [w]) + \
+        f" (verify decodes of {w} positions)"
 
 
 def _print_trace_note(report) -> None:

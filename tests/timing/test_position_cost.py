@@ -271,3 +271,19 @@ def test_whatif_interval_checks_only_drafting_configurations(desktop, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()[-1]      # after argparse's usage lines
     assert "does not hold eps 0.58" in err and "4-position verify decode (the device file)" in err
     assert len(err) < 200
+
+
+def test_run_device_says_where_eps_comes_from(desktop, tmp_path, capsys):
+    """refsim run --ngram --device prints, under its device line, what priced the extra
+    positions (a recheck find: only union and breakeven said it)."""
+    p = tmp_path / "d.json"
+    p.write_text(desktop.to_json())
+    key = next(iter(desktop.compute))
+    argv = ["run", "--ngram", "-n", "12", "--device", str(p), "--device-model", key]
+    assert main(argv) == 0
+    assert "extra position eps(w) x C from the device file (w=4 0.581) (verify decodes of 4 " \
+        "positions)" in capsys.readouterr().out
+    assert main([*argv, "--position-cost", "0.2"]) == 0
+    assert "extra position 0.2 x C (--position-cost)" in capsys.readouterr().out
+    assert main(["run", "-n", "4", "--device", str(p), "--device-model", key]) == 0
+    assert "extra position" not in capsys.readouterr().out          # plain: nothing to price
