@@ -208,6 +208,34 @@ def _gguf_keys(args, dev) -> dict:
     return out
 
 
+def _check_gguf_matches_runs(args, key: str, path: str, model) -> None:
+    """A ``--gguf`` table must be the runs' model: its ``n_expert`` and ``n_expert_used`` equal,
+    and its ``n_layer`` (with or without the nextn block) equal, to what the preamble of every run
+    of compute floor ``key`` states (a legacy file states none and is not checked).
+
+    Raises
+    ------
+    ConfigError
+        Naming the flag, the file and the run that disagrees.
+    """
+    from refsim.telemetry.metrics_reader import read_metrics
+    from refsim.timing.runs import split_spec
+    sp = model.spec
+    layers = {sp.n_layer, sp.n_layer - sp.nextn_predict_layers}
+    for spec in args.runs:
+        f, over = split_spec(spec)
+        cfg = read_metrics(f, sidecar=False).config
+        if over.get("model", cfg.get("model")) != key:
+            continue
+        for name, ok, want in (("n_expert", {sp.n_expert}, sp.n_expert),
+                               ("n_expert_used", {sp.n_expert_used}, sp.n_expert_used),
+                               ("n_layer", layers, sp.n_layer)):
+            got = cfg.get(name)
+            if got is not None and got.isdigit() and int(got) not in ok:
+                raise ConfigError(f"--gguf {path}: {name} {want}, but {f} (model {key}) states "
+                                  f"{name}={got}: not the runs' model")
+
+
 def _position_cost(args, dev) -> tuple:
     """``(position_cost, notes)``: per model given ``--gguf``, the eps readings of its serial
     prefill group (:func:`refsim.timing.identify.identify_device` on the same runs;
@@ -222,6 +250,7 @@ def _position_cost(args, dev) -> tuple:
     sizes, work = {}, {}
     for key, path in paths.items():
         model = open_model(path)
+        _check_gguf_matches_runs(args, key, path, model)
         work[key] = position_work(model)
         sizes[key] = ExpertSizes.from_model_bytes(model.bytes, model.spec.n_expert_used,
                                                   f"{path}'s tensor table")

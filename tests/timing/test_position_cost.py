@@ -287,3 +287,17 @@ def test_run_device_says_where_eps_comes_from(desktop, tmp_path, capsys):
     assert "extra position 0.2 x C (--position-cost)" in capsys.readouterr().out
     assert main(["run", "-n", "4", "--device", str(p), "--device-model", key]) == 0
     assert "extra position" not in capsys.readouterr().out          # plain: nothing to price
+
+
+def test_fit_gguf_of_another_model_is_refused(tmp_path, capsys):
+    """The Qwen3-30B twin (128 experts) given for the Qwen3.6 runs (256): refused in one line
+    naming the run and what it states (a recheck find: it was priced silently, eps(4) 0.503)."""
+    require_shared()
+    from refsim.testing.recording_sets import DESKTOP, set_specs
+    from refsim.model.synth import qwen3_30b_a3b_q4_k_m_twin
+    q30 = str(qwen3_30b_a3b_q4_k_m_twin(str(tmp_path / "q30.gguf")))
+    assert main(["timing", "fit", *set_specs(DESKTOP), "--gguf", q30, "--out",
+                 str(tmp_path / "d.json")]) == 1
+    err = capsys.readouterr().err
+    assert "n_expert 128, but" in err and "states n_expert=256: not the runs' model" in err
+    assert not (tmp_path / "d.json").exists()
