@@ -428,10 +428,7 @@ def run(args) -> int:
             from refsim.io.layout import layout_from_model
             layout_from_model(model_file).check_trace(trace.header, args.source)
         knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="whatif")
-        if args.cache_mb != "auto":     # as replay and union: a budget below one token cycle
-            from refsim.cli.common import warn_below_token_cycle
-            warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in args.cache_mb],
-                                   trace.header.token_cycle_bytes)
+        t_bytes = trace.header.token_cycle_bytes
         source = TraceSource(trace, sorted({1} | {c.width for c in cfgs}), knobs, policy,
                              args.spec_policy)
 
@@ -461,6 +458,12 @@ def run(args) -> int:
             pr, counts = priced(False)
             prices.append(pr)
             measured.append(counts)
+    if live is None and args.cache_mb != "auto":
+        # as replay and union: a budget below one token cycle; after pricing, so that a refused
+        # configuration's error stays the only line
+        from refsim.cli.common import warn_below_token_cycle
+        warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in args.cache_mb],
+                               t_bytes)
     what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:
         from refsim.timing.plot import plot_whatif

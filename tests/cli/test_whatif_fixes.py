@@ -336,8 +336,8 @@ def test_plot_of_off_alone_warns_nothing(device_file, tmp_path, capsys):
     out = tmp_path / "off.png"
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        code, _, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "64,256",
-                              "--spec", "off", "--plot", str(out))
+        code, _, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "128,256",
+                              "--spec", "off", "--plot", str(out))      # above T: no budget warning
     assert code == 0 and err == ""
     assert [str(w.message) for w in got] == []
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
