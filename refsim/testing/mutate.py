@@ -20,6 +20,8 @@ applies one to three of them and says which, so a failing case reads as a recipe
 from __future__ import annotations
 
 import re
+import signal
+from contextlib import contextmanager
 
 from hypothesis import strategies as st
 
@@ -100,24 +102,55 @@ def mutated(draw, seed: bytes, max_ops: int = 3) -> tuple[bytes, str]:
 
 def run_guarded(code: str, memory_bytes: int = 1 << 30, timeout: float = 60.0):
     """Run ``code`` in a child Python limited to ``memory_bytes`` of address space and ``timeout``
-    seconds, so a reader that hangs or reads ``/dev/zero`` whole fails the test, not the machine.
+    seconds of CPU time, so a reader that spins or reads ``/dev/zero`` whole fails the test, not
+    the machine.
+
+    The limit is CPU time (``RLIMIT_CPU``: the kernel ends the child with ``SIGXCPU``), not wall
+    time, so a loaded machine cannot fail a correct reader; a child that blocks without using the
+    CPU is still ended after ten times ``timeout`` of wall time.
 
     Returns
     -------
     subprocess.CompletedProcess
-        With text ``stdout``/``stderr``.
+        With text ``stdout``/``stderr`` (a child ended by its CPU limit has a negative or
+        non-zero ``returncode`` and no output of its own).
 
     Raises
     ------
     subprocess.TimeoutExpired
-        When the child runs past ``timeout``.
+        When the child blocks past ten times ``timeout`` of wall time.
     """
+    import math
     import subprocess
     import sys
+    cpu = max(1, math.ceil(timeout))
     guard = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, "
-             f"{memory_bytes}))\n")
+             f"{memory_bytes})); resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu}))\n")
     return subprocess.run([sys.executable, "-c", guard + code], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=10.0 * timeout)
+
+
+@contextmanager
+def cpu_time_limit(seconds: float, what: str):
+    """Raise ``TimeoutError`` in the block once this process has used ``seconds`` of CPU time
+    (user + system, every thread: ``ITIMER_PROF``), so a reader that spins on a damaged file
+    fails the test while a slow, loaded machine cannot (wall time would). Main thread only
+    (signals); the previous ``SIGPROF`` handler is restored.
+
+    Raises
+    ------
+    TimeoutError
+        ``"{what} ran over {seconds} s of CPU time (a hang)"``.
+    """
+    def over(*_):
+        raise TimeoutError(f"{what} ran over {seconds:g} s of CPU time (a hang)")
+    old = signal.signal(signal.SIGPROF, over)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 def refusal_in_child(reader: str, path: str, **guard) -> str:

@@ -12,7 +12,6 @@ without ids, saying so). A hang (10 s alarm) fails the case. Default suite: 150 
 from __future__ import annotations
 
 import re
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from hypothesis import strategies as st
 
 from refsim.errors import ConfigError
 from refsim.spec.whatif import TOKEN_ID_MAX, read_token_file
-from refsim.testing.mutate import mutated, refusal_in_child
+from refsim.testing.mutate import cpu_time_limit, mutated, refusal_in_child
 
 _rng = np.random.default_rng(12)
 _ids = _rng.integers(0, 152064, 40).tolist()
@@ -58,21 +57,13 @@ def independent_read(data: bytes):
     return (ids, None) if ids else (None, 0)
 
 
-def _alarm(*_):
-    raise TimeoutError("read_token_file ran over 10 s (a hang)")
-
-
 def check(data: bytes, recipe: str, path: Path) -> None:
     path.write_bytes(data)
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, 10.0)
-    try:
-        got, err = read_token_file(path), None
-    except ConfigError as exc:
-        got, err = None, str(exc)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    with cpu_time_limit(10.0, "read_token_file"):
+        try:
+            got, err = read_token_file(path), None
+        except ConfigError as exc:
+            got, err = None, str(exc)
     want, bad_line = independent_read(data)
     if want is not None:
         assert err is None, f"{recipe}: refused a valid file: {err}"

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-import signal
 import tracemalloc
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -24,7 +22,7 @@ from hypothesis import strategies as st
 from refsim.cache import ExpertCache
 from refsim.errors import TraceFormatError
 from refsim.events import NOT_ROUTED, DecodeEvent, DecodeKind
-from refsim.testing.mutate import mutated
+from refsim.testing.mutate import cpu_time_limit, mutated
 from refsim.testing.traces import trace_difference
 from refsim.trace import RouteTrace, TraceHeader, iter_trace_turns, read_trace, write_trace
 from refsim.trace.reader import _read_fast, _read_slow
@@ -166,17 +164,8 @@ def _reader_rows(tr):
     return sorted(out, key=lambda r: r[0])
 
 
-@contextmanager
 def _guard(seconds: float):
-    def boom(*_):
-        raise TimeoutError(f"read_trace ran over {seconds} s (a hang)")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    return cpu_time_limit(seconds, "read_trace")
 
 
 def _check(data: bytes, recipe: str, path) -> None:
