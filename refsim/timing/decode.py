@@ -98,6 +98,27 @@ def decode_term_arrays(dev: DeviceModel, model: str, lanes: int, overlap: bool, 
             for k, t in terms.items()}
 
 
+def decode_terms_at(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool,
+                    x: float):
+    """:func:`decode_terms` staged for a band: the device's part that depends on the reads alone
+    (:meth:`DeviceModel.token_ms` at ``x``) evaluated once; the returned function of
+    ``(width, eps)`` gives, to the last bit, ``decode_terms(dev, model, lanes, overlap, cache, x,
+    width, eps)`` (it is that function's second half).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`decode_term_arrays` (the device's refusals), when staged.
+    """
+    p = dev.token_ms([x], model, lanes, overlap, cache)
+    io, stall = float(p["io"][0]), float(p["stall"][0])
+
+    def at(width: float, eps: float) -> dict:
+        terms = _terms(dev, model, overlap, cache, x, width, eps, io, stall)
+        return {k: terms[k] for k in TERMS}
+    return at
+
+
 def decode_terms(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool, x: float,
                  width: float, eps: float) -> dict:
     """One decode's terms, ms each (module docstring), keyed by :data:`TERMS`, as Python floats:
@@ -109,10 +130,7 @@ def decode_terms(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache:
     ConfigError
         As :func:`decode_term_arrays` (the device's refusals, :meth:`DeviceModel.token_ms`).
     """
-    p = dev.token_ms([x], model, lanes, overlap, cache)
-    terms = _terms(dev, model, overlap, cache, x, width, eps, float(p["io"][0]),
-                   float(p["stall"][0]))
-    return {k: terms[k] for k in TERMS}
+    return decode_terms_at(dev, model, lanes, overlap, cache, x)(width, eps)
 
 
 def decode_ms(dev: DeviceModel, x: float, width: float, model: str, lanes: int, overlap: bool,

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from refsim.errors import ConfigError, UsageError
 from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
 from refsim.timing.band import DEFAULT_LEVEL, Band, delta_band, tok_s_band
-from refsim.timing.decode import decode_terms
+from refsim.timing.decode import decode_terms_at
 from refsim.timing.head import head_ms_per_token
 from refsim.timing.model import DeviceModel
 from refsim.timing.terms import Term, exact
@@ -529,12 +529,6 @@ def _reads(reads: dict, width: int) -> Reads:
     return reads[width]
 
 
-def _decode_parts(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool, x: float,
-                  width: float, eps: float) -> dict:
-    """One decode's in-decode terms, ms (tail applied): :func:`refsim.timing.decode.decode_terms`."""
-    return decode_terms(dev, model, lanes, overlap, cache, x, width, eps)
-
-
 def _head_ms(dv: Device, dev: DeviceModel, cfg: SpecConfig, eps: float, tpd: float) -> float:
     if cfg.kind != "mtp":
         return 0.0
@@ -549,22 +543,32 @@ def _head_ms(dv: Device, dev: DeviceModel, cfg: SpecConfig, eps: float, tpd: flo
                       f"(a GGUF) or a given head cost")
 
 
+def _ms_terms_at(dv: Device, dev: DeviceModel, cfg: SpecConfig, reads: dict, memory_ms: float):
+    """:func:`_ms_terms` staged for a band: the device's reads part of each decode kind evaluated
+    once (:func:`refsim.timing.decode.decode_terms_at`), then ``eps -> terms`` (the same floats
+    as :func:`_ms_terms`, which is this evaluated once)."""
+    c, tpd = cfg.drafted_fraction, cfg.tokens_per_decode
+    mixes = [(1.0 - c, 1, 1.0)] + ([(c, cfg.width, 1.0 + cfg.drafts)] if c > 0 else [])
+    staged = [(share, positions, decode_terms_at(dev, dv.floor_model, dv.lanes, dv.overlap,
+                                                 dv.cache, _reads(reads, w).mib_per_decode))
+              for share, w, positions in mixes if share != 0.0]
+
+    def at(eps: float) -> dict:
+        out = dict.fromkeys(TERM_NAMES, 0.0)
+        for share, positions, parts_at in staged:
+            for k, v in parts_at(positions, eps).items():
+                out[k] += share * v / tpd
+        out["head"] = _head_ms(dv, dev, cfg, eps, tpd)
+        out["memory"] = memory_ms
+        return out
+    return at
+
+
 def _ms_terms(dv: Device, dev: DeviceModel, cfg: SpecConfig, reads: dict, eps: float,
               memory_ms: float) -> dict:
-    """Per emitted token, ms, every term (module docstring)."""
-    c, tpd = cfg.drafted_fraction, cfg.tokens_per_decode
-    out = dict.fromkeys(TERM_NAMES, 0.0)
-    mixes = [(1.0 - c, 1, 1.0)] + ([(c, cfg.width, 1.0 + cfg.drafts)] if c > 0 else [])
-    for share, w, positions in mixes:
-        if share == 0.0:
-            continue
-        parts = _decode_parts(dev, dv.floor_model, dv.lanes, dv.overlap, dv.cache,
-                              _reads(reads, w).mib_per_decode, positions, eps)
-        for k, v in parts.items():
-            out[k] += share * v / tpd
-    out["head"] = _head_ms(dv, dev, cfg, eps, tpd)
-    out["memory"] = memory_ms
-    return out
+    """Per emitted token, ms, every term (module docstring); one decode's terms are
+    :func:`refsim.timing.decode.decode_terms`, mixed over the undrafted and drafted decodes."""
+    return _ms_terms_at(dv, dev, cfg, reads, memory_ms)(eps)
 
 
 def point_terms(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float = 0.0) -> dict:
@@ -604,8 +608,8 @@ def accepted_width_config(width: int) -> SpecConfig:
 
 def _tok_s_fn(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float):
     def staged(dev):
-        return lambda e: 1000.0 / sum(_ms_terms(dv, dev, cfg, reads, dv.eps.value if e is None else e,
-                                                 memory_ms).values())
+        at = _ms_terms_at(dv, dev, cfg, reads, memory_ms)
+        return lambda e: 1000.0 / sum(at(dv.eps.value if e is None else e).values())
     return staged
 
 
