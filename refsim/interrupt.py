@@ -134,7 +134,8 @@ def report_interrupted(name: str) -> int:
 def run_interruptible(main, *args, name: str | None = None) -> int:
     """``main(*args)`` as the CLI runs a command: under :class:`DeferredInterrupt` (a Ctrl-C
     inside an import lands after it), and a Ctrl-C prints :func:`report_interrupted`'s line and
-    returns :data:`INTERRUPTED_EXIT`. For a script's ``if __name__ == "__main__":
+    returns :data:`INTERRUPTED_EXIT`; a :class:`refsim.errors.RefsimError` prints the CLI's one
+    line ``NAME: error: MESSAGE`` and returns 1 (2 for a :class:`~refsim.errors.UsageError`). For a script's ``if __name__ == "__main__":
     sys.exit(run_interruptible(main))``.
 
     Parameters
@@ -146,8 +147,13 @@ def run_interruptible(main, *args, name: str | None = None) -> int:
         ``prog``).
     """
     import os
+    from refsim.errors import RefsimError, UsageError
+    name = name or os.path.basename(sys.argv[0])
     try:
         with DeferredInterrupt(sys._getframe()):
             return main(*args)
     except KeyboardInterrupt:
-        return report_interrupted(name or os.path.basename(sys.argv[0]))
+        return report_interrupted(name)
+    except RefsimError as exc:      # the CLI's form and codes (refsim.cli._run)
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, UsageError) else 1

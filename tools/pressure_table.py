@@ -28,6 +28,9 @@ def rng(t, d=1) -> str:
 
 def main() -> int:
     from refsim.cache.demand import model_demand
+    from refsim.testing.recording_sets import PHONE_DROP, PHONE_LANES
+    from refsim.testing.shared import shared_or_error
+    shared_or_error(("real-runs", PHONE_DROP), ("real-runs", PHONE_LANES))
     from refsim.cache.ledger import memory_ledger
     from refsim.model import open_model
     from refsim.telemetry.metrics_reader import read_metrics

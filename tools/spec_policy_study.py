@@ -16,7 +16,9 @@ import tempfile
 from refsim.streaming.knobs import StreamKnobs
 from refsim.studies.spec_policy import policy_replay
 from refsim.testing.recording_sets import DESKTOP, PHONE_DROP, set_inputs
-from refsim.testing.shared import require_shared
+from refsim.testing.recording_sets import ROUTE_TRACE
+from refsim.testing.shared import shared_or_error, shared_path
+from refsim.validators import seed
 from refsim.timing.identify import identify_device
 from refsim.timing.whatif import device_whatif
 
@@ -35,10 +37,12 @@ LOSSY = ("cap:12", "consensus:0.1")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed, default=0, metavar="S",
+                    help="the acceptance streams' seed (0..4294967295, default 0)")
     a = ap.parse_args(argv)
+    shared_or_error(ROUTE_TRACE)
     from refsim.trace import read_trace
-    trace = read_trace(str(require_shared("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")))
+    trace = read_trace(str(shared_path(*ROUTE_TRACE)))
     configs, streams = (CONFIGS[:1], STREAMS[:1]) if a.small else (CONFIGS, STREAMS)
     policies = ("fixed", "backoff") if a.small else POLICIES
     lossy = LOSSY[:1] if a.small else LOSSY

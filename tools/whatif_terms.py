@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 from refsim.testing.recording_sets import (DESKTOP, PHONE_DROP, PHONE_LANES, QWEN36, SETS,
-                                           set_inputs)
+                                           check_shared_inputs, set_inputs)
 from refsim.timing.band import bootstrap_devices, delta_band, tok_s_band
 from refsim.timing.calibrate import calibrate_floor, calibrate_to_cell
 from refsim.timing.cells import HOST_COPY, HOST_MTP, HOST_PROSE, PHONE_MTP, PHONE_NGRAM, predict_cell
@@ -29,6 +29,7 @@ from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma
 from refsim.timing.plain import load_plain_runs
 from refsim.timing.positions import bytes_eps, published_eps_checks, split_prefill, width_eps
 from refsim.timing.terms import exact
+from refsim.validators import int_in, seed
 
 
 def short(label: str) -> str:
@@ -89,9 +90,12 @@ def calibrations(name: str, dt):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--boot", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--boot", type=int_in(0, 1000), default=200, metavar="N",
+                    help="bootstrap replicates per device (0..1000, default 200; 0: no refits)")
+    ap.add_argument("--seed", type=seed, default=0, metavar="S",
+                    help="the resampling seed (0..4294967295, default 0)")
     a = ap.parse_args(argv)
+    check_shared_inputs()
     tmp = tempfile.mkdtemp()
     out = {n: device_section(n, tmp) for n in SETS}
     print("\n## Published speculation figures (checks, never inputs)\n")

@@ -17,12 +17,17 @@ import tempfile
 
 
 def main(argv=None) -> int:
+    from refsim.testing.recording_sets import check_shared_inputs
     from refsim.testing.validation_inputs import validation_inputs
+    from refsim.validators import int_in, seed
     from refsim.timing.validate import SESSIONS, markdown, recorded_fault_check, validate
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--boot", type=int, default=200, help="bootstrap replicates per device (200)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--boot", type=int_in(0, 1000), default=200, metavar="N",
+                    help="bootstrap replicates per device (0..1000, default 200; 0: no refits)")
+    ap.add_argument("--seed", type=seed, default=0, metavar="S",
+                    help="the resampling seed (0..4294967295, default 0)")
     a = ap.parse_args(argv)
+    check_shared_inputs()
     inputs = validation_inputs(tempfile.mkdtemp())
     result = validate(inputs, n_boot=a.boot, seed=a.seed)
     print(f"## Published verdicts, predicted ({a.boot} bootstrap replicates, seed {a.seed}, "

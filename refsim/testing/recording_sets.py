@@ -20,6 +20,15 @@ DESKTOP = "desktop-2026-07-24-qwen36"
 PHONE_LANES = "phone-2026-07-12-cache-lanes"
 PHONE_DROP = "phone-2026-07-22-drop-cold"
 SETS = (DESKTOP, PHONE_LANES, PHONE_DROP)
+ROUTE_TRACE = ("real-traces", "bmoe-qwen3-30b-a3b", "qwen.route.csv")
+"""The shared Qwen3-30B route trace, as parts under the shared folder."""
+
+
+def check_shared_inputs():
+    """The shared folder, after checking that the three recording sets and the route trace are
+    there (a script's one-line error otherwise: :func:`refsim.testing.shared.shared_or_error`)."""
+    from refsim.testing.shared import shared_or_error
+    return shared_or_error(*(("real-runs", n) for n in SETS), ROUTE_TRACE)
 
 GEMMA_ENTRY_BYTES = (3593216, 4336640)
 """gemma-4-26B-A4B Q4_K_M expert entries, smallest and largest (bmoe-engine.md §3.1, from the

@@ -30,6 +30,26 @@ def skip_reason(path: Path) -> str:
     return f"shared file not present: {path} (set {ENV} to the shared folder)"
 
 
+def shared_or_error(*paths) -> Path:
+    """The shared folder, after checking that each of ``paths`` (tuples of parts under it)
+    exists: for a script (``tools/*.py``), whose missing input is an error, not a skip.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the first missing path and ``$REFSIM_SHARED``.
+    """
+    from refsim.errors import ConfigError
+    root = shared_dir()
+    for parts in paths:
+        path = root.joinpath(*parts)
+        if not path.exists():
+            raise ConfigError(f"{path}: not present; expected the shared folder's file (set "
+                              f"{ENV} to the shared folder, now "
+                              f"{os.environ.get(ENV, 'unset: ../shared beside the repository')})")
+    return root
+
+
 def require_shared(*parts: str) -> Path:
     """``shared_path(*parts)``, or ``pytest.skip`` naming the path and ``$REFSIM_SHARED``."""
     path = shared_path(*parts)

@@ -274,3 +274,22 @@ def test_run_interruptible_returns_main_s_code_and_names_the_script(capsys, monk
     assert capsys.readouterr().err == "some_tool.py: " + LINE
     assert run_interruptible(stop, name="other") == 130
     assert capsys.readouterr().err == "other: " + LINE
+
+
+def test_run_interruptible_gives_a_refsim_error_the_cli_s_line_and_code(capsys, monkeypatch):
+    """A tool's RefsimError is the CLI's one line (``NAME: error: MESSAGE``), exit 1; a
+    UsageError exits 2 (refsim.cli._run's codes); anything else is not swallowed."""
+    from refsim.errors import ConfigError, TraceFormatError, UsageError
+    from refsim.interrupt import run_interruptible
+    monkeypatch.setattr(sys, "argv", ["/x/tools/some_tool.py"])
+
+    def fail(exc):
+        raise exc
+    assert run_interruptible(fail, TraceFormatError("t.csv: line 3: expected 5 fields")) == 1
+    assert capsys.readouterr().err == "some_tool.py: error: t.csv: line 3: expected 5 fields\n"
+    assert run_interruptible(fail, ConfigError("bad"), name="other") == 1
+    assert capsys.readouterr().err == "other: error: bad\n"
+    assert run_interruptible(fail, UsageError("--x: expected y")) == 2
+    assert capsys.readouterr().err == "some_tool.py: error: --x: expected y\n"
+    with pytest.raises(ZeroDivisionError):
+        run_interruptible(lambda: 1 / 0)
