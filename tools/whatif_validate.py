@@ -20,7 +20,8 @@ def main(argv=None) -> int:
     from refsim.testing.recording_sets import check_shared_inputs
     from refsim.testing.validation_inputs import validation_inputs
     from refsim.validators import int_in, seed
-    from refsim.timing.validate import SESSIONS, markdown, recorded_fault_check, validate
+    from refsim.timing.validate import (SESSIONS, markdown, published_reads_markdown,
+                                        recorded_fault_check, validate)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--boot", type=int_in(0, 1000), default=200, metavar="N",
                     help="bootstrap replicates per device (0..1000, default 200; 0: no refits)")
@@ -79,6 +80,8 @@ def main(argv=None) -> int:
         print(f"| {r.cell.name} | {r.rate} | {mem.value:.1f} [{mem.lo:.1f}, {mem.hi:.1f}] ms/token | "
               f"{d.point:+.1f} % [{d.lo:+.1f}, {d.hi:+.1f}] | {r.published_pct:+.1f} % | "
               f"{'yes' if d.lo <= r.published_pct <= d.hi else 'no'} |")
+    print("\n### Check (never an input): every cell at the MiB/token it published\n")
+    print("\n".join(published_reads_markdown(result, inputs.trace)))
     print("\n### Criteria (issue 29)\n")
     for line in result.criteria.lines():
         print(f"- {line}")

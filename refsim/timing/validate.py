@@ -387,7 +387,23 @@ def match_budget(trace, target_mib_per_token: float, drop_frac: float,
     ConfigError
         The target is outside what the trace reads over the range (with the knob on).
     """
-    f = lambda b: plain_mib_per_token(trace, b, drop_frac)  # noqa: E731
+    return bisect_budget(lambda b: plain_mib_per_token(trace, b, drop_frac), target_mib_per_token,
+                         lo, hi)
+
+
+def bisect_budget(f, target_mib_per_token: float, lo: int = BUDGET_RANGE_MIB[0],
+                  hi: int = BUDGET_RANGE_MIB[1]) -> tuple[int, float]:
+    """The whole-MiB budget ``b`` in ``[lo, hi]`` where ``f`` (MiB/token, falling as the budget
+    grows) crosses ``target_mib_per_token``, and ``f(b)``: bisection to two adjacent budgets
+    that bracket the target, then the nearer (:func:`match_budget`'s search). An LRU replay's
+    reads are not monotone to the last digit (a budget one MiB larger can read a hair more), so
+    ``b`` is the crossing the bisection finds, not necessarily the nearest budget over the range.
+
+    Raises
+    ------
+    ConfigError
+        The target is outside ``f(hi)..f(lo)``.
+    """
     f_lo, f_hi = f(lo), f(hi)
     if not f_hi <= target_mib_per_token <= f_lo:
         raise ConfigError(f"budget match: {target_mib_per_token:g} MiB/token is outside "
@@ -771,3 +787,64 @@ def recorded_fault_check(row: Row, fit=None):
     p = row.price
     return mem, price(row.dv, p.config, row.reads, budget_mib=p.budget_mib, memory=mem,
                       off_reads=row.off_reads)
+
+
+def published_reads_check(row: Row, trace, drop_frac: float):
+    """A **check, never an input**: ``row``'s cell re-priced at the budget where the trace's
+    replay reads the MiB/token the cell *published* (its width mix, :func:`refsim.timing.verdict.
+    reads_mix`), the off cell's reads, device, eps, memory term and band as the row's, the auto
+    budget's run-to-run spread left out (the reads are given). It separates the two halves of a
+    prediction: the bytes (which budget the cell ran at; under ``--cache-mb auto`` not recorded)
+    and the time the device takes for given bytes.
+
+    Returns
+    -------
+    (int, Price)
+        The budget, MiB, and the re-priced cell.
+
+    Raises
+    ------
+    ConfigError
+        The published MiB/token is outside what the trace reads over :data:`BUDGET_RANGE_MIB`.
+    """
+    from refsim.timing.verdict import price, reads_mix
+    cfg, p = row.price.config, row.price
+    mem = next(t for t in p.terms if t.name == "memory")
+
+    def at(b: int) -> dict:
+        return reads_at(trace, b, drop_frac, [cfg.width])
+    budget, _ = bisect_budget(lambda b: reads_mix(cfg, at(b))[0] / cfg.tokens_per_decode,
+                              row.cell.mib_per_token)
+    return budget, price(row.dv, cfg, at(budget), budget_mib=float(budget), memory=mem,
+                         off_reads=row.off_reads if row.off_reads is not None else row.reads)
+
+
+def published_reads_markdown(result: Result, trace) -> list[str]:
+    """The table of docs/timing.md's check "every cell at the MiB/token it published"
+    (:func:`published_reads_check` on every row of ``result``), with its counts and the host
+    bands' widths, as lines."""
+    out = ["| cell | rate | budget MiB giving the published reads | MiB/tok | predicted Δ [band] | "
+           "published Δ | inside | sign agrees |", "|---|---|---|---|---|---|---|---|"]
+    signs = inside = 0
+    host = []
+    for r in result.rows:
+        drop = next(s.drop_frac for s in SESSIONS if s.name == r.session)
+        try:
+            budget, p = published_reads_check(r, trace, drop)
+        except ConfigError as exc:
+            out.append(f"| {r.cell.name} | {r.rate} | {exc} | | | {r.published_pct:+.1f} % | | |")
+            continue
+        d = p.delta
+        ok_in, ok_sign = d.contains(r.published_pct), (d.point > 0) == (r.published_pct > 0)
+        signs, inside = signs + ok_sign, inside + ok_in
+        if r.device == HOST:
+            host.append(d.half_width)
+        out.append(f"| {r.cell.name} | {r.rate} | {budget} | {p.mib_per_token:.1f} / "
+                   f"{r.cell.mib_per_token:g} | {d.point:+.1f} % [{d.lo:+.1f}, {d.hi:+.1f}] | "
+                   f"{r.published_pct:+.1f} % | {'yes' if ok_in else '**no**'} | "
+                   f"{'yes' if ok_sign else '**no**'} |")
+    out += ["", f"At the published reads: signs agree {signs} of {len(result.rows)}; {inside} inside "
+                f"the band; host bands within ±{HOST_CRITERION_PTS:g} points "
+                f"{sum(h <= HOST_CRITERION_PTS for h in host)} of {len(host)} (widest "
+                f"±{max(host, default=0.0):.1f})."]
+    return out

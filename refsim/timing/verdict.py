@@ -724,6 +724,28 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
                                        dv.model, dv.replicates, dv.eps, dv.sigma, dv.level)
                             for m in mems], at)
         verdict = verdict_of(delta)
+    mib_decode, hit = reads_mix(cfg, reads)
+    return Price(config=cfg, budget_mib=budget_mib, positions_per_decode=cfg.positions_per_decode,
+                 tokens_per_decode=cfg.tokens_per_decode,
+                 mib_per_token=mib_decode / cfg.tokens_per_decode, hit_pct=hit, terms=terms,
+                 ms_per_token=sum(ms.values()), eff_tok_s=tok, delta=delta, verdict=verdict,
+                 breakeven_acceptance=breakeven_acceptance(dv, cfg, reads, mem.value,
+                                                           off_reads=off_reads),
+                 notes=notes + tok.notes)
+
+
+def reads_mix(cfg: SpecConfig, reads: dict) -> tuple:
+    """``(MiB per decode, hit %)`` of ``cfg``'s decodes: the plain (width 1) replay's and the
+    verify width's, mixed by the share of decodes that carry a draft
+    (:attr:`SpecConfig.drafted_fraction`); the hit rate weighted by each mix's lookups when both
+    know them, else by the decode share; None when a replay has no hit rate. MiB/token is the
+    first divided by :attr:`SpecConfig.tokens_per_decode` (as :func:`price` reports).
+
+    Raises
+    ------
+    ConfigError
+        A width missing from ``reads``.
+    """
     w1 = _reads(reads, 1)
     mixes = [(1.0 - cfg.drafted_fraction, w1)]
     if cfg.kind != "off":
@@ -736,13 +758,7 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
         hit = sum(s * n * h for s, h, n in hits) / sum(s * n for s, _, n in hits)
     else:
         hit = sum(s * h for s, h, _ in hits)
-    return Price(config=cfg, budget_mib=budget_mib, positions_per_decode=cfg.positions_per_decode,
-                 tokens_per_decode=cfg.tokens_per_decode,
-                 mib_per_token=mib_decode / cfg.tokens_per_decode, hit_pct=hit, terms=terms,
-                 ms_per_token=sum(ms.values()), eff_tok_s=tok, delta=delta, verdict=verdict,
-                 breakeven_acceptance=breakeven_acceptance(dv, cfg, reads, mem.value,
-                                                           off_reads=off_reads),
-                 notes=notes + tok.notes)
+    return mib_decode, hit
 
 
 def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term) -> tuple:

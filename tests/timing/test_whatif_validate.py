@@ -446,3 +446,75 @@ def test_criteria_counts_by_hand():
     c = criteria(rows)
     assert (c.n, c.signs_agree, c.inside, c.host_n, c.host_within_10) == (2, 2, 1, 1, 0)
     assert c.host_widest_pts == 13.0 and not c.copy_ngram_inside
+
+
+# --- the check at the published reads (bytes or time?) -------------------------------------------
+
+@pytest.fixture(scope="module")
+def published_reads_lines(inputs, result):
+    from refsim.timing.validate import published_reads_markdown
+    return published_reads_markdown(result, inputs.trace)
+
+
+def test_published_reads_table_is_in_the_docs(published_reads_lines):
+    text = DOCS.read_text()
+    for line in published_reads_lines:
+        assert line in text, line
+    assert published_reads_lines[-1] == (
+        "At the published reads: signs agree 12 of 18; 17 inside the band; host bands within ±10 "
+        "points 3 of 12 (widest ±88.1).")
+
+
+def test_published_reads_check_hand_worked(inputs, result):
+    """``host copy ngram d1 m5`` at the budget whose replay reads its published 59.7 MiB/token:
+    the same hand rule as the table's (test_host_copy_ngram_d1_m5_hand_worked) at that budget's
+    reads X1', X2', the off cell at its own X0; the budget is the whole MiB nearest the target."""
+    from refsim.timing.validate import published_reads_check, reads_at
+    from refsim.timing.verdict import reads_mix
+    r = _row(result, "host copy ngram d1 m5")
+    b, p = published_reads_check(r, inputs.trace, 0.75)
+    assert b == 4910
+    cfg = r.price.config
+
+    def mib(budget):
+        return reads_mix(cfg, reads_at(inputs.trace, budget, 0.75, [2]))[0] / cfg.tokens_per_decode
+    assert p.mib_per_token == mib(b)
+    # where the reads cross the target: b and b + 1 bracket it, b the nearer (the mix is not
+    # monotone to the last digit: 4909 MiB reads 59.7306, 0.0006 less than 4910's 59.7312)
+    assert mib(b) > 59.7 > mib(b + 1)
+    assert abs(mib(b) - 59.7) <= abs(mib(b + 1) - 59.7)
+    reads = reads_at(inputs.trace, b, 0.75, [2])
+    v, C, eps = r.dv.model.value, r.dv.model.compute_floor("cell"), r.dv.eps.value
+
+    def t(x, w):
+        return v("tail") * (C * (1 + eps * (w - 1)) + v("m0") + v("m1") * x + v("kappa") * x
+                            + max(0.0, v("s0") + v("s1") * x - v("h") * C))
+    d, c = cfg.drafts, 0.097
+    spec_ms = ((1 - c) * t(reads[1].mib_per_decode, 1) + c * t(reads[2].mib_per_decode, 1 + d)) / 1.08
+    off_ms = t(r.off_reads[1].mib_per_decode, 1)
+    assert p.ms_per_token == pytest.approx(spec_ms, rel=1e-12)
+    assert p.delta.point == pytest.approx(100.0 * (off_ms / spec_ms - 1.0), rel=1e-9)
+    assert p.delta.point == pytest.approx(2.0, abs=0.05)
+    # the reads given, the auto budget's spread leaves the band: narrower than the table's
+    assert p.delta.hi - p.delta.lo < r.band.hi - r.band.lo
+
+
+def test_reads_mix_hand_worked():
+    """Two widths, a quarter of decodes drafted: MiB per decode and a lookup-weighted hit."""
+    from refsim.timing.verdict import reads_mix
+    reads = {1: Reads(1, 10.0, 80.0, 100.0), 4: Reads(4, 30.0, 60.0, 300.0)}
+    cfg = SpecConfig("ngram", draft=3, acceptance=0.5, coverage=0.25)
+    mib, hit = reads_mix(cfg, reads)
+    assert cfg.drafted_fraction == 0.25
+    assert mib == pytest.approx(0.75 * 10.0 + 0.25 * 30.0)
+    assert hit == pytest.approx((0.75 * 100 * 80 + 0.25 * 300 * 60) / (0.75 * 100 + 0.25 * 300))
+    assert reads_mix(SpecConfig("off"), reads) == (10.0, 80.0)
+
+
+def test_bisect_budget_hand_worked_and_refusal():
+    from refsim.timing.validate import bisect_budget
+    assert bisect_budget(lambda b: 1000.0 / b, 2.0, 250, 20000) == (500, 2.0)
+    b, v = bisect_budget(lambda b: 1000.0 / b, 3.0, 250, 20000)      # 333.33...: 333 nearer
+    assert (b, v) == (333, 1000.0 / 333)
+    with pytest.raises(ConfigError, match=r"budget match: 5 MiB/token is outside 0.1..4.0"):
+        bisect_budget(lambda b: 1000.0 / b, 5.0, 250, 10000)
