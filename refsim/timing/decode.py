@@ -49,10 +49,39 @@ def _terms(dev: DeviceModel, model: str, overlap: bool, cache: bool, x, width, e
     mgmt = (v("m0") + v("m1") * x) if cache else 0.0
     contention = v("kappa") * x if overlap else 0.0
     flash = tail * io
-    return {"compute": tail * c, "extra_positions": tail * c * eps * (width - 1),
+    return {"compute": tail * c, "extra_positions": extra_positions_ms(tail * c, eps, width),
             "bookkeeping": tail * mgmt, "contention": tail * contention,
             "flash": 0.0 if overlap else flash, "stall": tail * stall if overlap else 0.0,
             SERIAL_FLASH: flash}
+
+
+def extra_positions_ms(tail_c, eps, width):
+    """The extra positions' term, ``tail C eps (w - 1)`` ms, from ``tail C`` (evaluated in this
+    order: ``((tail C) eps) (w - 1)``); either operand kind."""
+    return tail_c * eps * (width - 1)
+
+
+def decode_terms_fixed(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool,
+                       x: float) -> tuple[dict, float]:
+    """One decode's terms that depend on neither its width nor ``eps``, and ``tail C``: the
+    staging a band evaluates once per device (refsim.timing.verdict's fused tok/s). The decode's
+    ``extra_positions`` is :func:`extra_positions_ms` of the second value; with it, every term
+    equals :func:`decode_terms`' to the last bit (the same ``_terms``).
+
+    Returns
+    -------
+    (dict of str -> float, float)
+        :data:`TERMS` but ``extra_positions``, ms; ``tail C``, ms.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`decode_term_arrays` (the device's refusals).
+    """
+    p = dev.token_ms([x], model, lanes, overlap, cache)
+    terms = _terms(dev, model, overlap, cache, x, 1.0, 0.0, float(p["io"][0]), float(p["stall"][0]))
+    return ({k: terms[k] for k in TERMS if k != "extra_positions"},
+            dev.value("tail") * dev.compute_floor(model))
 
 
 def decode_term_arrays(dev: DeviceModel, model: str, lanes: int, overlap: bool, cache: bool,

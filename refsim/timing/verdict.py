@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from refsim.errors import ConfigError, UsageError
 from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
 from refsim.timing.band import DEFAULT_LEVEL, Band, delta_band, tok_s_band
-from refsim.timing.decode import decode_terms_at
+from refsim.timing.decode import TERMS, decode_terms_at, decode_terms_fixed, extra_positions_ms
 from refsim.timing.head import head_ms_per_token
 from refsim.timing.model import DeviceModel
 from refsim.timing.terms import Term, exact
@@ -606,10 +606,58 @@ def accepted_width_config(width: int) -> SpecConfig:
                       source="every draft accepted (refsim union)")
 
 
-def _tok_s_fn(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float):
+def _tok_s_stager(dv: Device, cfg: SpecConfig, reads: dict):
+    """The band's tok/s of ``cfg``, fused: ``stage(dev) -> (eps, memory_ms) -> tok/s``, equal to
+    the last bit to ``1000 / sum(_ms_terms_at(dv, dev, cfg, reads, memory_ms)(eps).values())``
+    (the readable rule; tests/timing/test_band_fused.py proves them equal).
+
+    What depends on the device alone (each decode kind's reads part and its width- and
+    eps-free terms, :func:`refsim.timing.decode.decode_terms_fixed`) is evaluated once per device
+    and kept for the calls that follow (a band stages every replicate for its tok/s and again for
+    its change, once per memory value); a call then adds the eps-dependent terms (extra
+    positions, the MTP head) in :data:`TERM_NAMES` order. Python's ``sum`` of the same floats in
+    the same order keeps the result the reference's on every Python version.
+    """
+    c, tpd = cfg.drafted_fraction, cfg.tokens_per_decode
+    mixes = [(share, _reads(reads, w).mib_per_decode, positions)
+             for share, w, positions in [(1.0 - c, 1, 1.0)]
+             + ([(c, cfg.width, 1.0 + cfg.drafts)] if c > 0 else []) if share != 0.0]
+    fixed_keys = [k for k in TERMS if k != "extra_positions"]
+    const_head = (0.0 if cfg.kind != "mtp" else
+                  dv.head.value if dv.work is None and dv.head is not None else None)
+    staged: dict = {}
+
+    def stage(dev: DeviceModel):
+        hit = staged.get(id(dev))
+        if hit is not None and hit[0] is dev:
+            return hit[1]
+        fixed = dict.fromkeys(fixed_keys, 0.0)
+        coef = []
+        for share, x, positions in mixes:
+            parts, tail_c = decode_terms_fixed(dev, dv.floor_model, dv.lanes, dv.overlap,
+                                               dv.cache, x)
+            for k in fixed_keys:
+                fixed[k] += share * parts[k] / tpd
+            coef.append((share, tail_c, positions))
+        compute, rest = fixed["compute"], [fixed[k] for k in fixed_keys[1:]]
+
+        def at(eps: float, memory_ms: float) -> float:
+            extra = 0.0
+            for share, tail_c, positions in coef:
+                extra += share * extra_positions_ms(tail_c, eps, positions) / tpd
+            head = const_head if const_head is not None else _head_ms(dv, dev, cfg, eps, tpd)
+            return 1000.0 / sum((compute, extra, *rest, head, memory_ms))
+        staged[id(dev)] = (dev, at)
+        return at
+    return stage
+
+
+def _tok_s_fn(stage, eps0: float, memory_ms: float):
+    """``DeviceModel -> (eps -> tok/s)`` (the band's staged prediction) at ``memory_ms`` from
+    :func:`_tok_s_stager`'s ``stage``; eps None is ``eps0``."""
     def staged(dev):
-        at = _ms_terms_at(dv, dev, cfg, reads, memory_ms)
-        return lambda e: 1000.0 / sum(at(dv.eps.value if e is None else e).values())
+        at = stage(dev)
+        return lambda e: at(eps0 if e is None else e, memory_ms)
     return staged
 
 
@@ -716,11 +764,12 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
              if cfg.kind != "off" and cfg.source == "assumed" else ())
     mems = sorted({mem.lo, mem.value, mem.hi})
     at = mems.index(mem.value)
-    tok = band_hull([tok_s_band(_tok_s_fn(dv, cfg, reads, m), dv.model, dv.replicates, dv.eps,
+    spec_at, off_at = _tok_s_stager(dv, cfg, reads), _tok_s_stager(dv, off, base)
+    tok = band_hull([tok_s_band(_tok_s_fn(spec_at, e0, m), dv.model, dv.replicates, dv.eps,
                                  dv.sigma, dv.level) for m in mems], at)
     delta = verdict = None
     if cfg.kind != "off":
-        delta = band_hull([delta_band(_tok_s_fn(dv, cfg, reads, m), _tok_s_fn(dv, off, base, 0.0),
+        delta = band_hull([delta_band(_tok_s_fn(spec_at, e0, m), _tok_s_fn(off_at, e0, 0.0),
                                        dv.model, dv.replicates, dv.eps, dv.sigma, dv.level)
                             for m in mems], at)
         verdict = verdict_of(delta)
