@@ -8,7 +8,6 @@ band takes ``--noise-pct`` > the device file's > the engine's published repeats
 import dataclasses
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +92,9 @@ def test_fit_stores_the_hand_worked_noise(repeats_file):
     assert n["df"] == 3 and n["unit"] == "sd of ln tok/s (one run)"
     assert [(r["name"], r["tok_s"]) for r in n["repeats"]] == [
         ("A.csv / B.csv / C.csv", [2.5, 2.0, 3.125]), ("E.csv / F.csv", [2.5, 1.25])]
-    assert all(r["note"] == "differ only in nothing" or "io_threads" in r["note"] for r in n["repeats"])
+    # D's 2 lanes beside the others' 4 identify the lanes' term (b = 0.5 exactly): a live lever
+    assert [r["note"] for r in n["repeats"]] == ["differ only in nothing"] * 2
+    assert dev.params["b"].value == pytest.approx(0.5, rel=1e-3)
     assert ("run-to-run noise: sd 33.66 % [22.31, 49.01] of ln tok/s of one run, 3 degrees of "
             "freedom, from 2 repeats among the runs: A.csv / B.csv / C.csv (2.5, 2, 3.125 tok/s); "
             "E.csv / F.csv (2.5, 1.25 tok/s)") in text
