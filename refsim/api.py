@@ -193,8 +193,11 @@ def fit_device(runs, *, trim: int = 50, name: str = "", jackknife: bool = True):
     Returns
     -------
     refsim.timing.DeviceModel
-        ``.params`` (value, s.e., unit) and ``.compute`` floors; ``.to_json()`` is the device
-        file ``refsim timing fit --out`` writes.
+        ``.params`` (value, s.e., unit) and ``.compute`` floors, and, when ``runs`` are paths
+        holding repeats, the device's own run-to-run noise (``.noise``:
+        :func:`refsim.timing.noise.with_device_noise`; RunData carry no preamble configuration,
+        so their repeats are not looked for); ``.to_json()`` is the device file
+        ``refsim timing fit --out`` writes.
 
     Raises
     ------
@@ -204,8 +207,15 @@ def fit_device(runs, *, trim: int = 50, name: str = "", jackknife: bool = True):
         Fewer than 2 runs, a run the model does not describe (an mmap run), a missing
         ``model``/``io_threads``, a file of predicted times.
     """
+    from refsim.timing import RunData
     from refsim.timing.fit import fit_device as fit
-    return fit(_runs(runs, trim), name=name, jackknife=jackknife)
+    from refsim.timing.noise import with_device_noise
+    runs = list(runs)
+    got = _runs(runs, trim)
+    dev = fit(got, name=name, jackknife=jackknife)
+    if all(isinstance(r, RunData) for r in runs):
+        return dev
+    return with_device_noise(dev, got, name=name)
 
 
 def predict_time(device, runs, *, trim: int | None = None) -> list:

@@ -176,6 +176,9 @@ def run_fit(args) -> int:
         from dataclasses import replace
         pc, eps_notes = _position_cost(args, dev)
         dev = replace(dev, position_cost=pc)
+    # the runs' own repeats (refsim.timing.identify's rule): the device's run-to-run noise
+    from refsim.timing.noise import with_device_noise
+    dev = with_device_noise(dev, runs, name=args.name)
     write_text_atomic(args.out, dev.to_json(), what="--out")
     with contextlib.redirect_stdout(report_stream({"--out": args.out})):   # stderr if --out -
         return _report_fit(args, dev, runs, preds, rm, eps_notes)
@@ -304,6 +307,13 @@ def _report_fit(args, dev, runs, preds, rm=None, eps_notes=()) -> int:
     if dev.replicates:
         print(f"bootstrap: {len(dev.replicates)} refits over the runs stored (seed {args.seed}): "
               f"refsim whatif's band carries the parameters' spread")
+    if dev.noise is not None:
+        from refsim.timing.noise import stored_noise
+        t = stored_noise(dev)
+        print(f"run-to-run noise: sd {100 * t.value:.2f} % [{100 * t.lo:.2f}, {100 * t.hi:.2f}] of "
+              f"ln tok/s of one run, {plural(dev.noise['df'], 'degree')} of freedom, from "
+              f"{plural(len(dev.noise['repeats']), 'repeat')} among the runs: {t.source} "
+              f"(refsim whatif's band uses it unless --noise-pct)")
     if dev.position_cost:
         from refsim.timing.positions import device_eps
         for key in sorted(dev.position_cost):

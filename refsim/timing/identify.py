@@ -16,7 +16,8 @@ speculation run is never an input), and returns a :class:`DeviceTerms`:
 - with the model's tensor table (:class:`refsim.timing.work.PositionWork`), the tensor-size
   reading ``eps_bytes`` at the verify width; and ``eps`` at that width
   (:func:`refsim.timing.positions.width_eps`: the roofline of the two readings);
-- the shared runs' own repeats (refsim.timing.noise).
+- the shared runs' own repeats (:func:`refsim.timing.noise.device_repeats`, the rule ``timing fit``
+  stores a device file's noise by).
 
 :func:`calibrate_cells` calibrates a device on published tables' ``off`` cells, ignoring their
 speculation cells (they are what a what-if predicts).
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from refsim.errors import ConfigError
 from refsim.timing.fit import fit_device
 from refsim.timing.model import DeviceModel
-from refsim.timing.noise import Repeat, shared_repeats
+from refsim.timing.noise import Repeat, dead_levers, device_repeats  # noqa: F401 (dead_levers: re-exported)
 from refsim.timing.plain import load_plain_runs, plain_cells
 from refsim.timing.positions import bytes_eps, prefill_eps, width_eps
 from refsim.timing.prefill import PrefillObs, prefill_figures, prefill_obs, prefill_union
@@ -230,21 +231,10 @@ def identify_device(specs: list[str], sizes: dict, work: dict | None = None, wid
             eps[model] = width_eps(group_terms[key], key[1], width, max(1.0, r), eb)
         else:
             eps[model] = width_eps(group_terms[key], key[1], width)
-    reps = shared_repeats(runs, {r.label: metrics[r.label].config for r in runs},
-                          dead_levers(device), name)
+    reps = device_repeats(runs, device, {r.label: metrics[r.label].config for r in runs}, name)
     return DeviceTerms(name=name or device.name, device=device, prefills=tuple(obs),
                        prefill_groups=group_terms, eps_prefill=chosen, eps_bytes=eps_b, eps=eps,
                        work_ratio=ratio, repeats=tuple(reps), notes=tuple(notes + more))
-
-
-def dead_levers(device: DeviceModel) -> tuple:
-    """Configuration keys the device fit finds dead: ``io_threads`` when the lanes' term ``b`` is
-    not identified (one lane count) or zero within two standard errors (the desktop's: -0.094
-    +- 0.064, docs/timing.md)."""
-    b = device.params["b"]
-    if not b.identified or (b.se is not None and abs(b.value) <= 2.0 * b.se):
-        return ("io_threads",)
-    return ()
 
 
 def calibrate_cells(device: DeviceModel, tables, model: str, lanes: int, overlap: bool):

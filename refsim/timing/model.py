@@ -120,6 +120,11 @@ class DeviceModel:
     """Per model file name, the readings that identify the compute of a verify decode's extra
     positions (``timing fit --gguf``; :func:`read_position_cost_doc` gives the layout,
     :func:`refsim.timing.positions.device_eps` the value at a width); ``{}``: not identified."""
+    noise: dict | None = None
+    """The device's own run-to-run noise, from the repeats among its fitted runs (``timing fit``;
+    :func:`refsim.timing.noise.noise_doc` gives the layout, :func:`read_noise_doc` validates it,
+    :func:`refsim.timing.noise.stored_noise` reads it); None: the runs hold no repeat (the file
+    has no such key)."""
 
     def value(self, key: str) -> float:
         return self.params[key].value
@@ -235,6 +240,8 @@ class DeviceModel:
             doc["requests"] = self.requests
         if self.position_cost:
             doc["position_cost"] = self.position_cost
+        if self.noise is not None:
+            doc["noise"] = self.noise
         if self.replicates:
             doc["replicates"] = list(self.replicates)
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
@@ -387,6 +394,80 @@ def read_position_cost_doc(path: str, doc) -> dict:
     return doc
 
 
+MAX_NOISE_SD = 1.0
+"""Bound on a device file's stored noise (sd of ln tok/s of one run; ``refsim whatif
+--noise-pct`` takes at most 100 %): the engine's repeats give 0.7-8.4 % (docs/whatif-terms.md)."""
+MAX_REPEAT_RUNS = 1024
+"""Bound on the runs of one stored repeat, and on the stored repeats."""
+NOISE_KEYS = ("value", "lo", "hi", "unit", "df", "repeats")
+REPEAT_KEYS = ("name", "tok_s", "mib_per_token", "note")
+
+
+def _text(path: str, where: str, value) -> str:
+    if not isinstance(value, str) or len(value) > 4096:
+        raise ConfigError(f"{path}: {where}: expected a string of at most 4096 characters")
+    return value
+
+
+def read_noise_doc(path: str, doc) -> dict:
+    """Validate a device file's optional ``noise`` object (untrusted input; the layout of
+    :func:`refsim.timing.noise.noise_doc`) and return it as read:
+
+    - ``value``, ``lo``, ``hi``: finite, ``0 <= lo <= value <= hi <=`` :data:`MAX_NOISE_SD`,
+      and :func:`refsim.timing.noise.log_sigma` of the stored repeats (relative 1e-9: the value is
+      what its repeats give, not a free number);
+    - ``unit``: :data:`refsim.timing.noise.NOISE_UNIT`;
+    - ``df``: an integer, the repeats' ``sum (runs - 1)``;
+    - ``repeats``: 1..:data:`MAX_REPEAT_RUNS` objects of ``name`` (text), ``tok_s`` (2..
+      :data:`MAX_REPEAT_RUNS` numbers, each > 0 and <= :data:`MAX_ABS_PARAM`), ``mib_per_token``
+      (>= 0, <= :data:`MAX_ABS_PARAM`) and ``note`` (text).
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the key.
+    """
+    from refsim.timing.noise import NOISE_UNIT, degrees_of_freedom, log_sigma, stored_repeats
+    if not isinstance(doc, dict) or set(doc) != set(NOISE_KEYS):
+        raise ConfigError(f"{path}: noise: expected an object with keys {', '.join(NOISE_KEYS)}")
+    v, lo, hi = (_num(path, f"noise.{k}", doc[k]) for k in ("value", "lo", "hi"))
+    if not 0.0 <= lo <= v <= hi <= MAX_NOISE_SD:
+        raise ConfigError(f"{path}: noise: expected 0 <= lo <= value <= hi <= {MAX_NOISE_SD:g} "
+                          f"(sd of ln tok/s), got {lo!r}, {v!r}, {hi!r}")
+    if doc["unit"] != NOISE_UNIT:
+        raise ConfigError(f"{path}: noise.unit: expected {NOISE_UNIT!r}, got {doc['unit']!r}")
+    reps = doc["repeats"]
+    if not isinstance(reps, list) or not 1 <= len(reps) <= MAX_REPEAT_RUNS:
+        raise ConfigError(f"{path}: noise.repeats: expected a list of 1..{MAX_REPEAT_RUNS} repeats")
+    for i, r in enumerate(reps):
+        at = f"noise.repeats[{i}]"
+        if not isinstance(r, dict) or set(r) != set(REPEAT_KEYS):
+            raise ConfigError(f"{path}: {at}: expected an object with keys {', '.join(REPEAT_KEYS)}")
+        _text(path, f"{at}.name", r["name"])
+        _text(path, f"{at}.note", r["note"])
+        ts = r["tok_s"]
+        if not isinstance(ts, list) or not 2 <= len(ts) <= MAX_REPEAT_RUNS:
+            raise ConfigError(f"{path}: {at}.tok_s: expected a list of 2..{MAX_REPEAT_RUNS} runs' "
+                              f"tok/s")
+        for j, t in enumerate(ts):
+            if _num(path, f"{at}.tok_s[{j}]", t) <= 0:
+                raise ConfigError(f"{path}: {at}.tok_s[{j}]: expected > 0, got {t!r}")
+        if _num(path, f"{at}.mib_per_token", r["mib_per_token"]) < 0:
+            raise ConfigError(f"{path}: {at}.mib_per_token: expected >= 0, got "
+                              f"{r['mib_per_token']!r}")
+    rs = stored_repeats(doc)
+    df = doc["df"]
+    if isinstance(df, bool) or not isinstance(df, int) or df != degrees_of_freedom(rs):
+        raise ConfigError(f"{path}: noise.df: expected {degrees_of_freedom(rs)} (the repeats' "
+                          f"runs less one each), got {df!r}")
+    t = log_sigma(rs)
+    for k, want in (("value", t.value), ("lo", t.lo), ("hi", t.hi)):
+        if not math.isclose(doc[k], want, rel_tol=1e-9, abs_tol=1e-15):
+            raise ConfigError(f"{path}: noise.{k}: {doc[k]!r} is not what the stored repeats give "
+                              f"({want!r}: the pooled sd of ln tok/s, refsim.timing.noise)")
+    return doc
+
+
 def read_replicates_doc(path: str, doc, compute_keys) -> tuple:
     """Validate a device file's optional ``replicates`` list (untrusted input): at most
     :data:`MAX_REPLICATES` objects ``{"params": {every key of PARAMS: number}, "compute_ms": {the
@@ -455,6 +536,7 @@ def load_device(path: str) -> DeviceModel:
     need |= {"lanes"} & set(doc)            # optional: the runs' lane counts (older files lack it)
     need |= {"position_cost"} & set(doc)    # optional: eps identified (timing fit --gguf)
     need |= {"replicates"} & set(doc)       # optional: bootstrap refits (timing fit --boot)
+    need |= {"noise"} & set(doc)            # optional: the runs' own repeats (timing fit)
     if set(doc) != need:
         extra, missing = sorted(set(doc) - need), sorted(need - set(doc))
         raise ConfigError(f"{path}: keys differ from a device file's (missing {missing}, "
@@ -504,6 +586,8 @@ def load_device(path: str) -> DeviceModel:
         dev = replace(dev, requests=doc["requests"])
     if "position_cost" in doc:
         dev = replace(dev, position_cost=read_position_cost_doc(path, doc["position_cost"]))
+    if "noise" in doc:
+        dev = replace(dev, noise=read_noise_doc(path, doc["noise"]))
     if "replicates" in doc:
         dev = replace(dev, replicates=read_replicates_doc(path, doc["replicates"], compute))
     return dev

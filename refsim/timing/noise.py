@@ -123,12 +123,13 @@ def log_sigma(reps, predict=None, name: str = "noise") -> Term:
     reps = list(reps)
     if not reps:
         raise ConfigError("noise: no repeated configuration")
-    ss, df, each = 0.0, 0, []
+    ss, each = 0.0, []
+    df = degrees_of_freedom(reps)
     for rep in reps:
         r = residual_logs(rep, None if predict is None or rep.same_reads else
                           (lambda m, rep=rep: predict(rep, m)))
         d = float(np.sum((r - r.mean()) ** 2))
-        ss, df = ss + d, df + r.size - 1
+        ss += d
         each.append(math.sqrt(d / (r.size - 1)))
     sigma = math.sqrt(ss / df)
     return Term(name, sigma, min(each + [sigma]), max(each + [sigma]), "sd of ln tok/s (one run)",
@@ -136,6 +137,11 @@ def log_sigma(reps, predict=None, name: str = "noise") -> Term:
                                     for rep in reps),
                 f"pooled over {len(reps)} repeat(s), {df} degree(s) of freedom; interval: the "
                 f"single repeats' own estimates ({', '.join(f'{e:.4f}' for e in each)})")
+
+
+def degrees_of_freedom(reps) -> int:
+    """The degrees of freedom of :func:`log_sigma`'s pooled estimate: ``sum_g (n_g - 1)``."""
+    return sum(len(rep.tok_s) - 1 for rep in reps)
 
 
 def shared_repeats(runs, configs: dict, dead_keys=(), device: str = "") -> list[Repeat]:
@@ -150,8 +156,7 @@ def shared_repeats(runs, configs: dict, dead_keys=(), device: str = "") -> list[
         Each run's preamble configuration by label (``MetricsRun.config``).
     dead_keys : tuple of str
         Keys whose difference does not break a repeat: levers the device fit finds dead (the
-        lanes when its ``b`` is zero within two standard errors:
-        :func:`refsim.timing.identify.dead_levers`).
+        lanes when its ``b`` is zero within two standard errors: :func:`dead_levers`).
     device : str
         The device class the repeats measure.
     """
@@ -181,6 +186,107 @@ def shared_repeats(runs, configs: dict, dead_keys=(), device: str = "") -> list[
                           "recorded runs with byte-identical per-token reads",
                           f"differ only in {', '.join(differ) or 'nothing'}"))
     return out
+
+
+def dead_levers(device) -> tuple:
+    """Configuration keys the device fit finds dead: ``io_threads`` when the lanes' term ``b`` is
+    not identified (one lane count) or zero within two standard errors (the desktop's: -0.094
+    +- 0.064, docs/timing.md). ``device`` is a :class:`refsim.timing.model.DeviceModel`."""
+    b = device.params["b"]
+    if not b.identified or (b.se is not None and abs(b.value) <= 2.0 * b.se):
+        return ("io_threads",)
+    return ()
+
+
+def device_repeats(runs, device, configs: dict | None = None, name: str = "") -> list[Repeat]:
+    """The repeats among one device's recorded runs, by one rule wherever they are looked for
+    (``timing fit``'s device file, :func:`refsim.timing.identify.identify_device`): runs of
+    byte-identical per-token reads whose configurations differ only in the levers ``device``
+    (fitted on ``runs``) finds dead (:func:`shared_repeats` with :func:`dead_levers`).
+
+    Parameters
+    ----------
+    runs : list of RunData
+    device : DeviceModel
+    configs : dict of str -> dict, optional
+        Each run's preamble configuration by label; default: read from each run's file
+        (``MetricsRun.config``).
+    name : str
+        The device class the repeats measure.
+
+    Raises
+    ------
+    MetricsFormatError, ConfigError
+        Reading a run's file (``configs`` not given).
+    """
+    if configs is None:
+        from refsim.telemetry.metrics_reader import read_metrics
+        configs = {r.label: read_metrics(r.label).config for r in runs}
+    return shared_repeats(runs, configs, dead_levers(device), name)
+
+
+NOISE_UNIT = "sd of ln tok/s (one run)"
+"""The unit of :func:`log_sigma`'s value, as a device file's ``noise.unit`` states it."""
+
+
+def noise_doc(reps) -> dict:
+    """A device file's ``noise`` entry (``timing fit``) from the repeats among its runs
+    (:func:`device_repeats`; each of byte-identical reads): ``value``, ``lo``, ``hi``
+    (:func:`log_sigma`'s, :data:`NOISE_UNIT`), ``unit``, ``df`` (:func:`degrees_of_freedom`) and
+    ``repeats``: per repeat its ``name``, each run's ``tok_s`` (mean decode tok/s over the kept
+    tokens), ``mib_per_token`` (their common flash read, MiB = 2^20 bytes) and ``note``.
+    :func:`refsim.timing.model.read_noise_doc` validates it; :func:`stored_noise` reads it back.
+
+    Raises
+    ------
+    ConfigError
+        No repeat, or a repeat whose runs read different MiB/token (its difference would count as
+        noise).
+    """
+    reps = list(reps)
+    for rep in reps:
+        if not rep.same_reads:
+            raise ConfigError(f"repeat {rep.name}: its runs read different MiB/token; a device "
+                              f"file stores the noise of byte-identical repeats only")
+    t = log_sigma(reps)
+    return {"value": t.value, "lo": t.lo, "hi": t.hi, "unit": NOISE_UNIT,
+            "df": degrees_of_freedom(reps),
+            "repeats": [{"name": rep.name, "tok_s": list(rep.tok_s),
+                         "mib_per_token": rep.mib_per_token[0], "note": rep.note} for rep in reps]}
+
+
+def with_device_noise(device, runs, configs: dict | None = None, name: str = ""):
+    """``device`` (fitted on ``runs``) with its own run-to-run noise stored (``noise``:
+    :func:`noise_doc` of :func:`device_repeats`), or ``device`` unchanged when ``runs`` hold no
+    repeat (its file then has no ``noise`` key: the bytes it had before the key existed).
+    ``timing fit`` and :func:`refsim.api.fit_device` write their device through it.
+
+    Raises
+    ------
+    MetricsFormatError, ConfigError
+        :func:`device_repeats`'.
+    """
+    from dataclasses import replace
+    reps = device_repeats(runs, device, configs, name)
+    return replace(device, noise=noise_doc(reps)) if reps else device
+
+
+def stored_repeats(doc: dict, device: str = "") -> list[Repeat]:
+    """The :class:`Repeat` s of a device file's ``noise`` entry (:func:`noise_doc`'s layout)."""
+    return [Repeat(r["name"], device, tuple(float(t) for t in r["tok_s"]),
+                   (float(r["mib_per_token"]),) * len(r["tok_s"]),
+                   "the device file's repeats (refsim timing fit)", r["note"])
+            for r in doc["repeats"]]
+
+
+def stored_noise(device) -> Term | None:
+    """The run-to-run noise stored in a device file (``timing fit`` on runs with repeats), as
+    :func:`log_sigma`'s Term of the stored repeats; None when the file stores none. ``device`` is
+    a :class:`refsim.timing.model.DeviceModel` (its ``noise``, validated by
+    :func:`refsim.timing.model.read_noise_doc`)."""
+    if device.noise is None:
+        return None
+    return log_sigma(stored_repeats(device.noise, device.name), name="noise")
 
 
 def auto_budget_sigma(paths, name: str = "auto_budget_sigma") -> Term:
