@@ -313,7 +313,8 @@ def _report_fit(args, dev, runs, preds, rm=None, eps_notes=()) -> int:
         print(f"run-to-run noise: sd {100 * t.value:.2f} % [{100 * t.lo:.2f}, {100 * t.hi:.2f}] of "
               f"ln tok/s of one run, {plural(dev.noise['df'], 'degree')} of freedom, from "
               f"{plural(len(dev.noise['repeats']), 'repeat')} among the runs: {t.source} "
-              f"(refsim whatif's band uses it unless --noise-pct)")
+              f"(refsim whatif's band pools it with the engine's published repeats unless "
+              f"--noise-pct)")
     if dev.position_cost:
         from refsim.timing.positions import device_eps
         for key in sorted(dev.position_cost):

@@ -37,7 +37,7 @@ from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.errors import ConfigError, UsageError
-from refsim.fmt import CSV_NA, plural
+from refsim.fmt import CSV_NA
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
 from refsim.validators import cache_mib, milliseconds, percent, positive_mib
 
@@ -124,8 +124,8 @@ def add_parser(sub) -> None:
                         "compute floor and nothing else, and says by how much")
     p.add_argument("--noise-pct", type=percent, default=None, metavar="SD",
                    help="run-to-run noise, sd of ln tok/s of one run in %%, 0..100 (default: the "
-                        "device file's own, when timing fit found repeats among its runs; else the "
-                        "engine's published byte-identical repeats, refsim.timing.noise)")
+                        "engine's published byte-identical repeats, pooled with the device file's "
+                        "own when timing fit found repeats among its runs; refsim.timing.noise)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object with a rows list")
     out.add_argument("--csv", action="store_true", help="CSV rows")
@@ -194,18 +194,13 @@ def _eps(args, dev, model: str, width: int):
 
 def _sigma(args, dev) -> tuple:
     """``(sigma, source)``: the run-to-run noise of the band (sd of ln tok/s of one run, a ratio)
-    and what gave it, first of: ``--noise-pct``; the device file's own repeats (``timing fit``
-    stores them when its runs hold repeats: :func:`refsim.timing.noise.stored_noise`); the
-    engine's published byte-identical repeats (:data:`refsim.timing.noise.PUBLISHED_REPEATS`)."""
+    and what gave it: ``--noise-pct``, else :func:`refsim.timing.noise.band_noise` (the published
+    byte-identical repeats, pooled with the device file's own when ``timing fit`` stored some)."""
     if args.noise_pct is not None:
         return args.noise_pct / 100.0, f"--noise-pct {args.noise_pct:g}"
-    from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma, stored_noise
-    t = stored_noise(dev)
-    if t is not None:
-        return t.value, (f"device file: {plural(len(dev.noise['repeats']), 'repeat')} of its runs, "
-                         f"{plural(dev.noise['df'], 'degree')} of freedom: {t.source}")
-    t = log_sigma([r for r in PUBLISHED_REPEATS if r.same_reads])
-    return t.value, f"published byte-identical repeats: {t.source}"
+    from refsim.timing.noise import band_noise
+    t, source = band_noise(dev)
+    return t.value, source
 
 
 def _check_spec(args, live):

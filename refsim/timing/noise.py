@@ -184,7 +184,8 @@ def shared_repeats(runs, configs: dict, dead_keys=(), device: str = "") -> list[
                           tuple(r.measured_tok_s for r in g),
                           tuple(float(r.x.mean()) for r in g),
                           "recorded runs with byte-identical per-token reads",
-                          f"differ only in {', '.join(differ) or 'nothing'}"))
+                          f"differ only in {', '.join(differ)}" if differ
+                          else "identical configurations"))
     return out
 
 
@@ -287,6 +288,30 @@ def stored_noise(device) -> Term | None:
     if device.noise is None:
         return None
     return log_sigma(stored_repeats(device.noise, device.name), name="noise")
+
+
+def band_noise(device=None) -> tuple[Term, str]:
+    """The run-to-run noise of a what-if band when none is given (``refsim whatif`` without
+    ``--noise-pct``), and a line saying where it came from.
+
+    The engine's published byte-identical repeats (:data:`PUBLISHED_REPEATS`, 2 degrees of
+    freedom), **pooled** with the device file's own repeats when ``timing fit`` stored some
+    (:func:`stored_noise`): :func:`log_sigma` over both, so each repeat counts by its degrees of
+    freedom. A device's own repeats alone would set the band from as little as one pair of runs
+    (the desktop set's pc-E / pc-F: 0.70 %, 1 degree of freedom, whose normal-theory 90 % interval
+    spans 0.51-16 x the value); pooled, a file's many repeats outweigh the published two, and one
+    pair moves the published figure by its share. ``device`` is a
+    :class:`refsim.timing.model.DeviceModel` or None.
+    """
+    from refsim.fmt import plural
+    published = [r for r in PUBLISHED_REPEATS if r.same_reads]
+    own = [] if device is None or device.noise is None else stored_repeats(device.noise, device.name)
+    t = log_sigma(own + published)
+    if not own:
+        return t, f"published byte-identical repeats: {t.source}"
+    return t, (f"pooled: the device file's {plural(len(own), 'repeat')} "
+               f"({plural(degrees_of_freedom(own), 'degree')} of freedom) and the published "
+               f"byte-identical repeats ({degrees_of_freedom(published)}): {t.source}")
 
 
 def auto_budget_sigma(paths, name: str = "auto_budget_sigma") -> Term:

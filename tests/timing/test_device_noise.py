@@ -20,11 +20,14 @@ from refsim.errors import ConfigError
 from refsim.testing.mutate import cpu_time_limit, mutated
 from refsim.testing.shared import require_shared
 from refsim.timing import RunData, load_device
-from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma, stored_noise
+from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma, stored_noise, stored_repeats
 from tests.timing.test_timing import KNOWN, design, write_legacy
 
 DEMO = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
 PUBLISHED = log_sigma([r for r in PUBLISHED_REPEATS if r.same_reads]).value
+SS_PUBLISHED = (math.log(6.14 / 5.82) ** 2 + math.log(5.17 / 4.59) ** 2) / 2
+"""The published byte-identical pairs' sum of squares about their means (phone mtp off 5.82 /
+6.14, phone prose off 5.17 / 4.59 tok/s: each pair (d/2)^2 x 2 = d^2 / 2), 2 degrees of freedom."""
 """whatif's noise without --noise-pct and without a device file's (6.52 %)."""
 
 
@@ -93,7 +96,7 @@ def test_fit_stores_the_hand_worked_noise(repeats_file):
     assert [(r["name"], r["tok_s"]) for r in n["repeats"]] == [
         ("A.csv / B.csv / C.csv", [2.5, 2.0, 3.125]), ("E.csv / F.csv", [2.5, 1.25])]
     # D's 2 lanes beside the others' 4 identify the lanes' term (b = 0.5 exactly): a live lever
-    assert [r["note"] for r in n["repeats"]] == ["differ only in nothing"] * 2
+    assert [r["note"] for r in n["repeats"]] == ["identical configurations"] * 2
     assert dev.params["b"].value == pytest.approx(0.5, rel=1e-3)
     assert ("run-to-run noise: sd 33.66 % [22.31, 49.01] of ln tok/s of one run, 3 degrees of "
             "freedom, from 2 repeats among the runs: A.csv / B.csv / C.csv (2.5, 2, 3.125 tok/s); "
@@ -102,13 +105,16 @@ def test_fit_stores_the_hand_worked_noise(repeats_file):
 
 def test_whatif_band_uses_the_device_files_noise(repeats_file, capsys):
     path, _ = repeats_file
+    """Pooled with the published pairs: sqrt((2 ln^2 1.25 + ln^2 2 / 2 + SS_PUBLISHED) / (3 + 2))."""
     doc = _whatif(capsys, path)
     l125, l2 = math.log(1.25), math.log(2.0)
-    assert doc["noise_sd"] == pytest.approx(math.sqrt((2 * l125 ** 2 + l2 ** 2 / 2) / 3), rel=1e-12)
-    assert doc["noise_sd"] == load_device(str(path)).noise["value"]
-    assert doc["noise_source"] == ("device file: 2 repeats of its runs, 3 degrees of freedom: "
-                                   "A.csv / B.csv / C.csv (2.5, 2, 3.125 tok/s); E.csv / F.csv "
-                                   "(2.5, 1.25 tok/s)")
+    assert doc["noise_sd"] == pytest.approx(
+        math.sqrt((2 * l125 ** 2 + l2 ** 2 / 2 + SS_PUBLISHED) / 5), rel=1e-12)
+    assert doc["noise_sd"] == pytest.approx(0.26394, abs=5e-6)
+    assert doc["noise_source"] == (
+        "pooled: the device file's 2 repeats (3 degrees of freedom) and the published "
+        "byte-identical repeats (2): A.csv / B.csv / C.csv (2.5, 2, 3.125 tok/s); E.csv / F.csv "
+        "(2.5, 1.25 tok/s); phone mtp off (5.82, 6.14 tok/s); phone prose off (5.17, 4.59 tok/s)")
 
 
 def test_a_pair_by_hand_through_fit_and_whatif(tmp_path, capsys):
@@ -124,7 +130,10 @@ def test_a_pair_by_hand_through_fit_and_whatif(tmp_path, capsys):
     want = math.log(1.25) / math.sqrt(2.0)
     n = load_device(str(out)).noise
     assert (n["value"], n["lo"], n["hi"]) == pytest.approx((want, want, want), rel=1e-12)
-    assert _whatif(capsys, out)["noise_sd"] == pytest.approx(0.157786, abs=5e-7)
+    # whatif pools the pair (1 degree of freedom) with the published pairs (2)
+    pooled = math.sqrt((math.log(1.25) ** 2 / 2 + SS_PUBLISHED) / 3)
+    assert _whatif(capsys, out)["noise_sd"] == pytest.approx(pooled, rel=1e-12)
+    assert pooled == pytest.approx(0.10553, abs=5e-6)
 
 
 # --- precedence: --noise-pct > the device file's > the published repeats ---------------------------
@@ -139,15 +148,17 @@ def test_each_source_wins_where_it_should(repeats_file, tmp_path, capsys):
     given_ = _whatif(capsys, path, "--noise-pct", "3")
     assert (given_["noise_sd"], given_["noise_source"]) == (0.03, "--noise-pct 3")
     assert given_["rows"] == _whatif(capsys, bare, "--noise-pct", "3")["rows"]   # the file's unused
-    # 2. the device file's over the published repeats
+    # 2. the device file's, pooled with the published repeats, over the published alone
     own = _whatif(capsys, path)
-    assert own["noise_sd"] == load_device(str(path)).noise["value"]
-    assert own["noise_source"].startswith("device file: 2 repeats")
+    dev = load_device(str(path))
+    assert own["noise_sd"] == log_sigma(stored_repeats(dev.noise) + [
+        r for r in PUBLISHED_REPEATS if r.same_reads]).value
+    assert own["noise_source"].startswith("pooled: the device file's 2 repeats")
     # 3. the published repeats when the file has none
     pub = _whatif(capsys, bare)
     assert pub["noise_sd"] == PUBLISHED and pub["noise_sd"] == pytest.approx(0.0652, abs=5e-5)
     assert pub["noise_source"].startswith("published byte-identical repeats: phone mtp off")
-    # the band is the noise's: 33.7 % of one run is wider than 6.5 %
+    # the band is the noise's: 26.4 % of one run is wider than 6.5 %
     wide, narrow = own["rows"][0], pub["rows"][0]
     assert wide["eff_tok_s"] == narrow["eff_tok_s"]
     assert wide["eff_tok_s_hi"] - wide["eff_tok_s_lo"] > narrow["eff_tok_s_hi"] - narrow["eff_tok_s_lo"]
@@ -155,8 +166,9 @@ def test_each_source_wins_where_it_should(repeats_file, tmp_path, capsys):
     capsys.readouterr()
     assert main(["whatif", DEMO, "--device", str(path), "--cache-mb", "256", "--spec", "off",
                  "--explain"]) == 0
-    assert ("noise sd 33.66 % (device file: 2 repeats of its runs, 3 degrees of freedom: "
-            "A.csv / B.csv / C.csv (2.5, 2, 3.125 tok/s)") in capsys.readouterr().out
+    assert ("noise sd 26.39 % (pooled: the device file's 2 repeats (3 degrees of freedom) and "
+            "the published byte-identical repeats (2): A.csv / B.csv / C.csv (2.5, 2, 3.125 "
+            "tok/s)") in capsys.readouterr().out
 
 
 def test_runs_without_a_repeat_store_nothing(tmp_path, capsys):
@@ -298,7 +310,7 @@ def test_desktop_fit_stores_identifys_repeats_to_the_last_bit(tmp_path, capsys):
     (refsim.testing.validation_inputs: the set's plain runs, trim 50) stores pc-E / pc-F's noise,
     equal to log_sigma of identify_device's repeats to the last bit: 0.70 % of one run, 1 degree
     of freedom (their reads are byte-identical; they differ only in io_threads, a lever the fit
-    finds dead: b = -0.094 +- 0.064). whatif then prices with exactly that sd."""
+    finds dead: b = -0.094 +- 0.064). whatif pools it with the published pairs: 5.34 %."""
     require_shared("real-runs", "desktop-2026-07-24-qwen36")
     from refsim.testing.recording_sets import DESKTOP, set_inputs
     from refsim.testing.validation_inputs import TRIM
@@ -322,7 +334,11 @@ def test_desktop_fit_stores_identifys_repeats_to_the_last_bit(tmp_path, capsys):
     capsys.readouterr()
     assert main(["whatif", trace, "--device", str(out), "--cache-mb", "4000", "--spec", "off",
                  "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["noise_sd"] == want.value
+    # whatif pools the pair with the published pairs: sqrt((sd_E/F^2 x 1 + SS_PUBLISHED) / 3)
+    got = json.loads(capsys.readouterr().out)["noise_sd"]
+    assert got == log_sigma(list(terms.repeats) + [r for r in PUBLISHED_REPEATS if r.same_reads]).value
+    assert got == pytest.approx(math.sqrt((want.value ** 2 + SS_PUBLISHED) / 3), rel=1e-12)
+    assert round(100 * got, 2) == 5.34
 
 
 def test_phone_lanes_fit_stores_no_noise(tmp_path):
