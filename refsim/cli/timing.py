@@ -174,7 +174,8 @@ def run_fit(args) -> int:
         eps_notes += list(more)
     if args.gguf:
         from dataclasses import replace
-        pc, eps_notes = _position_cost(args, dev)
+        pc, more = _position_cost(args, dev)
+        eps_notes += list(more)                 # after --boot's, not in place of them
         dev = replace(dev, position_cost=pc)
     # the runs' own repeats (refsim.timing.identify's rule): the device's run-to-run noise
     from refsim.timing.noise import with_device_noise

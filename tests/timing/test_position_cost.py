@@ -301,3 +301,25 @@ def test_fit_gguf_of_another_model_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "n_expert 128, but" in err and "states n_expert=256: not the runs' model" in err
     assert not (tmp_path / "d.json").exists()
+
+
+def test_fit_gguf_keeps_the_boot_notes(tmp_path, twin, capsys, monkeypatch):
+    """--boot's notes (a stratum of one run) and --gguf's (no prefill figures) are both printed:
+    the --gguf step used to replace the list --boot had filled."""
+    require_shared()
+    import refsim.timing.band as band
+    from refsim.testing.recording_sets import PHONE_DROP, set_specs
+    real = band.bootstrap_devices
+
+    def with_note(runs, n_boot, seed):
+        devices, notes = real(runs, n_boot, seed)
+        return devices, notes + ("stratum test: one run (x.csv); its parameters' spread is not "
+                                 "estimated",)
+    monkeypatch.setattr(band, "bootstrap_devices", with_note)
+    out = tmp_path / "phone.json"
+    capsys.readouterr()
+    assert main(["timing", "fit", *set_specs(PHONE_DROP), "--gguf", twin, "--boot", "2",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "stratum test: one run (x.csv)" in err
+    assert "only --overlap prefills" in err
