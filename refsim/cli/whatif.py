@@ -471,7 +471,8 @@ def run(args) -> int:
     what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:
         from refsim.timing.plot import plot_whatif
-        plot_whatif(prices, args.plot, f"refsim whatif: {what} on {name}")
+        plot_whatif(prices, args.plot, f"refsim whatif: {what} on {name}",
+                    auto=args.cache_mb == "auto")
     policy_label = "fixed" if policy is None else policy.label()
     if args.json:
         doc = ({"trace": args.source} if live is None else

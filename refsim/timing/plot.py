@@ -130,7 +130,7 @@ def plot_breakeven_budgets(table: dict, path: str, bands: dict | None = None, ba
     return {"budget_mib": budgets, "acceptance_needed_pct": alpha, "plain_tok_s": plain}
 
 
-def plot_whatif(prices, path: str, title: str = "") -> dict:
+def plot_whatif(prices, path: str, title: str = "", auto: bool = False) -> dict:
     """``refsim whatif --plot``: per budget, a bar per configuration with its band.
 
     Left: effective tok/s (``off`` included), the band as an error bar. Right: the change against
@@ -142,12 +142,16 @@ def plot_whatif(prices, path: str, title: str = "") -> dict:
         In the command's order (budget, then configuration).
     path : str
         Output (``.png``, ``.pdf`` or ``.svg``).
+    auto : bool
+        ``--cache-mb auto``: each configuration at its own budget (the speculative memory leaves
+        the cache), so the bars form one group, labelled ``auto``, and each configuration's
+        legend entry names its budget.
 
     Returns
     -------
     dict
-        ``budgets``, ``configs`` and per config ``eff_tok_s`` / ``delta_pct`` lists over budgets
-        (point, lo, hi triples): the plotted series.
+        ``budgets`` (``["auto"]`` under ``auto``), ``configs`` and per config ``eff_tok_s`` /
+        ``delta_pct`` lists over budgets (point, lo, hi triples): the plotted series.
 
     Raises
     ------
@@ -157,9 +161,16 @@ def plot_whatif(prices, path: str, title: str = "") -> dict:
     from refsim.cache import ExpertCache
     from refsim.fmt import budget_mib
     plt = pyplot()
-    budgets = sorted({p.budget_mib for p in prices})
     configs = list(dict.fromkeys(p.config.label for p in prices))
-    at = {(p.budget_mib, p.config.label): p for p in prices}
+    if auto:
+        budgets = ["auto"]
+        at = {("auto", p.config.label): p for p in prices}
+        legend = {p.config.label: f"{p.config.label} "
+                  f"({budget_mib(ExpertCache.mib_to_bytes(p.budget_mib))} MiB)" for p in prices}
+    else:
+        budgets = sorted({p.budget_mib for p in prices})
+        at = {(p.budget_mib, p.config.label): p for p in prices}
+        legend = {c: c for c in configs}
     fig, (ax_t, ax_d) = plt.subplots(1, 2, figsize=(11, 4.4))
     n = len(configs)
     width = 0.8 / n
@@ -170,16 +181,17 @@ def plot_whatif(prices, path: str, title: str = "") -> dict:
         eff[c] = [(p.eff_tok_s.point, p.eff_tok_s.lo, p.eff_tok_s.hi) for p in ps]
         ax_t.bar(xs, [e[0] for e in eff[c]], width,
                  yerr=[[e[0] - e[1] for e in eff[c]], [e[2] - e[0] for e in eff[c]]],
-                 capsize=3, color=f"C{k % 10}", label=c)
+                 capsize=3, color=f"C{k % 10}", label=legend[c])
         if c != "off":
             delta[c] = [(p.delta.point, p.delta.lo, p.delta.hi) for p in ps]
             ax_d.bar(xs, [d[0] for d in delta[c]], width,
                      yerr=[[d[0] - d[1] for d in delta[c]], [d[2] - d[0] for d in delta[c]]],
-                     capsize=3, color=f"C{k % 10}", label=c)
+                     capsize=3, color=f"C{k % 10}", label=legend[c])
     ax_d.axhline(0.0, color="k", lw=0.8)
     for ax in (ax_t, ax_d):
         ax.set_xticks(range(len(budgets)))
-        ax.set_xticklabels([budget_mib(ExpertCache.mib_to_bytes(b)) for b in budgets])
+        ax.set_xticklabels(["auto (each configuration's own)" if b == "auto" else
+                            budget_mib(ExpertCache.mib_to_bytes(b)) for b in budgets])
         ax.set_xlabel("cache budget (MiB)")
         ax.grid(alpha=0.3, axis="y")
         if ax.get_legend_handles_labels()[0]:       # only off: no change bars, no legend

@@ -295,3 +295,30 @@ def test_trace_budget_below_token_cycle_warns(device_file, capsys):
     assert err.count("refsim whatif: warning: budget 64 MiB is below one token cycle T = 85.6 MiB") == 1
     assert main(["whatif", DEMO, "--device", device_file, "--cache-mb", "256", "--spec", "off"]) == 0
     assert "below one token cycle" not in capsys.readouterr().err
+
+
+def test_auto_budgets_plot_as_one_group(device_file, twin, twin_trace, tmp_path, capsys,
+                                        monkeypatch):
+    """--cache-mb auto --plot: each configuration has its own budget (a new-user pass found a
+    KeyError traceback, no table, no plot); the bars form one group `auto`, each legend entry
+    naming its configuration's budget, and the table is printed."""
+    pytest.importorskip("matplotlib")
+    import refsim.timing.plot as plot
+    shown = {}
+    real = plot.plot_whatif
+
+    def keep(*a, **k):
+        shown.update(real(*a, **k))
+        return shown
+    monkeypatch.setattr(plot, "plot_whatif", keep)
+    out = tmp_path / "auto.svg"
+    spec = "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.3,mtp:d=3:acceptance=0.8"
+    capsys.readouterr()
+    assert main(["whatif", twin_trace, "--device", device_file, "--gguf", twin, "--spec", spec,
+                 "--cache-mb", "auto", "--ram-mb", "24000", "--plot", str(out)]) == 0
+    assert "baseline" in capsys.readouterr().out and out.stat().st_size > 0
+    assert shown["budgets"] == ["auto"]
+    assert shown["configs"] == ["off", "ngram:d=3:m=3", "mtp:d=3"]
+    assert [len(v) for v in shown["eff_tok_s"].values()] == [1, 1, 1]
+    text = out.read_text()
+    assert "auto (each configuration" in text
