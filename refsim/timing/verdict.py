@@ -55,6 +55,8 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from refsim.errors import ConfigError, UsageError
 from refsim.spec.constants import DRAFT_MAX_LIMIT, NGRAM_MAX_MATCH
 from refsim.timing.band import DEFAULT_LEVEL, Band, delta_band, tok_s_band
@@ -816,6 +818,7 @@ def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term) -> tup
     e = dv.eps
     at = {x: _ms_terms(dv, dv.model, cfg, reads, x, mem.value) for x in (e.lo, e.hi)}
     src = f"device {dv.model.name or '?'} fitted on {len(dv.model.fitted_on)} plain run(s)"
+    spread = _refit_spread(dv, cfg, reads, mem.value)
     out = []
     for name in TERM_NAMES:
         v = ms[name]
@@ -840,6 +843,30 @@ def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term) -> tup
         elif name == "head":
             out.append(exact(name, v, "ms/token", "derived",
                              f"no MTP head: {cfg.kind} drafts without one"))
+        elif name in spread:
+            lo, hi = spread[name]
+            out.append(Term(name, v, min(lo, v), max(hi, v), "ms/token", "fitted", src,
+                            f"interval: the {len(dv.replicates)} bootstrap refits' central "
+                            f"{100 * dv.level:g} % at eps's value"))
         else:
             out.append(exact(name, v, "ms/token", "fitted", src))
     return tuple(out)
+
+
+FITTED_TERMS = ("compute", "bookkeeping", "contention", "flash", "stall")
+"""The terms that are the device fit's alone (no eps, no head, no memory)."""
+
+
+def _refit_spread(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float) -> dict:
+    """``{term: (lo, hi)}``, ms/token: each of :data:`FITTED_TERMS` over the device's bootstrap
+    refits (:attr:`Device.replicates`) at eps's value, its central ``dv.level`` quantiles (the
+    parameters' part of the band, term by term); empty without refits."""
+    if not dv.replicates:
+        return {}
+    vals = [_ms_terms(dv, d, cfg, reads, dv.eps.value, memory_ms) for d in dv.replicates]
+    q = ((1.0 - dv.level) / 2.0, (1.0 + dv.level) / 2.0)
+    out = {}
+    for name in FITTED_TERMS:
+        lo, hi = np.quantile(np.array([v[name] for v in vals], dtype=np.float64), q)
+        out[name] = (float(lo), float(hi))
+    return out

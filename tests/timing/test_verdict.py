@@ -244,3 +244,26 @@ def test_mtp_head_derived_from_the_twin(tmp_path):
     ref = head_ms_per_token(work, exact("C", 100.0, "ms", "fitted", ""), EPS, 3, 3.4)
     assert p.term("head").value == pytest.approx(ref.value, rel=1e-12)
     assert p.ms_per_token == pytest.approx(425.7 / 3.4 + want)
+
+
+def test_fitted_terms_carry_the_refits_spread():
+    """With bootstrap refits (C = 90, 100, ..., 130 ms; the other parameters the point fit's), each
+    fitted term's interval is the refits' central 90 % at eps's value (numpy's linear quantiles:
+    the 5th and 95th percentile of five values are value 0 + 0.2 x step and value 3 + 0.8 x step);
+    off's compute is tail C = 1.1 C: [1.1 x 92, 1.1 x 128]; terms the refits do not move keep a
+    zero-width interval; without refits every fitted term is exact (the --explain a new-user
+    pass found showing [109, 109] beside a band of 200 refits)."""
+    reps = tuple(device(c) for c in (90.0, 100.0, 110.0, 120.0, 130.0))
+    p = price(dv(replicates=reps), SpecConfig("off"), READS)
+    t = p.term("compute")
+    assert t.value == pytest.approx(110.0)
+    assert (t.lo, t.hi) == pytest.approx((1.1 * 92.0, 1.1 * 128.0), rel=1e-12)
+    assert t.note == "interval: the 5 bootstrap refits' central 90 % at eps's value"
+    b = p.term("bookkeeping")
+    assert b.lo == b.value == b.hi == pytest.approx(16.5)
+    bare = price(dv(), SpecConfig("off"), READS).term("compute")
+    assert bare.lo == bare.value == bare.hi and bare.note == ""
+    # refits all slower than the point fit: the interval reaches down to the point (hull)
+    p2 = price(dv(replicates=(device(150.0), device(160.0))), SpecConfig("off"), READS)
+    t2 = p2.term("compute")
+    assert t2.lo == pytest.approx(110.0) and t2.hi == pytest.approx(1.1 * 159.5, rel=1e-12)
