@@ -28,6 +28,21 @@ def _trace(trace, purpose: str):
     return t
 
 
+def _budget(cache_mb) -> float:
+    """One budget in MiB checked by ``--cache-mb``'s own validator
+    (:func:`refsim.validators.cache_mib`) on ``str(cache_mb)``: the command's message for a value
+    it refuses (``True``, ``nan``, 0, beyond 2^40).
+
+    Raises
+    ------
+    UsageError
+        ``"argument --cache-mb: expected a number of MiB from 2^-20 (one byte) to 2^40 (1 EiB),
+        got 'TEXT'"``.
+    """
+    from refsim.validators import cache_mib, check_value
+    return check_value("--cache-mb", str(cache_mb), cache_mib)
+
+
 def replay(trace, cache_mb: float, *, knobs=None, max_disagreements: int = 10):
     """Replay a route trace through the engine's LRU expert cache at one budget (``refsim replay``).
 
@@ -36,7 +51,8 @@ def replay(trace, cache_mb: float, *, knobs=None, max_disagreements: int = 10):
     trace : str, path-like or RouteTrace
         A ``route_trace v1`` file, or a trace :func:`refsim.read_trace` returned.
     cache_mb : float
-        Budget in MiB (2^20 bytes), 2^-20..2^40; ``int(cache_mb * 2**20)`` bytes.
+        Budget in MiB (2^20 bytes), 2^-20..2^40; ``int(cache_mb * 2**20)`` bytes; checked as
+        ``--cache-mb str(cache_mb)`` (:func:`_budget`).
     knobs : StreamKnobs, optional
         The streaming knobs (``--drop-cold-experts``, ``--prefetch``, ``--route-ahead``,
         ``--predict-prefetch``); default off.
@@ -62,7 +78,8 @@ def replay(trace, cache_mb: float, *, knobs=None, max_disagreements: int = 10):
     from refsim.cache.expert_cache import ExpertCache
     from refsim.studies.replay import replay_trace
     t = _trace(trace, "replay")
-    return replay_trace(t, ExpertCache.mib_to_bytes(cache_mb), max_disagreements, knobs=knobs)
+    return replay_trace(t, ExpertCache.mib_to_bytes(_budget(cache_mb)), max_disagreements,
+                        knobs=knobs)
 
 
 def sweep(trace, cache_mb=None, policies=None, *, knobs=None):
@@ -74,9 +91,15 @@ def sweep(trace, cache_mb=None, policies=None, *, knobs=None):
     cache_mb : sequence of float, float or str, optional
         Budgets in MiB: numbers, or the command's text (``"250,500"``, ``"250:8000:250"``);
         default route-replay.py's nine (250 .. 6000). A repeated budget is dropped (first kept).
+        Numbers are checked as the command's text (their ``str()`` joined by commas,
+        :func:`refsim.validators.list_text`) by the command's parser
+        (:func:`refsim.studies.sweep.parse_budgets_mib`): an empty list or a budget out of range
+        is refused with the command's message.
     policies : sequence of str or Policy, or str, optional
         Names (``"lru"``, ``"s3fifo:small=0.2"``, ...), or the command's comma-separated text;
-        default every registered policy, or ``lru`` alone with a knob on.
+        default every registered policy, or ``lru`` alone with a knob on. Names are parsed by the
+        command's parser (:func:`refsim.cache.policies.parse_policy_list`; names in a list are
+        joined by commas): an empty list or an unknown name is refused with its message.
     knobs : StreamKnobs, optional
         With a knob on: one :class:`~refsim.cache.ExpertCache` replay per budget (lru only).
 
@@ -92,24 +115,28 @@ def sweep(trace, cache_mb=None, policies=None, *, knobs=None):
     TraceFormatError
         The file is malformed, or has no rows.
     ConfigError
-        A budget or policy the command refuses (same messages), a knob with a policy other than
-        lru.
+        A budget or policy the command refuses (:class:`~refsim.errors.UsageError`, the same
+        message text), a knob with a policy other than lru.
     """
     from refsim.cache.batches import BatchTrace
     from refsim.cache.policies import parse_policy_list
     from refsim.studies.sweep import (DEFAULT_BUDGETS_MIB, default_policies, parse_budgets_mib,
                                       sweep_budgets, sweep_knobs)
+    from refsim.validators import list_text
     t = _trace(trace, "sweep")
     if cache_mb is None:
         budgets = list(DEFAULT_BUDGETS_MIB)
-    elif isinstance(cache_mb, str):
-        budgets = parse_budgets_mib(cache_mb)
     else:
-        budgets = [cache_mb] if isinstance(cache_mb, (int, float)) else list(cache_mb)
+        budgets = parse_budgets_mib(list_text(cache_mb))
     if policies is None:
         policies = default_policies(knobs)
-    elif isinstance(policies, str):
-        policies = parse_policy_list(policies)
+    else:
+        given = [policies] if isinstance(policies, str) else list(policies)
+        if all(isinstance(p, str) for p in given):     # names: the command's text, its parser
+            policies = parse_policy_list(list_text(given))
+        else:                            # Policy objects as given, names parsed one by one
+            policies = [q for p in given
+                        for q in (parse_policy_list(p) if isinstance(p, str) else [p])]
     if knobs is not None and knobs.any_on:
         return sweep_knobs(t, budgets, knobs, policies)
     h = t.header
@@ -124,10 +151,13 @@ def union(trace, windows=DEFAULT_WINDOWS, cache_mb: float | None = None, *, knob
     Parameters
     ----------
     trace : str, path-like or RouteTrace
-    windows : sequence of int
-        Window widths, each 1..the trace's decode positions; default 1..8.
+    windows : sequence of int, int or str
+        Window widths, each 1..the trace's decode positions; default 1..8. Checked by the rule of
+        ``--window`` (:func:`refsim.validators.int_list`) on the command's text (a str as is,
+        numbers' ``str()`` joined by commas: :func:`refsim.validators.list_text`), so an empty
+        list, a width < 1 or a non-integer is refused with the command's message.
     cache_mb : float, optional
-        Budget in MiB for the replay; None: union sizes only.
+        Budget in MiB for the replay (checked as :func:`replay`'s); None: union sizes only.
     knobs : StreamKnobs, optional
         With a budget: the same replay again with these knobs (the ``knob_*`` columns).
 
@@ -141,16 +171,37 @@ def union(trace, windows=DEFAULT_WINDOWS, cache_mb: float | None = None, *, knob
     ------
     TraceFormatError
         The file is malformed.
+    UsageError
+        ``windows`` or ``cache_mb`` the command refuses (``argument --window: expected N,
+        N,M,... or A..B with A <= B, each an integer in 1..2147483647, got ''`` for ``[]``): the
+        command's message text, as a :class:`~refsim.errors.ConfigError` kind.
     ConfigError
-        A width outside 1..decode positions, a trace without decode positions, a bad budget,
-        knobs without a budget.
+        A width beyond the decode positions (``--window: W is outside 1..N (the trace's decode
+        positions)``, as the command), a trace without decode positions, knobs without a budget.
     """
     from refsim.cache.expert_cache import ExpertCache
     from refsim.studies.union import UnionResult, union_study
     from refsim.trace import RouteTrace, read_trace
+    from refsim.validators import check_list, int_list
+    widths = check_list("--window", windows, int_list(1))     # refsim union's --window rule
+    budget = None if cache_mb is None else ExpertCache.mib_to_bytes(_budget(cache_mb))
     t = trace if isinstance(trace, RouteTrace) else read_trace(trace)
-    budget = None if cache_mb is None else ExpertCache.mib_to_bytes(cache_mb)
-    return UnionResult(union_study(t, [int(w) for w in windows], budget, knobs), budget)
+    return UnionResult(union_study(t, widths, budget, knobs), budget)
+
+
+def _some(runs) -> list:
+    """``runs`` as a list, refused when empty as the commands refuse no ``RUN.csv``.
+
+    Raises
+    ------
+    UsageError
+        ``"the following arguments are required: RUN.csv"`` (argparse's text, ``nargs="+"``).
+    """
+    from refsim.errors import UsageError
+    runs = list(runs)
+    if not runs:
+        raise UsageError("the following arguments are required: RUN.csv")
+    return runs
 
 
 def _runs(runs, trim: int):
@@ -159,12 +210,15 @@ def _runs(runs, trim: int):
 
     Raises
     ------
+    UsageError
+        No run: argparse's text for the commands' missing ``RUN.csv`` (``refsim timing fit`` and
+        ``timing predict`` take one or more), ``"the following arguments are required: RUN.csv"``.
     ConfigError
         RunData and paths mixed.
     """
     from refsim.errors import ConfigError
     from refsim.timing import RunData, load_runs
-    runs = list(runs)
+    runs = _some(runs)
     given = [isinstance(r, RunData) for r in runs]
     if all(given):
         return runs
@@ -201,6 +255,8 @@ def fit_device(runs, *, trim: int = 50, name: str = "", jackknife: bool = True):
 
     Raises
     ------
+    UsageError
+        No run: ``"the following arguments are required: RUN.csv"``, the command's message.
     MetricsFormatError
         A file is not a valid metrics CSV.
     ConfigError
@@ -240,10 +296,13 @@ def predict_time(device, runs, *, trim: int | None = None) -> list:
 
     Raises
     ------
+    UsageError
+        No run (the command's message, as :func:`fit_device`).
     ConfigError
         A bad device file; the runs' refusals (as :func:`fit_device`).
     """
     from refsim.timing import DeviceModel, load_device, predict_run
+    runs = _some(runs)                   # before the device, as the command's parser does
     dev = device if isinstance(device, DeviceModel) else load_device(os.fspath(device))
     return [predict_run(dev, r) for r in _runs(runs, dev.trim if trim is None else trim)]
 

@@ -448,12 +448,15 @@ def simulate(config: RunConfig, warn=None, cmd: str = "run") -> RunReport:
     builtin = config.builtin
     check_outputs({"--route-trace": config.route_trace, "--csv": config.csv},
                   {"MODEL": config.model} if not builtin else {"built-in MODEL": builtin_model_file()})
-    device = config.device.load()
+    device = config.device.load(defer=True)
     path = builtin_model_path() if builtin else named_model_path(config.model)
     if not os.path.exists(path):
         raise ConfigError(f"MODEL {config.model}: no such file")
     t0 = time.perf_counter()
     model = open_model(path)
+    from refsim.timing.device_options import gguf_names
+    names = gguf_names(path, model)
+    device = config.device.for_input(device, names)   # the model's own floor
     dense = not model.spec.n_expert
     if dense:
         _refuse_cache_flags(config, path, model)
@@ -533,6 +536,8 @@ def simulate(config: RunConfig, warn=None, cmd: str = "run") -> RunReport:
         from refsim.timing.work import position_work
         work = position_work(model)
     timed = config.device.run_figures(device, result, result.n_gen, work)
+    said_model = config.device.input_warning(device, names)    # after the run, priced as before
+    warning(warning_line(cmd, said_model) if said_model else None)
     return RunReport(config=config, model_path=path, model=model, prompt=prompt, text=text,
                      result=result, stats=stats, load_s=load_s, wall_s=wall_s, min_margin=margin,
                      budget_bytes=budget, t_bytes=t_bytes, cache=summary, knobs=knob_summary,

@@ -178,6 +178,44 @@ def check_value(flag: str, text: str, validator):
         raise UsageError(f"argument {flag}: {exc}") from None
 
 
+def list_text(values) -> str:
+    """The command-line text of a list argument given from Python (the library face's windows,
+    budgets, policies; :mod:`refsim.api`), so the CLI's own parser checks it and a refusal reads
+    as the CLI's: a ``str`` is the command's text as is; a single number is ``str(value)``; any
+    other iterable is its items' ``str()`` joined by commas (``[]`` -> ``''``, refused as
+    ``--window ''`` is; ``2.0`` -> ``'2.0'`` and ``True`` -> ``'True'``, refused by the integer
+    rule just as on the command line).
+
+    Raises
+    ------
+    UsageError
+        ``values`` is neither a str, a number nor an iterable (``None``): ``"expected a list
+        ..., got ..."`` (no command line can give it).
+    """
+    if isinstance(values, str):
+        return values
+    if isinstance(values, (int, float)):
+        return str(values)
+    try:
+        items = list(values)
+    except TypeError:
+        raise UsageError(f"expected a list (a sequence of values or the command's text), "
+                         f"got {values!r}") from None
+    return ",".join(str(v) for v in items)
+
+
+def check_list(flag: str, values, validator):
+    """:func:`check_value` of a list argument given from Python (:func:`list_text`): the same
+    usage error, the same text, as ``FLAG TEXT`` on the command line.
+
+    Raises
+    ------
+    UsageError
+        ``"argument FLAG: expected ..., got 'TEXT'"``.
+    """
+    return check_value(flag, list_text(values), validator)
+
+
 INT_RANGE_MAX = 10_000
 """Most values one :func:`int_range` list may hold (a typo such as ``1..10000000000`` would
 otherwise build a list of that length before any range check runs)."""

@@ -125,6 +125,11 @@ CASES = [
        "--draft", "1..4", setup=(("timing", "fit", f"{DESK}/pc-A-io4.csv", f"{DESK}/pc-B-io8.csv",
                                   f"{DESK}/pc-D-t8.csv", "--out", "{tmp}/d.json", "--name", "desktop"),),
        shared=True),
+    # docs/timing.md "The decision": the runnable synopsis of refsim whatif (a live run of the tiny MTP model)
+    _c("whatif-synopsis", "whatif", TINY35, "--device", "{tmp}/d.json", "--cache-mb", "2,4", "--spec",
+       "off,ngram:d=3:m=3,mtp:d=3", setup=(("timing", "fit", f"{DESK}/pc-A-io4.csv", f"{DESK}/pc-B-io8.csv",
+                                              f"{DESK}/pc-D-t8.csv", "--out", "{tmp}/d.json", "--name", "desktop"),),
+       shared=True),
     # the engine's shared material
     _c("replay-qwen", "replay", QWEN, "--cache-mb", "4000", shared=True),
     _c("replay-qwen-json", "replay", QWEN, "--cache-mb", "3000", "--json", "--drop-cold-experts", "0.75",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from refsim.cli.common import nonneg_float, positive_int
 from refsim.timing.defaults import DEFAULT_EPS, DEFAULT_IO_THREADS
-from refsim.timing.device_options import DeviceOptions
+from refsim.timing.device_options import DeviceOptions, gguf_names, trace_names  # noqa: F401  (re-exported)
 
 
 def add_device_args(p, positions: bool = True):
@@ -17,8 +17,9 @@ def add_device_args(p, positions: bool = True):
                    help="a device model from refsim timing fit: also print predicted s/token and "
                         "tok/s (predictions, never measurements)")
     g.add_argument("--device-model", metavar="KEY",
-                   help="which of the device's compute floors stands for this model (default: its "
-                        "only one)")
+                   help="which of the device's compute floors stands for this model (default: "
+                        "the input's own model's, by file name; else the device's only one, with a "
+                        "warning when the input names another model)")
     g.add_argument("--io-threads", type=positive_int, default=DEFAULT_IO_THREADS, metavar="L",
                    help="with --device: I/O lanes (default 4, the engine's)")
     g.add_argument("--overlap", action="store_true",
@@ -32,13 +33,34 @@ def add_device_args(p, positions: bool = True):
     return g
 
 
-def load_device_args(args):
+def load_device_args(args, defer: bool = False):
     """``(device, name, model)`` from the parsed flags, or None without ``--device``: loaded and
-    checked before the command's work (:meth:`refsim.timing.device_options.DeviceOptions.load`).
-    ``--io-threads`` and ``--overlap`` without ``--device`` are refused unless ``--model``
-    (replay: the requests' lanes, docs/io.md) uses them."""
+    checked before the command's work (:meth:`refsim.timing.device_options.DeviceOptions.load`;
+    ``defer``: the command calls :func:`for_input` once its input is read). ``--io-threads`` and
+    ``--overlap`` without ``--device`` are refused unless ``--model`` (replay: the requests'
+    lanes, docs/io.md) uses them."""
     lanes_used = getattr(args, "io_model", None) is not None   # replay --model: requests, lanes
-    return DeviceOptions.from_args(args).load(lanes_used)
+    return DeviceOptions.from_args(args).load(lanes_used, defer)
+
+
+def for_input(args, loaded, input_models):
+    """:meth:`refsim.timing.device_options.DeviceOptions.for_input` of the parsed flags: the
+    compute floor of the input's model when the device knows it (:func:`warn_input_model` says,
+    after the work, when the device knows only another)."""
+    return DeviceOptions.from_args(args).for_input(loaded, input_models)
+
+
+def warn_input_model(args, loaded, input_models) -> None:
+    """Print ``refsim CMD: warning: the input's model is ...`` (the CLI's handler of the
+    ``refsim.timing`` logger) when the device prices another model's compute floor
+    (:meth:`~refsim.timing.device_options.DeviceOptions.input_warning`); nothing otherwise.
+    Called after the command's work, as the below-T warning: a refused input's error stays the
+    only stderr line."""
+    text = DeviceOptions.from_args(args).input_warning(loaded, input_models)
+    if text is not None:
+        import logging
+        logging.getLogger("refsim.timing").warning(text)
+
 
 
 def device_figures(args, loaded, mib_per_token: float, tokens_per_decode: float = 1.0,

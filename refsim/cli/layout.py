@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from refsim.cli.common import cache_mib, nonneg_int
-from refsim.cli.device import add_device_args, device_figures, verify_width
+from refsim.cli.device import (add_device_args, device_figures, for_input, gguf_names, trace_names,
+                               verify_width, warn_input_model)
 from refsim.cli.io_flags import block_size
 from refsim.errors import ConfigError, UsageError
 from refsim.fmt import plural
@@ -165,9 +166,10 @@ def run(args) -> int:
     check_outputs({"--out": args.out}, {"MODEL.gguf": args.model,
                                         **{f"TRACE {t}": t for t in args.trace}})
     from refsim.timing.device_options import DeviceOptions
-    device = DeviceOptions.from_args(args).load(True)   # --io-threads/--overlap: the lanes
+    device = DeviceOptions.from_args(args).load(True, defer=True)   # --io-threads/--overlap: the lanes
     budget = ExpertCache.mib_to_bytes(args.cache_mb)
-    layout = layout_from_model(open_model(args.model), args.block_size, True, args.data_start)
+    model = open_model(args.model)
+    layout = layout_from_model(model, args.block_size, True, args.data_start)
     parts = []
     for path in args.trace:
         trace = read_trace(path)
@@ -178,6 +180,10 @@ def run(args) -> int:
             raise ConfigError(f"{path}: no decode to evaluate on (the split leaves none held "
                               f"apart)")
         parts.append((path, trace, fit, ev))
+    # the model's own floor: the GGUF's names, then the traces' (a header-only twin's file name
+    # is its own, the traces name the model they were recorded with)
+    names = gguf_names(args.model, model) + trace_names(p[1].header for p in parts)
+    device = for_input(args, device, names)
     fit_events = [p[1].events[i] for p in parts for i in p[2]]
     if not fit_events:
         raise ConfigError(f"{args.trace[0]}: no decode to fit the layout on")
@@ -195,6 +201,7 @@ def run(args) -> int:
                          "requests_per_token": s.requests_per_token,
                          "window_mib_per_token": s.window_mib_per_token,
                          "predicted_ms_per_token": ms, "time_model": used})
+    warn_input_model(args, device, names)      # after the work: a refusal stays the only line
     if args.out is not None:
         doc = {"format": "refsim-layout v1", "model": args.model, "fit_decodes":
                len(fit_events), "method": "greedy chain on per-layer co-activation",

@@ -24,7 +24,7 @@ import json
 from refsim import MAX_CACHE_MIB, MIB
 from refsim.cli.common import (MIB_RANGE, draft_width, mib, nonneg_float, nonneg_int, percent,
                                positive_int, positive_mib)
-from refsim.cli.device import add_device_args, load_device_args
+from refsim.cli.device import add_device_args, for_input, gguf_names, load_device_args, warn_input_model
 from refsim.errors import ConfigError, UsageError
 from refsim.fmt import num, plural
 
@@ -98,9 +98,12 @@ def run(args) -> int:
         # whose bytes an int64 holds; beyond it the "prediction" is an overflow, not a device time
         raise UsageError(f"argument --mib-per-token: expected {MIB_RANGE}, got "
                          f"'{args.mib_per_token:g}'")
-    device = load_device_args(args)
+    device = load_device_args(args, defer=True)
     from refsim.session import named_model_path
-    model = open_model(named_model_path(args.model))   # builtin, gemma-3-270m: refsim run's names
+    path = named_model_path(args.model)
+    model = open_model(path)   # builtin, gemma-3-270m: refsim run's names
+    names = gguf_names(path, model)
+    device = for_input(args, device, names)     # the model's own floor
     n_ctx_train = model.spec.n_ctx_train
     if args.ctx is None:
         args.ctx = min(CTX_DEFAULT, n_ctx_train) if n_ctx_train > 0 else CTX_DEFAULT
@@ -116,6 +119,7 @@ def run(args) -> int:
     base_budget, led_budget = base.budget_bytes, led.budget_bytes  # validates floor/ceil
     lines = led.lines()
     src = config.spec
+    warn_input_model(args, device, names)      # after the ledger: a refusal stays the only line
     if args.json:
         print(json.dumps(_json(args, model, led, base_budget if ram_mb and spec_on else None,
                                device)))

@@ -16,7 +16,8 @@ from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
 from refsim.fmt import budget_mib, num, pct_text
 from refsim.jit import reference_if_small
-from refsim.cli.device import (add_device_args, device_figures, load_device_args, verify_width,
+from refsim.cli.device import (add_device_args, device_figures, for_input, load_device_args, trace_names,
+                               verify_width, warn_input_model,
                                n_target_decodes, n_target_positions, positions_per_decode,
                                tokens_per_decode)
 from refsim.cli.io_flags import add_io_args, check_io_args, io_tally, request_writer
@@ -289,7 +290,7 @@ def run(args) -> int:
         return run_policy(args, trace, policy, budget)
     check_outputs({"--csv": args.csv, "--requests": args.requests},
                   {"TRACE": args.trace, "GGUF": args.io_model})
-    device = load_device_args(args)
+    device = load_device_args(args, defer=True)
     with contextlib.ExitStack() as stack:
         if args.stream:
             if args.predict_log:
@@ -303,7 +304,9 @@ def run(args) -> int:
                 knobs = knobs_from_args(args, trace.header.n_expert_used)
                 io = make_io(args, trace.header, stack)
                 report = replay_trace(trace, budget, knobs=knobs, io=io)
+    device = for_input(args, device, trace_names([trace.header]))    # the trace's model's floor
     warn_below_token_cycle("replay", [budget], report.summary.t_bytes)
+    warn_input_model(args, device, trace_names([trace.header]))
     io_summary = None
     if report.io is not None:
         from refsim.io.summary import IoSummary

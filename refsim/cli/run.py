@@ -243,7 +243,9 @@ def _eps_words(report) -> str:
     opts = report.config.device
     dev = load_device(opts.device)
     w = run_width(report.result)
-    return eps_line(opts, (dev, opts.device, resolve_model(dev, opts.device_model)), [w]) + \
+    model = report.device.model if report.device is not None else \
+        resolve_model(dev, opts.device_model)          # the floor the run was priced with
+    return eps_line(opts, (dev, opts.device, model), [w]) + \
         f" (verify decodes of {w} positions)"
 
 

@@ -9,7 +9,8 @@ from refsim.cache import ExpertCache
 from refsim.cache.policies import parse_policy_list
 from refsim.cli.common import (add_knob_args, check_outputs, knobs_from_args, report_stream,
                                warn_below_token_cycle)
-from refsim.cli.device import (add_device_args, device_figures, load_device_args,
+from refsim.cli.device import (add_device_args, device_figures, for_input, load_device_args, trace_names,
+                               warn_input_model,
                                n_target_decodes, n_target_positions, positions_per_decode,
                                tokens_per_decode)
 from refsim.errors import UsageError
@@ -71,7 +72,7 @@ def run(args) -> int:
         from refsim.studies.plot import plot_format, require_matplotlib
         plot_format(args.plot)  # the extension names a format we write
         require_matplotlib()  # before the sweep, not after it
-    device = load_device_args(args)
+    device = load_device_args(args, defer=True)
     facts, refs, knobs, warned = [], [], None, set()
     for path in paths:                 # every trace is checked before any cell runs
         trace = read_trace(path)
@@ -86,11 +87,13 @@ def run(args) -> int:
         facts.append((path, h, trace.n_prompt, _Decodes(n_target_decodes(trace),
                                                         n_target_positions(trace))))
         del trace
+    device = for_input(args, device, trace_names(h for _, h, _, _ in facts))   # their model's floor
     if knobs.any_on and args.policy is None:
         policies = default_policies(knobs)    # the knobs exist for the engine's LRU only
     results = sweep_grid(refs, budgets, policies, knobs, spec)
     t_all = [h.token_cycle_bytes for _, h, _, _ in facts]
     warn_below_token_cycle("sweep", [ExpertCache.mib_to_bytes(b) for b in budgets], max(t_all))
+    warn_input_model(args, device, trace_names(h for _, h, _, _ in facts))
     out = report_stream({"--csv": args.csv})   # stderr when the CSV goes to stdout
     if args.json:
         tok_all = None

@@ -89,7 +89,9 @@ def add_parser(sub) -> None:
     b.add_argument("--draft", type=int_list(1, DRAFT_MAX_LIMIT), default=list(range(1, 9)),
                    metavar="D", help="draft widths: N, N,M,... or A..B, 1..8 (default 1..8)")
     b.add_argument("--model", metavar="KEY", help="which of the device's compute floors to use "
-                                                  "(default: its only one)")
+                                                  "(default: the trace's model's, by file name; "
+                                                  "else the device's only one, with a warning "
+                                                  "when the trace names another model)")
     b.add_argument("--io-threads", type=positive_int, default=DEFAULT_IO_THREADS, metavar="L",
                    help="I/O lanes (default 4, the engine's)")
     b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
@@ -445,7 +447,7 @@ def run_breakeven(args) -> int:
     from refsim.studies.union import union_study
     from refsim.trace import read_trace
 
-    from refsim.timing.whatif import resolve_model
+    from refsim.timing.whatif import model_warning, resolve_model
 
     budgets_mib = list(dict.fromkeys(parse_budgets_mib(args.cache_mb)))   # first kept
     check_outputs({"--plot": args.plot}, {"TRACE": args.trace, "--device": args.device})
@@ -454,8 +456,11 @@ def run_breakeven(args) -> int:
         plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
     dev = load_device(args.device)
-    model = resolve_model(dev, args.model, "--model")
+    if args.model is not None:
+        resolve_model(dev, args.model, "--model")       # a model the device lacks: before the trace
     trace = read_trace(args.trace)
+    names = [trace.header.model]                        # the trace's model picks its floor
+    model = resolve_model(dev, args.model, "--model", input_models=names)
     knobs = knobs_from_args(args, trace.header.n_expert_used, cmd="timing breakeven")
     widths = sorted({1} | {d + 1 for d in args.draft})
     unions = {b: union_study(trace, widths, ExpertCache.mib_to_bytes(b),
@@ -475,6 +480,10 @@ def run_breakeven(args) -> int:
         return sorted(out, key=lambda r: r.draft)
 
     table = {b: at(u, None) for b, u in unions.items()}
+    text = model_warning(dev, args.device, model, args.model, names, "--model")
+    if text is not None:      # after the work, so a refusal stays the only stderr line
+        import logging
+        logging.getLogger("refsim.timing").warning(text)
     mode = '--overlap' if args.overlap else 'serial'
     if args.plot is not None:
         from refsim.timing.plot import plot_breakeven, plot_breakeven_budgets

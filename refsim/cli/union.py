@@ -8,7 +8,8 @@ import json
 from refsim.cache import ExpertCache
 from refsim.cli.common import (add_knob_args, cache_mib, draft_width, fraction, int_list, knobs_from_args,
                                seed, warn_below_token_cycle)
-from refsim.cli.device import add_device_args, device_figures, eps_line, load_device_args
+from refsim.cli.device import (add_device_args, device_figures, eps_line, for_input, load_device_args,
+                               trace_names, warn_input_model)
 from refsim.errors import UsageError
 from refsim.fmt import NA, budget_mib, num, plural, ratio
 from refsim.scale.executor import ExecutorSpec, add_executor_args, require_dask
@@ -121,7 +122,7 @@ def run(args) -> int:
     paths = expand_traces(args.trace)
     if spec.dask is not None:
         require_dask()
-    device = load_device_args(args)
+    device = load_device_args(args, defer=True)
     refs, headers, knobs, warned = [], [], None, set()
     kept = []       # --spec-policy: the traces as read, replayed again below (a FIFO reads once)
     for path in paths:                 # every trace is checked before any cell runs
@@ -136,9 +137,11 @@ def run(args) -> int:
         if stream is not None:
             kept.append(trace)
         del trace
+    device = for_input(args, device, trace_names(h for _, h in headers))   # the traces' model's floor
     per_trace = union_grid(refs, args.window, budget, knobs, spec)
     if budget is not None:      # as replay and sweep: T of the widest trace (docs/cache-studies.md)
         warn_below_token_cycle("union", [budget], max(h.token_cycle_bytes for _, h in headers))
+    warn_input_model(args, device, trace_names(h for _, h in headers))
     knobs_on = knobs.any_on
     policies = None
     if stream is not None:      # after the grid, on the traces read above (never read twice)

@@ -33,7 +33,7 @@ import sys
 
 from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, positive_int,
                                token_ids)
-from refsim.cli.device import add_device_args, load_device_args
+from refsim.cli.device import add_device_args, for_input, gguf_names, load_device_args, warn_input_model
 from refsim import MIB
 from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
 from refsim.errors import ConfigError, UsageError
@@ -379,7 +379,7 @@ def run(args) -> int:
     check_live_flags(args, live)
     cfgs = _check_spec(args, live)
     _eps_interval(args)
-    loaded = load_device_args(args)
+    loaded = load_device_args(args, defer=True)
     policy = _policy(args)
     if args.plot is not None:
         from refsim.fileio import check_outputs
@@ -389,6 +389,16 @@ def run(args) -> int:
         _check_plot_not_stdout(args)
         plot_format(args.plot)          # the extension names a format we write, before any work
         require_matplotlib()
+    # the input first: its model picks the device's compute floor, or is warned about
+    trace = model_file = model_path = None
+    if live is not None:
+        model_path, model_file = open_live_model(live)
+        names = gguf_names(model_path, model_file)
+    else:
+        from refsim.trace import read_trace
+        trace = read_trace(args.source)
+        names = [trace.header.model]
+    loaded = for_input(args, loaded, names)
     dev, name, model = loaded
     cal = base_run = None
     if args.baseline is not None:
@@ -398,9 +408,7 @@ def run(args) -> int:
         dev = cal.device
     sigma, sigma_src = _sigma(args, dev)
     cfgs = _configs(args, cfgs)
-    model_file = model_path = None
     if live is not None:
-        model_path, model_file = open_live_model(live)
         check_live_configs(cfgs, live, model_file)
     elif args.gguf is not None:
         from refsim.cli.whatif_sources import check_mtp_block
@@ -424,8 +432,6 @@ def run(args) -> int:
         knobs = knobs_from_args(args, None, traced=False, cmd="whatif")
         source = LiveSource(args, live, knobs, policy)
     else:
-        from refsim.trace import read_trace
-        trace = read_trace(args.source)
         if model_file is not None:
             # the model must be the trace's (refsim replay --model's check): its tensor table
             # prices the head and the ledger of this trace's reads
@@ -468,6 +474,7 @@ def run(args) -> int:
         from refsim.cli.common import warn_below_token_cycle
         warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in args.cache_mb],
                                t_bytes)
+    warn_input_model(args, loaded, names)      # after pricing too: a refusal stays the only line
     what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:
         from refsim.timing.plot import plot_whatif

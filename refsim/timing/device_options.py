@@ -8,6 +8,7 @@ The times are predictions of the device, never measurements (:mod:`refsim.timing
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from refsim.timing.defaults import DEFAULT_EPS, DEFAULT_IO_THREADS
@@ -50,12 +51,14 @@ class DeviceOptions:
                    overlap=bool(getattr(args, "overlap", False)),
                    position_cost=getattr(args, "position_cost", None))
 
-    def load(self, lanes_used: bool = False):
+    def load(self, lanes_used: bool = False, defer: bool = False):
         """``(device, name, model)``: the :class:`~refsim.timing.model.DeviceModel` read from
         :attr:`device`, that path, and the compute floor's key; or None without a device. Loaded
         and checked before a command's work (a bad device file costs nothing). ``lanes_used``:
         the command uses ``--io-threads``/``--overlap`` without a device too (``replay --model``
-        counts its requests' lanes, docs/io.md).
+        counts its requests' lanes, docs/io.md). ``defer``: the command calls :meth:`for_input`
+        once its input is read, so a device of several models and no ``--device-model`` gives
+        ``model`` None here (the input's model may pick one) instead of the refusal.
 
         Raises
         ------
@@ -82,12 +85,47 @@ class DeviceOptions:
         from refsim.timing import load_device
         from refsim.timing.whatif import resolve_model
         dev = load_device(self.device)
-        loaded = dev, self.device, resolve_model(dev, self.device_model)
+        if defer and self.device_model is None and len(dev.compute) > 1:
+            loaded = dev, self.device, None           # for_input resolves it
+        else:
+            loaded = dev, self.device, resolve_model(dev, self.device_model)
         text = dev.lanes_warning(self.io_threads)
         if text is not None:       # the CLI prints it as "refsim CMD: warning: ..." (one line)
             import logging
             logging.getLogger("refsim.timing").warning(text)
         return loaded
+
+    def for_input(self, loaded, input_models):
+        """``loaded`` (:meth:`load`'s value) with the compute floor the input's model names when
+        the device knows it and ``--device-model`` is not given
+        (:func:`refsim.timing.whatif.resolve_model`); None stays None. ``input_models``: the
+        names the input states (a route trace's ``model=``, a GGUF's file name and
+        ``general.name``; the first is the one a message prints; empty: unknown).
+        :meth:`input_warning` says when the device knows only another model.
+
+        Raises
+        ------
+        ConfigError
+            The device knows several models, none the input's, and no ``--device-model``.
+        """
+        if loaded is None:
+            return None
+        from refsim.timing.whatif import resolve_model
+        dev, name, _ = loaded
+        return dev, name, resolve_model(dev, self.device_model,
+                                        input_models=[m for m in input_models if m])
+
+    def input_warning(self, loaded, input_models) -> str | None:
+        """The one-line warning when :meth:`for_input`'s floor is the device's only one and the
+        input names another model (:func:`refsim.timing.whatif.model_warning`); None otherwise
+        (no device, ``--device-model`` given, the input's model unknown or the device's). The
+        price is that floor's either way: a command says it after its work, so that a refusal
+        stays its only stderr line."""
+        if loaded is None:
+            return None
+        from refsim.timing.whatif import model_warning
+        dev, name, model = loaded
+        return model_warning(dev, name, model, self.device_model, [m for m in input_models if m])
 
     def eps_term(self, loaded, width: int):
         """The :class:`~refsim.timing.terms.Term` a ``width``-position decode is priced with on
@@ -161,3 +199,20 @@ class DeviceOptions:
         dev, name, model = loaded
         return predicted_run_times(dev, os.path.basename(name), result, model, self.io_threads,
                                    self.overlap, self.eps(loaded, run_width(result)))
+
+
+def trace_names(headers) -> list[str]:
+    """The model names route-trace headers state (``model=``; the engine writes the model
+    file's path), each once, in order."""
+    return list(dict.fromkeys(h.model for h in headers if h.model))
+
+
+def gguf_names(path, model) -> list[str]:
+    """The names a GGUF gives its model: the file's base name (what the engine's metrics
+    preamble and route trace write as ``model=``, so what ``timing fit`` keys a device's compute
+    floor by) and its ``general.name``, when present."""
+    names = [os.path.basename(os.fspath(path))]
+    general = model.metadata.get("general.name") if hasattr(model, "metadata") else None
+    if isinstance(general, str) and general:
+        names.append(general)
+    return names

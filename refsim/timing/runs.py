@@ -145,12 +145,20 @@ def _float_value(where: str, key: str, value: str) -> float:
     return v
 
 
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names name one model: by file name (the engine's preamble writes the
+    model file's base name, a route trace's ``model=`` may hold its path), exactly otherwise
+    (case and quantisation count: ``Qwen3-30B-A3B-Q4_K_M.gguf`` is not
+    ``Qwen_Qwen3.6-35B-A3B-Q4_K_M.gguf``)."""
+    return os.path.basename(a) == os.path.basename(b)
+
+
 def _same_value(key: str, stated: str, given: str) -> bool:
     """Whether ``key=given`` (after ``@``) says what the preamble's ``key=stated`` says: the
-    model by its file name (the engine writes the base name), numbers by value (``2`` and
-    ``2.0``), anything unreadable by its text."""
+    model by its file name (:func:`same_model`), numbers by value (``2`` and ``2.0``), anything
+    unreadable by its text."""
     if key == "model":
-        return os.path.basename(stated) == os.path.basename(given)
+        return same_model(stated, given)
     try:
         return float(stated) == float(given)
     except ValueError:

@@ -69,23 +69,58 @@ class DeviceWhatIf:
                 f"s/token, {self.predicted_tok_s:.3f} tok/s{eff} ({config})")
 
 
-def resolve_model(device: DeviceModel, model: str | None, flag: str = "--device-model") -> str:
-    """The compute floor to use: ``model``, or the device's only one.
+def input_match(device: DeviceModel, input_models) -> str | None:
+    """The device's compute-floor key that one of ``input_models`` names
+    (:func:`refsim.timing.runs.same_model`: by file name), or None (no name given, or none of
+    the device's)."""
+    from refsim.timing.runs import same_model
+    for key in sorted(device.compute):
+        if any(same_model(key, m) for m in input_models):
+            return key
+    return None
+
+
+def resolve_model(device: DeviceModel, model: str | None, flag: str = "--device-model",
+                  input_models=()) -> str:
+    """The compute floor to use: ``model``; else the device's key that the input's own model
+    names (``input_models``: a route trace's ``model=``, a GGUF's file name and
+    ``general.name``; :func:`input_match`); else the device's only one (:func:`model_warning`
+    says when that is another model than the input's).
 
     ``flag`` names the option in the messages.
 
     Raises
     ------
     ConfigError
-        No model named and the device knows several; a model the device does not know.
+        No model named, none of the input's, and the device knows several; a model the device
+        does not know.
     """
     if model is None:
+        match = input_match(device, input_models)
+        if match is not None:
+            return match
         if len(device.compute) != 1:
             raise ConfigError(f"{flag}: the device knows {len(device.compute)} models "
                               f"({', '.join(sorted(device.compute))}); name one")
         return next(iter(device.compute))
     device.compute_floor(model, where=f"{flag} {model}")
     return model
+
+
+def model_warning(device: DeviceModel, name: str, key: str, named: str | None, input_models,
+                  flag: str = "--device-model") -> str | None:
+    """The one-line warning when the compute floor ``key`` was taken as the device's only one
+    although the input names another model (issue 29: the Qwen3-30B trace priced on the
+    Qwen3.6 desktop's floor said nothing); None when ``flag`` named the floor (``named``), the
+    input names no model, or names ``key``. The prices are unchanged: still ``key``'s floor.
+
+    ``name``: the device file, as given; ``input_models``: the input's names, the first the one
+    printed (:func:`resolve_model`)."""
+    names = [m for m in input_models if m]
+    if named is not None or not names or input_match(device, names) is not None:
+        return None
+    return (f"the input's model is {names[0]}, but the device {name} has only {key}'s compute "
+            f"floor: priced with it ({flag} {key} says that is meant)")
 
 
 def device_whatif(device: DeviceModel, name: str, mib_per_token: float, tokens_per_decode: float,

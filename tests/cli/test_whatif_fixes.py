@@ -337,7 +337,8 @@ def test_plot_of_off_alone_warns_nothing(device_file, tmp_path, capsys):
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         code, _, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "128,256",
-                              "--spec", "off", "--plot", str(out))      # above T: no budget warning
+                              "--spec", "off", "--plot", str(out),      # above T: no budget warning
+                              "--device-model", "m")    # the floor meant: no model warning
     assert code == 0 and err == ""
     assert [str(w.message) for w in got] == []
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

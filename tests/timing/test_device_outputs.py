@@ -252,8 +252,8 @@ def test_breakeven_plot_to_a_fifo_is_streamed(tmp_path, capsys, device_file):
     fifo = tmp_path / "fifo1.pdf"
     os.mkfifo(fifo)
     t, got = read_fifo_in_background(fifo)
-    assert main(["timing", "breakeven", str(demo), "--device", device_file, "--cache-mb", "256",
-                 "--draft", "1..3", "--plot", str(fifo)]) == 0
+    assert main(["timing", "breakeven", str(demo), "--device", device_file, "--model", "m",
+                 "--cache-mb", "256", "--draft", "1..3", "--plot", str(fifo)]) == 0
     t.join(30)
     assert capsys.readouterr().err == ""
     assert len(got) == 1 and got[0].startswith(b"%PDF-") and got[0].rstrip().endswith(b"%%EOF")
