@@ -208,9 +208,10 @@ def _check_spec(args, live):
     UsageError
         :func:`~refsim.timing.verdict.parse_spec_list`'s; ``--tokens`` without ``--prompt-len``
         or the reverse; an ``mtp:`` item on a trace without ``--gguf`` or ``--head-ms``; on a
-        trace, a speculation item without ``acceptance=`` (or an n-gram item without
-        ``coverage=``) that ``--tokens`` does not measure
-        (:attr:`refsim.timing.verdict.SpecConfig.tokens_per_decode`'s message).
+        trace, speculation items without ``acceptance=`` (or n-gram items without
+        ``coverage=``) that ``--tokens`` does not measure: every such item's
+        :attr:`refsim.timing.verdict.SpecConfig.tokens_per_decode` message, joined by ``; `` in
+        one line.
     """
     from refsim.timing.verdict import parse_spec_list
     cfgs = parse_spec_list(args.spec)
@@ -221,15 +222,18 @@ def _check_spec(args, live):
         raise UsageError(f"--spec {mtp[0]}: the MTP head's compute needs --gguf MODEL.gguf (its "
                          f"tensor table) or --head-ms MS on a trace")
     if live is None:
+        lacking = []
         for c in cfgs:
             if _from_tokens(args, c):
                 continue                # measured from --tokens (_configs)
             try:
                 c.tokens_per_decode     # SpecConfig's own refusal of a missing number
             except ConfigError as exc:
-                # the command line lacks what the item needs (acceptance=, coverage= or
-                # --tokens): a usage error, SpecConfig's message
-                raise UsageError(str(exc)) from None
+                lacking.append(str(exc))
+        if lacking:
+            # the command line lacks what the items need (acceptance=, coverage= or --tokens):
+            # a usage error, SpecConfig's message of every such item, in one line
+            raise UsageError("; ".join(lacking))
     return cfgs
 
 

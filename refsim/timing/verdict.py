@@ -235,10 +235,33 @@ class SpecConfig:
         """``1 + c d`` (``d``: :attr:`drafts`)."""
         return 1.0 + self.drafted_fraction * self.drafts
 
+    def missing(self) -> tuple:
+        """The numbers :attr:`tokens_per_decode` needs that the item does not give, in ``--spec``'s
+        order: ``acceptance`` (unless the coverage is 0: nothing drafted), ``coverage`` (an
+        n-gram item's; MTP drafts every decode unless a run measured it)."""
+        out = []
+        if self.kind != "off" and self.acceptance is None and self.coverage != 0.0:
+            out.append("acceptance")
+        if self.kind == "ngram" and self.coverage is None:
+            out.append("coverage")
+        return tuple(out)
+
     @property
     def tokens_per_decode(self) -> float:
         """``1 + c d alpha`` (``d``: :attr:`drafts`); 1 when ``c`` is 0, whatever alpha (a
-        configuration that drafted nothing has no acceptance)."""
+        configuration that drafted nothing has no acceptance).
+
+        Raises
+        ------
+        ConfigError
+            A number it needs is not given (:meth:`missing`), every one named in one line:
+            ``--spec ngram:d=3:m=3: no acceptance, no coverage (give acceptance= and coverage=,
+            or --tokens)``.
+        """
+        miss = self.missing()
+        if miss:
+            raise ConfigError(f"--spec {self.label}: {', '.join('no ' + m for m in miss)} (give "
+                              f"{' and '.join(m + '=' for m in miss)}, or --tokens)")
         c = self.drafted_fraction
         if c == 0.0:
             return 1.0
