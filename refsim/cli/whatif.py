@@ -517,7 +517,7 @@ def run(args) -> int:
               + knob_text)
     else:
         print(f"model: {model_path}{' (built-in)' if model_path != live else ''}: every "
-              f"configuration run live at every budget ({source.n_predict} tokens; refsim run's "
+              f"configuration run live at every budget ({source.generated()}; refsim run's "
               f"path): acceptance, coverage and reads are each run's own counters (measured: "
               f"live run); device {name} (predicted, not measured), compute floor of {model}, "
               f"{args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}" + knob_text)

@@ -43,6 +43,57 @@ def _run_json(capsys, *args):
     return json.loads(capsys.readouterr().out)
 
 
+# 1. what the live runs generated ----------------------------------------------------------------
+
+def test_live_header_says_every_run_stopped_at_eog(device_file, capsys):
+    """Oracle: ``refsim run --json`` of the same configurations at the same budget says each
+    stopped at the end-of-generation token 2 before -n 16, having emitted 10 tokens."""
+    common = ["--prompt-tokens", EOG_PROMPT, "-n", "16", "--cache-mb", "4"]
+    refs = [_run_json(capsys, *common), _run_json(capsys, *common, "--ngram", "--ngram-min-match",
+                                                  "1")]
+    assert [(r["stop"], r["eog_token"], r["n_predict"], r["decodes"]) for r in refs] == \
+        [("eog", 2, 16, 10)] * 2
+    code, out, err = whatif(capsys, "builtin", "--device", device_file, "--cache-mb", "4",
+                            "--spec", "off,ngram:d=3:m=1", *common[:4])
+    assert code == 0, err
+    head = out.splitlines()[0]
+    assert ("every configuration run live at every budget (up to 16 tokens (-n); every run "
+            "stopped at the end-of-generation token 2 after 10 tokens; refsim run's path)") in head
+    assert "(16 tokens" not in head
+    code, out, err = whatif(capsys, "builtin", "--device", device_file, "--cache-mb", "4",
+                            "--spec", "off,ngram:d=3:m=1", *common[:4], "--json")
+    doc = json.loads(out)
+    assert doc["n_predict"] == 16
+    assert [(r["measured"]["generated"], r["measured"]["stop"], r["measured"]["eog_token"])
+            for r in doc["rows"]] == [(10, "eog", 2)] * 2
+
+
+def test_live_header_of_runs_that_reached_n(device_file, capsys):
+    """The control: runs that stopped at -n keep the header's ``24 tokens``; JSON says n_predict."""
+    code, out, err = whatif(capsys, "builtin", "--device", device_file, "--cache-mb", "4",
+                            "--spec", "off,ngram:d=3:m=1", "--prompt-tokens",
+                            "5,6,7,8,9,5,6,7,8,9,5,6,7,8,9", "-n", "24")
+    assert code == 0, err
+    assert "every budget (24 tokens; refsim run's path)" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("stops, text", [
+    ([(16, None), (16, None)], "16 tokens"),
+    ([(10, 2), (10, 2), (10, 2)],
+     "up to 16 tokens (-n); every run stopped at the end-of-generation token 2 after 10 tokens"),
+    ([(10, 2), (16, None)], "up to 16 tokens (-n); 1 of 2 runs stopped at the end-of-generation "
+                            "token 2 after 10 tokens, the other at -n"),
+    ([(7, 2), (10, 2), (16, None), (16, None)],
+     "up to 16 tokens (-n); 2 of 4 runs stopped at the end-of-generation token 2 after 7 to 10 "
+     "tokens, the others at -n"),
+    ([(3, 1), (5, 106)], "up to 16 tokens (-n); every run stopped at an end-of-generation token "
+                         "(1, 106) after 3 to 5 tokens"),
+])
+def test_generated_text_hand_worked(stops, text):
+    from refsim.cli.whatif_sources import generated_text
+    assert generated_text(16, stops) == text
+
+
 # 2. every missing number --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec, line", [
