@@ -479,7 +479,8 @@ def run(args) -> int:
                 "n_predict": source.n_predict})
         doc |= {"device": name, "device_model": model,
                 "overlap": args.overlap, "io_threads": args.io_threads,
-                "eps": eps.as_dict(), "eps_by_config": {k: t.as_dict() for k, t in eps_of.items()},
+                "eps": eps.as_dict(), "eps_by_config": {k: None if k == "off" else t.as_dict()
+                                  for k, t in eps_of.items()},
                 "noise_sd": sigma, "noise_source": sigma_src,
                 "calibration": None if cal is None else {
                     "baseline": args.baseline, "before_ms": cal.before_ms,
@@ -488,13 +489,13 @@ def run(args) -> int:
                     "predicted_before_tok_s": cal.predicted_before_tok_s,
                     "predicted_after_tok_s": cal.predicted_after_tok_s},
                 "spec_policy": policy_label, "predicted": True,
-                "rows": [p.row() | {"terms": [t.as_dict() for t in p.terms],
+                "rows": [p.row() | {"terms": _term_dicts(p),
                                     "notes": list(p.notes)}
                          | ({} if m is None else {"measured": m})
                          for p, m in zip(prices, measured)]}
         if replayed:
             doc["fixed_replay_rows"] = [
-                p.row() | {"policy_row": i, "terms": [t.as_dict() for t in p.terms], "notes": list(p.notes),
+                p.row() | {"policy_row": i, "terms": _term_dicts(p), "notes": list(p.notes),
                            "measured": m}
                 for i, (p, m) in sorted(replayed.items())]
         print(json.dumps(_finite(doc), indent=1, allow_nan=False))
@@ -557,7 +558,7 @@ def run(args) -> int:
             print(_line(q, tag))
             if args.explain:
                 for t in q.terms:
-                    print(f"         {t.line()}")
+                    print(f"         {_term_line(q, t)}")
     return 0
 
 
@@ -589,6 +590,18 @@ def _finite(x):
     if isinstance(x, list):
         return [_finite(v) for v in x]
     return x
+
+
+def _term_dicts(p) -> list:
+    """``p``'s terms for ``--json``: a term that does not apply (``off``'s extra positions,
+    :meth:`refsim.timing.verdict.Price.not_applicable`) has value, lo and hi null."""
+    return [t.as_dict() | ({"value": None, "lo": None, "hi": None} if p.not_applicable(t) else {})
+            for t in p.terms]
+
+
+def _term_line(p, t) -> str:
+    """``--explain``'s line of term ``t`` of ``p``: ``name = - (source)`` when it does not apply."""
+    return f"{t.name} = - ({t.source})" if p.not_applicable(t) else t.line()
 
 
 def _no_ledger():

@@ -121,3 +121,36 @@ def test_tokens_per_decode_names_both_numbers():
     assert SpecConfig("ngram", 3, 3, 0.5, None).missing() == ("coverage",)
     assert SpecConfig("mtp", 2).missing() == ("acceptance",)
     assert SpecConfig("off").missing() == ()
+
+
+# 3. off has no extra position ----------------------------------------------------------------
+
+OFF_ARGS = ["--cache-mb", "64,256", "--spec", "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.4"]
+
+
+def test_off_row_has_no_extra_position_cost(device_file, capsys):
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, *OFF_ARGS, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["eps_by_config"]["off"] is None
+    assert doc["eps_by_config"]["ngram:d=3:m=3"]["value"] == 0.38
+    for r in doc["rows"]:
+        terms = {t["name"]: t for t in r["terms"]}
+        if r["config"] == "off":
+            assert r["extra_positions_ms"] is None
+            assert [terms["extra_positions"][k] for k in ("value", "lo", "hi")] == [None] * 3
+            assert "eps" not in terms["extra_positions"]["source"]
+            # every other term is the sum: the extra positions priced nothing before either
+            rest = sum(terms[k]["value"] for k in terms if k != "extra_positions")
+            assert r["ms_per_token"] == pytest.approx(rest, rel=1e-12)
+        else:
+            assert r["extra_positions_ms"] == terms["extra_positions"]["value"] > 0
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, *OFF_ARGS, "--csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["extra_positions_ms"] for r in rows][0::2] == ["nan", "nan"]
+    assert all(float(r["extra_positions_ms"]) > 0 for r in rows[1::2])
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, *OFF_ARGS, "--explain")
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("extra_positions =")]
+    assert lines[0] == lines[2] == ("extra_positions = - (off: one position per decode, no extra "
+                                    "position to price)")
+    assert lines[1].startswith("extra_positions = 28.5 ms/token [0, 90] (assumed: eps 0.380")
