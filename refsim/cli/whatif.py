@@ -550,15 +550,17 @@ def run(args) -> int:
               "refsim timing fit --boot N)"))
     if any(p.config.kind != "off" and p.config.source == "assumed" for p in prices):
         print("acceptance/coverage marked * are assumed (given in --spec)")
-    print(f"{'budget':>7}  {'config':<16} {'accept':>7} {'cover':>6} {'pos/dec':>7} {'tok/dec':>7} "
-          f"{'MiB/tok':>8} {'hit%':>6} {'eff_tok/s [band]':>22} {'delta% [band]':>24}  "
-          f"{'verdict':<12} {'break-even':>10}")
-    for i, p in enumerate(prices):
-        for q, tag in (((replayed[i][0], "fixed replay"),) if i in replayed else ()) + ((p, None),):
-            print(_line(q, tag))
-            if args.explain:
-                for t in q.terms:
-                    print(f"         {_term_line(q, t)}")
+    shown = [(q, _cells(q, tag)) for i, p in enumerate(prices)
+             for q, tag in (((replayed[i][0], "fixed replay"),) if i in replayed else ())
+             + ((p, None),)]
+    widths = [max([w, len(title)] + [len(c[k]) for _, c in shown])
+              for k, (title, _, w, _) in enumerate(TABLE)]
+    print(_row([title for title, *_ in TABLE], widths))
+    for q, cells in shown:
+        print(_row(cells, widths))
+        if args.explain:
+            for t in q.terms:
+                print(f"{'':{widths[0] + 2}}{_term_line(q, t)}")
     return 0
 
 
@@ -624,9 +626,22 @@ def _pct(v) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}"
 
 
-def _line(p, tag: str | None = None) -> str:
-    """One table row; ``tag`` (``fixed replay``) bracketed after the configuration instead of its
-    policy."""
+TABLE = (("budget", ">", 7, "  "), ("config", "<", 16, " "), ("accept", ">", 7, " "),
+         ("cover", ">", 6, " "), ("pos/dec", ">", 7, " "), ("tok/dec", ">", 7, " "),
+         ("MiB/tok", ">", 8, " "), ("hit%", ">", 6, " "), ("eff_tok/s [band]", ">", 22, " "),
+         ("delta% [band]", ">", 24, "  "), ("verdict", "<", 12, " "), ("break-even", ">", 10, ""))
+"""The table's columns: title, alignment, least width (a column widens to its longest cell:
+a long label with its policy, a budget such as 123456) and the separator after it."""
+
+
+def _row(cells, widths) -> str:
+    """One line of the table: each cell aligned in its column's width (:data:`TABLE`)."""
+    return "".join(f"{c:{align}{w}}{sep}" for c, w, (_, align, _, sep) in zip(cells, widths, TABLE))
+
+
+def _cells(p, tag: str | None = None) -> tuple:
+    """One table row's cells (:data:`TABLE`'s columns); ``tag`` (``fixed replay``) bracketed
+    after the configuration instead of its policy."""
     c = p.config
     label = (f"{c.label} [{tag}]" if tag is not None else
              c.label if c.kind == "off" or c.policy == "fixed" else f"{c.label} [{c.policy}]")
@@ -647,6 +662,5 @@ def _line(p, tag: str | None = None) -> str:
               "never" if math.isnan(p.breakeven_acceptance)
               else f"{100 * p.breakeven_acceptance:.1f}%")
     hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
-    return (f"{_budget(p.budget_mib):>7}  {label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
-            f"{p.tokens_per_decode:>7.2f} {p.mib_per_token:>8.2f} {hit:>6} {band:>22} {delta:>24}  "
-            f"{verdict:<12} {be:>10}")
+    return (_budget(p.budget_mib), label, acc, cov, f"{p.positions_per_decode:.2f}",
+            f"{p.tokens_per_decode:.2f}", f"{p.mib_per_token:.2f}", hit, band, delta, verdict, be)

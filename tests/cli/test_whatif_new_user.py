@@ -154,3 +154,50 @@ def test_off_row_has_no_extra_position_cost(device_file, capsys):
     assert lines[0] == lines[2] == ("extra_positions = - (off: one position per decode, no extra "
                                     "position to price)")
     assert lines[1].startswith("extra_positions = 28.5 ms/token [0, 90] (assumed: eps 0.380")
+
+
+# 4. columns sized from the content -------------------------------------------------------------
+
+TITLES = (("budget", ">"), ("config", "<"), ("accept", ">"), ("cover", ">"), ("pos/dec", ">"),
+          ("tok/dec", ">"), ("MiB/tok", ">"), ("hit%", ">"), ("eff_tok/s [band]", ">"),
+          ("delta% [band]", ">"), ("verdict", "<"), ("break-even", ">"))
+
+
+def _check_columns(table: str, n_rows: int) -> list[str]:
+    """Every row's cells sit in the header's columns: a right-aligned column's cells end where its
+    title ends and a left-aligned one's start where its title starts, a space on each side."""
+    lines = table.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("budget "))
+    head, rows = lines[at], [ln for ln in lines[at + 1:] if not ln.startswith(" " * 9)]
+    assert len(rows) == n_rows
+    assert {len(r) for r in rows} == {len(head)}
+    for title, align in TITLES:
+        start = head.index(title)
+        end = start + len(title)
+        for r in rows:
+            if align == ">":
+                assert r[end:end + 1] in ("", " "), (title, r)
+            else:
+                assert r[start - 1] == " " and r[start] != " ", (title, r)
+    return rows
+
+
+def test_columns_align_with_long_labels_and_budgets(device_file, capsys):
+    spec = "off,ngram:d=8:m=12:acceptance=0.5:coverage=0.25,mtp:d=8:acceptance=0.5"
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "123456.25,64.125",
+                            "--spec", spec, "--head-ms", "1", "--spec-policy", "backoff:patience=1")
+    assert code == 0, err
+    rows = _check_columns(out, 10)
+    assert rows[2].split("  ")[1].strip() == "ngram:d=8:m=12 [backoff:patience=1]"
+    assert rows[1].split("  ")[1].strip() == "ngram:d=8:m=12 [fixed replay]"
+    assert rows[0].startswith("123456.25  off ") and rows[5].startswith("   64.125  off ")
+
+
+def test_default_widths_are_unchanged(device_file, capsys):
+    """Short labels and budgets: the columns keep their former widths (a minimum)."""
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, *OFF_ARGS)
+    rows = _check_columns(out, 4)
+    head = out.splitlines()[3]
+    assert head == (" budget  config            accept  cover pos/dec tok/dec  MiB/tok   hit%   "
+                    "    eff_tok/s [band]            delta% [band]  verdict      break-even")
+    assert rows[1].startswith("     64  ngram:d=3:m=3      50.0*  40.0*    2.20")
