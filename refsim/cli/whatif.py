@@ -24,7 +24,6 @@ Where the reads and the acceptance come from (:mod:`refsim.cli.whatif_sources`):
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json
@@ -35,11 +34,11 @@ from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, pos
                                token_ids)
 from refsim.cli.device import add_device_args, load_device_args
 from refsim import MIB
-from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
+from refsim.cache.expert_cache import ExpertCache
 from refsim.errors import ConfigError, UsageError
 from refsim.fmt import CSV_NA
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
-from refsim.validators import cache_mib, milliseconds, percent, positive_mib
+from refsim.validators import milliseconds, percent, positive_mib
 
 COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", "delta_pct",
            "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
@@ -56,14 +55,20 @@ with the ``policy`` column's policy)."""
 
 
 def _budgets(text: str):
-    """``type=`` of ``--cache-mb``: ``auto`` or a list of MiB budgets (each :func:`cache_mib`'s)."""
+    """``--cache-mb``: ``auto``, or the MiB budgets of ``N[,N,...]`` or ``START:STOP:STEP`` (mixed
+    too) read by :func:`refsim.studies.sweep.parse_budgets_mib`, ``sweep``'s and ``timing
+    breakeven``'s parser: the same bounds (:data:`refsim.cache.expert_cache.CACHE_MB_RANGE` each, at most
+    :data:`~refsim.studies.sweep.MAX_BUDGETS`) and the same messages.
+
+    Raises
+    ------
+    UsageError
+        ``argument --cache-mb: expected N[,N,...] or START:STOP:STEP, each ..., got 'ITEM'``.
+    """
     if text.strip() == "auto":
         return "auto"
-    try:
-        return [cache_mib(part.strip()) for part in text.split(",")]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected N[,N,...] or auto, each {CACHE_MB_RANGE}, "
-                                         f"got {text!r}") from None
+    from refsim.studies.sweep import parse_budgets_mib
+    return parse_budgets_mib(text)
 
 
 def add_parser(sub) -> None:
@@ -78,10 +83,11 @@ def add_parser(sub) -> None:
                         "model (MODEL.gguf, or builtin: refsim run's built-in synthetic qwen3moe): every "
                         "configuration is run live at every budget (refsim run's path) and its own "
                         "counters give the acceptance, coverage and reads")
-    p.add_argument("--cache-mb", required=True, type=_budgets, metavar="LIST",
-                   help="cache budgets in MiB, N or N,M,...; or auto (with --ram-mb and --gguf: "
-                        "each configuration at its own --cache-mb auto budget, the speculative "
-                        "memory taken from the cache)")
+    p.add_argument("--cache-mb", required=True, metavar="LIST",
+                   help="cache budgets in MiB: N,N,... or START:STOP:STEP (as refsim sweep; a "
+                        "repeated budget is priced once, the first kept); or auto (with --ram-mb "
+                        "and --gguf: each configuration at its own --cache-mb auto budget, the "
+                        "speculative memory taken from the cache)")
     p.add_argument("--ram-mb", type=positive_mib, metavar="R",
                    help="MiB available before the contexts are created (with --gguf): the memory "
                         "ledger (refsim memory) prices the speculative memory")
@@ -373,6 +379,7 @@ def run(args) -> int:
     from refsim.cli.whatif_sources import (LiveSource, TraceSource, check_live_configs,
                                            check_live_flags, live_model, open_live_model)
     from refsim.timing.verdict import Device, price
+    cache_mb = _budgets(args.cache_mb)          # the command line alone: first (sweep's order)
     if args.device is None:
         raise UsageError("--device is required: the verdict is a device's")
     live = live_model(args.source)
@@ -407,9 +414,9 @@ def run(args) -> int:
         from refsim.model import open_model
         model_file = open_model(args.gguf)
         check_mtp_block(cfgs, f"--gguf {args.gguf}", model_file)
-    if (args.cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
+    if (cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
         raise UsageError("--cache-mb auto and --ram-mb need --gguf: the memory ledger is the model's")
-    if args.cache_mb == "auto" and args.ram_mb is None:
+    if cache_mb == "auto" and args.ram_mb is None:
         raise UsageError("--cache-mb auto needs --ram-mb R")
     led = _Ledger(model_file, args) if model_file is not None else None
     work, head = _head(args, model_file)
@@ -442,7 +449,7 @@ def run(args) -> int:
     # the union replay's rows of no --spec-policy (docs/timing.md "The draft policy")
     replayed = {}       # index in prices of a policy row -> (its fixed-replay price, measured)
     # a repeated budget is priced once, the first kept (timing breakeven's rule)
-    budgets = ([None] if args.cache_mb == "auto" else list(dict.fromkeys(args.cache_mb)))
+    budgets = ([None] if cache_mb == "auto" else list(dict.fromkeys(cache_mb)))
     for fixed in budgets:
         at = {c.label: (led.auto_mib(c) if fixed is None else fixed) for c in cfgs}
         off_mib = at["off"]
@@ -462,11 +469,11 @@ def run(args) -> int:
             pr, counts = priced(False)
             prices.append(pr)
             measured.append(counts)
-    if live is None and args.cache_mb != "auto":
+    if live is None and cache_mb != "auto":
         # as replay and union: a budget below one token cycle; after pricing, so that a refused
         # configuration's error stays the only line
         from refsim.cli.common import warn_below_token_cycle
-        warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in args.cache_mb],
+        warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in cache_mb],
                                t_bytes)
     what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:

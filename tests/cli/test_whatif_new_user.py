@@ -201,3 +201,34 @@ def test_default_widths_are_unchanged(device_file, capsys):
     assert head == (" budget  config            accept  cover pos/dec tok/dec  MiB/tok   hit%   "
                     "    eff_tok/s [band]            delta% [band]  verdict      break-even")
     assert rows[1].startswith("     64  ngram:d=3:m=3      50.0*  40.0*    2.20")
+
+
+# 5. START:STOP:STEP ------------------------------------------------------------------------------
+
+def test_cache_mb_range_is_the_list_it_expands_to(device_file, capsys):
+    spec = ["--spec", "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.4", *EXACT]
+    code, ranged, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb", "64:256:64,32",
+                               *spec, "--json")
+    assert code == 0, err
+    code, listed, err = whatif(capsys, DEMO, "--device", device_file, "--cache-mb",
+                               "64,128,192,256,32", *spec, "--json")
+    assert code == 0, err
+    assert json.loads(ranged) == json.loads(listed)
+    assert [r["budget_mib"] for r in json.loads(ranged)["rows"]][0::2] == [64, 128, 192, 256, 32]
+
+
+@pytest.mark.parametrize("text", ["256:64:64", "64:256:0", "64:256", "64:256:x", "0:64:8",
+                                  "1:1000000000:1", "abc", "auto,64", "-5,100", "1e400"])
+def test_cache_mb_errors_are_sweeps(device_file, capsys, tmp_path, text):
+    """The same message as ``refsim sweep --cache-mb`` for the same text, exit 2, before any
+    input is read (the trace and the device do not exist)."""
+    code, out, err = whatif(capsys, str(tmp_path / "t.csv"), "--device", str(tmp_path / "d.json"),
+                            "--spec", "off", "--cache-mb", text)
+    assert code == 2 and out == ""
+    try:
+        sweep = main(["sweep", str(tmp_path / "t.csv"), "--cache-mb", text])
+    except SystemExit as exc:
+        sweep = exc.code
+    sweep_err = capsys.readouterr().err.splitlines()[-1]
+    assert sweep == 2 and sweep_err.startswith("refsim sweep: error: argument --cache-mb: expected")
+    assert err.splitlines()[-1] == sweep_err.replace("refsim sweep:", "refsim whatif:")
