@@ -232,3 +232,25 @@ def test_cache_mb_errors_are_sweeps(device_file, capsys, tmp_path, text):
     sweep_err = capsys.readouterr().err.splitlines()[-1]
     assert sweep == 2 and sweep_err.startswith("refsim sweep: error: argument --cache-mb: expected")
     assert err.splitlines()[-1] == sweep_err.replace("refsim sweep:", "refsim whatif:")
+
+
+@pytest.mark.parametrize("cmd", [["whatif", "t.csv", "--device", "d.json", "--spec", "off"],
+                                 ["sweep", "t.csv"],
+                                 ["timing", "breakeven", "t.csv", "--device", "d.json"]])
+@pytest.mark.parametrize("text", ["1_0", "\u0663", "64:1_28:64", "8,1_6"])
+def test_budget_lists_take_only_ascii_numbers(tmp_path, monkeypatch, capsys, cmd, text):
+    """The shared parser read items with float(), which takes ``1_0`` and non-ASCII digits that
+    every single ``--cache-mb`` refuses (docs/cli.md "Numbers"): whatif would have begun to
+    accept them with it, and sweep and breakeven did."""
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(cmd + ["--cache-mb", text])
+    except SystemExit as exc:
+        code = exc.code
+    last = capsys.readouterr().err.splitlines()[-1]
+    bad = next(i for i in text.split(",") if i not in ("8",))
+    name = " ".join(cmd[:2]) if cmd[0] == "timing" else cmd[0]
+    assert code == 2
+    assert last.startswith(f"refsim {name}: error: argument --cache-mb: expected N[,N,...] or "
+                           f"START:STOP:STEP, each ")
+    assert last.endswith(f", got {bad!r}")
