@@ -130,4 +130,5 @@ def budget_mib(budget_bytes: int) -> str:
     return repr(b / MIB)
 
 
-__all__ = ["FLOAT_TEXT", "strict_float", "NA", "CSV_NA", "ratio", "pct", "num", "pct_text", "csv_num", "plural", "budget_mib"]
+__all__ = ["FLOAT_TEXT", "strict_float", "NA", "CSV_NA", "ratio", "pct", "num", "pct_text",
+           "csv_num", "plural", "budget_mib"]

@@ -486,8 +486,9 @@ def run(args) -> int:
                 "n_predict": source.n_predict})
         doc |= {"device": name, "device_model": model,
                 "overlap": args.overlap, "io_threads": args.io_threads,
-                "eps": eps.as_dict(), "eps_by_config": {k: None if k == "off" else t.as_dict()
-                                  for k, t in eps_of.items()},
+                # off has no extra position: no eps (docs/timing.md "The terms")
+                "eps": eps.as_dict(),
+                "eps_by_config": {k: None if k == "off" else t.as_dict() for k, t in eps_of.items()},
                 "noise_sd": sigma, "noise_source": sigma_src,
                 "calibration": None if cal is None else {
                     "baseline": args.baseline, "before_ms": cal.before_ms,
@@ -638,7 +639,7 @@ TABLE = (("budget", ">", 7, "  "), ("config", "<", 16, " "), ("accept", ">", 7, 
          ("MiB/tok", ">", 8, " "), ("hit%", ">", 6, " "), ("eff_tok/s [band]", ">", 22, " "),
          ("delta% [band]", ">", 24, "  "), ("verdict", "<", 12, " "), ("break-even", ">", 10, ""))
 """The table's columns: title, alignment, least width (a column widens to its longest cell:
-a long label with its policy, a budget such as 123456) and the separator after it."""
+a long label with its policy, a budget such as 123456.25) and the separator after it."""
 
 
 def _row(cells, widths) -> str:
