@@ -21,8 +21,29 @@ Rules (docs/telemetry.md "Undefined and unmeasured values", docs/cli.md "Convent
 from __future__ import annotations
 
 import math
+import re
 
 from refsim import MIB
+
+FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)",
+                        re.IGNORECASE)
+"""The one form of a number read from text (a flag, a list item): ASCII decimal or exponent
+notation, ``inf`` or ``nan`` -- the inverse of what this module prints. ``float()`` also takes
+``1_0``, non-ASCII digits and surrounding spaces (docs/cli.md "Numbers")."""
+
+
+def strict_float(text: str) -> float:
+    """``float(text)`` when ``text`` is in the form :data:`FLOAT_TEXT`.
+
+    Raises
+    ------
+    ValueError
+        Any other text (``1_0``, ``\u0663``, `` 3``), or not a string.
+    """
+    if not isinstance(text, str) or not FLOAT_TEXT.fullmatch(text):
+        raise ValueError(text)
+    return float(text)
+
 
 NA = "n/a"
 """Text of an undefined ratio or an unmeasured counter."""
@@ -109,4 +130,5 @@ def budget_mib(budget_bytes: int) -> str:
     return repr(b / MIB)
 
 
-__all__ = ["NA", "CSV_NA", "ratio", "pct", "num", "pct_text", "csv_num", "plural", "budget_mib"]
+__all__ = ["FLOAT_TEXT", "strict_float", "NA", "CSV_NA", "ratio", "pct", "num", "pct_text",
+           "csv_num", "plural", "budget_mib"]

@@ -18,6 +18,7 @@ import re
 
 from refsim.cache.expert_cache import CACHE_MB_RANGE, MAX_CACHE_MIB, ExpertCache
 from refsim.errors import ConfigError, UsageError
+from refsim.fmt import strict_float
 from refsim.spec.constants import DRAFT_MAX_LIMIT, TOKEN_ID_MAX
 
 
@@ -29,8 +30,6 @@ _INT = re.compile(r"0|-?[1-9][0-9]*")
 """The one integer form of every flag and list item: ``0`` or ASCII digits without a leading zero,
 ``-`` for a negative (no ``+``, no space, no ``-0``): the form printf's ``%d`` writes and the trace
 reader requires (docs/trace-format.md), so ``+3``, ``03`` and `` 3`` are refused, not read as 3."""
-_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)",
-                    re.IGNORECASE)
 
 
 def _strict_int(text: str) -> int:
@@ -50,13 +49,6 @@ def _items(text: str) -> list[str]:
     or one at either end, leave an empty item, which the item's own rule refuses (``1,,2``,
     ``1, 2``, `` 3``)."""
     return _SEPARATOR.split(text)
-
-
-def _strict_float(text: str) -> float:
-    """An ASCII decimal or exponent number, ``inf`` or ``nan`` (``float`` would also take ``1_0``)."""
-    if not isinstance(text, str) or not _FLOAT.fullmatch(text):
-        raise ValueError(text)
-    return float(text)
 
 
 def _number(text: str, parse, ok, expected: str):
@@ -99,12 +91,12 @@ token_id = int_in(0, TOKEN_ID_MAX)
 def positive_float(text: str) -> float:
     """``type=`` validator: a finite number > 0 (for a flag that is not MiB; MiB flags take
     :func:`positive_mib`, :func:`mib` or :func:`cache_mib`)."""
-    return _number(text, _strict_float, lambda v: 0 < v < math.inf, "a finite number > 0")
+    return _number(text, strict_float, lambda v: 0 < v < math.inf, "a finite number > 0")
 
 
 def nonneg_float(text: str) -> float:
     """``type=`` validator: a finite number >= 0 (not MiB; see :func:`mib`)."""
-    return _number(text, _strict_float, lambda v: 0 <= v < math.inf, "a finite number >= 0")
+    return _number(text, strict_float, lambda v: 0 <= v < math.inf, "a finite number >= 0")
 
 
 MAX_MS = 1e7
@@ -115,7 +107,7 @@ MAX_MS = 1e7
 def milliseconds(text: str) -> float:
     """``type=`` validator: a number of ms in ``0..1e7`` (:data:`MAX_MS`; ``--head-ms``,
     ``--draft-ms``): beyond it every rate prints 0.000 and says nothing."""
-    return _number(text, _strict_float, lambda v: 0 <= v <= MAX_MS, "a number of ms from 0 to 1e7")
+    return _number(text, strict_float, lambda v: 0 <= v <= MAX_MS, "a number of ms from 0 to 1e7")
 
 
 MIB_RANGE = "a number of MiB from 0 to 2^40 (1 EiB)"
@@ -124,12 +116,12 @@ MIB_RANGE = "a number of MiB from 0 to 2^40 (1 EiB)"
 
 def mib(text: str) -> float:
     """``type=`` validator: a finite number of MiB in ``0..2**40`` (:data:`MIB_RANGE`)."""
-    return _number(text, _strict_float, lambda v: 0 <= v <= MAX_CACHE_MIB, MIB_RANGE)
+    return _number(text, strict_float, lambda v: 0 <= v <= MAX_CACHE_MIB, MIB_RANGE)
 
 
 def positive_mib(text: str) -> float:
     """``type=`` validator: a finite number of MiB in ``(0, 2**40]`` (``--ram-mb``)."""
-    return _number(text, _strict_float, lambda v: 0 < v <= MAX_CACHE_MIB,
+    return _number(text, strict_float, lambda v: 0 < v <= MAX_CACHE_MIB,
                    "a number of MiB > 0 and at most 2^40 (1 EiB)")
 
 
@@ -137,7 +129,7 @@ def cache_mib(text: str) -> float:
     """``type=`` validator of ``--cache-mb``: :data:`refsim.cache.expert_cache.CACHE_MB_RANGE`,
     the bounds :meth:`ExpertCache.mib_to_bytes` applies (one rule for every command)."""
     try:
-        value = _strict_float(text)
+        value = strict_float(text)
         ExpertCache.mib_to_bytes(value)
     except (ValueError, ConfigError):
         raise argparse.ArgumentTypeError(f"expected {CACHE_MB_RANGE}, got {text!r}") from None
@@ -146,7 +138,7 @@ def cache_mib(text: str) -> float:
 
 def probability(text: str) -> float:
     """``type=`` validator: a probability in [0, 1] (``--mtp-p-min``)."""
-    return _number(text, _strict_float, lambda v: 0.0 <= v <= 1.0, "a probability in [0, 1]")
+    return _number(text, strict_float, lambda v: 0.0 <= v <= 1.0, "a probability in [0, 1]")
 
 
 def token_ids(text: str) -> list[int]:
@@ -260,12 +252,12 @@ def int_list(lo: int, hi: int = INT_MAX):
 def fraction(text: str) -> float:
     """``type=`` validator: a number in [0, 1] (``--drop-cold-experts F``; the engine refuses F
     outside it, bmoe-engine.md §3.6)."""
-    return _number(text, _strict_float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
+    return _number(text, strict_float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
 def percent(text: str) -> float:
     """``type=`` validator: a percentage in [0, 100] (``refsim memory --hit-pct``)."""
-    return _number(text, _strict_float, lambda v: 0.0 <= v <= 100.0, "a percentage in [0, 100]")
+    return _number(text, strict_float, lambda v: 0.0 <= v <= 100.0, "a percentage in [0, 100]")
 
 
 def check_choice(flag: str, value, choices) -> None:

@@ -24,7 +24,6 @@ Where the reads and the acceptance come from (:mod:`refsim.cli.whatif_sources`):
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json
@@ -35,11 +34,11 @@ from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, pos
                                token_ids)
 from refsim.cli.device import add_device_args, for_input, gguf_names, load_device_args, warn_input_model
 from refsim import MIB
-from refsim.cache.expert_cache import CACHE_MB_RANGE, ExpertCache
+from refsim.cache.expert_cache import ExpertCache
 from refsim.errors import ConfigError, UsageError
 from refsim.fmt import CSV_NA
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
-from refsim.validators import cache_mib, milliseconds, percent, positive_mib
+from refsim.validators import milliseconds, percent, positive_mib
 
 COLUMNS = ("config", "budget_mib", "eff_tok_s", "eff_tok_s_lo", "eff_tok_s_hi", "delta_pct",
            "delta_lo_pct", "delta_hi_pct", "verdict", "acceptance", "coverage", "acceptance_source",
@@ -56,14 +55,20 @@ with the ``policy`` column's policy)."""
 
 
 def _budgets(text: str):
-    """``type=`` of ``--cache-mb``: ``auto`` or a list of MiB budgets (each :func:`cache_mib`'s)."""
+    """``--cache-mb``: ``auto``, or the MiB budgets of ``N[,N,...]`` or ``START:STOP:STEP`` (mixed
+    too) read by :func:`refsim.studies.sweep.parse_budgets_mib`, ``sweep``'s and ``timing
+    breakeven``'s parser: the same bounds (:data:`refsim.cache.expert_cache.CACHE_MB_RANGE` each, at most
+    :data:`~refsim.studies.sweep.MAX_BUDGETS`) and the same messages.
+
+    Raises
+    ------
+    UsageError
+        ``argument --cache-mb: expected N[,N,...] or START:STOP:STEP, each ..., got 'ITEM'``.
+    """
     if text.strip() == "auto":
         return "auto"
-    try:
-        return [cache_mib(part.strip()) for part in text.split(",")]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected N[,N,...] or auto, each {CACHE_MB_RANGE}, "
-                                         f"got {text!r}") from None
+    from refsim.studies.sweep import parse_budgets_mib
+    return parse_budgets_mib(text)
 
 
 def add_parser(sub) -> None:
@@ -78,10 +83,11 @@ def add_parser(sub) -> None:
                         "model (MODEL.gguf, or builtin: refsim run's built-in synthetic qwen3moe): every "
                         "configuration is run live at every budget (refsim run's path) and its own "
                         "counters give the acceptance, coverage and reads")
-    p.add_argument("--cache-mb", required=True, type=_budgets, metavar="LIST",
-                   help="cache budgets in MiB, N or N,M,...; or auto (with --ram-mb and --gguf: "
-                        "each configuration at its own --cache-mb auto budget, the speculative "
-                        "memory taken from the cache)")
+    p.add_argument("--cache-mb", required=True, metavar="LIST",
+                   help="cache budgets in MiB: N,N,... or START:STOP:STEP (as refsim sweep; a "
+                        "repeated budget is priced once, the first kept); or auto (with --ram-mb "
+                        "and --gguf: each configuration at its own --cache-mb auto budget, the "
+                        "speculative memory taken from the cache)")
     p.add_argument("--ram-mb", type=positive_mib, metavar="R",
                    help="MiB available before the contexts are created (with --gguf): the memory "
                         "ledger (refsim memory) prices the speculative memory")
@@ -212,9 +218,10 @@ def _check_spec(args, live):
     UsageError
         :func:`~refsim.timing.verdict.parse_spec_list`'s; ``--tokens`` without ``--prompt-len``
         or the reverse; an ``mtp:`` item on a trace without ``--gguf`` or ``--head-ms``; on a
-        trace, a speculation item without ``acceptance=`` (or an n-gram item without
-        ``coverage=``) that ``--tokens`` does not measure
-        (:attr:`refsim.timing.verdict.SpecConfig.tokens_per_decode`'s message).
+        trace, speculation items without ``acceptance=`` (or n-gram items without
+        ``coverage=``) that ``--tokens`` does not measure: every such item's
+        :attr:`refsim.timing.verdict.SpecConfig.tokens_per_decode` message, joined by ``; `` in
+        one line.
     """
     from refsim.timing.verdict import parse_spec_list
     cfgs = parse_spec_list(args.spec)
@@ -225,15 +232,18 @@ def _check_spec(args, live):
         raise UsageError(f"--spec {mtp[0]}: the MTP head's compute needs --gguf MODEL.gguf (its "
                          f"tensor table) or --head-ms MS on a trace")
     if live is None:
+        lacking = []
         for c in cfgs:
             if _from_tokens(args, c):
                 continue                # measured from --tokens (_configs)
             try:
                 c.tokens_per_decode     # SpecConfig's own refusal of a missing number
             except ConfigError as exc:
-                # the command line lacks what the item needs (acceptance=, coverage= or
-                # --tokens): a usage error, SpecConfig's message
-                raise UsageError(str(exc)) from None
+                lacking.append(str(exc))
+        if lacking:
+            # the command line lacks what the items need (acceptance=, coverage= or --tokens):
+            # a usage error, SpecConfig's message of every such item, in one line
+            raise UsageError("; ".join(lacking))
     return cfgs
 
 
@@ -373,6 +383,7 @@ def run(args) -> int:
     from refsim.cli.whatif_sources import (LiveSource, TraceSource, check_live_configs,
                                            check_live_flags, live_model, open_live_model)
     from refsim.timing.verdict import Device, price
+    cache_mb = _budgets(args.cache_mb)          # the command line alone: first (sweep's order)
     if args.device is None:
         raise UsageError("--device is required: the verdict is a device's")
     live = live_model(args.source)
@@ -415,9 +426,9 @@ def run(args) -> int:
         from refsim.model import open_model
         model_file = open_model(args.gguf)
         check_mtp_block(cfgs, f"--gguf {args.gguf}", model_file)
-    if (args.cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
+    if (cache_mb == "auto" or args.ram_mb is not None) and model_file is None:
         raise UsageError("--cache-mb auto and --ram-mb need --gguf: the memory ledger is the model's")
-    if args.cache_mb == "auto" and args.ram_mb is None:
+    if cache_mb == "auto" and args.ram_mb is None:
         raise UsageError("--cache-mb auto needs --ram-mb R")
     led = _Ledger(model_file, args) if model_file is not None else None
     work, head = _head(args, model_file)
@@ -448,7 +459,7 @@ def run(args) -> int:
     # the union replay's rows of no --spec-policy (docs/timing.md "The draft policy")
     replayed = {}       # index in prices of a policy row -> (its fixed-replay price, measured)
     # a repeated budget is priced once, the first kept (timing breakeven's rule)
-    budgets = ([None] if args.cache_mb == "auto" else list(dict.fromkeys(args.cache_mb)))
+    budgets = ([None] if cache_mb == "auto" else list(dict.fromkeys(cache_mb)))
     for fixed in budgets:
         at = {c.label: (led.auto_mib(c) if fixed is None else fixed) for c in cfgs}
         off_mib = at["off"]
@@ -468,11 +479,11 @@ def run(args) -> int:
             pr, counts = priced(False)
             prices.append(pr)
             measured.append(counts)
-    if live is None and args.cache_mb != "auto":
+    if live is None and cache_mb != "auto":
         # as replay and union: a budget below one token cycle; after pricing, so that a refused
         # configuration's error stays the only line
         from refsim.cli.common import warn_below_token_cycle
-        warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in args.cache_mb],
+        warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in cache_mb],
                                t_bytes)
     warn_input_model(args, loaded, names)      # after pricing too: a refusal stays the only line
     what = f"{args.source}" if live is None else f"{model_path} (live)"
@@ -487,7 +498,9 @@ def run(args) -> int:
                 "n_predict": source.n_predict})
         doc |= {"device": name, "device_model": model,
                 "overlap": args.overlap, "io_threads": args.io_threads,
-                "eps": eps.as_dict(), "eps_by_config": {k: t.as_dict() for k, t in eps_of.items()},
+                # off has no extra position: no eps (docs/timing.md "The terms")
+                "eps": eps.as_dict(),
+                "eps_by_config": {k: None if k == "off" else t.as_dict() for k, t in eps_of.items()},
                 "noise_sd": sigma, "noise_source": sigma_src,
                 "calibration": None if cal is None else {
                     "baseline": args.baseline, "before_ms": cal.before_ms,
@@ -496,13 +509,13 @@ def run(args) -> int:
                     "predicted_before_tok_s": cal.predicted_before_tok_s,
                     "predicted_after_tok_s": cal.predicted_after_tok_s},
                 "spec_policy": policy_label, "predicted": True,
-                "rows": [p.row() | {"terms": [t.as_dict() for t in p.terms],
+                "rows": [p.row() | {"terms": _term_dicts(p),
                                     "notes": list(p.notes)}
                          | ({} if m is None else {"measured": m})
                          for p, m in zip(prices, measured)]}
         if replayed:
             doc["fixed_replay_rows"] = [
-                p.row() | {"policy_row": i, "terms": [t.as_dict() for t in p.terms], "notes": list(p.notes),
+                p.row() | {"policy_row": i, "terms": _term_dicts(p), "notes": list(p.notes),
                            "measured": m}
                 for i, (p, m) in sorted(replayed.items())]
         print(json.dumps(_finite(doc), indent=1, allow_nan=False))
@@ -525,7 +538,7 @@ def run(args) -> int:
               + knob_text)
     else:
         print(f"model: {model_path}{' (built-in)' if model_path != live else ''}: every "
-              f"configuration run live at every budget ({source.n_predict} tokens; refsim run's "
+              f"configuration run live at every budget ({source.generated()}; refsim run's "
               f"path): acceptance, coverage and reads are each run's own counters (measured: "
               f"live run); device {name} (predicted, not measured), compute floor of {model}, "
               f"{args.io_threads} lanes, {'--overlap' if args.overlap else 'serial'}" + knob_text)
@@ -557,15 +570,17 @@ def run(args) -> int:
               "refsim timing fit --boot N)"))
     if any(p.config.kind != "off" and p.config.source == "assumed" for p in prices):
         print("acceptance/coverage marked * are assumed (given in --spec)")
-    print(f"{'budget':>7}  {'config':<16} {'accept':>7} {'cover':>6} {'pos/dec':>7} {'tok/dec':>7} "
-          f"{'MiB/tok':>8} {'hit%':>6} {'eff_tok/s [band]':>22} {'delta% [band]':>24}  "
-          f"{'verdict':<12} {'break-even':>10}")
-    for i, p in enumerate(prices):
-        for q, tag in (((replayed[i][0], "fixed replay"),) if i in replayed else ()) + ((p, None),):
-            print(_line(q, tag))
-            if args.explain:
-                for t in q.terms:
-                    print(f"         {t.line()}")
+    shown = [(q, _cells(q, tag)) for i, p in enumerate(prices)
+             for q, tag in (((replayed[i][0], "fixed replay"),) if i in replayed else ())
+             + ((p, None),)]
+    widths = [max([w, len(title)] + [len(c[k]) for _, c in shown])
+              for k, (title, _, w, _) in enumerate(TABLE)]
+    print(_row([title for title, *_ in TABLE], widths))
+    for q, cells in shown:
+        print(_row(cells, widths))
+        if args.explain:
+            for t in q.terms:
+                print(f"{'':{widths[0] + 2}}{_term_line(q, t)}")
     return 0
 
 
@@ -599,6 +614,18 @@ def _finite(x):
     return x
 
 
+def _term_dicts(p) -> list:
+    """``p``'s terms for ``--json``: a term that does not apply (``off``'s extra positions,
+    :meth:`refsim.timing.verdict.Price.not_applicable`) has value, lo and hi null."""
+    return [t.as_dict() | ({"value": None, "lo": None, "hi": None} if p.not_applicable(t) else {})
+            for t in p.terms]
+
+
+def _term_line(p, t) -> str:
+    """``--explain``'s line of term ``t`` of ``p``: ``name = - (source)`` when it does not apply."""
+    return f"{t.name} = - ({t.source})" if p.not_applicable(t) else t.line()
+
+
 def _no_ledger():
     """The memory term of a speculation row without a model's ledger (no ``--gguf``): its
     speculative memory is unknown, so pressure is not assessed (docs/timing.md "Memory")."""
@@ -619,9 +646,22 @@ def _pct(v) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}"
 
 
-def _line(p, tag: str | None = None) -> str:
-    """One table row; ``tag`` (``fixed replay``) bracketed after the configuration instead of its
-    policy."""
+TABLE = (("budget", ">", 7, "  "), ("config", "<", 16, " "), ("accept", ">", 7, " "),
+         ("cover", ">", 6, " "), ("pos/dec", ">", 7, " "), ("tok/dec", ">", 7, " "),
+         ("MiB/tok", ">", 8, " "), ("hit%", ">", 6, " "), ("eff_tok/s [band]", ">", 22, " "),
+         ("delta% [band]", ">", 24, "  "), ("verdict", "<", 12, " "), ("break-even", ">", 10, ""))
+"""The table's columns: title, alignment, least width (a column widens to its longest cell:
+a long label with its policy, a budget such as 123456.25) and the separator after it."""
+
+
+def _row(cells, widths) -> str:
+    """One line of the table: each cell aligned in its column's width (:data:`TABLE`)."""
+    return "".join(f"{c:{align}{w}}{sep}" for c, w, (_, align, _, sep) in zip(cells, widths, TABLE))
+
+
+def _cells(p, tag: str | None = None) -> tuple:
+    """One table row's cells (:data:`TABLE`'s columns); ``tag`` (``fixed replay``) bracketed
+    after the configuration instead of its policy."""
     c = p.config
     label = (f"{c.label} [{tag}]" if tag is not None else
              c.label if c.kind == "off" or c.policy == "fixed" else f"{c.label} [{c.policy}]")
@@ -642,6 +682,5 @@ def _line(p, tag: str | None = None) -> str:
               "never" if math.isnan(p.breakeven_acceptance)
               else f"{100 * p.breakeven_acceptance:.1f}%")
     hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
-    return (f"{_budget(p.budget_mib):>7}  {label:<16} {acc:>7} {cov:>6} {p.positions_per_decode:>7.2f} "
-            f"{p.tokens_per_decode:>7.2f} {p.mib_per_token:>8.2f} {hit:>6} {band:>22} {delta:>24}  "
-            f"{verdict:<12} {be:>10}")
+    return (_budget(p.budget_mib), label, acc, cov, f"{p.positions_per_decode:.2f}",
+            f"{p.tokens_per_decode:.2f}", f"{p.mib_per_token:.2f}", hit, band, delta, verdict, be)

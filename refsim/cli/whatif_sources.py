@@ -244,6 +244,7 @@ class LiveSource:
         self.model = None if live == BUILTIN and not os.path.isfile(live) else live
         self.n_predict = args.n_predict or self.N_PREDICT
         self._runs: dict = {}
+        self._stops: dict = {}      # (label, MiB) -> (tokens generated, EOG id or None)
         self._said: set = set()
 
     def _warn(self, line: str) -> None:
@@ -271,21 +272,55 @@ class LiveSource:
                                         n_predict=self.n_predict, spec=spec, cache_mb=mib,
                                         knobs=self.knobs), warn=self._warn, cmd="whatif")
             self._runs[key] = from_steps(report.result.steps)
+            r = report.result
+            self._stops[key] = (r.n_gen, int(r.eog_token) if r.eog else None)
         return self._runs[key]
+
+    def stop(self, c, mib: float) -> dict:
+        """How the run of ``c`` at ``mib`` MiB ended: ``generated`` (tokens emitted, the
+        end-of-generation token never included), ``stop`` (``eog`` or ``n_predict``) and
+        ``eog_token`` (None at ``n_predict``): ``refsim run --json``'s ``stop`` fields."""
+        n, eog = self._stops[(c.label, mib)]
+        return {"generated": n, "stop": "n_predict" if eog is None else "eog", "eog_token": eog}
+
+    def generated(self) -> str:
+        """What every run so far generated, for the header (:func:`generated_text`)."""
+        return generated_text(self.n_predict, list(self._stops.values()))
 
     def priced(self, c, mib: float, off_mib: float):
         """``(config, reads, off_reads, measured)`` of configuration ``c`` at ``mib`` MiB: the
         plain run at ``off_mib`` is always the baseline (a speculative run's own plain decodes
         see another cache)."""
         from refsim.timing.verdict import SpecConfig
-        off = self.run(SpecConfig("off"), off_mib)
+        off_cfg = SpecConfig("off")
+        off = self.run(off_cfg, off_mib)
         off_reads = off.reads(1)
         if c.kind == "off":
-            return c, off_reads, None, _counts(off)
+            return c, off_reads, None, _counts(off) | self.stop(off_cfg, off_mib)
         m = self.run(c, mib)
         label = "fixed" if self.policy is None else self.policy.label()
         cfg = m.config(c.kind, c.draft, c.min_match, LIVE_SOURCE, label)
-        return cfg, m.reads(c.width, off_reads[1]), off_reads, _counts(m)
+        return cfg, m.reads(c.width, off_reads[1]), off_reads, _counts(m) | self.stop(c, mib)
+
+
+def generated_text(n_predict: int, stops) -> str:
+    """What live runs generated, as the header says it: ``16 tokens`` when every run reached
+    ``-n``; else ``up to 16 tokens (-n); ...`` naming how many runs stopped at an
+    end-of-generation token (its id, the ids when several), after how many tokens (a range when
+    they differ) and that the others reached ``-n``.
+
+    ``stops``: one ``(tokens generated, end-of-generation id or None)`` per run."""
+    eog = [(n, t) for n, t in stops if t is not None]
+    if not eog:
+        return f"{n_predict} tokens"
+    ns, ids = sorted({n for n, _ in eog}), sorted({t for _, t in eog})
+    after = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]} to {ns[-1]}"
+    token = (f"the end-of-generation token {ids[0]}" if len(ids) == 1 else
+             f"an end-of-generation token ({', '.join(str(t) for t in ids)})")
+    rest = len(stops) - len(eog)
+    who = "every run" if not rest else f"{len(eog)} of {len(stops)} runs"
+    return (f"up to {n_predict} tokens (-n); {who} stopped at {token} after {after} tokens"
+            + ("" if not rest else f", the other{'s' if rest > 1 else ''} at -n"))
 
 
 def _counts(m) -> dict:

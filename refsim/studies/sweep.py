@@ -30,7 +30,7 @@ from refsim.cache.replay import replay_policy
 from refsim.cache.summary import CacheSummary, KnobSummary
 from refsim.errors import ConfigError, UsageError, value_message
 from refsim.fileio import open_output
-from refsim.fmt import csv_num, num
+from refsim.fmt import csv_num, num, strict_float
 from refsim.frames import Table
 
 CSV_COLUMNS = ("budget_mib", "policy", "hit_pct_cum", "hit_pct_decode", "read_mib")
@@ -71,7 +71,9 @@ def parse_budgets_mib(text: str) -> list[float]:
     """Parse ``--cache-mb`` lists: ``"250,500,1000"``, ``"250:8000:250"`` (start:stop:step,
     stop included when reached) or a mix (``"250:1000:250,4000"``). Values are MiB (2**20 B),
     each in :data:`refsim.cache.expert_cache.CACHE_MB_RANGE` (the bounds of a single
-    ``--cache-mb``, :meth:`ExpertCache.mib_to_bytes`).
+    ``--cache-mb``, :meth:`ExpertCache.mib_to_bytes`), each number in the one form of a number
+    read from text (:func:`refsim.fmt.strict_float`: ``1_0`` and non-ASCII digits are refused,
+    as every single ``--cache-mb`` refuses them).
 
     Raises
     ------
@@ -85,7 +87,7 @@ def parse_budgets_mib(text: str) -> list[float]:
     for item in text.split(","):
         item = item.strip()
         try:
-            parts = [float(x) for x in item.split(":")]
+            parts = [strict_float(x) for x in item.split(":")]     # 1_0 and non-ASCII digits refused
         except ValueError:
             parts = []
         if len(parts) not in (1, 3) or not all(math.isfinite(p) and p > 0 for p in parts):

@@ -237,10 +237,33 @@ class SpecConfig:
         """``1 + c d`` (``d``: :attr:`drafts`)."""
         return 1.0 + self.drafted_fraction * self.drafts
 
+    def missing(self) -> tuple:
+        """The numbers :attr:`tokens_per_decode` needs that the item does not give, in ``--spec``'s
+        order: ``acceptance`` (unless the coverage is 0: nothing drafted), ``coverage`` (an
+        n-gram item's; MTP drafts every decode unless a run measured it)."""
+        out = []
+        if self.kind != "off" and self.acceptance is None and self.coverage != 0.0:
+            out.append("acceptance")
+        if self.kind == "ngram" and self.coverage is None:
+            out.append("coverage")
+        return tuple(out)
+
     @property
     def tokens_per_decode(self) -> float:
         """``1 + c d alpha`` (``d``: :attr:`drafts`); 1 when ``c`` is 0, whatever alpha (a
-        configuration that drafted nothing has no acceptance)."""
+        configuration that drafted nothing has no acceptance).
+
+        Raises
+        ------
+        ConfigError
+            A number it needs is not given (:meth:`missing`), every one named in one line:
+            ``--spec ngram:d=3:m=3: no acceptance, no coverage (give acceptance= and coverage=,
+            or --tokens)``.
+        """
+        miss = self.missing()
+        if miss:
+            raise ConfigError(f"--spec {self.label}: {', '.join('no ' + m for m in miss)} (give "
+                              f"{' and '.join(m + '=' for m in miss)}, or --tokens)")
         c = self.drafted_fraction
         if c == 0.0:
             return 1.0
@@ -491,6 +514,10 @@ class Price:
     breakeven_acceptance: float | None
     notes: tuple = field(default=())
 
+    def not_applicable(self, t: Term) -> bool:
+        """Term ``t`` does not apply to this configuration: ``off``'s extra positions."""
+        return self.config.kind == "off" and t.name == "extra_positions"
+
     def term(self, name: str) -> Term:
         for t in self.terms:
             if t.name == name:
@@ -499,7 +526,8 @@ class Price:
 
     def row(self) -> dict:
         """The interface row (``--json``/``--csv``): the issue's names first; ``policy`` is
-        :data:`OFF_POLICY` for ``off``."""
+        :data:`OFF_POLICY` for ``off``, and ``off``'s ``extra_positions_ms`` None (it has no
+        extra position: n/a, :data:`OFF_NO_EXTRA`)."""
         d = self.delta
         out = {"config": self.config.label, "budget_mib": self.budget_mib,
                 "eff_tok_s": self.eff_tok_s.point, "eff_tok_s_lo": self.eff_tok_s.lo,
@@ -516,10 +544,15 @@ class Price:
                 "mib_per_token": self.mib_per_token, "hit_pct": self.hit_pct,
                 "ms_per_token": self.ms_per_token,
                 "breakeven_acceptance": self.breakeven_acceptance,
-                **{f"{t.name}_ms": t.value for t in self.terms}}
+                **{f"{t.name}_ms": None if self.not_applicable(t) else t.value
+                   for t in self.terms}}
         return {k: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
                 for k, v in out.items()}
 
+
+OFF_NO_EXTRA = "off: one position per decode, no extra position to price"
+"""The source of ``off``'s extra-positions term: not applicable (``-`` in ``whatif --explain``,
+``nan`` in its CSV, JSON ``null``), whatever eps is."""
 
 TERM_NAMES = ("compute", "extra_positions", "bookkeeping", "contention", "flash", "stall", "head",
               "memory")
@@ -824,6 +857,9 @@ def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term) -> tup
         v = ms[name]
         if name == "memory":
             out.append(mem)
+        elif name == "extra_positions" and cfg.kind == "off":
+            # a plain decode is one position: nothing for eps to price (0, not eps(2)'s figure)
+            out.append(exact(name, v, "ms/token", "derived", OFF_NO_EXTRA))
         elif name == "extra_positions":
             lo, hi = at[e.lo][name], at[e.hi][name]
             out.append(Term(name, v, min(lo, v), max(hi, v), "ms/token", e.kind,

@@ -141,7 +141,7 @@ TABLE = [
      "--drop-cold-experts", "a number in [0, 1]", ("0",)),
     (["timing", "breakeven", "t.csv", "--device", "d.json", "--cache-mb", "8"], "--prefetch",
      "--prefetch", "an integer in 0..8", ("0",)),
-    (WHATIF, "--cache-mb", "--cache-mb", f"N[,N,...] or auto, each {CACHE_MB_RANGE}", ()),
+    (WHATIF, "--cache-mb", "--cache-mb", f"N[,N,...] or START:STOP:STEP, each {CACHE_MB_RANGE}", ()),
     (WHATIF + ["--cache-mb", "8"], "--ram-mb", "--ram-mb", "a number of MiB > 0 and at most 2^40 (1 EiB)", ()),
     (WHATIF + ["--cache-mb", "8"], "--ctx", "--ctx", INT1, ()),
     (WHATIF + ["--cache-mb", "8"], "--prompt-len", "--prompt-len", INT1, ()),
@@ -161,7 +161,7 @@ def _cmd(argv):
     return " ".join(argv[:2]) if argv[0] == "timing" else argv[0]
 
 POST_PARSE = {("ngram", "--min-match"), ("sweep", "--cache-mb"),
-             ("timing breakeven", "--cache-mb")}
+             ("timing breakeven", "--cache-mb"), ("whatif", "--cache-mb")}
 """Flags read as text and checked once the other flags are known (the bound ``--max-match``
 sets; a budget list); the same message, raised as UsageError."""
 

@@ -154,7 +154,7 @@ USAGE = [
     # the command line lacks what an item needs (was exit 1)
     (["--spec", "off,ngram:d=3:m=3:coverage=0.2"], "ngram:d=3:m=3: no acceptance"),
     (["--spec", "off,ngram:d=3:m=3:acceptance=0.5"], "ngram:d=3:m=3: no coverage"),
-    (["--spec", "off,ngram:d=3:m=3"], "ngram:d=3:m=3: no coverage"),
+    (["--spec", "off,ngram:d=3:m=3"], "ngram:d=3:m=3: no acceptance, no coverage"),  # both
     (["--spec", "off,mtp:d=2", "--head-ms", "1"], "mtp:d=2: no acceptance"),
     # --tokens measures only an n-gram item that gives neither number
     (["--spec", "off,ngram:d=3:m=3:acceptance=0.5", "--tokens", "t.txt", "--prompt-len", "4"],
