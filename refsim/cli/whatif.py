@@ -35,7 +35,7 @@ from refsim.cli.common import (add_knob_args, knobs_from_args, nonneg_float, pos
 from refsim.cli.device import add_device_args, for_input, gguf_names, load_device_args, warn_input_model
 from refsim import MIB
 from refsim.cache.expert_cache import ExpertCache
-from refsim.errors import ConfigError, UsageError
+from refsim.errors import ConfigError, UsageError, warning_line
 from refsim.fmt import CSV_NA
 from refsim.timing.defaults import EPS_INTERVAL as DEFAULT_EPS_INTERVAL   # one interval: breakeven --plot draws it too
 from refsim.validators import milliseconds, percent, positive_mib
@@ -154,8 +154,9 @@ def _eps_interval(args):
             return None
         lo, hi = DEFAULT_EPS_INTERVAL
         if not lo <= args.position_cost <= hi:
-            raise UsageError(f"--position-cost-interval {lo:g},{hi:g}: expected 0 <= LO <= "
-                             f"--position-cost ({args.position_cost:g}) <= HI")
+            raise UsageError(f"--position-cost {args.position_cost:g}: outside the default "
+                             f"interval {lo:g}..{hi:g} (what the shared prefills allow); give "
+                             f"--position-cost-interval LO,HI holding it")
         return lo, hi
     try:
         lo, hi = (float(x) for x in args.position_cost_interval.split(","))
@@ -245,6 +246,19 @@ def _check_spec(args, live):
             # a usage error, SpecConfig's message of every such item, in one line
             raise UsageError("; ".join(lacking))
     return cfgs
+
+
+def _unused_flags(args, cfgs) -> list:
+    """Lines for flags given that no ``--spec`` item uses (warnings, not errors: the figures are
+    what they would be without them): ``--head-ms`` without an ``mtp:`` item; ``--tokens`` when no
+    n-gram item takes its numbers from it (:func:`_from_tokens`)."""
+    out = []
+    if args.head_ms is not None and not any(c.kind == "mtp" for c in cfgs):
+        out.append(f"--head-ms {args.head_ms:g}: no mtp: item in --spec; unused")
+    if args.tokens is not None and not any(_from_tokens(args, c) for c in cfgs):
+        out.append(f"--tokens {args.tokens}: no ngram: item in --spec leaves acceptance and "
+                   f"coverage to it; unused")
+    return out
 
 
 def _from_tokens(args, c) -> bool:
@@ -389,6 +403,7 @@ def run(args) -> int:
     live = live_model(args.source)
     check_live_flags(args, live)
     cfgs = _check_spec(args, live)
+    unused = _unused_flags(args, cfgs)          # warned after pricing (a refusal stays alone)
     _eps_interval(args)
     loaded = load_device_args(args, defer=True)
     policy = _policy(args)
@@ -486,11 +501,13 @@ def run(args) -> int:
         warn_below_token_cycle("whatif", [ExpertCache.mib_to_bytes(b) for b in cache_mb],
                                t_bytes)
     warn_input_model(args, loaded, names)      # after pricing too: a refusal stays the only line
+    for text in unused:
+        print(warning_line("whatif", text), file=sys.stderr)
     what = f"{args.source}" if live is None else f"{model_path} (live)"
     if args.plot is not None:
         from refsim.timing.plot import plot_whatif
         plot_whatif(prices, args.plot, f"refsim whatif: {what} on {name}",
-                    auto=args.cache_mb == "auto")
+                    auto=cache_mb == "auto")
     policy_label = "fixed" if policy is None else policy.label()
     if args.json:
         doc = ({"trace": args.source} if live is None else
@@ -570,7 +587,7 @@ def run(args) -> int:
               "refsim timing fit --boot N)"))
     if any(p.config.kind != "off" and p.config.source == "assumed" for p in prices):
         print("acceptance/coverage marked * are assumed (given in --spec)")
-    shown = [(q, _cells(q, tag)) for i, p in enumerate(prices)
+    shown = [(q, _cells(q, tag, args.cache_mb.strip() == "auto")) for i, p in enumerate(prices)
              for q, tag in (((replayed[i][0], "fixed replay"),) if i in replayed else ())
              + ((p, None),)]
     widths = [max([w, len(title)] + [len(c[k]) for _, c in shown])
@@ -635,9 +652,14 @@ def _no_ledger():
                  "pressure not assessed")
 
 
-def _budget(mib: float) -> str:
+def _budget(mib: float, auto: bool = False) -> str:
     """A budget as the shortest MiB text giving back the same bytes (:func:`refsim.fmt.budget_mib`,
-    replay's; docs/cli.md "Numbers")."""
+    replay's; docs/cli.md "Numbers"); an ``auto`` budget (the ledger's, no flag's text to give
+    back) to 0.1 MiB as ``refsim memory`` prints it, its exact MiB in ``--json``'s
+    ``budget_mib``."""
+    if auto:
+        from refsim.fmt import num
+        return num(mib, 1)
     from refsim.fmt import budget_mib
     return budget_mib(ExpertCache.mib_to_bytes(mib))
 
@@ -659,9 +681,10 @@ def _row(cells, widths) -> str:
     return "".join(f"{c:{align}{w}}{sep}" for c, w, (_, align, _, sep) in zip(cells, widths, TABLE))
 
 
-def _cells(p, tag: str | None = None) -> tuple:
+def _cells(p, tag: str | None = None, auto: bool = False) -> tuple:
     """One table row's cells (:data:`TABLE`'s columns); ``tag`` (``fixed replay``) bracketed
-    after the configuration instead of its policy."""
+    after the configuration instead of its policy; ``auto``: the budget is ``--cache-mb auto``'s
+    (:func:`_budget`)."""
     c = p.config
     label = (f"{c.label} [{tag}]" if tag is not None else
              c.label if c.kind == "off" or c.policy == "fixed" else f"{c.label} [{c.policy}]")
@@ -682,5 +705,5 @@ def _cells(p, tag: str | None = None) -> tuple:
               "never" if math.isnan(p.breakeven_acceptance)
               else f"{100 * p.breakeven_acceptance:.1f}%")
     hit = "n/a" if p.hit_pct is None else f"{p.hit_pct:.1f}"
-    return (_budget(p.budget_mib), label, acc, cov, f"{p.positions_per_decode:.2f}",
+    return (_budget(p.budget_mib, auto), label, acc, cov, f"{p.positions_per_decode:.2f}",
             f"{p.tokens_per_decode:.2f}", f"{p.mib_per_token:.2f}", hit, band, delta, verdict, be)

@@ -159,14 +159,14 @@ def plot_whatif(prices, path: str, title: str = "", auto: bool = False) -> dict:
         matplotlib missing; the path cannot be written.
     """
     from refsim.cache import ExpertCache
-    from refsim.fmt import budget_mib
+    from refsim.fmt import budget_mib, num
     plt = pyplot()
     configs = list(dict.fromkeys(p.config.label for p in prices))
     if auto:
         budgets = ["auto"]
         at = {("auto", p.config.label): p for p in prices}
-        legend = {p.config.label: f"{p.config.label} "
-                  f"({budget_mib(ExpertCache.mib_to_bytes(p.budget_mib))} MiB)" for p in prices}
+        legend = {p.config.label: f"{p.config.label} ({num(p.budget_mib, 1)} MiB)"
+                  for p in prices}
     else:
         budgets = sorted({p.budget_mib for p in prices})
         at = {(p.budget_mib, p.config.label): p for p in prices}

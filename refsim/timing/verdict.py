@@ -299,7 +299,7 @@ def _spec_number(item: str, key: str, text: str):
     if not _REAL.fullmatch(text):
         raise UsageError(f"--spec {item!r}: {key} {text}, expected a number in 0..1 written in "
                          f"decimal (such as 0.442: no nan, inf, space or _)")
-    return float(text)
+    return float(text) + 0.0            # -0 is 0 (+ 0.0 turns IEEE -0.0 into 0.0)
 
 
 def parse_spec_list(text: str) -> list[SpecConfig]:

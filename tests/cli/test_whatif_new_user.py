@@ -254,3 +254,61 @@ def test_budget_lists_take_only_ascii_numbers(tmp_path, monkeypatch, capsys, cmd
     assert last.startswith(f"refsim {name}: error: argument --cache-mb: expected N[,N,...] or "
                            f"START:STOP:STEP, each ")
     assert last.endswith(f", got {bad!r}")
+
+
+# second new-user pass ---------------------------------------------------------------------------
+
+def test_position_cost_outside_the_default_interval_names_the_flag_given(device_file, capsys):
+    """--position-cost 50 alone blamed --position-cost-interval 0,1.2, a flag never typed."""
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, "--device-model", "m",
+                            "--cache-mb", "256", "--spec", "off", "--position-cost", "50")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "refsim whatif: error: --position-cost 50: outside the default interval 0..1.2 (what the "
+        "shared prefills allow); give --position-cost-interval LO,HI holding it")
+    code, _, _ = whatif(capsys, DEMO, "--device", device_file, "--device-model", "m",
+                        "--cache-mb", "256", "--spec", "off", "--position-cost", "50",
+                        "--position-cost-interval", "0,60")
+    assert code == 0
+
+
+def test_minus_zero_acceptance_is_zero(device_file, capsys):
+    """acceptance=-0 printed -0.0*: the number is 0 (IEEE -0.0 made +0.0)."""
+    from refsim.timing.verdict import parse_spec_list
+    c = parse_spec_list("ngram:d=3:m=3:acceptance=-0:coverage=-0.0")[1]      # after off
+    assert str(c.acceptance) == "0.0" and str(c.coverage) == "0.0"
+    code, out, err = whatif(capsys, DEMO, "--device", device_file, "--device-model", "m",
+                            "--cache-mb", "256", "--spec", "off,ngram:d=3:m=3:acceptance=-0:coverage=0.5")
+    assert code == 0, err
+    assert "-0.0" not in out and "  0.0*" in out
+
+
+@pytest.mark.parametrize("extra, line", [
+    (["--head-ms", "5"], "refsim whatif: warning: --head-ms 5: no mtp: item in --spec; unused"),
+    (["--tokens", "TOKENS", "--prompt-len", "4"],
+     "refsim whatif: warning: --tokens TOKENS: no ngram: item in --spec leaves acceptance and "
+     "coverage to it; unused"),
+])
+def test_an_unused_flag_is_a_warning(device_file, capsys, tmp_path, extra, line):
+    toks = tmp_path / "t.txt"
+    toks.write_text("1 2 3 4 1 2 3 4 1 2 3 4\n")
+    extra = [str(toks) if a == "TOKENS" else a for a in extra]
+    args = [DEMO, "--device", device_file, "--device-model", "m", "--cache-mb", "256", "--spec",
+            "off,ngram:d=3:m=3:acceptance=0.5:coverage=0.5", "--json"]
+    code, out, err = whatif(capsys, *args, *extra)
+    assert code == 0 and err == line.replace("TOKENS", str(toks)) + "\n"
+    assert json.loads(out)["rows"] == json.loads(whatif(capsys, *args)[1])["rows"]
+    # used: no warning
+    code, _, err = whatif(capsys, DEMO, "--device", device_file, "--device-model", "m",
+                          "--cache-mb", "256", "--spec", "off,ngram:d=3:m=3", "--tokens",
+                          str(toks), "--prompt-len", "4")
+    assert code == 0 and err == ""
+
+
+def test_an_auto_budget_prints_to_a_tenth_of_a_mib():
+    """The ledger's auto budget (5320.658203125 MiB) printed whole pushed the table out of line;
+    it prints as refsim memory does, the exact figure in --json's budget_mib."""
+    from refsim.cli.whatif import _budget
+    assert _budget(5320.658203125, auto=True) == "5320.7"
+    assert _budget(5320.658203125) == "5320.658203125"       # a flag's budget: its own text
+    assert _budget(4000.0, auto=True) == "4000.0" and _budget(4000.0) == "4000"
