@@ -281,7 +281,7 @@ def test_a_speculative_run_prices_as_price_of_its_configuration(device_file, q3,
     rep = simulate(RunConfig(model=path, n_predict=12, cache_mb=0.2,
                              prompt_tokens=[1, 5, 77, 9, 1, 5, 77, 9, 1, 5, 77, 9, 1, 5],
                              spec=RunSpec.from_flags(mtp=mtp, ngram=not mtp),
-                             device=DeviceOptions(device=device_file)))
+                             device=DeviceOptions(device=device_file, device_model="m")))
     cfg, reads = run_config(rep.result, rep.result.n_gen)
     assert cfg.kind == ("mtp" if mtp else "ngram") and rep.stats.drafted > 0
     assert cfg.tokens_per_decode == pytest.approx(rep.result.n_gen / rep.stats.decodes, rel=1e-14)
