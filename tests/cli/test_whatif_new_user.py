@@ -20,22 +20,15 @@ import pytest
 
 from refsim.cli import main
 from refsim.errors import ConfigError
-from refsim.timing import DeviceModel, Param
 from refsim.timing.verdict import SpecConfig
-from tests.cli.test_whatif_fixes import DEMO, EXACT, VALUES, whatif
+from tests.cli.test_whatif_cli_defects import device_file  # noqa: F401  (the toy device fixture)
+from tests.cli.test_whatif_fixes import DEMO, EXACT, whatif
 
 EOG_PROMPT = "31"
 """A prompt on which the built-in model emits its end-of-generation token (2) after 10 tokens,
 whatever the cache and the n-gram draft (greedy decoding is lossless): found by running it."""
 
 
-@pytest.fixture(scope="module")
-def device_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dev") / "dev.json"
-    path.write_text(DeviceModel(params={k: Param(v) for k, v in VALUES.items()},
-                                compute={"m": Param(100.0)}, serial_runs=2,
-                                overlap_runs=2).to_json())
-    return str(path)
 
 
 def _run_json(capsys, *args):

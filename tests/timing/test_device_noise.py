@@ -21,7 +21,7 @@ from refsim.testing.mutate import cpu_time_limit, mutated
 from refsim.testing.shared import require_shared
 from refsim.timing import RunData, load_device
 from refsim.timing.noise import PUBLISHED_REPEATS, log_sigma, stored_noise, stored_repeats
-from tests.timing.test_timing import KNOWN, design, write_legacy
+from tests.timing.test_timing import KNOWN, design, design_specs
 
 DEMO = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
 PUBLISHED = log_sigma([r for r in PUBLISHED_REPEATS if r.same_reads]).value
@@ -41,15 +41,6 @@ def run_at(label: str, x: np.ndarray, wall_ms: float, lanes: int = 4) -> RunData
                    io=io, stall=np.zeros_like(x), wall=np.full_like(x, wall_ms), trim=0)
 
 
-def write_runs(folder: Path, runs) -> list:
-    specs = []
-    for r in runs:
-        f = folder / f"{r.label}.csv"
-        write_legacy(f, r)
-        specs.append(f"{f}@model=q,io_threads={r.lanes},overlap=0")
-    return specs
-
-
 @pytest.fixture(scope="module")
 def repeats_file(tmp_path_factory):
     """Six legacy runs: A, B, C read the same bytes at every token and took 400, 500 and 320 ms
@@ -66,7 +57,7 @@ def repeats_file(tmp_path_factory):
     from contextlib import redirect_stdout
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert main(["timing", "fit", *write_runs(folder, runs), "--out", str(out), "--trim", "0",
+        assert main(["timing", "fit", *design_specs(folder, runs), "--out", str(out), "--trim", "0",
                      "--name", "synth"]) == 0
     return out, buf.getvalue()
 
@@ -123,7 +114,7 @@ def test_a_pair_by_hand_through_fit_and_whatif(tmp_path, capsys):
     rng = np.random.default_rng(3)
     x = np.round(rng.uniform(10.0, 300.0, 30), 3)
     y = np.round(rng.uniform(10.0, 300.0, 30), 3)
-    specs = write_runs(tmp_path, [run_at("P", x, 400.0), run_at("Q", x, 500.0),
+    specs = design_specs(tmp_path, [run_at("P", x, 400.0), run_at("Q", x, 500.0),
                                   run_at("R", y, 360.0, lanes=2)])
     out = tmp_path / "d.json"
     assert main(["timing", "fit", *specs, "--out", str(out), "--trim", "0"]) == 0
@@ -174,12 +165,7 @@ def test_each_source_wins_where_it_should(repeats_file, tmp_path, capsys):
 def test_runs_without_a_repeat_store_nothing(tmp_path, capsys):
     """Runs that read different bytes (test_timing's design) hold no repeat: the file has no
     noise key -- the bytes today's fit writes -- and whatif uses the published repeats."""
-    runs = design(dict(KNOWN, tail=1.0), {"q": 150.0}, 4)
-    specs = []
-    for r in runs:
-        f = tmp_path / f"{r.label}.csv"
-        write_legacy(f, r)
-        specs.append(f"{f}@model=q,io_threads={r.lanes},overlap={int(r.overlap)}")
+    specs = design_specs(tmp_path, design(dict(KNOWN, tail=1.0), {"q": 150.0}, 4))
     out = tmp_path / "d.json"
     assert main(["timing", "fit", *specs, "--out", str(out), "--trim", "0"]) == 0
     assert "run-to-run noise" not in capsys.readouterr().out
@@ -205,7 +191,7 @@ def test_runs_differing_in_a_live_lever_are_no_repeat(tmp_path):
             r = run_at(f"x{i}l{lanes}", x, 100.0, lanes)
             wall = r.cpu + r.io
             runs.append(dataclasses.replace(r, wall=wall))
-    specs = write_runs(tmp_path, runs)
+    specs = design_specs(tmp_path, runs)
     got, _ = load_runs(specs, 0)
     dev = fit_device(got)
     assert dev.params["b"].value == pytest.approx(p["b"], rel=1e-3) and dead_levers(dev) == ()

@@ -221,14 +221,21 @@ def write_legacy(path, run: RunData):
     path.write_text("\n".join(lines) + "\n")
 
 
+def design_specs(folder, runs, model: str = "q") -> list:
+    """Each of ``runs`` written as a legacy metrics CSV in ``folder`` (:func:`write_legacy`), as
+    ``PATH@model=M,io_threads=L,overlap=O`` specs (a legacy file states none of them)."""
+    specs = []
+    for r in runs:
+        f = folder / f"{r.label}.csv"
+        write_legacy(f, r)
+        specs.append(f"{f}@model={model},io_threads={r.lanes},overlap={int(r.overlap)}")
+    return specs
+
+
 def test_cli_fit_predict_validate(tmp_path, capsys):
     p = dict(KNOWN, tail=1.0)
     runs = design(p, {"q": 150.0}, 4)
-    specs = []
-    for r in runs:
-        f = tmp_path / f"{r.label}.csv"
-        write_legacy(f, r)
-        specs.append(f"{f}@model=q,io_threads={r.lanes},overlap={int(r.overlap)}")
+    specs = design_specs(tmp_path, runs)
     out = tmp_path / "dev.json"
     assert main(["timing", "fit", *specs, "--out", str(out), "--trim", "0"]) == 0
     text = capsys.readouterr().out
