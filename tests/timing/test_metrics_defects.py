@@ -1,0 +1,80 @@
+"""A new user's pass over the metrics reader and the timing fit: a run measured at 0 ms, a device
+file the fit writes but its own reader refuses, the default device name, an empty lane list.
+Each test fails on the code before its fix."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refsim.cli import main
+from refsim.errors import ConfigError
+from refsim.telemetry.metrics_reader import read_metrics
+from refsim.timing import DeviceModel, Param
+from refsim.timing.model import PARAMS
+from refsim.timing.runs import run_data
+
+DEMO = str(Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv")
+VALUES = {"m0": 5.0, "m1": 0.2, "kappa": 0.1, "i0": 3.0, "a": 1.0, "b": 0.5, "s0": 2.0, "s1": 0.8,
+          "h": 0.1, "tail": 1.0}
+
+
+def legacy(path, wall, x_mib=None):
+    """A legacy 8-column run (no cache, serial) with these ``wall_ms``; ``io_ms`` and
+    ``compute_ms`` split each wall in half; ``x_mib`` MiB read per token (default 10 + step)."""
+    n = len(wall)
+    x = [10.0 + i for i in range(n)] if x_mib is None else x_mib
+    rows = ["step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms"]
+    for i, w in enumerate(wall):
+        rows.append(f"{i + 1},{n},{w:.3f},{w / 2:.3f},{w / 2:.3f},{int(x[i] * 2**20)},-1.00,0.000")
+    Path(path).write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def device_file(tmp_path) -> str:
+    dev = DeviceModel(params={k: Param(v) for k, v in VALUES.items()}, compute={"m": Param(100.0)},
+                      serial_runs=2, overlap_runs=2, trim=2)
+    path = tmp_path / "dev.json"
+    path.write_text(dev.to_json())
+    return str(path)
+
+
+# --- 1. a run measured at 0 ms has no tok/s: refused where every path builds its RunData ---------
+
+def test_run_data_refuses_a_run_whose_kept_tokens_all_measure_0_ms(tmp_path):
+    # the warm-up rows are timed, the kept ones are not: the trim decides
+    f = legacy(tmp_path / "z.csv", [120.0, 130.0, 0.0, 0.0, 0.0])
+    run = read_metrics(f)
+    with pytest.raises(ConfigError) as exc:
+        run_data(run, {"model": "m", "io_threads": "4"}, trim=2)
+    assert str(exc.value) == (f"{f}: measured decode time 0 ms/token (wall_ms 0 on all 3 tokens "
+                              f"after the first 2); expected a run with measured times (one whose "
+                              f"decode time is 0 has no tok/s)")
+    # one timed kept token is a measured run: mean 90 / 3 = 30 ms, 1000 / 30 tok/s exactly
+    g = legacy(tmp_path / "g.csv", [120.0, 130.0, 0.0, 90.0, 0.0])
+    rd = run_data(read_metrics(g), {"model": "m", "io_threads": "4"}, trim=2)
+    assert rd.measured_ms == 30.0 and rd.measured_tok_s == 1000.0 / 30.0
+
+
+@pytest.mark.parametrize("command", ["predict", "validate", "fit", "whatif"])
+def test_every_command_refuses_a_zero_time_run_in_one_line(tmp_path, capsys, command):
+    """``timing predict``, ``timing validate`` and ``whatif --baseline`` divided by it (a
+    ZeroDivisionError traceback); ``timing fit`` blamed the model ("predicts a time <= 0 ms")."""
+    zero = legacy(tmp_path / "z.csv", [0.0] * 10)     # 8 kept: enough for whatif's calibration
+    good = [legacy(tmp_path / f"r{i}.csv", [100.0 + 7 * i + j for j in range(10)]) for i in range(3)]
+    at = "@model=m,io_threads=4"
+    dev = device_file(tmp_path)
+    argv = {"predict": ["timing", "predict", dev, zero + at, "--trim", "2"],
+            "validate": ["timing", "validate", zero + at, *(g + at for g in good), "--trim", "2"],
+            "fit": ["timing", "fit", zero + at, good[0] + at, "--out", str(tmp_path / "o.json"),
+                    "--trim", "2"],
+            "whatif": ["whatif", DEMO, "--device", dev, "--cache-mb", "64", "--spec", "off",
+                       "--baseline", zero + at]}[command]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    prog = "refsim whatif" if command == "whatif" else f"refsim timing {command}"
+    assert err == (f"{prog}: error: {zero}: measured decode time 0 ms/token (wall_ms 0 on all "
+                   f"8 tokens after the first 2); expected a run with measured times "
+                   f"(one whose decode time is 0 has no tok/s)\n")
+    assert out == "" and not (tmp_path / "o.json").exists()
