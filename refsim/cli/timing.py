@@ -180,9 +180,27 @@ def run_fit(args) -> int:
     # the runs' own repeats (refsim.timing.identify's rule): the device's run-to-run noise
     from refsim.timing.noise import with_device_noise
     dev = with_device_noise(dev, runs, name=args.name)
-    write_text_atomic(args.out, dev.to_json(), what="--out")
+    write_text_atomic(args.out, _device_text(dev, args.out), what="--out")
     with contextlib.redirect_stdout(report_stream({"--out": args.out})):   # stderr if --out -
         return _report_fit(args, dev, runs, preds, rm, eps_notes)
+
+
+def _device_text(dev, out: str) -> str:
+    """``dev``'s device file text, once the device reader's own checks accept it
+    (:func:`refsim.timing.model.parse_device`, what every ``--device`` command reads it with): a
+    fit steered out of bounds by its runs (a ``tail`` s.e. of 8e9 ms, an infinite value) is
+    refused here, naming the key, and nothing is written.
+
+    Raises
+    ------
+    ConfigError
+        The reader's one-line refusal, naming the fitted device and the key out of bounds.
+    """
+    from refsim.timing.model import parse_device
+    text = dev.to_json(allow_nan=True)      # a non-finite value reaches the reader, named there
+    parse_device(f"the fitted device (not written to {'stdout' if out == '-' else out})",
+                 text.encode("utf-8"))
+    return text
 
 
 def _gguf_keys(args, dev) -> dict:

@@ -219,7 +219,9 @@ class DeviceModel:
                               f"not a device's")
         return {"cpu": cpu, "io": io, "stall": stall, "wall": wall}
 
-    def to_json(self) -> str:
+    def to_json(self, allow_nan: bool = False) -> str:
+        """The device file's text. A non-finite number raises ``ValueError`` unless ``allow_nan``
+        (then it is written ``NaN``/``Infinity``, which :func:`parse_device` refuses by name)."""
         def p(par: Param) -> dict:
             return {"value": par.value, "se": par.se, "identified": par.identified}
         doc = {
@@ -244,7 +246,7 @@ class DeviceModel:
             doc["noise"] = self.noise
         if self.replicates:
             doc["replicates"] = list(self.replicates)
-        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        return json.dumps(doc, indent=2, allow_nan=allow_nan) + "\n"
 
 
 REQ_PARAMS = {
@@ -504,21 +506,40 @@ def read_replicates_doc(path: str, doc, compute_keys) -> tuple:
     return tuple(doc)
 
 
+MAX_DEVICE_BYTES = 1 << 20
+"""Largest device file read (1 MiB = 2^20 bytes)."""
+
+
 def load_device(path: str) -> DeviceModel:
     """Read a device file written by ``refsim timing fit`` (validated: untrusted input).
 
     Raises
     ------
     ConfigError
-        Naming the file and the key: not JSON, another format, a missing or extra key, a value of
-        the wrong type or out of bounds (:data:`MAX_ABS_PARAM`, :data:`MAX_MODELS`).
+        Naming the file: unreadable, and :func:`parse_device`'s refusals.
     """
     try:
         with open(path, "rb") as fh:
-            raw = fh.read((1 << 20) + 1)
+            raw = fh.read(MAX_DEVICE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the device file: {exc.strerror}") from None
-    if len(raw) > 1 << 20:
+    return parse_device(path, raw)
+
+
+def parse_device(path: str, raw: bytes) -> DeviceModel:
+    """A device file's bytes ``raw`` as :class:`DeviceModel`, through every check of the format
+    (``path`` names it in messages): what :func:`load_device` reads, and what ``refsim timing fit``
+    checks its device against before writing it (a file its own reader refuses is never written).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``path`` and the key: larger than :data:`MAX_DEVICE_BYTES`, not JSON (``NaN`` and
+        ``Infinity`` are read as text, so refused as numbers), another format, a missing or extra
+        key, a value of the wrong type or out of bounds (:data:`MAX_ABS_PARAM`,
+        :data:`MAX_MODELS`, ``h`` in 0..1, ``tail`` in :data:`MIN_TAIL`..:data:`MAX_TAIL`, ...).
+    """
+    if len(raw) > MAX_DEVICE_BYTES:
         raise ConfigError(f"{path}: larger than 1 MiB; not a device file")
     try:
         doc = json.loads(raw.decode("utf-8"), parse_constant=lambda c: c)

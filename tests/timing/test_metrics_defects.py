@@ -78,3 +78,61 @@ def test_every_command_refuses_a_zero_time_run_in_one_line(tmp_path, capsys, com
                    f"8 tokens after the first 2); expected a run with measured times "
                    f"(one whose decode time is 0 has no tok/s)\n")
     assert out == "" and not (tmp_path / "o.json").exists()
+
+
+# --- 3. timing fit writes only a device its own reader accepts ----------------------------------
+
+def _outlier_runs(tmp_path, n=3):
+    """``n`` runs the reader accepts, each with one token of 9 999 999 ms (inside the reader's
+    bound): the robust terms ignore it, ``tail`` (mean over robust) is ~1e4, outside 0.5..10."""
+    out = []
+    for i in range(n):
+        wall = [100.0 + 3 * i + (j % 5) for j in range(20)]
+        wall[10] = 9999999.0
+        out.append(legacy(tmp_path / f"o{i}.csv", wall) + "@model=m,io_threads=4")
+    return out
+
+
+def test_fit_refuses_a_device_its_reader_would_refuse_and_writes_nothing(tmp_path, capsys):
+    """Before: exit 0, a file every --device command then refused (params.tail.value)."""
+    from refsim.timing.model import MAX_TAIL
+    runs = _outlier_runs(tmp_path)
+    out = tmp_path / "dev.json"
+    assert main(["timing", "fit", *runs, "--out", str(out), "--trim", "0"]) == 1
+    o, err = capsys.readouterr()
+    assert o == "" and not out.exists() and err.count("\n") == 1, err
+    prefix = (f"refsim timing fit: error: the fitted device (not written to {out}): "
+              f"params.tail.value: expected 0.5..{MAX_TAIL:g} (")
+    assert err.startswith(prefix), err
+    tail = float(err.rsplit("got ", 1)[1])
+    assert tail > MAX_TAIL
+    # the same runs without the outlier fit and are written: the refusal is the bound's
+    fine = [legacy(tmp_path / f"f{i}.csv", [100.0 + 3 * i + (j % 5) for j in range(20)])
+            + "@model=m,io_threads=4" for i in range(3)]
+    assert main(["timing", "fit", *fine, "--out", str(out), "--trim", "0"]) == 0
+    assert out.exists()
+
+
+@pytest.mark.parametrize("out_name", ["dev.json", "-"])
+def test_fit_refuses_a_non_finite_fitted_value_by_name(tmp_path, capsys, monkeypatch, out_name):
+    """A fit steered to inf (before: ``to_json`` raised ValueError, a traceback): the reader's
+    message, one line, nothing on stdout or in the file."""
+    import refsim.cli.timing as cli_timing
+    real = cli_timing.fit_device
+
+    def fit_inf(runs, name=""):
+        dev = real(runs, name=name)
+        params = dict(dev.params, tail=Param(dev.params["tail"].value, float("inf"), True))
+        return DeviceModel(**{**dev.__dict__, "params": params})
+
+    monkeypatch.setattr(cli_timing, "fit_device", fit_inf)
+    fine = [legacy(tmp_path / f"f{i}.csv", [100.0 + 3 * i + (j % 5) for j in range(20)])
+            + "@model=m,io_threads=4" for i in range(3)]
+    out = str(tmp_path / out_name) if out_name != "-" else "-"
+    assert main(["timing", "fit", *fine, "--out", out, "--trim", "0"]) == 1
+    o, err = capsys.readouterr()
+    where = "stdout" if out == "-" else out
+    assert o == "" and err == (f"refsim timing fit: error: the fitted device (not written to "
+                               f"{where}): params.tail.se: expected a finite number of magnitude "
+                               f"<= 1e+07, got 'Infinity'\n")
+    assert not (tmp_path / "dev.json").exists()
