@@ -136,3 +136,33 @@ def test_fit_refuses_a_non_finite_fitted_value_by_name(tmp_path, capsys, monkeyp
                                f"{where}): params.tail.se: expected a finite number of magnitude "
                                f"<= 1e+07, got 'Infinity'\n")
     assert not (tmp_path / "dev.json").exists()
+
+
+# --- 4. the default device name is one the user recognises, not the run count -------------------
+
+def test_fit_names_the_device_after_its_out_file_or_the_runs_folder(tmp_path, capsys):
+    """Before: ``device: 3 runs; 3 runs (...)``, and whatif --explain ``device 3 runs fitted on
+    3 plain run(s)``."""
+    from refsim.cli.timing import default_device_name
+    from refsim.timing import load_device
+    folder = tmp_path / "phone-07-12"
+    folder.mkdir()
+    runs = [legacy(folder / f"f{i}.csv", [100.0 + 3 * i + (j % 5) for j in range(20)])
+            + "@model=m,io_threads=4" for i in range(3)]
+    out = tmp_path / "pixel8.json"
+    assert main(["timing", "fit", *runs, "--out", str(out), "--trim", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "device: pixel8; 3 runs (3 serial, 0 --overlap), first 0 tokens of each left out")
+    assert load_device(str(out)).name == "pixel8"
+    # --out -: the file on stdout names the runs' folder; the report goes to stderr
+    assert main(["timing", "fit", *runs, "--out", "-", "--trim", "0"]) == 0
+    o, err = capsys.readouterr()
+    assert json.loads(o)["name"] == "phone-07-12" and err.startswith("device: phone-07-12; 3 runs")
+    # --name wins
+    assert main(["timing", "fit", *runs, "--out", str(out), "--trim", "0", "--name", "mine"]) == 0
+    capsys.readouterr()
+    assert load_device(str(out)).name == "mine"
+    # the rule itself: runs in two folders have no common one
+    assert default_device_name("a/b/desk.top.json", []) == "desk.top"
+    assert default_device_name("-", ["x/r1.csv", "x/r2.csv"]) == "x"
+    assert default_device_name("-", [str(tmp_path / "a.csv"), str(folder / "b.csv")]) == "device"
