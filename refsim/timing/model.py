@@ -269,6 +269,12 @@ def _num(path: str, where: str, value, allow_none: bool = False) -> float | None
     return float(value)
 
 
+def _short_json(value) -> str:
+    """``value`` as JSON text, cut at 60 characters (for a message)."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _param(path: str, where: str, obj) -> Param:
     if not isinstance(obj, dict) or set(obj) != {"value", "se", "identified"}:
         raise ConfigError(f"{path}: {where}: expected an object with keys value, se, identified")
@@ -592,11 +598,13 @@ def parse_device(path: str, raw: bytes) -> DeviceModel:
             raise ConfigError(f"{path}: compute_ms[{m!r}].value: expected > 0, got {c.value!r}")
         compute[m] = c
     lanes = doc.get("lanes", [])
+    # absent: a file from before the key (lane counts unknown); present, it lists at least the
+    # one lane count every fit has (to_json writes it only then): [] would hide lanes_warning
     if not isinstance(lanes, list) or not all(
             isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1 << 31 for n in lanes) \
-            or lanes != sorted(set(lanes)):
+            or lanes != sorted(set(lanes)) or ("lanes" in doc and not lanes):
         raise ConfigError(f"{path}: lanes: expected a sorted list of distinct integers 1..2^31 "
-                          f"(the runs' io_threads)")
+                          f"(the runs' io_threads), at least one, got {_short_json(lanes)}")
     dev = DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
                       fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
                       overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]),
