@@ -44,7 +44,9 @@ def add_parser(sub) -> None:
                                     "per-run residuals; write DEVICE.json.")
     f.add_argument("runs", nargs="+", metavar="RUN.csv", help=RUN_HELP)
     f.add_argument("--out", required=True, metavar="DEVICE.json", help="the device file to write (- = stdout)")
-    f.add_argument("--name", default="", help="a name stored in the device file")
+    f.add_argument("--name", default="", help="a name stored in the device file (default: the "
+                                              "--out file's stem; with --out -, the folder of the "
+                                              "runs)")
     f.add_argument("--gguf", action="append", default=[], metavar="[KEY=]MODEL.gguf",
                    help="the runs' model's tensor table (a header-only twin works: refsim synth "
                         "--like): identifies the compute of a verify decode's extra positions "
@@ -156,7 +158,8 @@ def _fmt(v: float | None, nd: int = 3) -> str:
 def run_fit(args) -> int:
     check_outputs({"--out": args.out}, {f"RUN {p}": split_spec(p)[0] for p in args.runs})
     runs = _runs(args, args.trim, 2, " to fit a device")
-    dev = fit_device(runs, name=args.name)
+    name = args.name or default_device_name(args.out, [split_spec(p)[0] for p in args.runs])
+    dev = fit_device(runs, name=name)
     preds = [predict_run(dev, r) for r in runs]
     rm = None
     if args.io_model == "requests":
@@ -181,10 +184,42 @@ def run_fit(args) -> int:
         dev = replace(dev, position_cost=pc)
     # the runs' own repeats (refsim.timing.identify's rule): the device's run-to-run noise
     from refsim.timing.noise import with_device_noise
-    dev = with_device_noise(dev, runs, name=args.name)
-    write_text_atomic(args.out, dev.to_json(), what="--out")
+    dev = with_device_noise(dev, runs, name=name)
+    write_text_atomic(args.out, _device_text(dev, args.out), what="--out")
     with contextlib.redirect_stdout(report_stream({"--out": args.out})):   # stderr if --out -
         return _report_fit(args, dev, runs, preds, rm, eps_notes)
+
+
+def default_device_name(out: str, paths: list[str]) -> str:
+    """The device's name when ``timing fit`` is given no ``--name``: the ``--out`` file's stem
+    (``desktop.json`` -> ``desktop``), what the user called the device; with ``--out -``, the
+    name of the folder every run is in (``desktop-2026-07-24-qwen36``), or ``device`` when they
+    share none (the runs' count, the name before, said nothing a user recognises)."""
+    if out != "-":
+        stem = os.path.splitext(os.path.basename(out))[0]
+        if stem:
+            return stem
+    dirs = {os.path.dirname(os.path.realpath(p)) for p in paths}
+    folder = os.path.basename(dirs.pop()) if len(dirs) == 1 else ""
+    return folder or "device"
+
+
+def _device_text(dev, out: str) -> str:
+    """``dev``'s device file text, once the device reader's own checks accept it
+    (:func:`refsim.timing.model.parse_device`, what every ``--device`` command reads it with): a
+    fit steered out of bounds by its runs (a ``tail`` s.e. of 8e9 ms, an infinite value) is
+    refused here, naming the key, and nothing is written.
+
+    Raises
+    ------
+    ConfigError
+        The reader's one-line refusal, naming the fitted device and the key out of bounds.
+    """
+    from refsim.timing.model import parse_device
+    text = dev.to_json(allow_nan=True)      # a non-finite value reaches the reader, named there
+    parse_device(f"the fitted device (not written to {'stdout' if out == '-' else out})",
+                 text.encode("utf-8"))
+    return text
 
 
 def _gguf_keys(args, dev) -> dict:
@@ -260,7 +295,7 @@ def _position_cost(args, dev) -> tuple:
         work[key] = position_work(model)
         sizes[key] = ExpertSizes.from_model_bytes(model.bytes, model.spec.n_expert_used,
                                                   f"{path}'s tensor table")
-    terms = identify_device(args.runs, sizes, work, name=args.name, trim=args.trim)
+    terms = identify_device(args.runs, sizes, work, name=dev.name, trim=args.trim)
     pc, notes = {}, []
     for key in paths:
         got = terms.eps_prefill.get(key)
@@ -273,7 +308,7 @@ def _position_cost(args, dev) -> tuple:
                          f"identify it: eps_P {eps_p.value:.3f} [{eps_p.lo:.3f}, {eps_p.hi:.3f}]); "
                          f"not stored")
             continue
-        src = (f"prefills of {args.name or dev.name or 'these runs'}: {group[1]} positions, "
+        src = (f"prefills of {dev.name or 'these runs'}: {group[1]} positions, "
                f"{group[2]} threads, {'cache' if group[4] else 'no cache'}; "
                f"{eps_p.source}")
         pc[key] = position_cost_entry(eps_p, group[1], work[key], source=src[:4096])

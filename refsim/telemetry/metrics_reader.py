@@ -59,6 +59,16 @@ _AT_LEAST_ONE = frozenset({"step", "steps", "mtp_batch"})
 MAX_INT_VALUE = 2 ** 53
 """Largest integer column value accepted (exact in float64, the parse's intermediate type)."""
 
+MAX_TIME_MS = 1e7
+"""Largest value accepted in a time column (:data:`TIME_COLUMNS`, ms per token or decode: 2.8
+hours). The device reader's bound on its ms figures (``refsim.timing.model.MAX_ABS_PARAM``); far
+above what the engine writes: the largest in every shared run is 8652 ms (``cpu_ms``, CPU time
+summed over threads, phone-2026-07-22-drop-cold), the largest ``wall_ms`` 8562 ms (a phone mmap
+run); the writer prints them with ``%.3f`` (bmoe-engine.md §4.1, core/csv_metrics_sink.cpp)."""
+
+TIME_COLUMNS = frozenset(c for c in METRICS_COLUMNS if c.endswith("_ms"))
+"""The engine's time columns (ms), bounded by :data:`MAX_TIME_MS`."""
+
 _MAGIC = re.compile(r"^# bmoe_metrics v(\d+)\s*$")
 SUPPORTED_VERSIONS = {1: "v1", 2: "v2"}
 
@@ -351,6 +361,9 @@ def _check_ranges(path: str, data: dict, lines: np.ndarray) -> None:
             check(name, (v != -1) & ((v < 0) | (v > 1)), "a fraction in 0..1, or -1 (unmeasured)")
         elif name in METRICS_COLUMNS:
             check(name, v < 0, "a value >= 0")
+            if name in TIME_COLUMNS:
+                check(name, v > MAX_TIME_MS, f"at most {MAX_TIME_MS:g} ms (2.8 hours; the engine's "
+                                             f"runs stay below 10^4 ms)")
 
 
 def _check_sequence(path: str, data: dict, lines: np.ndarray, segment: np.ndarray) -> np.ndarray:
@@ -535,11 +548,12 @@ def read_metrics(path: str | os.PathLike, sidecar: bool = True) -> MetricsRun:
         ``step,...`` header nor an 8-field row), an unsupported version, a preamble value of the
         wrong type or a key given twice with two values, a missing or repeated column, a row with
         the wrong field count (a truncated last line included), a non-numeric or non-finite field,
-        a value out of range (negative times or bytes, a hit % outside 0..100 and not -1, a step,
-        steps or mtp_batch below 1), steps not counting 1, 2, ... within a turn, turns out of
-        order, a decode group cut short or with a non-zero ``wall_ms`` after its first row, a
-        ``# summary`` whose ``tokens=`` differs from its turn's rows, a ``#`` line that is neither
-        preamble nor summary after the header; and the sidecar's errors (:func:`read_sidecar`).
+        a value out of range (negative times or bytes, a time above :data:`MAX_TIME_MS`, a hit %
+        outside 0..100 and not -1, a step, steps or mtp_batch below 1), steps not counting 1, 2,
+        ... within a turn, turns out of order, a decode group cut short or with a non-zero
+        ``wall_ms`` after its first row, a ``# summary`` whose ``tokens=`` differs from its turn's
+        rows, a ``#`` line that is neither preamble nor summary after the header; and the
+        sidecar's errors (:func:`read_sidecar`).
     """
     path = os.fspath(path)
     text = _read_text(path)

@@ -219,7 +219,9 @@ class DeviceModel:
                               f"not a device's")
         return {"cpu": cpu, "io": io, "stall": stall, "wall": wall}
 
-    def to_json(self) -> str:
+    def to_json(self, allow_nan: bool = False) -> str:
+        """The device file's text. A non-finite number raises ``ValueError`` unless ``allow_nan``
+        (then it is written ``NaN``/``Infinity``, which :func:`parse_device` refuses by name)."""
         def p(par: Param) -> dict:
             return {"value": par.value, "se": par.se, "identified": par.identified}
         doc = {
@@ -244,7 +246,7 @@ class DeviceModel:
             doc["noise"] = self.noise
         if self.replicates:
             doc["replicates"] = list(self.replicates)
-        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        return json.dumps(doc, indent=2, allow_nan=allow_nan) + "\n"
 
 
 REQ_PARAMS = {
@@ -265,6 +267,12 @@ def _num(path: str, where: str, value, allow_none: bool = False) -> float | None
         raise ConfigError(f"{path}: {where}: expected a finite number of magnitude <= "
                           f"{MAX_ABS_PARAM:g}, got {value!r}")
     return float(value)
+
+
+def _short_json(value) -> str:
+    """``value`` as JSON text, cut at 60 characters (for a message)."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _param(path: str, where: str, obj) -> Param:
@@ -504,21 +512,40 @@ def read_replicates_doc(path: str, doc, compute_keys) -> tuple:
     return tuple(doc)
 
 
+MAX_DEVICE_BYTES = 1 << 20
+"""Largest device file read (1 MiB = 2^20 bytes)."""
+
+
 def load_device(path: str) -> DeviceModel:
     """Read a device file written by ``refsim timing fit`` (validated: untrusted input).
 
     Raises
     ------
     ConfigError
-        Naming the file and the key: not JSON, another format, a missing or extra key, a value of
-        the wrong type or out of bounds (:data:`MAX_ABS_PARAM`, :data:`MAX_MODELS`).
+        Naming the file: unreadable, and :func:`parse_device`'s refusals.
     """
     try:
         with open(path, "rb") as fh:
-            raw = fh.read((1 << 20) + 1)
+            raw = fh.read(MAX_DEVICE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the device file: {exc.strerror}") from None
-    if len(raw) > 1 << 20:
+    return parse_device(path, raw)
+
+
+def parse_device(path: str, raw: bytes) -> DeviceModel:
+    """A device file's bytes ``raw`` as :class:`DeviceModel`, through every check of the format
+    (``path`` names it in messages): what :func:`load_device` reads, and what ``refsim timing fit``
+    checks its device against before writing it (a file its own reader refuses is never written).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``path`` and the key: larger than :data:`MAX_DEVICE_BYTES`, not JSON (``NaN`` and
+        ``Infinity`` are read as text, so refused as numbers), another format, a missing or extra
+        key, a value of the wrong type or out of bounds (:data:`MAX_ABS_PARAM`,
+        :data:`MAX_MODELS`, ``h`` in 0..1, ``tail`` in :data:`MIN_TAIL`..:data:`MAX_TAIL`, ...).
+    """
+    if len(raw) > MAX_DEVICE_BYTES:
         raise ConfigError(f"{path}: larger than 1 MiB; not a device file")
     try:
         doc = json.loads(raw.decode("utf-8"), parse_constant=lambda c: c)
@@ -571,11 +598,13 @@ def load_device(path: str) -> DeviceModel:
             raise ConfigError(f"{path}: compute_ms[{m!r}].value: expected > 0, got {c.value!r}")
         compute[m] = c
     lanes = doc.get("lanes", [])
+    # absent: a file from before the key (lane counts unknown); present, it lists at least the
+    # one lane count every fit has (to_json writes it only then): [] would hide lanes_warning
     if not isinstance(lanes, list) or not all(
             isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1 << 31 for n in lanes) \
-            or lanes != sorted(set(lanes)):
+            or lanes != sorted(set(lanes)) or ("lanes" in doc and not lanes):
         raise ConfigError(f"{path}: lanes: expected a sorted list of distinct integers 1..2^31 "
-                          f"(the runs' io_threads)")
+                          f"(the runs' io_threads), at least one, got {_short_json(lanes)}")
     dev = DeviceModel(params=pars, compute=compute, name=doc["name"], trim=doc["trim"],
                       fitted_on=tuple(doc["fitted_on"]), serial_runs=doc["serial_runs"],
                       overlap_runs=doc["overlap_runs"], notes=tuple(doc["notes"]),

@@ -83,7 +83,8 @@ class RunData:
 
     @property
     def measured_ms(self) -> float:
-        """Mean measured wall ms per token (over the kept tokens)."""
+        """Mean measured wall ms per token (over the kept tokens); > 0 (:func:`run_data` refuses a
+        run whose kept tokens all have wall_ms 0)."""
         return float(self.wall.mean())
 
     @property
@@ -173,7 +174,8 @@ def run_data(run, overrides: dict | None = None, trim: int = 50, label: str | No
     ConfigError
         ``model``/``io_threads`` neither in the preamble nor given after ``@`` (the message says
         how to give them); a value after ``@`` that contradicts the preamble; fewer than 2 tokens
-        after the trim.
+        after the trim; a measured decode time of 0 (``wall_ms`` 0 on every kept token: no tok/s,
+        and every path that divides by :attr:`RunData.measured_ms` reads the run through here).
     UnmodelledRun
         A run without flash streaming.
     """
@@ -220,6 +222,10 @@ def run_data(run, overrides: dict | None = None, trim: int = 50, label: str | No
     # read_bytes is a per-decode count charged to the group's first row, like the times
     x = col("read_bytes") / MIB
     keep = slice(trim, None)
+    if not wall[keep].mean() > 0:       # wall_ms >= 0 (the reader's rule): every kept row is 0
+        raise ConfigError(f"{label}: measured decode time 0 ms/token (wall_ms 0 on all {n - trim} "
+                          f"tokens after the first {trim}); expected a run with measured times "
+                          f"(one whose decode time is 0 has no tok/s)")
     return RunData(label=label, model=str(cfg["model"]), lanes=lanes, overlap=overlap,
                    cache=cache, x=x[keep].astype(np.float64), cpu=cpu[keep], io=col("io_ms")[keep],
                    stall=col("stall_ms")[keep], wall=wall[keep], trim=trim)

@@ -19,8 +19,9 @@ from refsim.errors import MetricsFormatError
 from refsim.spec import NgramDraft, SpecConfig, run_generation
 from refsim.telemetry import MetricsPreamble, write_metrics_csv
 from refsim.telemetry.constants import METRICS_COLUMNS
-from refsim.telemetry.metrics_reader import (LEGACY_COLUMNS, V1_COLUMNS, read_metrics,
-                                             read_sidecar, sidecar_path_for)
+from refsim.telemetry.metrics_reader import (LEGACY_COLUMNS, MAX_TIME_MS, TIME_COLUMNS,
+                                             V1_COLUMNS, read_metrics, read_sidecar,
+                                             sidecar_path_for)
 from refsim.testing import DocumentScript, ScriptedRouter, ScriptedTarget
 from refsim.testing.metrics_files import V1_SESSION as V1
 from refsim.testing.metrics_files import metrics_files, v1_row, v2_group_text
@@ -187,6 +188,10 @@ ERRORS = [
     (LEGACY8.replace("2097152", "1.5"), 3, "column 'read_bytes' is '1.5', expected an integer"),
     (LEGACY8.replace("2097152", "1e17"), 3, "expected an integer (at most 2^53)"),
     (LEGACY8.replace("200.000", "-1.000"), 3, "column 'wall_ms' is -1.0, expected a value >= 0"),
+    (LEGACY8.replace("200.000", "1e308"), 3, "column 'wall_ms' is 1e+308, expected at most 1e+07 ms"),
+    (LEGACY8.replace("150.000", "10000000.001"), 3, "column 'io_ms' is 10000000.001, expected at "
+                                                    "most 1e+07 ms"),
+    (V1.replace("300.5,400", "300.5,1e15", 1), 5, "column 'io_ms' is 1000000000000000.0, expected at most"),
     (LEGACY8.replace("20.00", "101.00"), 3, "a percentage in 0..100, or -1"),
     (V1.replace(",-1,", ",2,", 1), 5, "a fraction in 0..1, or -1"),
     (LEGACY8.replace("1,3,100", "0,3,100"), 2, "column 'step' is 0, expected an integer >= 1"),
@@ -222,6 +227,30 @@ def test_every_error_names_file_line_and_expectation(tmp_path, text, line, fragm
     msg = str(exc.value)
     assert msg.startswith(f"{path}:{line}: "), msg
     assert fragment in msg and "\n" not in msg, msg
+
+
+def test_time_columns_are_bounded_at_the_device_readers_bound_and_no_lower(tmp_path):
+    """The bound is the device file's on its ms figures, and it is inclusive: 10^7 ms reads back
+    (as does every shared engine run, test_every_real_run_reads...), 10^7 ms + 1 us does not."""
+    from refsim.timing.model import MAX_ABS_PARAM
+    assert MAX_TIME_MS == MAX_ABS_PARAM == 1e7
+    assert TIME_COLUMNS == {c for c in METRICS_COLUMNS if c.endswith("_ms")} and len(TIME_COLUMNS) == 12
+    r = read_metrics(write(tmp_path, LEGACY8.replace("200.000,150.000", "10000000.000,10000000.000")))
+    assert r.data["wall_ms"].tolist() == [100.0, 1e7, 400.0] and r.data["io_ms"][1] == 1e7
+    with pytest.raises(MetricsFormatError, match=r":3: column 'wall_ms' is 10000000.001, expected at "
+                                                 r"most 1e\+07 ms"):
+        read_metrics(write(tmp_path, LEGACY8.replace("200.000", "10000000.001")))
+
+
+def test_the_engines_real_runs_stay_far_below_the_time_bound():
+    """Every shared engine CSV (each time column, every row) is at least 1000x below the bound:
+    the rule cannot refuse what the engine really writes."""
+    root = require_shared("real-runs")
+    files = sorted(glob.glob(str(root / "*" / "*.csv")))
+    assert len(files) == 28
+    top = max(float(v.max()) for f in files for c, v in read_metrics(f).data.items()
+              if c in TIME_COLUMNS and v.size)
+    assert top == 8652.349 and top * 1000 < MAX_TIME_MS
 
 
 def test_v2_groups_read_and_spread(tmp_path):
@@ -351,7 +380,8 @@ def _mutate(f, data):
         fs = lines[i].rstrip("\n").split(",")
         j = data.draw(st.integers(0, len(fs) - 1))
         fs[j] = data.draw(st.sampled_from(["", "x", "nan", "-1", "1e300", "0", "2", "0.5", "-0",
-                                           "99999999999999999999", "101", fs[j] + "0"]))
+                                           "99999999999999999999", "101", fs[j] + "0", "1e308",
+                                           "1e15", "10000000.001", "10000000"]))
         lines[i] = ",".join(fs) + "\n"
     elif kind == "truncate":
         text = "".join(lines)
@@ -380,6 +410,8 @@ def _mutation_campaign(tmp_path, f, data):
     for t in range(int(ti.max()) + 1 if r.n_rows else 0):
         assert step[ti == t].tolist() == list(range(1, int((ti == t).sum()) + 1))
     assert np.isfinite(r.data["wall_ms"]).all() and (r.data["wall_ms"] >= 0).all()
+    for name in TIME_COLUMNS & set(r.data):         # every time column bounded, none only wall_ms
+        assert (r.data[name] <= MAX_TIME_MS).all(), name
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])

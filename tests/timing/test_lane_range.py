@@ -8,9 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from refsim.cli import main
 from refsim.errors import ConfigError
+from refsim.testing.mutate import cpu_time_limit, mutated
 from refsim.timing import DeviceModel, Param, load_device
 
 DEMO = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
@@ -50,15 +53,62 @@ def test_the_device_file_keeps_the_lane_counts(tmp_path):
     assert load_device(str(old)).lanes == ()
 
 
-@pytest.mark.parametrize("bad", [[8, 4], [4, 4], [0], [True], ["4"], 4, [4.0]])
+@pytest.mark.parametrize("bad", [[8, 4], [4, 4], [0], [True], ["4"], 4, [4.0], [],
+                                 list(range(40, 0, -1))])
 def test_a_bad_lanes_key_is_one_line(tmp_path, bad):
+    """``[]`` included: absent is an older file (lane counts unknown), but an empty list was read
+    as unknown too and silenced the --io-threads range warning. What was found is quoted, cut at
+    60 characters."""
     doc = json.loads(device().to_json())
     doc["lanes"] = bad
     path = tmp_path / "d.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ConfigError, match=r"^.*d\.json: lanes: expected a sorted list of distinct "
-                                          r"integers 1\.\.2\^31 \(the runs' io_threads\)$"):
+    with pytest.raises(ConfigError) as exc:
         load_device(str(path))
+    got = json.dumps(bad) if len(json.dumps(bad)) <= 60 else json.dumps(bad)[:57] + "..."
+    assert str(exc.value) == (f"{path}: lanes: expected a sorted list of distinct integers 1..2^31 "
+                              f"(the runs' io_threads), at least one, got {got}")
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damaged_lanes_are_refused_or_read_as_lane_counts(tmp_path, data):
+    """A damaged copy of the ``lanes`` lines (refsim.testing.mutate) is refused in one line naming
+    the file, or read as 1 or more sorted distinct lane counts (never as "unknown" while the key
+    is there: that is what an absent key means)."""
+    text = device(lanes=(1, 4, 8)).to_json().encode()
+    start = text.index(b'  "lanes": [')
+    end = text.index(b"]", start) + 1
+    mid, recipe = data.draw(mutated(text[start:end]), label="mutation")
+    p = tmp_path / "damaged.json"
+    p.write_bytes(text[:start] + mid + text[end:])
+    with cpu_time_limit(10.0, "load_device"):
+        try:
+            dev, err = load_device(str(p)), None
+        except ConfigError as exc:
+            dev, err = None, str(exc)
+    if err is not None:
+        assert err.startswith(f"{p}: ") and "\n" not in err, f"{recipe}: {err!r}"
+        return
+    key_there = "lanes" in json.loads(p.read_text())
+    assert (len(dev.lanes) >= 1) == key_there, recipe
+    assert list(dev.lanes) == sorted(set(dev.lanes)) and all(n >= 1 for n in dev.lanes), recipe
+
+
+def test_an_empty_lanes_list_is_refused_by_every_device_command(tmp_path, capsys):
+    """Before: ``"lanes": []`` loaded as "lane counts unknown" and replay --io-threads 1 printed
+    no range warning; now the command stops on the file, in one line, exit 1."""
+    doc = json.loads(device().to_json())
+    doc["lanes"] = []
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(doc))
+    assert main(["replay", str(DEMO), "--cache-mb", "256", "--io-threads", "1", "--device",
+                 str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"refsim replay: error: {path}: lanes: expected a sorted list of "
+                                 f"distinct integers 1..2^31 (the runs' io_threads), at least one, "
+                                 f"got []\n")
 
 
 def test_replay_warns_and_prints_the_same_figure(tmp_path, capsys):
