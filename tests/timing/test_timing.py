@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from refsim.cli import main
@@ -89,6 +89,10 @@ def design(p, floors, seed):
     "s0": st.floats(-50, 20), "s1": st.floats(0.3, 1.5), "h": st.floats(0, 0.5)}),
     st.floats(80, 200), st.floats(80, 200), st.integers(0, 2**32 - 1))
 def test_fit_recovers_known_parameters_exactly(p, c1, c2, seed):
+    # two floors one ulp apart (hypothesis drew 80.0 and 80.00000000000001) identify h no more than
+    # equal floors do, yet are not equal: the stall's h and s0 are then neither recovered nor
+    # absorbed, so floors are equal or at least 1 ms apart
+    assume(c1 == c2 or abs(c1 - c2) >= 1.0)
     runs = design(p, {"q": c1, "g": c2}, seed)
     dev = fit_device(runs, jackknife=False)
     assert dev.compute["q"].value == pytest.approx(c1, rel=1e-6)
