@@ -682,6 +682,7 @@ def _tok_s_stager(dv: Device, cfg: SpecConfig, reads: dict):
                 extra += share * extra_positions_ms(tail_c, eps, positions) / tpd
             head = const_head if const_head is not None else _head_ms(dv, dev, cfg, eps, tpd)
             return 1000.0 / sum((compute, extra, *rest, head, memory_ms))
+        at.fixed = fixed        # the eps-free terms per emitted token (_ms_terms_at's, bit for bit)
         staged[id(dev)] = (dev, at)
         return at
     return stage
@@ -794,12 +795,12 @@ def price(dv: Device, cfg: SpecConfig, reads: dict, budget_mib: float | None = N
     mem = (memory if memory is not None and cfg.kind != "off" else
            memory_term(spec_mib if cfg.kind != "off" else 0.0, headroom_mib, plain_ms))
     ms = point_terms(dv, cfg, reads, mem.value)
-    terms = _terms(dv, cfg, reads, ms, mem)
+    spec_at, off_at = _tok_s_stager(dv, cfg, reads), _tok_s_stager(dv, off, base)
+    terms = _terms(dv, cfg, reads, ms, mem, spec_at)
     notes = (("acceptance and coverage assumed (given by the user)",)
              if cfg.kind != "off" and cfg.source == "assumed" else ())
     mems = sorted({mem.lo, mem.value, mem.hi})
     at = mems.index(mem.value)
-    spec_at, off_at = _tok_s_stager(dv, cfg, reads), _tok_s_stager(dv, off, base)
     tok = band_hull([tok_s_band(_tok_s_fn(spec_at, e0, m), dv.model, dv.replicates, dv.eps,
                                  dv.sigma, dv.level) for m in mems], at)
     delta = verdict = None
@@ -845,13 +846,15 @@ def reads_mix(cfg: SpecConfig, reads: dict) -> tuple:
     return mib_decode, hit
 
 
-def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term) -> tuple:
+def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term, stage=None) -> tuple:
     """Each term as a :class:`Term` (ms per emitted token); the extra positions and the head carry
-    ``eps``'s interval (the term evaluated at eps's ends), the memory term its own."""
+    ``eps``'s interval (the term evaluated at eps's ends), the memory term its own, the fitted
+    terms the bootstrap refits' spread (:func:`_refit_spread`; ``stage``, the band's
+    :func:`_tok_s_stager` of ``cfg``, shares its staging of each refit)."""
     e = dv.eps
     at = {x: _ms_terms(dv, dv.model, cfg, reads, x, mem.value) for x in (e.lo, e.hi)}
     src = f"device {dv.model.name or '?'} fitted on {len(dv.model.fitted_on)} plain run(s)"
-    spread = _refit_spread(dv, cfg, reads, mem.value)
+    spread = _refit_spread(dv, cfg, reads, stage)
     out = []
     for name in TERM_NAMES:
         v = ms[name]
@@ -893,13 +896,16 @@ FITTED_TERMS = ("compute", "bookkeeping", "contention", "flash", "stall")
 """The terms that are the device fit's alone (no eps, no head, no memory)."""
 
 
-def _refit_spread(dv: Device, cfg: SpecConfig, reads: dict, memory_ms: float) -> dict:
+def _refit_spread(dv: Device, cfg: SpecConfig, reads: dict, stage=None) -> dict:
     """``{term: (lo, hi)}``, ms/token: each of :data:`FITTED_TERMS` over the device's bootstrap
-    refits (:attr:`Device.replicates`) at eps's value, its central ``dv.level`` quantiles (the
-    parameters' part of the band, term by term); empty without refits."""
+    refits (:attr:`Device.replicates`), its central ``dv.level`` quantiles (the parameters' part
+    of the band, term by term; none of them depends on eps or the memory term); empty without
+    refits. The values are :func:`_tok_s_stager`'s staged eps-free terms (``stage``, or a new
+    one), equal to :func:`_ms_terms`' to the last bit."""
     if not dv.replicates:
         return {}
-    vals = [_ms_terms(dv, d, cfg, reads, dv.eps.value, memory_ms) for d in dv.replicates]
+    stage = stage or _tok_s_stager(dv, cfg, reads)
+    vals = [stage(d).fixed for d in dv.replicates]
     q = ((1.0 - dv.level) / 2.0, (1.0 + dv.level) / 2.0)
     out = {}
     for name in FITTED_TERMS:

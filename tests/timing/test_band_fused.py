@@ -17,8 +17,8 @@ from refsim.timing import DeviceModel, Param
 from refsim.timing.band import delta_band, tok_s_band
 from refsim.timing.model import PARAMS
 from refsim.timing.terms import Term, exact
-from refsim.timing.verdict import (Device, Reads, SpecConfig, _ms_terms_at, _tok_s_fn,
-                                   _tok_s_stager, price)
+from refsim.timing.verdict import (FITTED_TERMS, Device, Reads, SpecConfig, _ms_terms_at,
+                                   _tok_s_fn, _tok_s_stager, price)
 from refsim.timing.work import PositionWork
 
 WORK = PositionWork(k=2, n_expert=8, dense_mib=60.0, output_mib=20.0, expert_mib=20.0,
@@ -68,8 +68,10 @@ def test_fused_tok_s_is_the_readable_rule_to_the_last_bit(dev, again, cfg, lanes
     for d in (dev, again, dev):                 # the memo hands back the first staging
         fused = stage(d)
         for e in eps:
-            ref = 1000.0 / sum(_ms_terms_at(dv, d, cfg, reads, memory)(e).values())
+            terms = _ms_terms_at(dv, d, cfg, reads, memory)(e)
+            ref = 1000.0 / sum(terms.values())
             assert fused(e, memory) == ref
+            assert {k: fused.fixed[k] for k in FITTED_TERMS} == {k: terms[k] for k in FITTED_TERMS}
             assert _tok_s_fn(stage, e, memory)(d)(None) == ref
 
 
