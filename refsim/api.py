@@ -190,15 +190,25 @@ def union(trace, windows=DEFAULT_WINDOWS, cache_mb: float | None = None, *, knob
 
 
 def _some(runs) -> list:
-    """``runs`` as a list, refused when empty as the commands refuse no ``RUN.csv``.
+    """``runs`` as a list, refused when empty as the commands refuse no ``RUN.csv``; one path
+    (a ``str`` or path-like, which ``list()`` would split into characters) or one RunData is a
+    list of one.
 
     Raises
     ------
     UsageError
-        ``"the following arguments are required: RUN.csv"`` (argparse's text, ``nargs="+"``).
+        ``"the following arguments are required: RUN.csv"`` (argparse's text, ``nargs="+"``);
+        ``runs`` None or not iterable.
     """
     from refsim.errors import UsageError
-    runs = list(runs)
+    from refsim.timing import RunData
+    if isinstance(runs, (str, os.PathLike, RunData)):
+        return [runs]
+    try:
+        runs = list(runs)
+    except TypeError:
+        raise UsageError(f"runs: expected a list of RUN.csv paths or RunData, got "
+                         f"{type(runs).__name__}") from None
     if not runs:
         raise UsageError("the following arguments are required: RUN.csv")
     return runs
@@ -266,7 +276,7 @@ def fit_device(runs, *, trim: int = 50, name: str = "", jackknife: bool = True):
     from refsim.timing import RunData
     from refsim.timing.fit import fit_device as fit
     from refsim.timing.noise import with_device_noise
-    runs = list(runs)
+    runs = _some(runs)
     got = _runs(runs, trim)
     dev = fit(got, name=name, jackknife=jackknife)
     if all(isinstance(r, RunData) for r in runs):

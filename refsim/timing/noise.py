@@ -218,11 +218,12 @@ def device_repeats(runs, device, configs: dict | None = None, name: str = "") ->
     Raises
     ------
     MetricsFormatError, ConfigError
-        Reading a run's file (``configs`` not given).
+        Reading a run's file (``configs`` not given and the run carries no ``config``).
     """
     if configs is None:
         from refsim.telemetry.metrics_reader import read_metrics
-        configs = {r.label: read_metrics(r.label).config for r in runs}
+        configs = {r.label: (r.config if getattr(r, "config", None) is not None
+                             else read_metrics(r.label).config) for r in runs}
     return shared_repeats(runs, configs, dead_levers(device), name)
 
 

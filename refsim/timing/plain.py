@@ -16,7 +16,7 @@ A published cell is speculative when it carries drafts (:attr:`refsim.timing.cel
 
 from __future__ import annotations
 
-from refsim.timing.runs import RunData, load_runs, split_spec
+from refsim.timing.runs import RunData, load_runs
 
 
 def speculation_of(run) -> str | None:
@@ -47,19 +47,11 @@ def load_plain_runs(specs: list[str], trim: int) -> tuple[list[RunData], list[st
     MetricsFormatError, ConfigError
         As :func:`refsim.timing.runs.load_runs`.
     """
-    from refsim.telemetry.metrics_reader import read_metrics
-
-    keep, notes = [], []
-    for spec in specs:
-        path, _ = split_spec(spec)
-        why = speculation_of(read_metrics(path))
-        if why is None:
-            keep.append(spec)
-        else:
-            notes.append(f"left out: {path}: a speculation run ({why}); terms are identified on "
-                         f"plain runs only")
-    runs, more = load_runs(keep, trim, skip_unmodelled=True) if keep else ([], [])
-    return runs, notes + more
+    def speculative(path, run):
+        why = speculation_of(run)
+        return None if why is None else (f"left out: {path}: a speculation run ({why}); terms "
+                                         f"are identified on plain runs only")
+    return load_runs(specs, trim, skip_unmodelled=True, leave_out=speculative)
 
 
 def plain_cells(cells) -> tuple[list, list[str]]:

@@ -20,8 +20,9 @@ are outside the model: their time is page-fault-bound and no counter measures it
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -63,6 +64,10 @@ class RunData:
         of its decode (the group's first row divided by ``mtp_batch``, telemetry.md).
     trim : int
         Warm-up tokens left out.
+    config : dict or None
+        The file's preamble configuration (``MetricsRun.config``, before ``@`` overrides) when read
+        from a file (:func:`run_data`), so that what needs it (the repeats among runs,
+        refsim.timing.noise) does not read the file again (a pipe reads once); None otherwise.
     """
 
     label: str
@@ -76,6 +81,7 @@ class RunData:
     stall: np.ndarray
     wall: np.ndarray
     trim: int
+    config: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def n(self) -> int:
@@ -228,14 +234,19 @@ def run_data(run, overrides: dict | None = None, trim: int = 50, label: str | No
                           f"(one whose decode time is 0 has no tok/s)")
     return RunData(label=label, model=str(cfg["model"]), lanes=lanes, overlap=overlap,
                    cache=cache, x=x[keep].astype(np.float64), cpu=cpu[keep], io=col("io_ms")[keep],
-                   stall=col("stall_ms")[keep], wall=wall[keep], trim=trim)
+                   stall=col("stall_ms")[keep], wall=wall[keep], trim=trim,
+                   config=dict(run.config))
 
 
-def load_runs(specs: list[str], trim: int, skip_unmodelled: bool = False) -> tuple[list[RunData], list[str]]:
-    """Read every ``PATH[@overrides]`` in ``specs`` into :class:`RunData`.
+def load_runs(specs: list[str], trim: int, skip_unmodelled: bool = False,
+              leave_out=None) -> tuple[list[RunData], list[str]]:
+    """Read every ``PATH[@overrides]`` in ``specs`` into :class:`RunData`, each file once (a pipe
+    can be read only once).
 
     Returns the runs and, when ``skip_unmodelled``, one note per run left out as
-    :class:`UnmodelledRun` (otherwise that error propagates).
+    :class:`UnmodelledRun` (otherwise that error propagates). ``leave_out`` (optional) maps a
+    file's ``(path, MetricsRun)`` to a note when the run is to be left out, None to keep it
+    (:func:`refsim.timing.plain.load_plain_runs`: the speculation runs); those notes come first.
 
     Raises
     ------
@@ -247,8 +258,9 @@ def load_runs(specs: list[str], trim: int, skip_unmodelled: bool = False) -> tup
     """
     from refsim.telemetry.metrics_reader import read_metrics
 
-    runs, notes = [], []
+    runs, notes, left = [], [], []
     seen: dict[str, str] = {}
+    recorded: dict[bytes, str] = {}     # per-token reads and times -> the first spec recording them
     for spec in specs:
         path, overrides = split_spec(spec)
         real = os.path.realpath(path)
@@ -260,10 +272,24 @@ def load_runs(specs: list[str], trim: int, skip_unmodelled: bool = False) -> tup
             raise ConfigError(f"{path}: its times are predictions of device {run.predicted_by} "
                               f"(preamble times=predicted), not measurements; a device model is "
                               f"fitted to and checked against measured runs only (circular)")
+        why = None if leave_out is None else leave_out(path, run)
+        if why is not None:
+            left.append(why)
+            continue
         try:
-            runs.append(run_data(run, overrides, trim, label=path))
+            rd = run_data(run, overrides, trim, label=path)
         except UnmodelledRun as exc:
             if not skip_unmodelled:
                 raise
             notes.append(f"left out: {exc}")
-    return runs, notes
+            continue
+        # a copy of a run under another name: two recordings never time every token alike, and
+        # counted twice it would weigh double in the fit and pose as a repeat of zero noise
+        key = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes()
+                                      for a in (rd.x, rd.cpu, rd.io, rd.stall, rd.wall))).digest()
+        if key in recorded:
+            raise ConfigError(f"{spec}: the same per-token reads and times as {recorded[key]} (a "
+                              f"copy of one run); expected each run once")
+        recorded[key] = spec
+        runs.append(rd)
+    return runs, left + notes
