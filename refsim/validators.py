@@ -110,6 +110,19 @@ def milliseconds(text: str) -> float:
     return _number(text, strict_float, lambda v: 0 <= v <= MAX_MS, "a number of ms from 0 to 1e7")
 
 
+MAX_POSITION_COST = 10.0
+"""Largest ``--position-cost`` (eps, a fraction of one position's compute): the bound a device
+file's eps has (:data:`refsim.timing.model.MAX_EPS`; the shared prefills allow 0..1.2, an
+overlap prefill bounds it at 4.7)."""
+
+
+def position_cost(text: str) -> float:
+    """``type=`` validator of ``--position-cost``: a number in ``0..10`` (:data:`MAX_POSITION_COST`):
+    beyond it every verify decode's rate prints 0.000 and says nothing."""
+    return _number(text, strict_float, lambda v: 0 <= v <= MAX_POSITION_COST,
+                   "a number from 0 to 10 (a fraction of one position's compute)")
+
+
 MIB_RANGE = "a number of MiB from 0 to 2^40 (1 EiB)"
 """What the other MiB flags accept (``--cache-floor-mb``, ``--cache-ceil-mb``: 0 has a meaning)."""
 

@@ -48,13 +48,14 @@ tested over every command, every numeric flag and the values 0, -1, nan, inf, -i
 | `timing fit --boot` | an integer in 0..1000 |
 | `--block-size` | an integer in 1..1048576 and a power of two |
 | `replay --o-direct` | an integer in 0..1 |
-| `--position-cost` | a finite number >= 0 |
+| `--position-cost` | a number from 0 to 10 (a fraction of one position's compute), the bound a device file's eps has |
 | `--draft-ms`, `whatif --head-ms` | a number of ms from 0 to 1e7 (the bound a device file's parameters have) |
 | `--draft` | an integer in 1..8 (lists in `ngram-whatif`: each in 1..8) |
 | `--ngram-min-match`, `ngram --min-match` | an integer in 1..12 (`ngram`: 1..`--max-match`) |
 | `--max-match` | an integer in 1..64 |
 | `--cache-mb` | a number of MiB from 2^-20 (one byte) to 2^40 (1 EiB); `sweep`, `timing breakeven`: a list of them |
-| `--cache-floor-mb`, `--cache-ceil-mb`, `memory --mib-per-token` | a number of MiB from 0 to 2^40 (1 EiB) |
+| `--cache-floor-mb`, `--cache-ceil-mb` | a number of MiB from 0 to 2^40 (1 EiB) |
+| `memory --mib-per-token` | a finite number >= 0 (argparse's check), then at most 2^40 MiB (1 EiB) |
 | `--ram-mb` | a number of MiB > 0 and at most 2^40 (1 EiB) |
 | `--mtp-p-min` | a probability in [0, 1] |
 | `memory --hit-pct`, `whatif --noise-pct` | a percentage in [0, 100] |

@@ -3,9 +3,10 @@ turns the command's counters into predicted s/token and tok/s. Not a subcommand.
 
 from __future__ import annotations
 
-from refsim.cli.common import nonneg_float, positive_int
+from refsim.cli.common import positive_int
 from refsim.timing.defaults import DEFAULT_EPS, DEFAULT_IO_THREADS
 from refsim.timing.device_options import DeviceOptions, gguf_names, trace_names  # noqa: F401  (re-exported)
+from refsim.validators import position_cost
 
 
 def add_device_args(p, positions: bool = True):
@@ -25,7 +26,7 @@ def add_device_args(p, positions: bool = True):
     g.add_argument("--overlap", action="store_true",
                    help="with --device: the engine's --overlap (reads overlapped with compute)")
     if positions:
-        g.add_argument("--position-cost", type=nonneg_float, default=None, metavar="EPS",
+        g.add_argument("--position-cost", type=position_cost, default=None, metavar="EPS",
                        help=f"with --device: compute of each extra verify position as a fraction "
                             f"of one position's (default: the device file's own, identified from "
                             f"its runs' prefills by timing fit --gguf; else {DEFAULT_EPS}, "

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 
 from refsim.cli.common import (add_knob_args, check_outputs, int_list, knobs_from_args,
-                               nonneg_float, nonneg_int, positive_int, report_stream, seed)
-from refsim.validators import int_in, milliseconds
+                               nonneg_int, positive_int, report_stream, seed)
+from refsim.validators import int_in, milliseconds, position_cost
 from refsim.errors import ConfigError
 from refsim.fileio import write_text_atomic
 from refsim.fmt import budget_mib, plural
@@ -97,7 +97,7 @@ def add_parser(sub) -> None:
     b.add_argument("--io-threads", type=positive_int, default=DEFAULT_IO_THREADS, metavar="L",
                    help="I/O lanes (default 4, the engine's)")
     b.add_argument("--overlap", action="store_true", help="the run uses --overlap")
-    b.add_argument("--position-cost", type=nonneg_float, default=None, metavar="EPS",
+    b.add_argument("--position-cost", type=position_cost, default=None, metavar="EPS",
                    help=f"compute of each extra verify position as a fraction of one position's "
                         f"(default: the device file's at each draft's width, identified by timing "
                         f"fit --gguf; else {DEFAULT_EPS}, assumed; the shared prefills allow "

@@ -882,7 +882,7 @@ def _terms(dv: Device, cfg: SpecConfig, reads: dict, ms: dict, mem: Term, stage=
         elif name == "head":
             out.append(exact(name, v, "ms/token", "derived",
                              f"no MTP head: {cfg.kind} drafts without one"))
-        elif name in spread:
+        elif name in spread and spread[name] != (v, v):     # a term the refits move
             lo, hi = spread[name]
             out.append(Term(name, v, min(lo, v), max(hi, v), "ms/token", "fitted", src,
                             f"interval: the {len(dv.replicates)} bootstrap refits' central "

@@ -252,16 +252,17 @@ def test_budget_lists_take_only_ascii_numbers(tmp_path, monkeypatch, capsys, cmd
 # second new-user pass ---------------------------------------------------------------------------
 
 def test_position_cost_outside_the_default_interval_names_the_flag_given(device_file, capsys):
-    """--position-cost 50 alone blamed --position-cost-interval 0,1.2, a flag never typed."""
+    """--position-cost 5 alone blamed --position-cost-interval 0,1.2, a flag never typed (50 is now
+    argparse's: the flag's bound is 0..10, a device file's eps bound)."""
     code, out, err = whatif(capsys, DEMO, "--device", device_file, "--device-model", "m",
-                            "--cache-mb", "256", "--spec", "off", "--position-cost", "50")
+                            "--cache-mb", "256", "--spec", "off", "--position-cost", "5")
     assert (code, out) == (2, "")
     assert err.splitlines()[-1] == (
-        "refsim whatif: error: --position-cost 50: outside the default interval 0..1.2 (what the "
+        "refsim whatif: error: --position-cost 5: outside the default interval 0..1.2 (what the "
         "shared prefills allow); give --position-cost-interval LO,HI holding it")
     code, _, _ = whatif(capsys, DEMO, "--device", device_file, "--device-model", "m",
-                        "--cache-mb", "256", "--spec", "off", "--position-cost", "50",
-                        "--position-cost-interval", "0,60")
+                        "--cache-mb", "256", "--spec", "off", "--position-cost", "5",
+                        "--position-cost-interval", "0,6")
     assert code == 0
 
 
