@@ -169,3 +169,28 @@ def refusal_in_child(reader: str, path: str, **guard) -> str:
                       f"else:\n    print('RETURNED')\n", **guard)
     assert out.returncode == 0 and out.stdout and out.stdout != "RETURNED\n", (out.stdout, out.stderr)
     return out.stdout.rstrip("\n")
+
+
+def damaged_device(data, text: bytes, start: int, end: int, folder) -> tuple:
+    """A device file ``text`` with ``text[start:end]`` (one key's lines) replaced by a drawn
+    :func:`mutated` copy, written to ``folder/damaged.json`` and read by
+    :func:`refsim.timing.load_device` under :func:`cpu_time_limit` (10 s of CPU).
+
+    Returns ``(path, device or None, error or None, recipe)``, after checking the reader's
+    promise for a refusal: one line starting with the file's path.
+    """
+    from pathlib import Path
+
+    from refsim.errors import ConfigError
+    from refsim.timing import load_device
+    mid, recipe = data.draw(mutated(text[start:end]), label="mutation")
+    p = Path(folder) / "damaged.json"
+    p.write_bytes(text[:start] + mid + text[end:])
+    with cpu_time_limit(10.0, "load_device"):
+        try:
+            dev, err = load_device(str(p)), None
+        except ConfigError as exc:
+            dev, err = None, str(exc)
+    if err is not None:
+        assert err.startswith(f"{p}: ") and "\n" not in err, f"{recipe}: {err!r}"
+    return p, dev, err, recipe

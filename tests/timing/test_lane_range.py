@@ -4,7 +4,6 @@ extrapolation (docs/timing.md, "Lane counts outside the fit"). The figures are n
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,8 @@ from hypothesis import strategies as st
 
 from refsim.cli import main
 from refsim.errors import ConfigError
-from refsim.testing.mutate import cpu_time_limit, mutated
+from refsim.testing.mutate import damaged_device
+from refsim.testing.shared import require_shared
 from refsim.timing import DeviceModel, Param, load_device
 
 DEMO = Path(__file__).resolve().parents[2] / "traces" / "demo.route.csv"
@@ -80,16 +80,8 @@ def test_damaged_lanes_are_refused_or_read_as_lane_counts(tmp_path, data):
     text = device(lanes=(1, 4, 8)).to_json().encode()
     start = text.index(b'  "lanes": [')
     end = text.index(b"]", start) + 1
-    mid, recipe = data.draw(mutated(text[start:end]), label="mutation")
-    p = tmp_path / "damaged.json"
-    p.write_bytes(text[:start] + mid + text[end:])
-    with cpu_time_limit(10.0, "load_device"):
-        try:
-            dev, err = load_device(str(p)), None
-        except ConfigError as exc:
-            dev, err = None, str(exc)
+    p, dev, err, recipe = damaged_device(data, text, start, end, tmp_path)
     if err is not None:
-        assert err.startswith(f"{p}: ") and "\n" not in err, f"{recipe}: {err!r}"
         return
     key_there = "lanes" in json.loads(p.read_text())
     assert (len(dev.lanes) >= 1) == key_there, recipe
@@ -147,10 +139,7 @@ def test_fit_records_the_desktop_runs_lanes():
     """The shared desktop set ran at 4 and 8 lanes (pc-A-io4, pc-B-io8, ...)."""
     from refsim.timing.fit import fit_device
     from refsim.timing.runs import load_runs
-    shared = os.environ.get("REFSIM_SHARED")
-    folder = Path(shared or "/nonexistent") / "real-runs" / "desktop-2026-07-24-qwen36"
-    if not folder.is_dir():
-        pytest.skip("REFSIM_SHARED real-runs not available")
+    folder = require_shared("real-runs", "desktop-2026-07-24-qwen36")      # ../shared by default
     runs, _ = load_runs(sorted(str(p) for p in folder.glob("*.csv")), trim=50)
     dev = fit_device(runs, jackknife=False)
     assert dev.lanes == (4, 8) == tuple(sorted({r.lanes for r in runs}))
@@ -165,10 +154,7 @@ def test_desktop_runs_cannot_tell_b_from_zero():
     fit, so b folds into a), each held-out run predicted at its own lanes."""
     import numpy as np
     from refsim.timing import fit_device, load_runs, predict_run
-    shared = os.environ.get("REFSIM_SHARED")
-    folder = Path(shared or "/nonexistent") / "real-runs" / "desktop-2026-07-24-qwen36"
-    if not folder.is_dir():
-        pytest.skip("REFSIM_SHARED real-runs not available")
+    folder = require_shared("real-runs", "desktop-2026-07-24-qwen36")      # ../shared by default
     runs, _ = load_runs(sorted(str(p) for p in folder.glob("*.csv")), trim=50)
     free, held = [], []
     for i, run in enumerate(runs):
