@@ -184,7 +184,7 @@ class RunConfig:
         device = dataclasses.replace(
             d, io_threads=v.check_value("--io-threads", _text(d.io_threads), v.positive_int),
             position_cost=None if d.position_cost is None else
-            v.check_value("--position-cost", _text(d.position_cost), v.nonneg_float))
+            v.check_value("--position-cost", _text(d.position_cost), v.position_cost))
         object.__setattr__(self, "device", device)
         if self.knobs.traced != (self.route_trace is not None):
             object.__setattr__(self, "knobs",
