@@ -359,6 +359,12 @@ def _triple(path: str, where: str, obj, hi: float = MAX_EPS) -> list:
     return [v, lo, up]
 
 
+def _text(path: str, where: str, value) -> str:
+    if not isinstance(value, str) or len(value) > 4096:
+        raise ConfigError(f"{path}: {where}: expected a string of at most 4096 characters")
+    return value
+
+
 def read_position_cost_doc(path: str, doc) -> dict:
     """Validate a device file's optional ``position_cost`` object (untrusted input) and return it
     as read. Per model file name (1..:data:`MAX_MODELS`), an object with:
@@ -397,8 +403,7 @@ def read_position_cost_doc(path: str, doc) -> dict:
                                   f"[value, lo, hi] (widths {POSITION_WIDTHS[0]}..{POSITION_WIDTHS[-1]})")
             for w, t in zip(POSITION_WIDTHS, b):
                 _triple(path, f"{at}.bytes_eps[w={w}]", t, hi=1.0)
-        if not isinstance(o["source"], str) or len(o["source"]) > 4096:
-            raise ConfigError(f"{path}: {at}.source: expected a string of at most 4096 characters")
+        _text(path, f"{at}.source", o["source"])
     return doc
 
 
@@ -409,12 +414,6 @@ MAX_REPEAT_RUNS = 1024
 """Bound on the runs of one stored repeat, and on the stored repeats."""
 NOISE_KEYS = ("value", "lo", "hi", "unit", "df", "repeats")
 REPEAT_KEYS = ("name", "tok_s", "mib_per_token", "note")
-
-
-def _text(path: str, where: str, value) -> str:
-    if not isinstance(value, str) or len(value) > 4096:
-        raise ConfigError(f"{path}: {where}: expected a string of at most 4096 characters")
-    return value
 
 
 def read_noise_doc(path: str, doc) -> dict:
