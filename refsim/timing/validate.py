@@ -789,13 +789,16 @@ def recorded_fault_check(row: Row, fit=None):
                       off_reads=row.off_reads)
 
 
-def published_reads_check(row: Row, trace, drop_frac: float):
+def published_reads_check(row: Row, trace, drop_frac: float, budget_mib: int | None = None):
     """A **check, never an input**: ``row``'s cell re-priced at the budget where the trace's
     replay reads the MiB/token the cell *published* (its width mix, :func:`refsim.timing.verdict.
     reads_mix`), the off cell's reads, device, eps, memory term and band as the row's, the auto
     budget's run-to-run spread left out (the reads are given). It separates the two halves of a
     prediction: the bytes (which budget the cell ran at; under ``--cache-mb auto`` not recorded)
     and the time the device takes for given bytes.
+
+    ``budget_mib``: that budget when already found (a cell's ``tok/s`` and ``effective`` rows read
+    alike: :func:`published_reads_markdown` searches once per cell).
 
     Returns
     -------
@@ -813,8 +816,8 @@ def published_reads_check(row: Row, trace, drop_frac: float):
 
     def at(b: int) -> dict:
         return reads_at(trace, b, drop_frac, [cfg.width])
-    budget, _ = bisect_budget(lambda b: reads_mix(cfg, at(b))[0] / cfg.tokens_per_decode,
-                              row.cell.mib_per_token)
+    budget = budget_mib if budget_mib is not None else bisect_budget(
+        lambda b: reads_mix(cfg, at(b))[0] / cfg.tokens_per_decode, row.cell.mib_per_token)[0]
     return budget, price(row.dv, cfg, at(budget), budget_mib=float(budget), memory=mem,
                          off_reads=row.off_reads if row.off_reads is not None else row.reads)
 
@@ -826,11 +829,12 @@ def published_reads_markdown(result: Result, trace) -> list[str]:
     out = ["| cell | rate | budget MiB giving the published reads | MiB/tok | predicted Δ [band] | "
            "published Δ | inside | sign agrees |", "|---|---|---|---|---|---|---|---|"]
     signs = inside = 0
-    host = []
+    host, found = [], {}                # (session, cell) -> its budget: one search per cell
     for r in result.rows:
         drop = next(s.drop_frac for s in SESSIONS if s.name == r.session)
         try:
-            budget, p = published_reads_check(r, trace, drop)
+            budget, p = published_reads_check(r, trace, drop, found.get((r.session, r.cell.name)))
+            found[(r.session, r.cell.name)] = budget
         except ConfigError as exc:
             out.append(f"| {r.cell.name} | {r.rate} | {exc} | | | {r.published_pct:+.1f} % | | |")
             continue
